@@ -1,0 +1,175 @@
+"""Typed, frozen configs and the one way to change them from the command line.
+
+Every component of levjepa takes a frozen dataclass of its own (``EncoderConfig``, ``DataConfig``,
+``ObjectiveConfig``, ...). This module holds the machinery they share:
+
+* ``apply_overrides(cfg, ["model.depth=6", "data.num_local=10"])`` returns a new config with dotted
+  ``key=value`` overrides applied. Values are parsed by the field's annotation (bool, int, float, str,
+  ``Literal`` choices, ``X | None`` and ``tuple[X, ...]`` written ``a,b,c``); an unknown key or a value
+  that does not parse raises ``ConfigError`` naming the key and listing the valid choices.
+* ``to_dict`` / ``from_dict`` round-trip a config through plain JSON types (the resolved config that every
+  run directory stores). ``from_dict`` is strict: unknown keys raise, missing keys take their defaults.
+
+Range checks live in each config's ``__post_init__`` so a bad value fails where it is built, whether it
+came from a preset, a JSON file or the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Sequence
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+T = TypeVar("T")
+
+__all__ = ["ConfigError", "apply_overrides", "check", "field_names", "from_dict", "to_dict"]
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is wrong; the message says which and what would be valid."""
+
+
+def check(condition: bool, message: str) -> None:
+    """Raise ``ConfigError(message)`` unless ``condition`` holds (used by ``__post_init__`` checks)."""
+    if not condition:
+        raise ConfigError(message)
+
+
+def field_names(cfg_or_cls: Any) -> list[str]:
+    return [f.name for f in dataclasses.fields(cfg_or_cls)]
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _is_optional(tp: Any) -> tuple[bool, Any]:
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(get_args(tp)) == 2:
+            return True, args[0]
+    return False, tp
+
+
+def _parse_scalar(text: str, tp: Any, key: str) -> Any:
+    optional, inner = _is_optional(tp)
+    if optional:
+        if text.strip().lower() in ("none", "null", ""):
+            return None
+        return _parse_scalar(text, inner, key)
+    origin = get_origin(inner)
+    if origin is Literal:
+        choices = get_args(inner)
+        for choice in choices:
+            if str(choice) == text.strip():
+                return choice
+        raise ConfigError(f"{key}={text!r}: valid choices are {', '.join(map(str, choices))}")
+    if origin is tuple:
+        args = get_args(inner)
+        parts = [p for p in text.split(",") if p.strip() != ""]
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_parse_scalar(p, args[0], key) for p in parts)
+        if len(parts) != len(args):
+            raise ConfigError(f"{key}={text!r}: expected {len(args)} comma-separated values")
+        return tuple(_parse_scalar(p, a, key) for p, a in zip(parts, args, strict=True))
+    if inner is bool:
+        low = text.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{key}={text!r}: expected a boolean (true/false)")
+    if inner in (int, float, str):
+        try:
+            return inner(text.strip()) if inner is not str else text
+        except ValueError:
+            raise ConfigError(f"{key}={text!r}: expected {inner.__name__}") from None
+    raise ConfigError(f"{key}: cannot parse a value of type {inner} from the command line")
+
+
+def _set_path(cfg: Any, path: list[str], text: str, full_key: str) -> Any:
+    if not dataclasses.is_dataclass(cfg):
+        raise ConfigError(f"{full_key}: {'.'.join(path)} is not a config section")
+    names = field_names(cfg)
+    head = path[0]
+    if head not in names:
+        raise ConfigError(f"unknown config key {full_key!r}: valid keys here are {', '.join(sorted(names))}")
+    current = getattr(cfg, head)
+    if len(path) > 1:
+        return dataclasses.replace(cfg, **{head: _set_path(current, path[1:], text, full_key)})
+    if dataclasses.is_dataclass(current):
+        subkeys = ", ".join(f"{head}.{n}" for n in field_names(current))
+        raise ConfigError(f"{full_key} is a section; set one of its keys: {subkeys}")
+    value = _parse_scalar(text, _hints(type(cfg))[head], full_key)
+    return dataclasses.replace(cfg, **{head: value})
+
+
+def apply_overrides(cfg: T, overrides: Sequence[str]) -> T:
+    """Return ``cfg`` with each ``dotted.key=value`` in ``overrides`` applied, validated."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+        key, text = item.split("=", 1)
+        key = key.strip()
+        cfg = _set_path(cfg, key.split("."), text, key)
+    return cfg
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain-JSON view of a (nested) config; tuples become lists."""
+
+    def conv(v: Any) -> Any:
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, tuple | list):
+            return [conv(x) for x in v]
+        return v
+
+    return conv(cfg)
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    optional, inner = _is_optional(tp)
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{key}: null is not allowed")
+    if dataclasses.is_dataclass(inner) and isinstance(inner, type):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a section (mapping), got {type(value).__name__}")
+        return from_dict(inner, value, prefix=f"{key}.")
+    origin = get_origin(inner)
+    if origin is tuple:
+        args = get_args(inner)
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, args[0], key) for v in value)
+        return tuple(_coerce(v, a, key) for v, a in zip(value, args, strict=True))
+    if origin is Literal:
+        if value not in get_args(inner):
+            choices = ", ".join(map(str, get_args(inner)))
+            raise ConfigError(f"{key}={value!r}: valid choices are {choices}")
+        return value
+    if inner is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if inner in (int, float, str, bool) and not isinstance(value, inner):
+        raise ConfigError(f"{key}={value!r}: expected {inner.__name__}")
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any], *, prefix: str = "") -> T:
+    """Build ``cls`` from a plain mapping (e.g. a run's ``config.json``); unknown keys raise."""
+    names = field_names(cls)
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ConfigError(
+            f"unknown config key(s) {', '.join(prefix + u for u in unknown)}: "
+            f"valid keys are {', '.join(prefix + n for n in names)}"
+        )
+    hints = _hints(cls)
+    kwargs = {k: _coerce(v, hints[k], prefix + k) for k, v in data.items()}
+    return cls(**kwargs)

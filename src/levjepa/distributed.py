@@ -1,0 +1,251 @@
+"""The only module of levjepa that touches ``torch.distributed``.
+
+Everything else asks this module for the rank, the world size, or a reduction; the model and the
+objectives never import ``torch.distributed`` themselves, and every helper below is a no-op in a single
+process, so the same code runs on a laptop and under ``torchrun``.
+
+Launch: ``torchrun --nproc_per_node=N [--nnodes ...] -m levjepa pretrain ...`` sets ``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``. Under SLURM (``srun``) the
+``SLURM_PROCID`` / ``SLURM_NTASKS`` / ``SLURM_LOCALID`` variables are accepted when the torchrun ones are
+absent (``MASTER_ADDR`` / ``MASTER_PORT`` must then be exported by the job script); SLURM is never
+required. The backend is NCCL when the process has a GPU and gloo otherwise.
+
+Gradient semantics of :func:`all_reduce_mean` (the SIGReg statistics go through it). The forward returns
+``s = mean_r s_r`` on every rank; the backward is the true adjoint of that mean summed over the ranks'
+losses, ``grad s_r = mean_r' grad s``. When every rank computes the same loss ``L(s)`` this gives rank
+``r`` the gradient ``dL/ds``, i.e. ``world_size`` times the single-process gradient for its own rows, so
+that after DDP averages parameter gradients over ranks they equal the single-process gradients on the
+concatenated batch. ``tests/test_distributed.py`` checks this with real gloo processes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+__all__ = [
+    "DistInfo",
+    "SyncBatchNorm1d",
+    "all_gather_objects",
+    "all_reduce_mean",
+    "all_reduce_sum",
+    "barrier",
+    "broadcast_object",
+    "convert_sync_batchnorm",
+    "is_initialized",
+    "is_main",
+    "rank",
+    "reduce_scalars",
+    "setup",
+    "teardown",
+    "world_size",
+    "wrap_ddp",
+]
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _env_int(*names: str) -> int | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value not in (None, ""):
+            return int(value)
+    return None
+
+
+def setup(device: str | None = None, timeout_s: float = 1800.0) -> DistInfo:
+    """Initialise the process group if the environment asks for more than one process.
+
+    ``device``: ``"cpu"``, ``"cuda"`` or ``None`` (a GPU when one is visible). Returns this process's
+    rank, world size, local rank and the device it should use.
+    """
+    world = _env_int("WORLD_SIZE", "SLURM_NTASKS") or 1
+    rank_ = _env_int("RANK", "SLURM_PROCID") or 0
+    local = _env_int("LOCAL_RANK", "SLURM_LOCALID") or 0
+    want_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
+    if want_cuda and not torch.cuda.is_available():
+        raise RuntimeError("device='cuda' was asked for but torch.cuda.is_available() is False")
+    dev = torch.device("cuda", local % max(torch.cuda.device_count(), 1)) if want_cuda else torch.device("cpu")
+    if want_cuda:
+        torch.cuda.set_device(dev)
+    if world > 1 and not dist.is_initialized():
+        for var in ("MASTER_ADDR", "MASTER_PORT"):
+            if var not in os.environ:
+                raise RuntimeError(
+                    f"WORLD_SIZE={world} but {var} is not set: launch with torchrun, or export "
+                    "MASTER_ADDR and MASTER_PORT in the SLURM job script"
+                )
+        os.environ.setdefault("RANK", str(rank_))
+        os.environ.setdefault("WORLD_SIZE", str(world))
+        dist.init_process_group(
+            backend="nccl" if want_cuda else "gloo",
+            rank=rank_,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=timeout_s),
+            device_id=dev if want_cuda else None,
+        )
+    return DistInfo(rank=rank(), world_size=world_size(), local_rank=local, device=dev)
+
+
+def teardown() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def is_initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    return dist.get_rank() if is_initialized() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_initialized() else 1
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+class _AllReduce(torch.autograd.Function):
+    """Sum (or mean) over ranks whose backward is the adjoint: the same reduction of the gradients."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, mean: bool) -> torch.Tensor:
+        ctx.mean = mean
+        out = tensor.clone(memory_format=torch.contiguous_format)
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out / world_size() if mean else out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        out = grad.clone(memory_format=torch.contiguous_format)
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return (out / world_size() if ctx.mean else out), None
+
+
+def all_reduce_mean(tensor: torch.Tensor) -> torch.Tensor:
+    """Differentiable mean over ranks (see the module docstring for the gradient). Identity alone."""
+    return tensor if world_size() == 1 else _AllReduce.apply(tensor, True)
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Differentiable sum over ranks; its backward sums the gradients over ranks. Identity alone."""
+    return tensor if world_size() == 1 else _AllReduce.apply(tensor, False)
+
+
+@torch.no_grad()
+def reduce_scalars(values: dict[str, float | torch.Tensor], op: str = "mean") -> dict[str, float]:
+    """Reduce a dict of scalars over ranks for logging, in one collective; returns Python floats.
+
+    This synchronises with the device: call it only on logging steps.
+    """
+    keys = sorted(values)
+    if not keys:
+        return {}
+    device = next((v.device for v in values.values() if isinstance(v, torch.Tensor)), torch.device("cpu"))
+    if is_initialized() and dist.get_backend() == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+    flat = torch.stack([torch.as_tensor(values[k], dtype=torch.float64, device=device).reshape(()) for k in keys])
+    if world_size() > 1:
+        dist.all_reduce(flat, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        if op == "mean":
+            flat /= world_size()
+    return dict(zip(keys, flat.tolist(), strict=True))
+
+
+def all_gather_objects(obj: Any) -> list[Any]:
+    """Gather one picklable object from every rank (small objects only: bad-file lists, summaries)."""
+    if world_size() == 1:
+        return [obj]
+    out: list[Any] = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    if world_size() == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def barrier() -> None:
+    if world_size() > 1:
+        dist.barrier()
+
+
+class SyncBatchNorm1d(nn.BatchNorm1d):
+    """BatchNorm1d whose batch statistics are taken over the global batch (all ranks), on CPU too.
+
+    ``torch.nn.SyncBatchNorm`` refuses CPU tensors, and the projector's BatchNorm must see the global
+    batch for a 2-rank run to equal a 1-rank run on the same clips. The sums ``(Σx, Σx², n)`` go through
+    one differentiable all-reduce; alone it is an ordinary ``BatchNorm1d``.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or world_size() == 1:
+            return super().forward(x)
+        if x.dim() != 2:
+            raise ValueError(f"SyncBatchNorm1d expects [N, C] input, got shape {tuple(x.shape)}")
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        n_local = torch.full((1,), float(x.shape[0]), device=x.device, dtype=xf.dtype)
+        stats = all_reduce_sum(torch.cat([xf.sum(0), (xf * xf).sum(0), n_local]))
+        c = x.shape[1]
+        n = stats[-1]
+        mean = stats[:c] / n
+        var = (stats[c : 2 * c] / n - mean * mean).clamp_min(0.0)
+        if self.track_running_stats and self.running_mean is not None and self.running_var is not None:
+            with torch.no_grad():
+                self.num_batches_tracked.add_(1)
+                momentum = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
+                unbiased = var * n / (n - 1).clamp_min(1.0)
+                self.running_mean.lerp_(mean.detach().to(self.running_mean.dtype), momentum)
+                self.running_var.lerp_(unbiased.detach().to(self.running_var.dtype), momentum)
+        y = (xf - mean) * torch.rsqrt(var + self.eps)
+        if self.affine:
+            y = y * self.weight + self.bias
+        return y.to(x.dtype)
+
+
+def convert_sync_batchnorm(module: nn.Module) -> nn.Module:
+    """Replace every ``nn.BatchNorm1d`` in ``module`` by :class:`SyncBatchNorm1d` (weights kept)."""
+    if isinstance(module, nn.BatchNorm1d) and not isinstance(module, SyncBatchNorm1d):
+        new = SyncBatchNorm1d(
+            module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats
+        )
+        ref = next(iter(module.state_dict().values()))
+        new.to(device=ref.device, dtype=module.running_mean.dtype if module.running_mean is not None else ref.dtype)
+        new.load_state_dict(module.state_dict())
+        return new
+    for name, child in module.named_children():
+        setattr(module, name, convert_sync_batchnorm(child))
+    return module
+
+
+def wrap_ddp(module: nn.Module, info: DistInfo, **kwargs: Any) -> nn.Module:
+    """DistributedDataParallel when running on several ranks; the module itself otherwise."""
+    if info.world_size == 1:
+        return module
+    from torch.nn.parallel import DistributedDataParallel
+
+    device_ids = [info.device.index] if info.device.type == "cuda" else None
+    return DistributedDataParallel(module, device_ids=device_ids, **kwargs)
