@@ -1,0 +1,186 @@
+"""Checkpoints that survive crashes and resume bit-exactly.
+
+A checkpoint is a directory ``checkpoints/step_NNNNNN/`` (layout in :mod:`levjepa.weights`):
+online weights (encoder, projector, BatchNorm buffers included), the EMA copy, the optimizer state, the
+step, the RNG states (torch CPU and CUDA), the consecutive-skip count and the data position, plus the
+encoder config. It is written into a temporary sibling directory, fsynced, renamed into place, and only
+then does ``checkpoints/latest`` (itself replaced atomically) name it. A crash or a full disk at any point
+leaves the previous checkpoint, and ``latest``, intact. Nothing is unpickled on load: tensors come from
+safetensors, the rest from JSON.
+
+The learning-rate schedule is a function of the step and every stochastic choice (data order and
+augmentation, token dropping, SIGReg directions, k-means) is seeded from ``(seed, step, …)``, so the step
+*is* the schedule and sampler state.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from levjepa.train.ema import EMA
+from levjepa.weights import atomic_write_text, load_tensors, prefixed, save_tensors
+
+__all__ = ["TrainerState", "save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints", "prune"]
+
+_NAME = re.compile(r"^step_(\d{6,})$")
+
+
+@dataclass
+class TrainerState:
+    step: int  # optimizer steps done
+    consecutive_skips: int = 0
+    data_position: int = 0  # micro-batches of the global batch consumed
+    extra: dict[str, Any] | None = None  # JSON-able: last losses, wall time so far, ...
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and _NAME.match(p.name) and (p / "meta.json").is_file()]
+    return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))  # type: ignore[union-attr]
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    root = Path(run_dir) / "checkpoints"
+    pointer = root / "latest"
+    if pointer.is_file():
+        candidate = root / pointer.read_text().strip()
+        if (candidate / "meta.json").is_file():
+            return candidate
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    sd = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    plain: dict[str, dict[str, Any]] = {}
+    for idx, state in sd["state"].items():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"optim.{idx}.{key}"] = value
+            else:
+                plain.setdefault(str(idx), {})[key] = value
+    return tensors, {"param_groups": sd["param_groups"], "plain_state": plain}
+
+
+def _load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    state: dict[int, dict[str, Any]] = {}
+    for name, value in tensors.items():
+        if name.startswith("optim."):
+            _, idx, key = name.split(".", 2)
+            state.setdefault(int(idx), {})[key] = value
+    for idx, values in meta.get("plain_state", {}).items():
+        state.setdefault(int(idx), {}).update(values)
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+def _rng_tensors() -> dict[str, torch.Tensor]:
+    out = {"rng.cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            out[f"rng.cuda.{i}"] = s
+    return out
+
+
+def save_checkpoint(
+    run_dir: str | Path,
+    *,
+    model: nn.Module,
+    ema: EMA,
+    optimizer: torch.optim.Optimizer,
+    state: TrainerState,
+    encoder_config: dict[str, Any],
+) -> Path:
+    """Write ``checkpoints/step_NNNNNN`` completely, then point ``latest`` at it. Returns its path."""
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / checkpoint_name(state.step)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
+    try:
+        meta = {"step": state.step, "encoder_config": encoder_config, **(state.extra or {})}
+        save_tensors(tmp / "model.safetensors", model.state_dict(), {"step": state.step})
+        save_tensors(
+            tmp / "ema.safetensors", {f"encoder.{k}": v for k, v in ema.state_dict().items()}, {"step": state.step}
+        )
+        opt_tensors, opt_meta = _optimizer_tensors(optimizer)
+        save_tensors(tmp / "trainer.safetensors", {**opt_tensors, **_rng_tensors()})
+        trainer_json = {
+            "step": state.step,
+            "consecutive_skips": state.consecutive_skips,
+            "data_position": state.data_position,
+            "optimizer": opt_meta,
+        }
+        atomic_write_text(tmp / "trainer.json", json.dumps(trainer_json))
+        atomic_write_text(tmp / "meta.json", json.dumps(meta, indent=1))  # written last: marks completeness
+        if final.exists():  # a checkpoint of the same step from an earlier attempt: replace it
+            shutil.rmtree(final)
+        tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    atomic_write_text(root / "latest", final.name)
+    return final
+
+
+def load_checkpoint(
+    path: str | Path,
+    *,
+    model: nn.Module,
+    ema: EMA | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    restore_rng: bool = True,
+) -> TrainerState:
+    """Restore a checkpoint into the given objects (in place); returns the trainer state."""
+    path = Path(path)
+    weights, _ = load_tensors(path / "model.safetensors")
+    model.load_state_dict(weights)
+    if ema is not None:
+        ema_tensors, _ = load_tensors(path / "ema.safetensors")
+        ema.load_state_dict(prefixed(ema_tensors, "encoder."))
+    trainer = json.loads((path / "trainer.json").read_text())
+    tensors, _ = load_tensors(path / "trainer.safetensors")
+    if optimizer is not None:
+        device = next(model.parameters()).device
+        _load_optimizer(optimizer, {k: v.to(device) for k, v in tensors.items()}, trainer["optimizer"])
+    if restore_rng:
+        torch.set_rng_state(tensors["rng.cpu"])
+        cuda = [tensors[f"rng.cuda.{i}"] for i in range(torch.cuda.device_count()) if f"rng.cuda.{i}" in tensors]
+        if cuda and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(cuda)
+    meta = json.loads((path / "meta.json").read_text())
+    extra = {k: v for k, v in meta.items() if k not in ("step", "encoder_config")}
+    return TrainerState(
+        step=trainer["step"],
+        consecutive_skips=trainer["consecutive_skips"],
+        data_position=trainer["data_position"],
+        extra=extra,
+    )
+
+
+def prune(run_dir: str | Path, keep_last: int, keep_every: int | None) -> list[Path]:
+    """Delete old checkpoints, keeping the newest ``keep_last`` and those at multiples of ``keep_every``."""
+    found = list_checkpoints(run_dir)
+    removed = []
+    for p in found[:-keep_last] if keep_last > 0 else found:
+        step = int(_NAME.match(p.name).group(1))  # type: ignore[union-attr]
+        if keep_every and step % keep_every == 0:
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p)
+    return removed

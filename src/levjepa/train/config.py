@@ -1,0 +1,114 @@
+"""Training configuration: the optimiser, the run, and the composed ``PretrainConfig``.
+
+Each component receives only its own section (``model`` → the encoder, ``data`` → the loader,
+``objective`` → the loss, ``optim`` → AdamW and its schedule, ``train`` → the loop). Presets are
+functions in :mod:`levjepa.presets`; the command line changes any field with ``section.key=value``.
+
+Batch sizes. ``train.batch_size`` is the *effective* global batch per optimizer step (3072 in the
+paper). ``data.batch_size`` is the micro-batch each rank runs at once. Gradient accumulation makes up the
+rest: ``accum = train.batch_size / (data.batch_size * world_size)``, which must be a whole number.
+SIGReg sees one micro-batch of the global batch at a time (all ranks together), as in the official code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from levjepa.config import check
+from levjepa.data import DataConfig
+from levjepa.model import EncoderConfig
+from levjepa.objective import ObjectiveConfig
+
+__all__ = ["OptimConfig", "TrainConfig", "PretrainConfig"]
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with a linear warm-up then a flat (default) or cosine rate.
+
+    Defaults are the official LeVJEPA code's: lr 4e-4, betas (0.9, 0.95), weight decay 0.04 on weight
+    matrices only (biases, norms, the CLS token excluded), warm-up from 1e-4 over 1200 steps, then flat.
+    ``grad_clip`` is the max global gradient norm ([choice]: 1.0; ``None`` disables clipping).
+    """
+
+    lr: float = 4e-4
+    start_lr: float = 1e-4
+    final_lr: float = 1e-6
+    warmup_steps: int = 1200
+    schedule: Literal["flat", "cosine"] = "flat"
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.04
+    grad_clip: float | None = 1.0
+
+    def __post_init__(self) -> None:
+        check(self.lr > 0, f"optim.lr must be > 0, got {self.lr}")
+        check(self.start_lr >= 0 and self.final_lr >= 0, "optim.start_lr and optim.final_lr must be >= 0")
+        check(self.warmup_steps >= 0, f"optim.warmup_steps must be >= 0, got {self.warmup_steps}")
+        check(all(0 <= b < 1 for b in self.betas), f"optim.betas must lie in [0, 1), got {self.betas}")
+        check(self.weight_decay >= 0, f"optim.weight_decay must be >= 0, got {self.weight_decay}")
+        check(
+            self.grad_clip is None or self.grad_clip > 0, f"optim.grad_clip must be > 0 or none, got {self.grad_clip}"
+        )
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The loop: how long, how big, which device and precision, and what it leaves on disk."""
+
+    steps: int = 10_000  # optimizer steps
+    batch_size: int = 3072  # effective global clips per optimizer step
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
+    compile: bool = False  # torch.compile the encoder + projector (activation checkpointing: model.grad_checkpointing)
+    ema_decay: float = 0.9999  # Polyak copy: theta_bar <- decay * theta_bar + (1 - decay) * theta ...
+    ema_every: int = 32  # ... every this many optimizer steps
+    checkpoint_every: int = 1000
+    keep_last: int = 3  # checkpoints kept besides those at multiples of keep_every
+    keep_every: int | None = None  # also keep every checkpoint at a multiple of this step (model selection)
+    log_every: int = 20
+    max_consecutive_skips: int = 5  # non-finite steps in a row before the run stops
+    seed: int = 0
+    threads: int | None = None  # torch CPU threads (None: torch's default)
+    eval_at_end: bool = False  # run the built-in benchmark's frozen probes at the end (demo-cpu)
+    eval_budget: Literal["demo", "full"] = "demo"
+
+    def __post_init__(self) -> None:
+        check(self.steps > 0, f"train.steps must be > 0, got {self.steps}")
+        check(self.batch_size > 0, f"train.batch_size must be > 0, got {self.batch_size}")
+        check(0.0 <= self.ema_decay < 1.0, f"train.ema_decay must lie in [0, 1), got {self.ema_decay}")
+        check(self.ema_every > 0, f"train.ema_every must be > 0, got {self.ema_every}")
+        check(self.checkpoint_every > 0, f"train.checkpoint_every must be > 0, got {self.checkpoint_every}")
+        check(self.keep_last >= 1, f"train.keep_last must be >= 1, got {self.keep_last}")
+        check(self.log_every > 0, f"train.log_every must be > 0, got {self.log_every}")
+        check(self.max_consecutive_skips > 0, "train.max_consecutive_skips must be > 0")
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Everything one pretraining run needs; ``config.json`` in the run directory is this, resolved."""
+
+    preset: str = "custom"
+    model: EncoderConfig = field(default_factory=EncoderConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        check(
+            self.objective.num_global_views == self.data.num_global,
+            f"objective.num_global_views ({self.objective.num_global_views}) must equal data.num_global "
+            f"({self.data.num_global}): set both",
+        )
+
+    def accumulation(self, world_size: int) -> int:
+        """Micro-batches per optimizer step on each rank."""
+        per_step = self.data.batch_size * world_size
+        check(
+            self.train.batch_size % per_step == 0,
+            f"train.batch_size ({self.train.batch_size}) must be a multiple of data.batch_size "
+            f"({self.data.batch_size}) x world size ({world_size})",
+        )
+        return self.train.batch_size // per_step

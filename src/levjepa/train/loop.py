@@ -1,0 +1,327 @@
+"""The outer training loop: ``pretrain(cfg, run_dir)`` — the Python API behind ``levjepa pretrain``.
+
+It reads like the recipe: set up ranks and the run directory, build encoder + projector + objective +
+AdamW + EMA, resume if asked, then for each optimizer step fetch ``accum`` micro-batches, call
+:func:`levjepa.train.step.train_step`, update the EMA every ``ema_every`` steps, log label-free monitors
+every ``log_every`` steps and checkpoint every ``checkpoint_every`` steps. Only the main rank writes.
+
+Nothing in the step waits for the device; the loop reads device values (losses, skip flags) only on
+logging and skip-check steps. A non-finite loss or gradient skips that update (on the device), is logged
+with its step number, and ``max_consecutive_skips`` skips in a row stop the run with a message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from levjepa import distributed
+from levjepa.config import to_dict
+from levjepa.data import BadFileReport, build_pretrain_loader
+from levjepa.model import Projector, VideoEncoder
+from levjepa.objective import build_objective, embedding_diagnostics
+from levjepa.rng import make_generator
+from levjepa.train import checkpoint as ckpt
+from levjepa.train.config import PretrainConfig
+from levjepa.train.ema import EMA
+from levjepa.train.optim import build_optimizer, lr_at
+from levjepa.train.run_dir import MetricsLogger, default_run_dir, prepare_run_dir, write_run_info
+from levjepa.train.step import Pretrainer, train_step
+
+__all__ = ["pretrain", "RunSummary", "TrainingStopped", "build_models"]
+
+
+class TrainingStopped(RuntimeError):
+    """The run stopped on purpose (too many non-finite steps); the message says why and what to do."""
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    steps: int
+    wall_s: float
+    clips_per_s: float
+    final: dict[str, float] = field(default_factory=dict)
+    skipped_steps: list[int] = field(default_factory=list)
+    bad_files: int = 0
+    checkpoint: Path | None = None
+    probe_results: dict[str, Any] | None = None
+
+
+def build_models(cfg: PretrainConfig, seed: int) -> tuple[VideoEncoder, Projector]:
+    """Encoder and projector initialised from ``seed`` (the same weights on every rank)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        encoder = VideoEncoder(cfg.model)
+        projector = Projector.from_config(cfg.model)
+    return encoder, projector
+
+
+def _device(cfg: PretrainConfig) -> str | None:
+    return None if cfg.train.device == "auto" else cfg.train.device
+
+
+def _autocast_dtype(cfg: PretrainConfig, device: torch.device) -> torch.dtype | None:
+    if cfg.train.precision == "bf16" or (cfg.train.precision == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+def _peak_memory_gb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss_kb / 2**20  # Linux reports KiB
+
+
+def _truncate_metrics(run_dir: Path, step: int) -> None:
+    """On resume, drop metric lines logged after the checkpoint (they will be logged again)."""
+    path = run_dir / "metrics.jsonl"
+    if path.is_file():
+        keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+        path.write_text("".join(line + "\n" for line in keep))
+
+
+def pretrain(
+    cfg: PretrainConfig,
+    run_dir: str | Path | None = None,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> RunSummary:
+    """Pretrain an encoder as ``cfg`` says, writing everything to ``run_dir``; returns a summary."""
+    info = distributed.setup(device=_device(cfg))
+    try:
+        return _pretrain(cfg, run_dir, info, resume=resume, overwrite=overwrite, progress=progress)
+    finally:
+        distributed.teardown()
+
+
+def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
+    tc = cfg.train
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
+    path = Path(run_dir) if run_dir is not None else default_run_dir(cfg.preset)
+    path = Path(distributed.broadcast_object(str(path)))
+    if info.is_main:
+        prepare_run_dir(path, resume=resume, overwrite=overwrite)
+        write_run_info(path, to_dict(cfg), info.world_size)
+    distributed.barrier()
+    device = info.device
+    accum = cfg.accumulation(info.world_size)
+
+    encoder, projector = build_models(cfg, tc.seed)
+    model = Pretrainer(encoder, projector).to(device)
+    if info.world_size > 1:
+        distributed.convert_sync_batchnorm(model)
+    ema = EMA(model.encoder, decay=tc.ema_decay, every=tc.ema_every)
+    optimizer = build_optimizer(model, cfg.optim)
+    objective = build_objective(cfg.objective).to(device)
+
+    state = ckpt.TrainerState(step=0)
+    if resume:
+        latest = ckpt.latest_checkpoint(path)
+        if latest is not None:
+            state = ckpt.load_checkpoint(latest, model=model, ema=ema, optimizer=optimizer)
+            if info.is_main:
+                print(f"resuming {path} from {latest.name} (step {state.step})", file=sys.stderr)
+                _truncate_metrics(path, state.step)
+    train_model: torch.nn.Module = distributed.wrap_ddp(model, info)
+    if tc.compile:
+        train_model = torch.compile(train_model)
+    autocast_dtype = _autocast_dtype(cfg, device)
+
+    bad_files = BadFileReport()
+    loader = iter(
+        build_pretrain_loader(
+            cfg.data,
+            seed=tc.seed,
+            rank=info.rank,
+            world_size=info.world_size,
+            start_step=state.step * accum,
+            bad_files=bad_files,
+        )
+    )
+    logger = MetricsLogger(path) if info.is_main else None
+    bar = None
+    if progress and info.is_main:
+        from tqdm import tqdm
+
+        bar = tqdm(total=tc.steps, initial=state.step, desc="pretrain", unit="step", dynamic_ncols=True)
+
+    consecutive = torch.tensor(state.consecutive_skips, device=device)
+    pending_flags: list[tuple[int, torch.Tensor]] = []
+    skipped_steps: list[int] = []
+    last_metrics: dict[str, float] = {}
+    last_ckpt: Path | None = None
+    check_every = min(tc.log_every, tc.max_consecutive_skips)
+    t_start = time.perf_counter()
+    t_log, steps_since_log = t_start, 0
+    start_step = state.step
+
+    for step in range(start_step, tc.steps):
+        micro = []
+        for _ in range(accum):
+            batch = next(loader)
+            bad_files.extend(batch.bad_files)
+            micro.append(batch.to_device(device))
+        gens = [make_generator(tc.seed, step, info.rank, i, "drop", device=device) for i in range(accum)]
+        out = train_step(
+            train_model,
+            objective,
+            optimizer,
+            micro,
+            gens,
+            step=step,
+            lr=lr_at(step, cfg.optim, tc.steps),
+            grad_clip=cfg.optim.grad_clip,
+            autocast_dtype=autocast_dtype,
+        )
+        consecutive = torch.where(out.skipped, consecutive + 1, torch.zeros_like(consecutive))
+        pending_flags.append((step, out.skipped))
+        done = step + 1
+        steps_since_log += 1
+        if ema.due(done):
+            ema.update(model.encoder)
+
+        if done % check_every == 0 or done == tc.steps:
+            flags = torch.stack([f for _, f in pending_flags]).tolist()  # the one sync per check
+            newly = [s for (s, _), bad in zip(pending_flags, flags, strict=True) if bad]
+            pending_flags.clear()
+            if newly and info.is_main:
+                print(f"step(s) {newly}: non-finite loss or gradient, update skipped", file=sys.stderr)
+            skipped_steps.extend(newly)
+            if int(consecutive) >= tc.max_consecutive_skips:
+                raise TrainingStopped(
+                    f"{int(consecutive)} consecutive optimizer steps (up to step {step}) had a non-finite loss "
+                    f"or gradient; stopping. The last good checkpoint is {ckpt.latest_checkpoint(path)}. "
+                    "Lower optim.lr, check the data (bad_files.json) or use train.precision=fp32."
+                )
+
+        if done % tc.log_every == 0 or done == tc.steps:
+            now = time.perf_counter()
+            metrics = {"loss": out.loss, "grad_norm": out.grad_norm, **out.terms}
+            metrics.update(embedding_diagnostics(out.z))
+            reduced = distributed.reduce_scalars(metrics)
+            reduced["lr"] = lr_at(step, cfg.optim, tc.steps)
+            reduced["clips_per_s"] = steps_since_log * tc.batch_size / max(now - t_log, 1e-9)
+            reduced["peak_mem_gb"] = _peak_memory_gb(device)
+            reduced["skipped_total"] = float(len(skipped_steps))
+            t_log, steps_since_log = now, 0
+            last_metrics = reduced
+            if logger is not None:
+                logger.log(done, reduced)
+            if bar is not None:
+                bar.set_postfix(
+                    loss=f"{reduced['loss']:.4f}",
+                    inv=f"{reduced.get('invariance', reduced.get('pred', math.nan)):.4f}",
+                    sigreg=f"{reduced.get('sigreg', reduced.get('localreg', math.nan)):.3f}",
+                    clips_s=f"{reduced['clips_per_s']:.1f}",
+                    refresh=False,
+                )
+        if bar is not None:
+            bar.update(1)
+
+        if done % tc.checkpoint_every == 0 or done == tc.steps:
+            last_ckpt = _checkpoint(path, info, model, ema, optimizer, cfg, done, int(consecutive), accum, last_metrics)
+            if info.is_main:
+                bad_files.write(path / "bad_files.json")
+
+    if bar is not None:
+        bar.close()
+    wall = time.perf_counter() - t_start
+    summary = RunSummary(
+        run_dir=path,
+        steps=tc.steps,
+        wall_s=wall,
+        clips_per_s=(tc.steps - start_step) * tc.batch_size / max(wall, 1e-9),
+        final=last_metrics,
+        skipped_steps=skipped_steps,
+        bad_files=bad_files.total,
+        checkpoint=last_ckpt,
+    )
+    if tc.eval_at_end and info.is_main:
+        summary.probe_results = _evaluate(cfg, model, ema, path)
+    if logger is not None:
+        logger.close()
+    if info.is_main:
+        print(format_summary(summary), file=sys.stderr)
+    return summary
+
+
+def _checkpoint(path, info, model, ema, optimizer, cfg, step, consecutive, accum, metrics) -> Path | None:
+    saved = None
+    if info.is_main:
+        state = ckpt.TrainerState(
+            step=step,
+            consecutive_skips=consecutive,
+            data_position=step * accum,
+            extra={"metrics": metrics},
+        )
+        try:
+            saved = ckpt.save_checkpoint(
+                path, model=model, ema=ema, optimizer=optimizer, state=state, encoder_config=to_dict(cfg.model)
+            )
+            ckpt.prune(path, cfg.train.keep_last, cfg.train.keep_every)
+        except OSError as err:
+            previous = ckpt.latest_checkpoint(path)
+            print(
+                f"checkpoint at step {step} FAILED ({err}); the previous checkpoint "
+                f"{previous if previous else '(none)'} is intact. Training continues; free space and it will "
+                "be retried at the next checkpoint.",
+                file=sys.stderr,
+            )
+            if step == cfg.train.steps:
+                raise
+    distributed.barrier()
+    return saved
+
+
+def _evaluate(cfg: PretrainConfig, model: Pretrainer, ema: EMA, path: Path) -> dict[str, Any]:
+    """The demo's ending: frozen probes on the built-in benchmark, pretrained vs random init."""
+    from levjepa.eval import evaluate_benchmark
+
+    online = VideoEncoder(cfg.model)
+    online.load_state_dict(model.encoder.state_dict())
+    averaged = ema.copy_to(VideoEncoder(cfg.model))
+    random_init, _ = build_models(cfg, cfg.train.seed)
+    encoders = {"pretrained (EMA)": averaged, "pretrained (online)": online, "random init": random_init}
+    result = evaluate_benchmark(encoders, cfg.data.synthetic, budget=cfg.train.eval_budget, seed=cfg.train.seed)
+    data = result.to_json()
+    (path / "probe_results.json").write_text(json.dumps(data, indent=2))
+    print(result.table(), file=sys.stderr)
+    return data
+
+
+def format_summary(s: RunSummary) -> str:
+    lines = [
+        f"run directory : {s.run_dir}",
+        f"steps         : {s.steps}   wall {s.wall_s:.1f} s   {s.clips_per_s:.1f} clips/s",
+    ]
+    if s.final:
+        keys = [k for k in ("loss", "invariance", "pred", "sigreg", "localreg") if k in s.final]
+        lines.append("final losses  : " + "  ".join(f"{k} {s.final[k]:.4f}" for k in keys))
+        if "effective_rank" in s.final:
+            lines.append(f"effective rank: {s.final['effective_rank']:.1f}")
+    lines.append(f"skipped steps : {len(s.skipped_steps)}{' ' + str(s.skipped_steps[:10]) if s.skipped_steps else ''}")
+    lines.append(f"bad files     : {s.bad_files}" + (" (see bad_files.json)" if s.bad_files else ""))
+    if s.checkpoint:
+        lines.append(f"checkpoint    : {s.checkpoint}")
+    return "\n".join(lines)
+
+
+def summary_json(s: RunSummary) -> dict[str, Any]:
+    d = dataclasses.asdict(s)
+    d["run_dir"] = str(s.run_dir)
+    d["checkpoint"] = str(s.checkpoint) if s.checkpoint else None
+    return d

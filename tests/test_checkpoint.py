@@ -1,0 +1,114 @@
+"""Checkpoints: exact round trip, atomic against failures, pruning, and no pickle anywhere."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from levjepa.train import checkpoint as ckpt
+from levjepa.train.config import OptimConfig
+from levjepa.train.ema import EMA
+from levjepa.train.optim import build_optimizer
+
+
+class _Model(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8))
+        self.projector = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))
+
+    def forward(self, x):
+        return self.projector(self.encoder(x))
+
+
+def _trained(seed: int = 0, steps: int = 3):
+    torch.manual_seed(seed)
+    model = _Model()
+    ema = EMA(model.encoder, decay=0.5, every=1)
+    opt = build_optimizer(model, OptimConfig(warmup_steps=0))
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.randn(16, 4)).square().mean().backward()
+        opt.step()
+        ema.update(model.encoder)
+    return model, ema, opt
+
+
+def _save(tmp_path, model, ema, opt, step):
+    return ckpt.save_checkpoint(
+        tmp_path,
+        model=model,
+        ema=ema,
+        optimizer=opt,
+        state=ckpt.TrainerState(
+            step=step, consecutive_skips=1, data_position=step * 2, extra={"metrics": {"loss": 1.5}}
+        ),
+        encoder_config={"dim": 8},
+    )
+
+
+def test_round_trip_restores_everything_exactly(tmp_path):
+    model, ema, opt = _trained()
+    torch.manual_seed(123)
+    path = _save(tmp_path, model, ema, opt, step=3)
+    expected_next_random = torch.rand(3)
+    assert ckpt.latest_checkpoint(tmp_path) == path and path.name == "step_000003"
+
+    model2, ema2, opt2 = _trained(seed=1, steps=1)  # different weights and optimizer state
+    state = ckpt.load_checkpoint(path, model=model2, ema=ema2, optimizer=opt2)
+    assert (state.step, state.consecutive_skips, state.data_position) == (3, 1, 6)
+    assert state.extra["metrics"] == {"loss": 1.5}
+    for (k, a), b in zip(model.state_dict().items(), model2.state_dict().values(), strict=True):
+        assert torch.equal(a, b), k  # BatchNorm running stats included
+    for k, v in ema.state_dict().items():
+        assert torch.equal(v, ema2.state_dict()[k])
+    torch.testing.assert_close(torch.rand(3), expected_next_random, rtol=0, atol=0)  # RNG restored
+    # the optimizers now step identically
+    for m, o in ((model, opt), (model2, opt2)):
+        torch.manual_seed(7)
+        o.zero_grad()
+        m(torch.randn(16, 4)).square().mean().backward()
+        o.step()
+    for a, b in zip(model.parameters(), model2.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_checkpoint_files_hold_no_pickle(tmp_path):
+    model, ema, opt = _trained()
+    path = _save(tmp_path, model, ema, opt, step=3)
+    names = sorted(p.name for p in path.iterdir())
+    assert names == ["ema.safetensors", "meta.json", "model.safetensors", "trainer.json", "trainer.safetensors"]
+    assert json.loads((path / "meta.json").read_text())["encoder_config"] == {"dim": 8}
+
+
+def test_failed_write_leaves_previous_checkpoint_and_latest_intact(tmp_path, monkeypatch):
+    model, ema, opt = _trained()
+    first = _save(tmp_path, model, ema, opt, step=3)
+    calls = {"n": 0}
+    real = ckpt.save_tensors
+
+    def disk_full_on_second_file(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "save_tensors", disk_full_on_second_file)
+    with pytest.raises(OSError, match="No space"):
+        _save(tmp_path, model, ema, opt, step=6)
+    assert ckpt.latest_checkpoint(tmp_path) == first
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir() if p.is_dir()] == ["step_000003"]
+    model2, ema2, opt2 = _trained(seed=1, steps=1)
+    assert ckpt.load_checkpoint(first, model=model2, ema=ema2, optimizer=opt2).step == 3
+
+
+def test_prune_keeps_last_and_multiples(tmp_path):
+    model, ema, opt = _trained()
+    for step in (10, 20, 30, 40, 50):
+        _save(tmp_path, model, ema, opt, step=step)
+    ckpt.prune(tmp_path, keep_last=2, keep_every=20)
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step_000020", "step_000040", "step_000050"]
+    assert ckpt.latest_checkpoint(tmp_path).name == "step_000050"
