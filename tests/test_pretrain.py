@@ -1,0 +1,90 @@
+"""The pretraining job end to end: run directory trail, refusal to overwrite, and exact resume after kill -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from train_utils import TINY, tiny_config
+
+from levjepa.train.loop import pretrain
+from levjepa.train.run_dir import RunDirError
+from levjepa.weights import load_tensors
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def test_run_directory_holds_the_trail(tmp_path):
+    cfg = tiny_config("train.steps=4", "train.checkpoint_every=2")
+    summary = pretrain(cfg, tmp_path / "run", progress=False)
+    run = tmp_path / "run"
+    assert json.loads((run / "config.json").read_text())["model"]["dim"] == 32
+    env = json.loads((run / "env.json").read_text())
+    assert env["torch"] == torch.__version__ and env["world_size"] == 1
+    assert "commit" in json.loads((run / "git.json").read_text())
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [2, 4]
+    for key in ("loss", "invariance", "sigreg", "sigreg/view0", "effective_rank", "std/mean", "lr", "clips_per_s"):
+        assert key in lines[-1], key
+    assert list((run / "tb").iterdir()), "TensorBoard events missing"
+    assert json.loads((run / "bad_files.json").read_text())["total"] == 0
+    assert (run / "checkpoints" / "latest").read_text() == "step_000004" == summary.checkpoint.name
+    with pytest.raises(RunDirError, match="--resume"):
+        pretrain(cfg, run, progress=False)
+
+
+def _cli(run_dir: Path, *args: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "levjepa", "pretrain", "--no-progress", *args]
+    env = {**os.environ, "PYTHONPATH": SRC}
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def test_kill_9_then_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
+    k = 12
+    common = [*TINY, f"train.steps={2 * k}", f"train.checkpoint_every={k}", "train.log_every=4"]
+    straight = _cli(tmp_path / "a", "--preset", "demo-cpu", "--run-dir", str(tmp_path / "a"), *common)
+    victim = _cli(tmp_path / "b", "--preset", "demo-cpu", "--run-dir", str(tmp_path / "b"), *common)
+    latest = tmp_path / "b" / "checkpoints" / "latest"
+    deadline = time.time() + 120
+    while not (latest.is_file() and latest.read_text() == f"step_{k:06d}"):
+        assert victim.poll() is None, victim.stderr.read()
+        assert time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.005)
+    victim.send_signal(signal.SIGKILL)
+    assert victim.wait() == -signal.SIGKILL
+    assert not (tmp_path / "b" / "checkpoints" / f"step_{2 * k:06d}").exists(), "killed too late to test resume"
+    resumed = _cli(tmp_path / "b", "--resume", str(tmp_path / "b"))
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    assert straight.wait(timeout=300) == 0, straight.stderr.read()
+    final = f"checkpoints/step_{2 * k:06d}"
+    for name in ("model.safetensors", "ema.safetensors", "trainer.safetensors"):
+        a, _ = load_tensors(tmp_path / "a" / final / name)
+        b, _ = load_tensors(tmp_path / "b" / final / name)
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(a[key], b[key]), (name, key)
+    steps_a = [json.loads(x)["step"] for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    steps_b = [json.loads(x)["step"] for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert steps_a == steps_b
+
+
+def test_cli_rejects_unknown_keys_and_bad_values_with_choices(capsys):
+    from levjepa.cli import main
+
+    assert main(["pretrain", "--preset", "demo-cpu", "model.depht=3", "--print-config"]) == 2
+    assert "valid keys here are" in capsys.readouterr().err
+    assert main(["pretrain", "--preset", "demo-cpu", "objective.name=lejepa2", "--print-config"]) == 2
+    assert "levjepa, lejepa, localejepa" in capsys.readouterr().err
+    assert main(["pretrain", "--preset", "vit-b-paper", "--print-config"]) == 2
+    assert "data.sources=PATH" in capsys.readouterr().err
+    assert main(["pretrain", "--preset", "vit-b-paper", "data.sources=/videos", "--print-config"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["optim"]["lr"] == 4e-4 and printed["train"]["batch_size"] == 3072
+    assert printed["model"]["dim"] == 768 and printed["data"]["num_local"] == 4
