@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_utils import TINY, tiny_config
 
 from levjepa.train.loop import pretrain
 from levjepa.train.run_dir import RunDirError
 from levjepa.weights import load_tensors
+from train_utils import TINY, tiny_config
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 

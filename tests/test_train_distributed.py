@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from dist_utils import run_gloo
-from train_utils import tiny_config
 
+from dist_utils import run_gloo
 from levjepa.train.loop import pretrain
 from levjepa.weights import load_tensors
+from train_utils import tiny_config
 
 OVERRIDES = ("train.steps=3", "train.checkpoint_every=3", "train.batch_size=16", "model.drop_ratio=0.0")
 

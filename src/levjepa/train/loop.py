@@ -127,6 +127,7 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
     ema = EMA(model.encoder, decay=tc.ema_decay, every=tc.ema_every)
     optimizer = build_optimizer(model, cfg.optim)
     objective = build_objective(cfg.objective).to(device)
+    objective.check_finite = False  # a non-finite batch skips its step (below) instead of raising
 
     state = ckpt.TrainerState(step=0)
     if resume:
