@@ -10,6 +10,8 @@ from levjepa.train.loop import pretrain
 from levjepa.weights import load_tensors
 from train_utils import tiny_config
 
+# the final LayerNorm's bias only shifts every CLS by a constant, which the projector's BatchNorm removes
+NOISE_DRIVEN = {"encoder.norm.bias", "projector.net.0.bias"}
 OVERRIDES = ("train.steps=3", "train.checkpoint_every=3", "train.batch_size=16", "model.drop_ratio=0.0")
 
 
@@ -38,6 +40,11 @@ def test_two_ranks_equal_one_rank_with_the_same_global_batch(tmp_path):
         **{f"projector.{k}": v for k, v in proj.state_dict().items()},
     }
     for key in a:
+        if key in NOISE_DRIVEN or key.endswith("running_mean"):
+            # gradient identically zero in exact arithmetic (a constant shift before BatchNorm), so AdamW
+            # turns rounding noise into steps of up to lr: equal only to within 2 * lr * steps
+            torch.testing.assert_close(a[key], b[key], rtol=0, atol=2 * 1e-3 * 3, msg=key)
+            continue
         torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-5, msg=key)
         if a[key].is_floating_point():
             moved = max(moved, float((a[key] - start[key]).abs().max()))
