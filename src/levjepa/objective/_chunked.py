@@ -1,0 +1,91 @@
+"""Empirical characteristic function of projections without ``N × M × nodes`` tensors (any device).
+
+For projections ``u`` of shape ``[V, N, M]`` (view slot, sample, direction) and nodes ``t_j = j·Δ``,
+``j = 0..J-1``, the forward returns the local statistics
+
+    stats[v, 0, j, m] = mean_i cos(t_j u[v, i, m])        stats[v, 1, j, m] = mean_i sin(t_j u[v, i, m])
+
+shape ``[V, 2, J, M]`` (``j = 0`` is exactly ``(1, 0)``). The backward, given ``g = dL/dstats``, returns
+
+    dL/du[v, i, m] = (1/N) Σ_j t_j (g[v, 1, j, m] cos(t_j u) − g[v, 0, j, m] sin(t_j u))
+                   = Re Σ_j β_j e^{i t_j u},     β_j = t_j (g_sin + i·g_cos) / N.
+
+Design: the nodes are evenly spaced, so ``e^{i t_j u} = (e^{iΔu})^j``: one ``cos``/``sin`` pair per
+(sample, direction) and complex multiplications for the rest, in the forward (running powers, summed over
+the chunk) and in the backward (Horner's scheme over ``j``). Samples are processed in chunks of ``chunk``
+rows, so the working set is ``chunk × M`` complex numbers and the only ``N × M`` tensors are the saved
+input ``u`` and its gradient: memory O(N·M), never O(N·M·J). Values and gradients agree with the
+straightforward autograd version (``sigreg(..., impl="reference")``) to ~1e-15 in float64 and ~1e-6 in
+float32 (the recurrence accumulates one rounding error per node).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["default_chunk", "ecf_stats"]
+
+
+def default_chunk(num_directions: int, device: torch.device) -> int:
+    """Rows per chunk: ~128K complex entries on CPU (best measured on 2 cores), ~4M elsewhere (few launches)."""
+    target = 1 << 17 if device.type == "cpu" else 1 << 22
+    return max(1, target // max(num_directions, 1))
+
+
+def _unit_phasor(u: torch.Tensor, step: float) -> torch.Tensor:
+    x = u * step
+    return torch.complex(torch.cos(x), torch.sin(x))
+
+
+class _ChunkedECF(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, u: torch.Tensor, step: float, num_nodes: int, chunk: int) -> torch.Tensor:
+        nviews, n, m = u.shape
+        ctype = torch.complex128 if u.dtype == torch.float64 else torch.complex64
+        sums = torch.zeros(nviews, num_nodes - 1, m, dtype=ctype, device=u.device)  # Σ_i e^{i t_j u}, j ≥ 1
+        for v in range(nviews):
+            for start in range(0, n, chunk):
+                e1 = _unit_phasor(u[v, start : start + chunk], step)  # [c, M]
+                power = e1.clone()
+                sums[v, 0] += power.sum(0)
+                for j in range(1, num_nodes - 1):
+                    power.mul_(e1)
+                    sums[v, j] += power.sum(0)
+        stats = u.new_empty(nviews, 2, num_nodes, m)
+        stats[:, 0, 0] = 1.0
+        stats[:, 1, 0] = 0.0
+        stats[:, 0, 1:] = sums.real / n
+        stats[:, 1, 1:] = sums.imag / n
+        ctx.save_for_backward(u)
+        ctx.step, ctx.num_nodes, ctx.chunk = step, num_nodes, chunk
+        return stats
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
+        (u,) = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        step, num_nodes, chunk = ctx.step, ctx.num_nodes, ctx.chunk
+        nviews, n, _ = u.shape
+        t = torch.arange(num_nodes, device=u.device, dtype=u.dtype) * step
+        grad = grad.to(u.dtype)
+        beta = torch.complex(grad[:, 1], grad[:, 0]) * (t[:, None] / n)  # [V, J, M]
+        out = torch.empty_like(u)
+        for v in range(nviews):
+            for start in range(0, n, chunk):
+                e1 = _unit_phasor(u[v, start : start + chunk], step)
+                acc = beta[v, num_nodes - 1].expand_as(e1).clone()
+                for j in range(num_nodes - 2, 0, -1):  # Horner: ((β_{J-1} e + β_{J-2}) e + ...) e
+                    acc.mul_(e1).add_(beta[v, j])
+                acc.mul_(e1)
+                out[v, start : start + chunk] = acc.real
+        return out, None, None, None
+
+
+def ecf_stats(u: torch.Tensor, step: float, num_nodes: int, chunk: int | None = None) -> torch.Tensor:
+    """Local ``[V, 2, J, M]`` cos/sin means of ``u`` (``[V, N, M]``) at nodes ``j·step``; see module doc."""
+    if chunk is None:
+        chunk = default_chunk(u.shape[-1], u.device)
+    return _ChunkedECF.apply(u.contiguous(), float(step), int(num_nodes), int(chunk))

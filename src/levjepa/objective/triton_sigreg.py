@@ -1,0 +1,157 @@
+"""Fused Triton kernels for the SIGReg characteristic-function statistics (GPU; optional import).
+
+Same contract as :mod:`levjepa.objective._chunked` (its CPU twin, and the equivalence reference in the
+tests): input projections ``u`` ``[V, N, M]`` float32, output the local statistics ``[V, 2, J, M]``
+
+    stats[v, 0, j, m] = mean_i cos(t_j u[v, i, m]),   stats[v, 1, j, m] = mean_i sin(t_j u[v, i, m]),
+
+with ``t_j = j·Δ``; the backward is ``dL/du = Re Σ_j β_j e^{i t_j u}``, ``β_j = t_j (g_sin + i·g_cos)/N``.
+
+Kernels (one ``BLOCK_N × BLOCK_M`` tile of ``u`` per program, grid ``(M / BLOCK_M, N / BLOCK_N, V)``):
+
+* forward: one ``cos``/``sin`` per element, then the powers ``(c_j, s_j) = (c_{j-1}, s_{j-1})·(c_1, s_1)``
+  (a complex multiplication per node, ``e^{i t_j u} = (e^{iΔu})^j``), each column-summed over the tile and
+  written to a per-tile partial buffer ``[V, N/BLOCK_N, 2, J, M]``; torch sums the partials (a fixed order:
+  the result is deterministic, unlike atomics).
+* backward: Horner's scheme over ``j`` with the ``β_j`` of the tile's columns; writes ``dL/du``.
+
+Nothing of size ``N × M × J`` exists: memory is ``u``, its gradient and the small partial buffer. Padded
+rows/columns are masked by zeroing ``e^{iΔu}``, so their powers contribute nothing.
+
+Under ``TRITON_INTERPRET=1`` (set before this module is imported) the kernels run on CPU tensors through
+Triton's interpreter; the test suite uses that to check them against the chunked path. Only float32 is
+handled here (float64 inputs take the chunked path on every device).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+try:  # optional dependency: the GPU machine has it, a CPU install need not
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - exercised on machines without triton
+    triton = None
+    tl = None
+
+__all__ = ["AVAILABLE", "INTERPRET", "ecf_stats"]
+
+AVAILABLE = triton is not None
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+if AVAILABLE:
+    # A few tile shapes, autotuned per (N, M) on the GPU; the interpreter has no timer, so it gets one.
+    _CONFIGS = [
+        triton.Config({"BLOCK_N": 64, "BLOCK_M": 64}, num_warps=4),
+        triton.Config({"BLOCK_N": 128, "BLOCK_M": 32}, num_warps=4),
+        triton.Config({"BLOCK_N": 128, "BLOCK_M": 64}, num_warps=8),
+        triton.Config({"BLOCK_N": 32, "BLOCK_M": 128}, num_warps=4),
+    ]
+    _INTERPRET_CONFIGS = [triton.Config({"BLOCK_N": 16, "BLOCK_M": 16}, num_warps=1)]
+    _configs = _INTERPRET_CONFIGS if INTERPRET else _CONFIGS
+
+    @triton.jit
+    def _ecf_fwd_kernel(
+        u_ptr, part_ptr, N, M, step, TILES, NUM_NODES: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr
+    ):
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        v = tl.program_id(2).to(tl.int64)
+        rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        cols = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        col_ok = cols < M
+        ok = (rows[:, None] < N) & col_ok[None, :]
+        offs = v * N * M + rows[:, None].to(tl.int64) * M + cols[None, :]
+        x = tl.load(u_ptr + offs, mask=ok, other=0.0) * step
+        c1 = tl.where(ok, tl.cos(x), 0.0)
+        s1 = tl.where(ok, tl.sin(x), 0.0)
+        # partial layout [V, tiles, 2, NUM_NODES, M]
+        base = part_ptr + ((v * TILES + pid_n) * 2 * NUM_NODES) * M + cols
+        tl.store(base, tl.sum(ok.to(tl.float32), axis=0), mask=col_ok)  # j = 0: cos 0 = 1 per valid row
+        tl.store(base + NUM_NODES * M, tl.zeros([BLOCK_M], dtype=tl.float32), mask=col_ok)
+        c = c1
+        s = s1
+        for j in tl.static_range(1, NUM_NODES):
+            if j > 1:
+                c_next = c * c1 - s * s1
+                s = s * c1 + c * s1
+                c = c_next
+            tl.store(base + j * M, tl.sum(c, axis=0), mask=col_ok)
+            tl.store(base + (NUM_NODES + j) * M, tl.sum(s, axis=0), mask=col_ok)
+
+    @triton.jit
+    def _ecf_bwd_kernel(
+        u_ptr, beta_ptr, grad_ptr, N, M, step, NUM_NODES: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr
+    ):
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        v = tl.program_id(2).to(tl.int64)
+        rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        cols = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        col_ok = cols < M
+        ok = (rows[:, None] < N) & col_ok[None, :]
+        offs = v * N * M + rows[:, None].to(tl.int64) * M + cols[None, :]
+        x = tl.load(u_ptr + offs, mask=ok, other=0.0) * step
+        c1 = tl.cos(x)
+        s1 = tl.sin(x)
+        # beta layout [V, 2 (re, im), NUM_NODES, M]
+        bre = beta_ptr + v * 2 * NUM_NODES * M + cols
+        bim = bre + NUM_NODES * M
+        zero = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        acc_re = zero + tl.load(bre + (NUM_NODES - 1) * M, mask=col_ok, other=0.0)[None, :]
+        acc_im = zero + tl.load(bim + (NUM_NODES - 1) * M, mask=col_ok, other=0.0)[None, :]
+        for jj in tl.static_range(NUM_NODES - 2):
+            j = NUM_NODES - 2 - jj
+            b_re = tl.load(bre + j * M, mask=col_ok, other=0.0)[None, :]
+            b_im = tl.load(bim + j * M, mask=col_ok, other=0.0)[None, :]
+            re_next = acc_re * c1 - acc_im * s1 + b_re
+            acc_im = acc_re * s1 + acc_im * c1 + b_im
+            acc_re = re_next
+        tl.store(grad_ptr + offs, acc_re * c1 - acc_im * s1, mask=ok)
+
+    _fwd = triton.autotune(configs=_configs, key=["N", "M"])(_ecf_fwd_kernel)
+    _bwd = triton.autotune(configs=_configs, key=["N", "M"])(_ecf_bwd_kernel)
+
+
+def _grid(meta: dict[str, Any], n: int, m: int, nviews: int) -> tuple[int, int, int]:
+    return (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(n, meta["BLOCK_N"]), nviews)
+
+
+class _TritonECF(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, u: torch.Tensor, step: float, num_nodes: int) -> torch.Tensor:
+        nviews, n, m = u.shape
+        # partials are sized for the smallest BLOCK_N among the configs (TILES is their stride); unused
+        # tiles stay zero
+        min_block = min(c.kwargs["BLOCK_N"] for c in _configs)
+        part = u.new_zeros(nviews, triton.cdiv(n, min_block), 2, num_nodes, m)
+        _fwd[lambda meta: _grid(meta, n, m, nviews)](u, part, n, m, step, part.shape[1], NUM_NODES=num_nodes)
+        ctx.save_for_backward(u)
+        ctx.step, ctx.num_nodes = step, num_nodes
+        return part.sum(1) / n
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
+        (u,) = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None, None, None
+        nviews, n, m = u.shape
+        t = torch.arange(ctx.num_nodes, device=u.device, dtype=torch.float32) * ctx.step
+        beta = (torch.stack([grad[:, 1], grad[:, 0]], dim=1).float() * (t[:, None] / n)).contiguous()
+        out = torch.empty_like(u)
+        _bwd[lambda meta: _grid(meta, n, m, nviews)](u, beta, out, n, m, ctx.step, NUM_NODES=ctx.num_nodes)
+        return out, None, None
+
+
+def ecf_stats(u: torch.Tensor, step: float, num_nodes: int) -> torch.Tensor:
+    """Local ``[V, 2, J, M]`` cos/sin means of float32 ``u`` (``[V, N, M]``) with the fused kernels."""
+    if not AVAILABLE:
+        raise RuntimeError("impl='triton' needs the triton package (pip install triton)")
+    if u.dtype != torch.float32:
+        raise ValueError(f"the triton SIGReg kernels take float32 projections, got {u.dtype}")
+    if not (u.is_cuda or INTERPRET):
+        raise ValueError(f"impl='triton' needs a CUDA tensor (or TRITON_INTERPRET=1), got device {u.device}")
+    return _TritonECF.apply(u.contiguous(), float(step), int(num_nodes))
