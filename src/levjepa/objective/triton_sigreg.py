@@ -148,10 +148,10 @@ class _TritonECF(torch.autograd.Function):
 
 def ecf_stats(u: torch.Tensor, step: float, num_nodes: int) -> torch.Tensor:
     """Local ``[V, 2, J, M]`` cos/sin means of float32 ``u`` (``[V, N, M]``) with the fused kernels."""
-    if not AVAILABLE:
-        raise RuntimeError("impl='triton' needs the triton package (pip install triton)")
-    if u.dtype != torch.float32:
-        raise ValueError(f"the triton SIGReg kernels take float32 projections, got {u.dtype}")
     if not (u.is_cuda or INTERPRET):
         raise ValueError(f"impl='triton' needs a CUDA tensor (or TRITON_INTERPRET=1), got device {u.device}")
+    if u.dtype != torch.float32:
+        raise ValueError(f"impl='triton' takes float32 input (float64 uses impl='chunked'), got {u.dtype}")
+    if not AVAILABLE:
+        raise RuntimeError("impl='triton' needs the triton package (pip install triton)")
     return _TritonECF.apply(u.contiguous(), float(step), int(num_nodes))
