@@ -102,24 +102,27 @@ _INTERPRETED_RUN = """
 import sys, torch
 from levjepa.objective import _chunked, triton_sigreg
 assert triton_sigreg.AVAILABLE and triton_sigreg.INTERPRET, "triton is a test dependency: pip install triton"
-u, upstream, step = torch.load(sys.argv[1])
-out = {}
-for name, fn in (("fused", lambda x: triton_sigreg.ecf_stats(x, step, 17)),
-                 ("twin", lambda x: _chunked.ecf_stats(x, step, 17))):
-    uu = u.clone().requires_grad_(True)
-    stats = fn(uu)
-    (stats * upstream).sum().backward()
-    out[name] = (stats.detach(), uu.grad)
-torch.save(out, sys.argv[2])
+cases, step = torch.load(sys.argv[1])
+results = []
+for u, upstream in cases:
+    out = {}
+    for name, fn in (("fused", lambda x: triton_sigreg.ecf_stats(x, step, 17)),
+                     ("twin", lambda x: _chunked.ecf_stats(x, step, 17))):
+        uu = u.clone().requires_grad_(True)
+        stats = fn(uu)
+        (stats * upstream).sum().backward()
+        out[name] = (stats.detach(), uu.grad)
+    results.append(out)
+torch.save(results, sys.argv[2])
 """
 
 
-def _run_interpreted(u: torch.Tensor, upstream: torch.Tensor, step: float) -> dict:
+def _run_interpreted(cases: list[tuple[torch.Tensor, torch.Tensor]], step: float) -> list[dict]:
     """Run the Triton kernels through Triton's CPU interpreter in a fresh process: TRITON_INTERPRET must be
     set before triton is first imported, which in this process may already have happened."""
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "in.pt", Path(tmp) / "out.pt"
-        torch.save((u, upstream, step), src)
+        torch.save((cases, step), src)
         env = dict(os.environ, TRITON_INTERPRET="1")
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
         proc = subprocess.run(
@@ -132,10 +135,11 @@ def _run_interpreted(u: torch.Tensor, upstream: torch.Tensor, step: float) -> di
 def test_triton_kernels_equal_the_chunked_path_under_the_interpreter():
     g = torch.Generator().manual_seed(4)
     step = 3.0 / 16
-    for views, n, m in ((1, 37, 21), (2, 40, 16)):  # ragged tiles in both N and M
-        u = torch.randn(views, n, m, generator=g) * 1.5 + 0.2
-        upstream = torch.randn(views, 2, 17, m, generator=g)
-        out = _run_interpreted(u, upstream, step)
+    # ragged tiles in N and M; 300 rows make 3 row groups of 128 in the forward kernel (the last one ragged)
+    cases = []
+    for views, n, m in ((1, 37, 21), (2, 40, 16), (1, 300, 20)):
+        cases.append((torch.randn(views, n, m, generator=g) * 1.5 + 0.2, torch.randn(views, 2, 17, m, generator=g)))
+    for (u, upstream), out in zip(cases, _run_interpreted(cases, step), strict=True):
         for f, c in zip(out["fused"], out["twin"], strict=True):
             torch.testing.assert_close(f, c, rtol=1e-5, atol=2e-6)
         exact = _stats_and_grad(lambda x: _chunked.ecf_stats(x, step, 17), u.double(), upstream.double())

@@ -7,18 +7,21 @@ tests): input projections ``u`` ``[V, N, M]`` float32, output the local statisti
 
 with ``t_j = j·Δ``; the backward is ``dL/du = Re Σ_j β_j e^{i t_j u}``, ``β_j = t_j (g_sin + i·g_cos)/N``.
 
-Kernels (one ``BLOCK_N × BLOCK_M`` tile of ``u`` per program, grid ``(M / BLOCK_M, N / BLOCK_N, V)``):
+Kernels:
 
-* forward: one ``cos``/``sin`` per element, then the powers ``(c_j, s_j) = (c_{j-1}, s_{j-1})·(c_1, s_1)``
-  (a complex multiplication per node, ``e^{i t_j u} = (e^{iΔu})^j``), each column-summed over the tile and
-  written to a per-tile partial buffer ``[V, N/BLOCK_N, 2, J, M]``; torch sums the partials (a fixed order:
-  the result is deterministic, unlike atomics).
-* backward: Horner's scheme over ``j`` with the ``β_j`` of the tile's columns; writes ``dL/du``.
+* forward, grid ``(M / BLOCK_M, P, V)``: each program owns ``BLOCK_M`` directions and one of ``P`` row
+  groups (``P ≤ 64``, groups of ≥ 128 rows), walks its rows in ``BLOCK_N × BLOCK_M`` tiles: one
+  ``cos``/``sin`` per element, then the powers ``(c_j, s_j) = (c_{j-1}, s_{j-1})·(c_1, s_1)`` (a complex
+  multiplication per node, ``e^{i t_j u} = (e^{iΔu})^j``), each column-summed into a register accumulator
+  ``[J_pad, BLOCK_M]``. The ``P`` group partials ``[V, P, 2, J, M]`` (a few MB) are summed by torch in a
+  fixed order: deterministic, unlike atomics.
+* backward, grid ``(M / BLOCK_M, N / BLOCK_N, V)``: Horner's scheme over ``j`` with the ``β_j`` of the
+  tile's columns; writes ``dL/du``.
 
 Nothing of size ``N × M × J`` exists: memory is ``u``, its gradient and the small partial buffer. Padded
 rows/columns are masked by zeroing ``e^{iΔu}``, so their powers contribute nothing.
 
-Under ``TRITON_INTERPRET=1`` (set before this module is imported) the kernels run on CPU tensors through
+Under ``TRITON_INTERPRET=1`` (set before triton is first imported) the kernels run on CPU tensors through
 Triton's interpreter; the test suite uses that to check them against the chunked path. Only float32 is
 handled here (float64 inputs take the chunked path on every device).
 """
@@ -37,54 +40,86 @@ except ImportError:  # pragma: no cover - exercised on machines without triton
     triton = None
     tl = None
 
-__all__ = ["AVAILABLE", "INTERPRET", "ecf_stats"]
+__all__ = ["AVAILABLE", "INTERPRET", "ecf_stats", "row_groups"]
 
 AVAILABLE = triton is not None
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+MAX_ROW_GROUPS = 64
+ROW_QUANTUM = 128  # row groups are multiples of this (every BLOCK_N below divides it)
 
 if AVAILABLE:
     # A few tile shapes, autotuned per (N, M) on the GPU; the interpreter has no timer, so it gets one.
-    _CONFIGS = [
+    _FWD_CONFIGS = [
+        triton.Config({"BLOCK_N": 32, "BLOCK_M": 64}, num_warps=4),
+        triton.Config({"BLOCK_N": 64, "BLOCK_M": 64}, num_warps=4),
+        triton.Config({"BLOCK_N": 64, "BLOCK_M": 32}, num_warps=4),
+        triton.Config({"BLOCK_N": 128, "BLOCK_M": 64}, num_warps=8),
+    ]
+    _BWD_CONFIGS = [
+        triton.Config({"BLOCK_N": 32, "BLOCK_M": 64}, num_warps=4),
         triton.Config({"BLOCK_N": 64, "BLOCK_M": 64}, num_warps=4),
         triton.Config({"BLOCK_N": 128, "BLOCK_M": 32}, num_warps=4),
-        triton.Config({"BLOCK_N": 128, "BLOCK_M": 64}, num_warps=8),
-        triton.Config({"BLOCK_N": 32, "BLOCK_M": 128}, num_warps=4),
+        triton.Config({"BLOCK_N": 64, "BLOCK_M": 128}, num_warps=8),
     ]
     _INTERPRET_CONFIGS = [triton.Config({"BLOCK_N": 16, "BLOCK_M": 16}, num_warps=1)]
-    _configs = _INTERPRET_CONFIGS if INTERPRET else _CONFIGS
 
     @triton.jit
     def _ecf_fwd_kernel(
-        u_ptr, part_ptr, N, M, step, TILES, NUM_NODES: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr
+        u_ptr,
+        part_ptr,
+        N,
+        M,
+        step,
+        ROWS_PER_GROUP: tl.constexpr,
+        NUM_NODES: tl.constexpr,
+        NODES_PAD: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_M: tl.constexpr,
     ):
         pid_m = tl.program_id(0)
-        pid_n = tl.program_id(1)
+        group = tl.program_id(1)
         v = tl.program_id(2).to(tl.int64)
-        rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        num_groups = tl.num_programs(1)
         cols = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         col_ok = cols < M
-        ok = (rows[:, None] < N) & col_ok[None, :]
-        offs = v * N * M + rows[:, None].to(tl.int64) * M + cols[None, :]
-        x = tl.load(u_ptr + offs, mask=ok, other=0.0) * step
-        c1 = tl.where(ok, tl.cos(x), 0.0)
-        s1 = tl.where(ok, tl.sin(x), 0.0)
-        # partial layout [V, tiles, 2, NUM_NODES, M]
-        base = part_ptr + ((v * TILES + pid_n) * 2 * NUM_NODES) * M + cols
-        tl.store(base, tl.sum(ok.to(tl.float32), axis=0), mask=col_ok)  # j = 0: cos 0 = 1 per valid row
-        tl.store(base + NUM_NODES * M, tl.zeros([BLOCK_M], dtype=tl.float32), mask=col_ok)
-        c = c1
-        s = s1
-        for j in tl.static_range(1, NUM_NODES):
-            if j > 1:
-                c_next = c * c1 - s * s1
-                s = s * c1 + c * s1
-                c = c_next
-            tl.store(base + j * M, tl.sum(c, axis=0), mask=col_ok)
-            tl.store(base + (NUM_NODES + j) * M, tl.sum(s, axis=0), mask=col_ok)
+        node = tl.arange(0, NODES_PAD)[:, None]  # accumulator row j holds Σ_i of e^{i t_j u}
+        acc_c = tl.zeros([NODES_PAD, BLOCK_M], dtype=tl.float32)
+        acc_s = tl.zeros([NODES_PAD, BLOCK_M], dtype=tl.float32)
+        row0 = group * ROWS_PER_GROUP
+        for start in range(0, ROWS_PER_GROUP, BLOCK_N):
+            rows = row0 + start + tl.arange(0, BLOCK_N)
+            ok = (rows[:, None] < N) & col_ok[None, :]
+            offs = v * N * M + rows[:, None].to(tl.int64) * M + cols[None, :]
+            x = tl.load(u_ptr + offs, mask=ok, other=0.0) * step
+            c1 = tl.where(ok, tl.cos(x), 0.0)
+            s1 = tl.where(ok, tl.sin(x), 0.0)
+            acc_c += tl.where(node == 0, tl.sum(ok.to(tl.float32), axis=0)[None, :], 0.0)  # cos(0) = 1
+            c = c1
+            s = s1
+            for j in tl.static_range(1, NUM_NODES):
+                if j > 1:
+                    c_next = c * c1 - s * s1
+                    s = s * c1 + c * s1
+                    c = c_next
+                acc_c += tl.where(node == j, tl.sum(c, axis=0)[None, :], 0.0)
+                acc_s += tl.where(node == j, tl.sum(s, axis=0)[None, :], 0.0)
+        # partial layout [V, groups, 2, NUM_NODES, M]
+        ptrs = part_ptr + ((v * num_groups + group) * 2 * NUM_NODES) * M + node * M + cols[None, :]
+        keep = (node < NUM_NODES) & col_ok[None, :]
+        tl.store(ptrs, acc_c, mask=keep)
+        tl.store(ptrs + NUM_NODES * M, acc_s, mask=keep)
 
     @triton.jit
     def _ecf_bwd_kernel(
-        u_ptr, beta_ptr, grad_ptr, N, M, step, NUM_NODES: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr
+        u_ptr,
+        beta_ptr,
+        grad_ptr,
+        N,
+        M,
+        step,
+        NUM_NODES: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_M: tl.constexpr,
     ):
         pid_m = tl.program_id(0)
         pid_n = tl.program_id(1)
@@ -103,7 +138,7 @@ if AVAILABLE:
         zero = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
         acc_re = zero + tl.load(bre + (NUM_NODES - 1) * M, mask=col_ok, other=0.0)[None, :]
         acc_im = zero + tl.load(bim + (NUM_NODES - 1) * M, mask=col_ok, other=0.0)[None, :]
-        for jj in tl.static_range(NUM_NODES - 2):
+        for jj in tl.static_range(NUM_NODES - 2):  # Horner: acc <- acc·e^{iΔu} + β_j, j = J-2 .. 1
             j = NUM_NODES - 2 - jj
             b_re = tl.load(bre + j * M, mask=col_ok, other=0.0)[None, :]
             b_im = tl.load(bim + j * M, mask=col_ok, other=0.0)[None, :]
@@ -112,23 +147,27 @@ if AVAILABLE:
             acc_re = re_next
         tl.store(grad_ptr + offs, acc_re * c1 - acc_im * s1, mask=ok)
 
-    _fwd = triton.autotune(configs=_configs, key=["N", "M"])(_ecf_fwd_kernel)
-    _bwd = triton.autotune(configs=_configs, key=["N", "M"])(_ecf_bwd_kernel)
+    _fwd = triton.autotune(configs=_INTERPRET_CONFIGS if INTERPRET else _FWD_CONFIGS, key=["N", "M"])(_ecf_fwd_kernel)
+    _bwd = triton.autotune(configs=_INTERPRET_CONFIGS if INTERPRET else _BWD_CONFIGS, key=["N", "M"])(_ecf_bwd_kernel)
 
 
-def _grid(meta: dict[str, Any], n: int, m: int, nviews: int) -> tuple[int, int, int]:
-    return (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(n, meta["BLOCK_N"]), nviews)
+def row_groups(n: int) -> tuple[int, int]:
+    """``(groups, rows per group)`` of the forward kernel: at most 64 groups of a multiple of 128 rows."""
+    per_group = -(-n // MAX_ROW_GROUPS)
+    per_group = -(-per_group // ROW_QUANTUM) * ROW_QUANTUM
+    return -(-n // per_group), per_group
 
 
 class _TritonECF(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, u: torch.Tensor, step: float, num_nodes: int) -> torch.Tensor:
         nviews, n, m = u.shape
-        # partials are sized for the smallest BLOCK_N among the configs (TILES is their stride); unused
-        # tiles stay zero
-        min_block = min(c.kwargs["BLOCK_N"] for c in _configs)
-        part = u.new_zeros(nviews, triton.cdiv(n, min_block), 2, num_nodes, m)
-        _fwd[lambda meta: _grid(meta, n, m, nviews)](u, part, n, m, step, part.shape[1], NUM_NODES=num_nodes)
+        groups, per_group = row_groups(n)
+        part = u.new_empty(nviews, groups, 2, num_nodes, m)
+        pad = triton.next_power_of_2(num_nodes)
+        _fwd[lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), groups, nviews)](
+            u, part, n, m, step, ROWS_PER_GROUP=per_group, NUM_NODES=num_nodes, NODES_PAD=pad
+        )
         ctx.save_for_backward(u)
         ctx.step, ctx.num_nodes = step, num_nodes
         return part.sum(1) / n
@@ -142,7 +181,9 @@ class _TritonECF(torch.autograd.Function):
         t = torch.arange(ctx.num_nodes, device=u.device, dtype=torch.float32) * ctx.step
         beta = (torch.stack([grad[:, 1], grad[:, 0]], dim=1).float() * (t[:, None] / n)).contiguous()
         out = torch.empty_like(u)
-        _bwd[lambda meta: _grid(meta, n, m, nviews)](u, beta, out, n, m, ctx.step, NUM_NODES=ctx.num_nodes)
+        _bwd[lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(n, meta["BLOCK_N"]), nviews)](
+            u, beta, out, n, m, ctx.step, NUM_NODES=ctx.num_nodes
+        )
         return out, None, None
 
 
