@@ -68,6 +68,20 @@ def test_chunk_boundaries_do_not_matter(chunk):
         torch.testing.assert_close(f, r, rtol=1e-10, atol=1e-12)
 
 
+def test_cpu_worker_threads_split_the_chunks_without_changing_the_result():
+    # on CPU the chunks are dealt to one Python thread per intra-op thread; rows must not be lost or doubled
+    g = torch.Generator().manual_seed(5)
+    u = torch.randn(3, 101, 13, generator=g, dtype=torch.float64)
+    upstream = torch.randn(3, 2, 17, 13, generator=g, dtype=torch.float64)
+    t = torch.arange(17, dtype=torch.float64) * (3.0 / 16)
+    ref = _stats_and_grad(lambda x: reference_ecf_stats(x, t), u, upstream)
+    torch.set_num_threads(3)  # the autouse fixture restores the previous count
+    fast = _stats_and_grad(lambda x: _chunked.ecf_stats(x, 3.0 / 16, 17, chunk=8), u, upstream)
+    assert torch.get_num_threads() == 3
+    for r, f in zip(ref, fast, strict=True):
+        torch.testing.assert_close(f, r, rtol=1e-10, atol=1e-12)
+
+
 def test_chunked_float32_stays_close_to_float64():
     g = torch.Generator().manual_seed(2)
     z = torch.randn(2, 512, 16, generator=g) * 1.3

@@ -22,6 +22,7 @@ to ~1e-15 in float64 and ~1e-6 in float32 (the recurrence accumulates one roundi
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -41,19 +42,69 @@ def _unit_phasor(u: torch.Tensor, step: float) -> torch.Tensor:
     return torch.complex(torch.cos(x), torch.sin(x))
 
 
+def _chunk_sums(u: torch.Tensor, starts: list[int], step: float, num_nodes: int, chunk: int) -> torch.Tensor:
+    """``Σ_i e^{i t_j u_i}`` for ``j = 1..J-1`` over the chunks starting at ``starts``: ``[V, J-1, M]``."""
+    nviews, _, m = u.shape
+    ctype = torch.complex128 if u.dtype == torch.float64 else torch.complex64
+    sums = torch.zeros(nviews, num_nodes - 1, m, dtype=ctype, device=u.device)
+    for start in starts:
+        e1 = _unit_phasor(u[:, start : start + chunk], step)  # [V, c, M], all view slots at once
+        power = e1.clone()
+        sums[:, 0] += power.sum(1)
+        for j in range(1, num_nodes - 1):
+            power.mul_(e1)
+            sums[:, j] += power.sum(1)
+    return sums
+
+
+def _chunk_grads(
+    u: torch.Tensor, beta: torch.Tensor, out: torch.Tensor, starts: list[int], step: float, chunk: int
+) -> None:
+    """Write ``Re Σ_j β_j e^{i t_j u}`` into ``out`` for the chunks starting at ``starts`` (Horner in j)."""
+    num_nodes = beta.shape[1]
+    for start in starts:
+        e1 = _unit_phasor(u[:, start : start + chunk], step)  # [V, c, M]
+        acc = beta[:, num_nodes - 1, None, :].expand_as(e1).clone()
+        for j in range(num_nodes - 2, 0, -1):  # ((β_{J-1} e + β_{J-2}) e + ...) e
+            acc.mul_(e1).add_(beta[:, j, None, :])
+        acc.mul_(e1)
+        out[:, start : start + chunk] = acc.real
+
+
+def _split(n: int, chunk: int, device: torch.device) -> list[list[int]]:
+    """Chunk starts dealt round-robin to one worker per intra-op thread (CPU), or one list elsewhere."""
+    starts = list(range(0, n, chunk))
+    workers = min(torch.get_num_threads(), len(starts)) if device.type == "cpu" else 1
+    return [starts[w::workers] for w in range(max(workers, 1))]
+
+
+def _run(work: Any, parts: list[list[int]]) -> list[Any]:
+    """Run ``work(starts)`` for each part: on CPU, one Python thread per part with one intra-op thread each.
+
+    The loops issue many mid-sized ops; each would otherwise be an OpenMP parallel region whose barrier,
+    on a shared CPU, waits for a descheduled sibling thread (measured 10-30x slower on the 2-core machine
+    under load). Workers that only meet at the end avoid that, and torch ops release the GIL.
+    """
+    if len(parts) == 1:
+        return [work(parts[0])]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(max_workers=len(parts)) as pool:
+            return list(pool.map(work, parts))
+    finally:
+        torch.set_num_threads(threads)
+
+
 class _ChunkedECF(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, u: torch.Tensor, step: float, num_nodes: int, chunk: int) -> torch.Tensor:
         nviews, n, m = u.shape
-        ctype = torch.complex128 if u.dtype == torch.float64 else torch.complex64
-        sums = torch.zeros(nviews, num_nodes - 1, m, dtype=ctype, device=u.device)  # Σ_i e^{i t_j u}, j ≥ 1
-        for start in range(0, n, chunk):
-            e1 = _unit_phasor(u[:, start : start + chunk], step)  # [V, c, M], all view slots at once
-            power = e1.clone()
-            sums[:, 0] += power.sum(1)
-            for j in range(1, num_nodes - 1):
-                power.mul_(e1)
-                sums[:, j] += power.sum(1)
+        parts = _split(n, chunk, u.device)
+        partial = _run(lambda starts: _chunk_sums(u, starts, step, num_nodes, chunk), parts)
+        sums = partial[0]
+        for extra in partial[1:]:  # a fixed order: deterministic for a given thread count
+            sums = sums + extra
         stats = u.new_empty(nviews, 2, num_nodes, m)
         stats[:, 0, 0] = 1.0
         stats[:, 1, 0] = 0.0
@@ -74,13 +125,7 @@ class _ChunkedECF(torch.autograd.Function):
         grad = grad.to(u.dtype)
         beta = torch.complex(grad[:, 1], grad[:, 0]) * (t[:, None] / n)  # [V, J, M]
         out = torch.empty_like(u)
-        for start in range(0, n, chunk):
-            e1 = _unit_phasor(u[:, start : start + chunk], step)  # [V, c, M]
-            acc = beta[:, num_nodes - 1, None, :].expand_as(e1).clone()
-            for j in range(num_nodes - 2, 0, -1):  # Horner: ((β_{J-1} e + β_{J-2}) e + ...) e
-                acc.mul_(e1).add_(beta[:, j, None, :])
-            acc.mul_(e1)
-            out[:, start : start + chunk] = acc.real
+        _run(lambda starts: _chunk_grads(u, beta, out, starts, step, chunk), _split(n, chunk, u.device))
         return out, None, None, None
 
 
