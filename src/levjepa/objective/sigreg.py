@@ -99,6 +99,19 @@ def epps_pulley_nodes(
     return t, trapezoid * phi, phi
 
 
+_NODE_CACHE: dict[tuple[int, float, torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+
+def _cached_nodes(
+    num_nodes: int, t_max: float, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``epps_pulley_nodes`` made once per (nodes, t_max, dtype, device): no per-step kernel launches."""
+    key = (num_nodes, float(t_max), dtype, device)
+    if key not in _NODE_CACHE:
+        _NODE_CACHE[key] = epps_pulley_nodes(num_nodes, t_max, dtype=dtype, device=device)
+    return _NODE_CACHE[key]
+
+
 def null_value(num_nodes: int = 17, t_max: float = 3.0) -> float:
     """``E[EP]`` per direction for i.i.d. standard-normal projections: ``Σ_j w_j (1 − e^{−t_j²})``."""
     t, w, _ = epps_pulley_nodes(num_nodes, t_max)
@@ -289,7 +302,7 @@ def sigreg(
         stats = ecf_stats(u, num_nodes, t_max, impl)
         n_local = views.shape[1]
         stats, n_global = global_stats(stats, n_local) if all_reduce else (stats, float(n_local))
-        _, w, phi = epps_pulley_nodes(num_nodes, t_max, dtype=cdtype, device=z.device)
+        _, w, phi = _cached_nodes(num_nodes, t_max, cdtype, z.device)
         ep = epps_pulley_from_stats(stats, n_global, w, phi)  # [V, M]
     if reduction == "mean":
         return ep.mean()

@@ -16,7 +16,7 @@ Kernels:
   ``[J_pad, BLOCK_M]``. The ``P`` group partials ``[V, P, 2, J, M]`` (a few MB) are summed by torch in a
   fixed order: deterministic, unlike atomics.
 * backward, grid ``(M / BLOCK_M, N / BLOCK_N, V)``: Horner's scheme over ``j`` with the ``β_j`` of the
-  tile's columns; writes ``dL/du``.
+  tile's columns (formed in the kernel from ``dL/dstats``); writes ``dL/du``.
 
 Nothing of size ``N × M × J`` exists: memory is ``u``, its gradient and the small partial buffer. Padded
 rows/columns are masked by zeroing ``e^{iΔu}``, so their powers contribute nothing.
@@ -112,7 +112,7 @@ if AVAILABLE:
     @triton.jit
     def _ecf_bwd_kernel(
         u_ptr,
-        beta_ptr,
+        g_ptr,
         grad_ptr,
         N,
         M,
@@ -132,16 +132,18 @@ if AVAILABLE:
         x = tl.load(u_ptr + offs, mask=ok, other=0.0) * step
         c1 = tl.cos(x)
         s1 = tl.sin(x)
-        # beta layout [V, 2 (re, im), NUM_NODES, M]
-        bre = beta_ptr + v * 2 * NUM_NODES * M + cols
-        bim = bre + NUM_NODES * M
+        # g = dL/dstats, layout [V, 2 (cos, sin), NUM_NODES, M]; β_j = t_j (g_sin + i g_cos) / N
+        g_cos = g_ptr + v * 2 * NUM_NODES * M + cols
+        g_sin = g_cos + NUM_NODES * M
+        scale = step / N
+        last = (NUM_NODES - 1) * scale
         zero = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        acc_re = zero + tl.load(bre + (NUM_NODES - 1) * M, mask=col_ok, other=0.0)[None, :]
-        acc_im = zero + tl.load(bim + (NUM_NODES - 1) * M, mask=col_ok, other=0.0)[None, :]
+        acc_re = zero + (tl.load(g_sin + (NUM_NODES - 1) * M, mask=col_ok, other=0.0) * last)[None, :]
+        acc_im = zero + (tl.load(g_cos + (NUM_NODES - 1) * M, mask=col_ok, other=0.0) * last)[None, :]
         for jj in tl.static_range(NUM_NODES - 2):  # Horner: acc <- acc·e^{iΔu} + β_j, j = J-2 .. 1
             j = NUM_NODES - 2 - jj
-            b_re = tl.load(bre + j * M, mask=col_ok, other=0.0)[None, :]
-            b_im = tl.load(bim + j * M, mask=col_ok, other=0.0)[None, :]
+            b_re = (tl.load(g_sin + j * M, mask=col_ok, other=0.0) * (j * scale))[None, :]
+            b_im = (tl.load(g_cos + j * M, mask=col_ok, other=0.0) * (j * scale))[None, :]
             re_next = acc_re * c1 - acc_im * s1 + b_re
             acc_im = acc_re * s1 + acc_im * c1 + b_im
             acc_re = re_next
@@ -178,11 +180,10 @@ class _TritonECF(torch.autograd.Function):
         if not ctx.needs_input_grad[0]:
             return None, None, None
         nviews, n, m = u.shape
-        t = torch.arange(ctx.num_nodes, device=u.device, dtype=torch.float32) * ctx.step
-        beta = (torch.stack([grad[:, 1], grad[:, 0]], dim=1).float() * (t[:, None] / n)).contiguous()
+        grad = grad.float().contiguous()
         out = torch.empty_like(u)
         _bwd[lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(n, meta["BLOCK_N"]), nviews)](
-            u, beta, out, n, m, ctx.step, NUM_NODES=ctx.num_nodes
+            u, grad, out, n, m, ctx.step, NUM_NODES=ctx.num_nodes
         )
         return out, None, None
 
