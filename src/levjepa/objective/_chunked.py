@@ -37,19 +37,35 @@ def default_chunk(num_views: int, num_directions: int, device: torch.device) -> 
     return max(1, target // max(num_views * num_directions, 1))
 
 
-def _unit_phasor(u: torch.Tensor, step: float) -> torch.Tensor:
-    x = u * step
-    return torch.complex(torch.cos(x), torch.sin(x))
+def _unit_phasor(u: torch.Tensor, step: float, scratch: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``e^{iΔu}`` written into ``out`` (complex, ``u``'s shape) through the real ``scratch``; returns ``out``."""
+    torch.mul(u, step, out=scratch)
+    parts = torch.view_as_real(out)
+    torch.cos(scratch, out=parts[..., 0])
+    torch.sin(scratch, out=parts[..., 1])
+    return out
+
+
+def _buffers(u: torch.Tensor, chunk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One worker's scratch: real ``[V, c, M]`` and two complex ``[V, c, M]``, reused for every chunk (few,
+    large allocations: no allocator churn in the loop)."""
+    nviews, n, m = u.shape
+    rows = min(chunk, n)
+    ctype = torch.complex128 if u.dtype == torch.float64 else torch.complex64
+    scratch = torch.empty(nviews, rows, m, dtype=u.dtype, device=u.device)
+    return scratch, torch.empty(nviews, rows, m, dtype=ctype, device=u.device), torch.empty_like(scratch, dtype=ctype)
 
 
 def _chunk_sums(u: torch.Tensor, starts: list[int], step: float, num_nodes: int, chunk: int) -> torch.Tensor:
     """``Σ_i e^{i t_j u_i}`` for ``j = 1..J-1`` over the chunks starting at ``starts``: ``[V, J-1, M]``."""
-    nviews, _, m = u.shape
-    ctype = torch.complex128 if u.dtype == torch.float64 else torch.complex64
-    sums = torch.zeros(nviews, num_nodes - 1, m, dtype=ctype, device=u.device)
+    nviews, n, m = u.shape
+    scratch, e1_buf, power_buf = _buffers(u, chunk)
+    sums = torch.zeros(nviews, num_nodes - 1, m, dtype=e1_buf.dtype, device=u.device)
     for start in starts:
-        e1 = _unit_phasor(u[:, start : start + chunk], step)  # [V, c, M], all view slots at once
-        power = e1.clone()
+        rows = min(chunk, n - start)
+        e1 = _unit_phasor(u[:, start : start + rows], step, scratch[:, :rows], e1_buf[:, :rows])  # [V, c, M]
+        power = power_buf[:, :rows]
+        power.copy_(e1)
         sums[:, 0] += power.sum(1)
         for j in range(1, num_nodes - 1):
             power.mul_(e1)
@@ -61,14 +77,18 @@ def _chunk_grads(
     u: torch.Tensor, beta: torch.Tensor, out: torch.Tensor, starts: list[int], step: float, chunk: int
 ) -> None:
     """Write ``Re Σ_j β_j e^{i t_j u}`` into ``out`` for the chunks starting at ``starts`` (Horner in j)."""
+    n = u.shape[1]
     num_nodes = beta.shape[1]
+    scratch, e1_buf, acc_buf = _buffers(u, chunk)
     for start in starts:
-        e1 = _unit_phasor(u[:, start : start + chunk], step)  # [V, c, M]
-        acc = beta[:, num_nodes - 1, None, :].expand_as(e1).clone()
+        rows = min(chunk, n - start)
+        e1 = _unit_phasor(u[:, start : start + rows], step, scratch[:, :rows], e1_buf[:, :rows])  # [V, c, M]
+        acc = acc_buf[:, :rows]
+        acc.copy_(beta[:, num_nodes - 1, None, :].expand_as(e1))
         for j in range(num_nodes - 2, 0, -1):  # ((β_{J-1} e + β_{J-2}) e + ...) e
             acc.mul_(e1).add_(beta[:, j, None, :])
         acc.mul_(e1)
-        out[:, start : start + chunk] = acc.real
+        out[:, start : start + rows] = acc.real
 
 
 def _split(n: int, chunk: int, device: torch.device) -> list[list[int]]:
@@ -85,13 +105,18 @@ def _run(work: Any, parts: list[list[int]]) -> list[Any]:
     on a shared CPU, waits for a descheduled sibling thread (measured 10-30x slower on the 2-core machine
     under load). Workers that only meet at the end avoid that, and torch ops release the GIL.
     """
+
+    def no_grad_work(starts: list[int]) -> Any:
+        with torch.no_grad():  # grad mode is thread-local: worker threads start with it enabled
+            return work(starts)
+
     if len(parts) == 1:
-        return [work(parts[0])]
+        return [no_grad_work(parts[0])]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         with ThreadPoolExecutor(max_workers=len(parts)) as pool:
-            return list(pool.map(work, parts))
+            return list(pool.map(no_grad_work, parts))
     finally:
         torch.set_num_threads(threads)
 
