@@ -50,6 +50,7 @@ ROW_QUANTUM = 128  # row groups are multiples of this (every BLOCK_N below divid
 if AVAILABLE:
     # A few tile shapes, autotuned per (N, M) on the GPU; the interpreter has no timer, so it gets one.
     _FWD_CONFIGS = [
+        triton.Config({"BLOCK_N": 16, "BLOCK_M": 128}, num_warps=4),
         triton.Config({"BLOCK_N": 32, "BLOCK_M": 64}, num_warps=4),
         triton.Config({"BLOCK_N": 64, "BLOCK_M": 64}, num_warps=4),
         triton.Config({"BLOCK_N": 64, "BLOCK_M": 32}, num_warps=4),
