@@ -1,0 +1,121 @@
+"""``build_objective(cfg)``: the training objective as a module ``(z [V, B, K], step) -> ObjectiveOutput``.
+
+Each module draws that step's random directions from a generator seeded by ``(cfg.seed, step)`` on
+``z``'s device: the same directions on every rank without communication, fresh every step, and the step is
+a Python int, so nothing synchronises with the device. LocaLeJEPA seeds its k-means initialisation the same
+way (a different purpose string, so its stream is independent of the directions'). The modules hold no
+parameters and no state; the formulas live in :mod:`levjepa.objective.losses` and
+:mod:`levjepa.objective.localreg`.
+
+``module.check_finite`` (default ``None``: check input values on CPU tensors only, where it is free) can be
+set to ``True`` to also check on accelerators (synchronises) or ``False`` to never check.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .config import ObjectiveConfig
+from .localreg import cosine_kmeans, localejepa_loss
+from .losses import ObjectiveOutput, check_views, lejepa_loss, levjepa_loss
+from .sigreg import derive_seed, draw_directions
+
+__all__ = ["LeJEPAObjective", "LeVJEPAObjective", "LocaLeJEPAObjective", "build_objective"]
+
+
+class _Objective(nn.Module):
+    def __init__(self, cfg: ObjectiveConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.check_finite: bool | None = None
+
+    def generator(self, step: int, device: torch.device, purpose: str) -> torch.Generator:
+        gen = torch.Generator(device=device)
+        gen.manual_seed(derive_seed(self.cfg.seed, step, purpose))
+        return gen
+
+    def directions(self, dim: int, step: int, device: torch.device, num: int) -> torch.Tensor:
+        """The ``[dim, num]`` unit directions of ``step`` (float32, on ``device``)."""
+        return draw_directions(dim, num, generator=self.generator(step, device, "sigreg"), device=device)
+
+    def _prepare(self, z: torch.Tensor, step: int) -> int:
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise ValueError(f"step must be a Python int (the training step), got {type(step).__name__}")
+        check_views(z, check_finite=self.check_finite)
+        return step
+
+    def extra_repr(self) -> str:
+        return f"lam={self.cfg.lam_value}, cfg={self.cfg}"
+
+
+class LeVJEPAObjective(_Objective):
+    """``L_inv + λ·SIGReg`` (λ = 0.02) on ``z`` ``[V+1, B, K]``, ``z[0]`` the global view."""
+
+    def forward(self, z: torch.Tensor, step: int) -> ObjectiveOutput:
+        step = self._prepare(z, step)
+        cfg = self.cfg
+        return levjepa_loss(
+            z,
+            cfg.lam_value,
+            directions=self.directions(z.shape[-1], step, z.device, cfg.num_directions),
+            num_nodes=cfg.num_nodes,
+            t_max=cfg.t_max,
+            impl=cfg.impl,
+            check_finite=False,
+        )
+
+
+class LeJEPAObjective(_Objective):
+    """``(1−λ)·L_pred + λ·SIGReg`` (λ = 0.05), ``μ`` = mean of the first ``num_global_views`` views."""
+
+    def forward(self, z: torch.Tensor, step: int) -> ObjectiveOutput:
+        step = self._prepare(z, step)
+        cfg = self.cfg
+        return lejepa_loss(
+            z,
+            cfg.lam_value,
+            num_global_views=cfg.num_global_views,
+            directions=self.directions(z.shape[-1], step, z.device, cfg.num_directions),
+            num_nodes=cfg.num_nodes,
+            t_max=cfg.t_max,
+            impl=cfg.impl,
+            check_finite=False,
+        )
+
+
+class LocaLeJEPAObjective(_Objective):
+    """``(1−λ)·mean (z − z̄)² + λ·LocaLeReg`` (λ = 0.1), cosine k-means with Q = ``num_clusters``."""
+
+    def forward(self, z: torch.Tensor, step: int) -> ObjectiveOutput:
+        step = self._prepare(z, step)
+        cfg = self.cfg
+        zbar = z.detach().mean(0)
+        labels = cosine_kmeans(
+            zbar, cfg.num_clusters, cfg.kmeans_iters, generator=self.generator(step, z.device, "kmeans")
+        )
+        return localejepa_loss(
+            z,
+            cfg.lam_value,
+            num_clusters=cfg.num_clusters,
+            min_cluster_size=cfg.min_cluster_size,
+            directions=self.directions(z.shape[-1], step, z.device, cfg.local_directions),
+            num_nodes=cfg.num_nodes,
+            t_max=cfg.t_max,
+            labels=labels,
+            check_finite=False,
+        )
+
+
+_OBJECTIVES: dict[str, type[_Objective]] = {
+    "levjepa": LeVJEPAObjective,
+    "lejepa": LeJEPAObjective,
+    "localejepa": LocaLeJEPAObjective,
+}
+
+
+def build_objective(cfg: ObjectiveConfig) -> nn.Module:
+    """The objective module named by ``cfg.name``; call it as ``module(z, step) -> ObjectiveOutput``."""
+    if not isinstance(cfg, ObjectiveConfig):
+        raise ValueError(f"build_objective expects an ObjectiveConfig, got {type(cfg).__name__}")
+    return _OBJECTIVES[cfg.name](cfg)
