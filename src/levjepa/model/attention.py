@@ -100,8 +100,8 @@ class Attention(nn.Module):
         self, x: Tensor, rope: tuple[Tensor, Tensor], attn_mask: Tensor | None, kv_cache: KVCache | None = None
     ) -> Tensor:
         b, n, d = x.shape
-        q, k, v = self.qkv(x).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)  # 3 x [B, h, L, hd]
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        q, k, v = self.qkv(x).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)  # [B, h, L, hd] each
         if kv_cache is not None:
             k, v = kv_cache(k, v)  # [B, h, L_past + L, hd]
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # [B, h, L, hd]

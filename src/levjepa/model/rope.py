@@ -46,7 +46,7 @@ def rope_split(head_dim: int) -> tuple[int, int, int]:
 
 
 class Rope3D(nn.Module):
-    """``forward(positions [B, L, 3]) -> (cos, sin)``, each ``[B, 1, L, head_dim/2]`` (float32)."""
+    """``forward(positions [B, L, 3]) -> (cos, sin)``, each ``[B, 1, L, head_dim]`` (float32)."""
 
     def __init__(self, head_dim: int, base: float = 10000.0) -> None:
         super().__init__()
@@ -62,15 +62,19 @@ class Rope3D(nn.Module):
         return torch.cat(parts, dim=-1)
 
     def forward(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """``(cos, sin)`` laid out for :func:`apply_rope`: ``[B, 1, L, head_dim]`` each, ``cos`` of every pair
+        angle on both halves, ``sin`` negated on the first half (the sign of the rotation folded in)."""
         ang = self.angles(positions)[:, None]  # [B, 1, L, n]: broadcasts over heads
-        return ang.cos(), ang.sin()
+        cos, sin = ang.cos(), ang.sin()
+        return torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, pairs(t,y,x)={self.split}, base={self.base:g}"
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate each pair ``(x[i], x[i+n])`` of ``x`` ``[B, h, L, 2n]`` by the angle whose cos/sin are given."""
+    """Rotate each pair ``(x[i], x[i+n])`` of ``x`` ``[..., L, 2n]`` by its angle, given ``(cos, sin)`` from
+    :meth:`Rope3D.forward`: ``[x1, x2] -> [x1·cos − x2·sin, x2·cos + x1·sin]`` (float32, then ``x.dtype``)."""
     xf = x.float()
-    x1, x2 = xf.chunk(2, dim=-1)
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
+    partner = xf.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # [x2, x1]: the other member of each pair
+    return (xf * cos + partner * sin).to(x.dtype)
