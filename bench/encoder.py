@@ -1,0 +1,169 @@
+"""CPU benchmark of the encoder: training cost vs drop ratio, and streaming latency vs full-clip forward.
+
+    PYTHONPATH=src python bench/encoder.py [--preset vit-tiny] [--threads 2] [--out bench/encoder.json]
+
+1. ``fwd+bwd`` of one training step (``forward_views(global 1x16x224², local 4x16x96²)`` + backward) per
+   clip at ρ ∈ {0, 0.5, 0.9, 0.95}, printed as speed-ups over ρ = 0 beside the FLOPs function's prediction.
+2. Streaming a 16-frame 224² clip one frame at a time through the KV-cache encoder (patch features of the
+   new frame + a CLS readout) vs recomputing the full-clip forward on every prefix; then 32 frames with a
+   4-frame sliding window (per-frame cost stays flat).
+
+Ratios are what this bench is for: absolute CPU times depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from levjepa.infer import StreamingEncoder
+from levjepa.model import VideoEncoder, encoder_config
+from levjepa.tools.flops import training_flops_per_clip
+
+
+def timed(fn, reps: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bench_drop(preset: str, reps: int) -> list[dict]:
+    rows = []
+    batches = {0.0: 1, 0.5: 1, 0.9: 4, 0.95: 8}
+    for rho, batch in batches.items():
+        cfg = encoder_config(preset, drop_ratio=rho)
+        torch.manual_seed(0)
+        enc = VideoEncoder(cfg).train()
+        glob, loc = torch.randn(1, batch, 3, 16, 224, 224), torch.randn(4, batch, 3, 16, 96, 96)
+        g = torch.Generator().manual_seed(0)
+
+        def step(enc=enc, glob=glob, loc=loc, g=g) -> None:
+            enc.zero_grad(set_to_none=True)
+            enc.forward_views(glob, loc, generator=g).square().mean().backward()
+
+        per_clip = timed(step, reps if rho > 0 else 1) / batch
+        fl = training_flops_per_clip(cfg).training
+        enc_flops = sum(v for k, v in fl.items() if k not in ("projector", "objective"))
+        rows.append({"rho": rho, "batch": batch, "s_per_clip": per_clip, "encoder_train_flops": enc_flops})
+        print(f"  rho={rho:<5} batch={batch}: {per_clip:7.3f} s/clip  ({enc_flops / per_clip / 1e9:6.1f} GFLOP/s)")
+    for r in rows:
+        r["measured_speedup"] = rows[0]["s_per_clip"] / r["s_per_clip"]
+        r["flops_speedup"] = rows[0]["encoder_train_flops"] / r["encoder_train_flops"]
+    return rows
+
+
+def bench_embed(preset: str, reps: int, batch: int = 8) -> dict:
+    """fwd+bwd of the patch embedding per clip: kept patches only (ours) vs all patches then drop (paper)."""
+    from levjepa.model.tokens import gather_tokens, sample_keep_idx
+
+    cfg = encoder_config(preset)
+    enc = VideoEncoder(cfg)
+    pe = enc.patch_embed
+    views = [torch.randn(batch, 3, 16, 224, 224), *(torch.randn(batch, 3, 16, 96, 96) for _ in range(4))]
+    g = torch.Generator().manual_seed(0)
+    keep = [sample_keep_idx(batch, pe.grid(v), cfg.drop_ratio, "uniform", g) for v in views]
+
+    def kept_first() -> None:
+        pe.zero_grad(set_to_none=True)
+        sum(pe(v, k)[0].sum() for v, k in zip(views, keep, strict=True)).backward()
+
+    def all_first() -> None:
+        pe.zero_grad(set_to_none=True)
+        sum(gather_tokens(pe(v)[0], k).sum() for v, k in zip(views, keep, strict=True)).backward()
+
+    return {
+        "kept_first_s_per_clip": timed(kept_first, reps) / batch,
+        "all_first_s_per_clip": timed(all_first, reps) / batch,
+    }
+
+
+@torch.no_grad()
+def bench_stream(preset: str, frames: int = 16, window_frames: int = 32, window: int = 4) -> dict:
+    torch.manual_seed(0)
+    enc = VideoEncoder(encoder_config(preset)).eval()
+    video = torch.randn(1, 3, max(frames, window_frames), 224, 224)
+    enc.forward_features(video[:, :, :2])  # warm-up
+    stream = StreamingEncoder(enc)
+    push, full = [], []
+    for t in range(frames):
+        t0 = time.perf_counter()
+        stream.push(video[:, :, t : t + 1])
+        stream.cls()
+        push.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        enc.forward_features(video[:, :, : t + 1])
+        full.append(time.perf_counter() - t0)
+    windowed = StreamingEncoder(enc, window=window)
+    win = []
+    for t in range(window_frames):
+        t0 = time.perf_counter()
+        windowed.push(video[:, :, t : t + 1])
+        windowed.cls()
+        win.append(time.perf_counter() - t0)
+    return {
+        "frames": frames,
+        "stream_per_frame_s": push,
+        "recompute_prefix_s": full,
+        "window": window,
+        "window_per_frame_s": win,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="vit-tiny")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--out", default=None, help="write the numbers as JSON here")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} threads, preset {args.preset}")
+    print("1. training step (1 x 16x224² + 4 x 16x96² views), fwd+bwd per clip vs drop ratio")
+    drop = bench_drop(args.preset, args.reps)
+    print(f"  {'rho':>5} {'tokens/clip':>11} {'measured':>9} {'FLOPs':>7}   (speed-up over rho = 0)")
+    for r in drop:
+        cfg = encoder_config(args.preset, drop_ratio=r["rho"])
+        per_view = training_flops_per_clip(cfg).tokens  # sequence length incl. CLS of each view size
+        tokens = per_view["224px"] + 4 * per_view["96px"]
+        print(f"  {r['rho']:>5} {tokens:>11} {r['measured_speedup']:>8.1f}x {r['flops_speedup']:>6.1f}x")
+    emb = bench_embed(args.preset, args.reps)
+    print(
+        f"  patch embedding fwd+bwd per clip: kept patches only {emb['kept_first_s_per_clip'] * 1e3:.1f} ms, "
+        f"all patches then drop (paper order) {emb['all_first_s_per_clip'] * 1e3:.1f} ms"
+    )
+    print("2. streaming 224² frames (push + CLS readout) vs recomputing the full forward on each prefix")
+    st = bench_stream(args.preset)
+    for t in (0, 3, 7, 15):
+        print(
+            f"  frame {t + 1:>2}: stream {st['stream_per_frame_s'][t] * 1e3:7.1f} ms   "
+            f"full prefix forward {st['recompute_prefix_s'][t] * 1e3:7.1f} ms"
+        )
+    total_stream, total_full = sum(st["stream_per_frame_s"]), sum(st["recompute_prefix_s"])
+    print(
+        f"  16 frames one by one: stream {total_stream:.2f} s, recompute every prefix {total_full:.2f} s, "
+        f"one 16-frame forward {st['recompute_prefix_s'][-1]:.2f} s"
+    )
+    w = st["window_per_frame_s"]
+    print(
+        f"  window {st['window']} frames: frame 4 {w[3] * 1e3:.1f} ms, frame 16 {w[15] * 1e3:.1f} ms, "
+        f"frame 32 {w[31] * 1e3:.1f} ms (flat)"
+    )
+    if args.out:
+        Path(args.out).write_text(json.dumps({"drop": drop, "embed": emb, "stream": st}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
