@@ -13,9 +13,11 @@ Sections, each timed and saved as soon as it ends (a failure is recorded and the
    only), plus the top CUDA kernels of one profiled step.
 3. ``vit_tiny_memory``: ViT-Tiny at B = 128, same views: peak memory and clips/s.
 4. ``vit_b_bidirectional_eager``: the same step without a mask (flash kernel), to price the mask.
-5. ``vit_b_compiled``: ``compile_blocks()`` (each block compiled; identical blocks share the graph),
+5. ``attention_kernels``: the attention op alone (fwd+bwd, bf16) at the global and local shapes with a
+   boolean block-causal mask per SDPA backend, a float mask, and no mask: what the mask costs.
+6. ``vit_b_compiled``: ``compile_blocks()`` (each block compiled; identical blocks share the graph),
    compile time, clips/s, TFLOP/s, and compiled-vs-eager CLS agreement.
-6. ``pytest_gpu``: ``pytest -m gpu tests/test_attention.py`` (the CUDA-vs-CPU test), if pytest is there.
+7. ``pytest_gpu``: ``pytest -m gpu tests/test_attention.py`` (the CUDA-vs-CPU test), if pytest is there.
 
 Reference from the issue (bare encoder, one H200): 1,932 clips/s eager, 2,447 compiled (354 TFLOP/s);
 target for ours with block-causal masking and RoPE: >= 2,400 clips/s.
@@ -115,6 +117,19 @@ def throughput(enc, views, batch: int, device, warmup: int, steps: int) -> dict:
     sync(device)
     dt = (time.perf_counter() - t0) / steps
     return {"step_ms": round(dt * 1e3, 2), "clips_per_s": round(batch / dt, 1), "warmup_s": round(warm, 1)}
+
+
+def attention_step(q, k, v, attn_mask, backend) -> None:
+    """fwd+bwd of one ``scaled_dot_product_attention`` call, on ``backend`` (``None``: PyTorch's choice)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    if backend is None:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+    else:
+        with sdpa_kernel([backend]):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+    out.sum().backward()
 
 
 def top_kernels(enc, views, device, n: int = 15) -> list[str]:
@@ -265,6 +280,48 @@ def main() -> int:
         r, _, _ = bench_model(cfg, batch_b, profile_kernels=False)
         return {"batch": batch_b, **r}
 
+    @section("attention_kernels", out)
+    def attention_kernels() -> dict:
+        """fwd+bwd of the attention op alone at the ViT-B training shapes, bf16, per SDPA backend and mask."""
+        from torch.nn.attention import SDPBackend
+
+        from levjepa.model.attention import TokenMeta, build_attn_mask
+        from levjepa.model.tokens import num_kept
+
+        heads, hd = (12, 64) if not smoke else (2, 16)
+        res: dict = {}
+        for label, b, n_grid in (("global", batch_b, 3136), ("local", 4 * batch_b, 576)):
+            n = num_kept(n_grid, 0.95) + 1
+            frames = torch.randint(0, 16, (b, n), device=device).sort(dim=1).values
+            frames[:, 0] = 15
+            is_cls = torch.zeros(1, n, dtype=torch.bool, device=device)
+            is_cls[:, 0] = True
+            meta = TokenMeta(frames, is_cls)
+            mask = build_attn_mask("block_causal", meta, meta)
+            fmask = torch.zeros(mask.shape, dtype=torch.bfloat16, device=device).masked_fill(~mask, float("-inf"))
+            q, k, v = (
+                torch.randn(b, heads, n, hd, device=device, dtype=torch.bfloat16, requires_grad=True) for _ in "qkv"
+            )
+            variants = {
+                "bool_mask_default": (mask, None),
+                "bool_mask_efficient": (mask, SDPBackend.EFFICIENT_ATTENTION),
+                "bool_mask_cudnn": (mask, SDPBackend.CUDNN_ATTENTION),
+                "float_mask_default": (fmask, None),
+                "no_mask_default": (None, None),
+            }
+            for name, (m, backend) in variants.items():
+                try:
+                    attention_step(q, k, v, m, backend)
+                    sync(device)
+                    t0 = time.perf_counter()
+                    for _ in range(20):
+                        attention_step(q, k, v, m, backend)
+                    sync(device)
+                    res[f"{label}_{name}_ms"] = round((time.perf_counter() - t0) / 20 * 1e3, 3)
+                except Exception as exc:  # e.g. a backend that refuses arbitrary masks
+                    res[f"{label}_{name}_ms"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+        return res
+
     @section("vit_b_compiled", out)
     def vit_b_compiled() -> dict:
         if args.no_compile:
@@ -311,11 +368,13 @@ def main() -> int:
     vit_b_eager()
     vit_tiny_memory()
     vit_b_bidirectional()
+    attention_kernels()
     vit_b_compiled()
     pytest_gpu()
 
     print("\nsummary")
-    for name in ("equivalence", "vit_b_eager", "vit_b_bidirectional_eager", "vit_b_compiled", "vit_tiny_memory"):
+    names = ("equivalence", "vit_b_eager", "vit_b_bidirectional_eager", "attention_kernels", "vit_b_compiled")
+    for name in (*names, "vit_tiny_memory"):
         print(f"  {name}: {json.dumps(_brief(RESULTS.get(name, {})))}")
     for name in ("vit_b_eager", "vit_b_compiled"):
         for line in RESULTS.get(name, {}).get("top_kernels", [])[:8]:
