@@ -29,8 +29,9 @@ Why the cost does not fall exactly 20× at ρ = 0.95: the per-token terms (qkv, 
 the token count, 5445 -> 278 per clip (19.6×: CLS is always kept, 3136·0.05 rounds up), attention falls
 with its square (≈ 390× for the global view), and the patch embedding does not fall at all when every patch
 is embedded first. In FLOPs the total therefore falls *more* than 20× (≈ 28× here, 25× in the paper's order)
-because full-length attention is ~30 % of the ρ = 0 cost; measured time falls less (``bench/encoder.md``)
-because short sequences use the hardware less well and per-step costs do not shrink.
+because full-length attention is ~30 % of the ρ = 0 cost (ViT-B; ~64 % for the narrower ViT-T, whose
+FLOPs fall 49×). Measured time follows neither exactly (``bench/encoder.md``): kernels run short sequences
+and long attention at different efficiencies, and per-step costs (optimizer, data) do not shrink at all.
 """
 
 from __future__ import annotations
@@ -259,7 +260,7 @@ def main(args: argparse.Namespace) -> int:
         print(
             "ratio = training FLOPs at the first rho / at this rho. Per-token terms fall with the token count "
             "(CLS always kept, rounding up), attention with its square, the patch embedding not at all with "
-            "--embed-all; measured time falls less than FLOPs (bench/encoder.md)."
+            "--embed-all; measured time follows neither exactly (bench/encoder.md)."
         )
     print(
         "\nassumptions: 1 multiply-add = 2 FLOPs, matmuls only (norms, softmax, GELU, RoPE, biases left out); "
