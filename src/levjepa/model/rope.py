@@ -20,8 +20,8 @@ Design (the choices the paper leaves open):
   both, plus agreement with a naive complex-number reference, and that the checks do fail on that bug.
 * **Property.** With ``R(p)`` the rotation, ``⟨R(p)q, R(p')k⟩ = ⟨q, R(p' − p)k⟩``: attention scores depend
   only on the per-axis offset ``p' − p``.
-* **CLS.** CLS is rotated at position ``(t_last, 0, 0)``: spatially unrotated (as DINOv3 leaves its CLS
-  unrotated) and temporally at the newest temporal slot of the clip (``T/τ − 1``; in streaming, of the
+* **CLS.** CLS is rotated at position ``(t_last, 0, 0)``: spatially unrotated (2-D RoPE ViTs commonly
+  leave CLS unrotated) and temporally at the newest temporal slot of the clip (``T/τ − 1``; in streaming, of the
   frames seen so far). Patches never read CLS under block-causal attention and CLS's score with itself is
   position-free, so this position only shapes how CLS weighs patches: by how far back a frame is, not by
   its absolute index, which is what a sliding-window stream of any length needs. Under bidirectional
