@@ -149,7 +149,7 @@ def main() -> int:
     for r in drop:
         cfg = encoder_config(args.preset, drop_ratio=r["rho"])
         per_view = training_flops_per_clip(cfg).tokens  # sequence length incl. CLS of each view size
-        tokens = per_view["224px"] + 4 * per_view["96px"]
+        tokens = per_view["global"] + 4 * per_view["local"]
         print(f"  {r['rho']:>5} {tokens:>11} {r['measured_speedup']:>8.1f}x {r['flops_speedup']:>6.1f}x")
     emb = bench_embed(args.preset, args.reps)
     print(

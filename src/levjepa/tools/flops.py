@@ -107,7 +107,7 @@ class ClipFlops:
 
     forward: dict[str, float]
     training: dict[str, float]
-    tokens: dict[str, int] = field(default_factory=dict)  # per-view sequence lengths incl. CLS
+    tokens: dict[str, int] = field(default_factory=dict)  # "global"/"local": sequence length of one view incl. CLS
 
     @property
     def forward_total(self) -> float:
@@ -144,7 +144,11 @@ def training_flops_per_clip(
     fwd["projector"] = n_views * 2.0 * (cfg.dim * cfg.proj_hidden + cfg.proj_hidden * k)
     fwd["objective"] = n_views * (2.0 * k * m + 5.0 * m * j + 3.0 * k)
     training = {term: value * (1.0 + _backward_factor(term)) for term, value in fwd.items()}
-    tokens = {f"{size}px": view_tokens(cfg, frames, size, rho)[1] + 1 for count, size in views if count}
+    tokens = {
+        name: view_tokens(cfg, frames, size, rho)[1] + 1
+        for name, (count, size) in zip(("global", "local"), views, strict=True)
+        if count
+    }
     return ClipFlops(forward=fwd, training=training, tokens=tokens)
 
 
