@@ -8,7 +8,9 @@ set, the projector gives the Gaussian target its own space).
 Design: the BatchNorm is a plain ``nn.BatchNorm1d`` whose statistics are taken over every row of one call
 (the trainer projects all ``(V+1)·B`` view CLS tokens in one call, ``projector(cls.flatten(0, 1))``); under
 DDP the trainer swaps it for ``levjepa.distributed.SyncBatchNorm1d`` so the statistics span the global
-batch. Weights: truncated normal ``std = 0.02``, zero biases, BatchNorm (1, 0).
+batch. Weights: truncated normal ``std = 0.02``, zero biases, BatchNorm (1, 0). The first Linear has no
+bias: BatchNorm subtracts the batch mean right after it, so a bias there would get an exactly-zero
+gradient and AdamW would turn its rounding noise into lr-sized steps (as in DINO's and VICReg's heads).
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ class Projector(nn.Module):
         for name, value in (("in_dim", in_dim), ("hidden", hidden), ("out", out)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"Projector: {name}={value!r}, expected a positive integer")
-        self.net = nn.Sequential(nn.Linear(in_dim, hidden), nn.BatchNorm1d(hidden), nn.GELU(), nn.Linear(hidden, out))
+        self.net = nn.Sequential(nn.Linear(in_dim, hidden, bias=False), nn.BatchNorm1d(hidden), nn.GELU(), nn.Linear(hidden, out))
         with torch.no_grad():
             for m in self.net:
                 if isinstance(m, nn.Linear):
                     nn.init.trunc_normal_(m.weight, std=init_std)
-                    nn.init.zeros_(m.bias)
+                    if m.bias is not None:
+                        nn.init.zeros_(m.bias)
 
     @classmethod
     def from_config(cls, cfg: EncoderConfig) -> Projector:
