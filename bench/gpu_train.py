@@ -32,16 +32,17 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from levjepa.config import apply_overrides  # noqa: E402
-from levjepa.data.loader import ViewBatch  # noqa: E402
-from levjepa.data.views import sample_photometric  # noqa: E402
-from levjepa.objective import build_objective  # noqa: E402
-from levjepa.presets import preset  # noqa: E402
-from levjepa.rng import make_generator  # noqa: E402
-from levjepa.tools.flops import training_flops_per_clip  # noqa: E402
-from levjepa.train.loop import build_models  # noqa: E402
-from levjepa.train.optim import build_optimizer  # noqa: E402
-from levjepa.train.step import Pretrainer, train_step  # noqa: E402
+from levjepa.data.loader import ViewBatch
+from levjepa.data.views import sample_photometric
+
+from levjepa.config import apply_overrides
+from levjepa.objective import build_objective
+from levjepa.presets import preset
+from levjepa.rng import make_generator
+from levjepa.tools.flops import training_flops_per_clip
+from levjepa.train.loop import build_models
+from levjepa.train.optim import build_optimizer
+from levjepa.train.step import Pretrainer, train_step
 
 PEAK_BF16 = 989e12
 
@@ -55,8 +56,17 @@ def _batch(cfg, b: int, device: str) -> ViewBatch:
     return ViewBatch([glob.to(device), local.to(device)], photo.to(device), torch.arange(b), 0, 0)
 
 
+DEVICE = "cuda"  # "cpu" under --smoke (tiny sizes: checks the script, gives no numbers)
+SMOKE = ["model.dim=32", "model.depth=2", "model.heads=2", "data.num_frames=4", "objective.num_directions=64"]
+
+
+def _sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
 def _step_bench(cfg, b: int, iters: int, compile_blocks: bool) -> dict:
-    device = "cuda"
+    device = DEVICE
     encoder, projector = build_models(cfg, seed=0)
     if compile_blocks:
         encoder.compile_blocks()
@@ -83,16 +93,15 @@ def _step_bench(cfg, b: int, iters: int, compile_blocks: bool) -> dict:
     t0 = time.perf_counter()
     for s in range(3):
         out = one(s)
-    torch.cuda.synchronize()
+    _sync()
     warmup_s = time.perf_counter() - t0
-    torch.cuda.reset_peak_memory_stats()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
+    if DEVICE == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
     for s in range(iters):
         out = one(3 + s)
-    end.record()
-    torch.cuda.synchronize()
-    ms = start.elapsed_time(end) / iters
+    _sync()
+    ms = (time.perf_counter() - t0) * 1e3 / iters
     flops = training_flops_per_clip(cfg.model, frames=cfg.data.num_frames).training_total
     clips_s = b / (ms / 1e3)
     return {
@@ -102,45 +111,49 @@ def _step_bench(cfg, b: int, iters: int, compile_blocks: bool) -> dict:
         "train_flops_per_clip": flops,
         "tflops": flops * clips_s / 1e12,
         "mfu_vs_989": flops * clips_s / PEAK_BF16,
-        "peak_mem_gb": torch.cuda.max_memory_allocated() / 2**30,
+        "peak_mem_gb": torch.cuda.max_memory_allocated() / 2**30 if DEVICE == "cuda" else None,
         "warmup_s": warmup_s,
         "loss": float(out.loss),
         "skipped": bool(out.skipped),
     }
 
 
+def _smoke(overrides: list[str]) -> list[str]:
+    return [*overrides, *SMOKE] if DEVICE == "cpu" else overrides
+
+
 def vit_b_step(budget_s: float) -> dict:
-    cfg = apply_overrides(preset("vit-b-paper"), ["data.sources=/unused"])
-    res = {"eager": _step_bench(cfg, 256, 10, compile_blocks=False)}
-    if budget_s > 120:
-        res["compiled_blocks"] = _step_bench(cfg, 256, 20, compile_blocks=True)
+    cfg = apply_overrides(preset("vit-b-paper"), _smoke(["data.sources=/unused"]))
+    b = 256 if DEVICE == "cuda" else 4
+    res = {"eager": _step_bench(cfg, b, 10 if DEVICE == "cuda" else 1, compile_blocks=False)}
+    if budget_s > 120 and DEVICE == "cuda":
+        res["compiled_blocks"] = _step_bench(cfg, b, 20, compile_blocks=True)
     return res
 
 
 def vit_tiny_memory() -> dict:
-    cfg = apply_overrides(preset("vit-tiny-consumer"), ["data.sources=/unused"])
-    return _step_bench(cfg, 128, 10, compile_blocks=False)
+    cfg = apply_overrides(preset("vit-tiny-consumer"), _smoke(["data.sources=/unused"]))
+    return _step_bench(cfg, 128 if DEVICE == "cuda" else 4, 10 if DEVICE == "cuda" else 1, compile_blocks=False)
 
 
 def real_run(seconds: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         from levjepa.train.loop import pretrain
 
-        cfg = apply_overrides(
-            preset("demo-cpu"),
-            [
-                "train.device=cuda",
-                "train.precision=bf16",
-                "train.threads=none",
-                "train.steps=400",
-                "train.batch_size=256",
-                "data.batch_size=256",
-                "data.num_workers=12",
-                "train.log_every=20",
-                "train.checkpoint_every=400",
-                "train.eval_at_end=false",
-            ],
-        )
+        gpu = [
+            "train.device=cuda",
+            "train.precision=bf16",
+            "train.threads=none",
+            "train.steps=400",
+            "train.batch_size=256",
+            "data.batch_size=256",
+            "data.num_workers=12",
+            "train.log_every=20",
+            "train.checkpoint_every=400",
+        ]
+        cpu = ["train.steps=4", "train.batch_size=8", "data.batch_size=8", "data.num_workers=0", "train.log_every=2"]
+        cpu += ["data.synthetic.num_train=32", "data.synthetic.num_val=8", "data.synthetic.num_test=8"]
+        cfg = apply_overrides(preset("demo-cpu"), [*(gpu if DEVICE == "cuda" else cpu), "train.eval_at_end=false"])
         t0 = time.perf_counter()
         summary = pretrain(cfg, Path(tmp) / "run", progress=False)
         wall = time.perf_counter() - t0
@@ -160,12 +173,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--budget-s", type=float, default=230.0)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU: checks the script runs")
     args = parser.parse_args()
+    global DEVICE
+    DEVICE = "cpu" if args.smoke else "cuda"
     args.out.mkdir(parents=True, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     t_start = time.perf_counter()
-    results: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    results: dict = {"device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu", "torch": torch.__version__}
 
     def left() -> float:
         return args.budget_s - (time.perf_counter() - t_start)

@@ -65,3 +65,25 @@ def test_dict_round_trip_and_strictness():
         from_dict(Outer, {"inner": {"typo": 1}})
     with pytest.raises(ConfigError, match="valid choices"):
         from_dict(Outer, {"inner": {"mode": "cube"}})
+
+
+@dataclass(frozen=True)
+class Coupled:
+    dim: int = 768
+    heads: int = 12
+
+    def __post_init__(self) -> None:
+        check(self.dim % self.heads == 0, f"dim={self.dim} not divisible by heads={self.heads}")
+
+
+@dataclass(frozen=True)
+class HasCoupled:
+    model: Coupled = field(default_factory=Coupled)
+
+
+def test_coupled_fields_can_be_overridden_in_any_order():
+    for order in (["model.dim=32", "model.heads=2"], ["model.heads=2", "model.dim=32"]):
+        assert apply_overrides(HasCoupled(), order).model == Coupled(dim=32, heads=2)
+    with pytest.raises(ConfigError, match="not divisible"):
+        apply_overrides(HasCoupled(), ["model.dim=32"])
+    assert apply_overrides(HasCoupled(), ["model.dim=48", "model.dim=96"]).model.dim == 96

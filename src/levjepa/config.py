@@ -90,32 +90,48 @@ def _parse_scalar(text: str, tp: Any, key: str) -> Any:
     raise ConfigError(f"{key}: cannot parse a value of type {inner} from the command line")
 
 
-def _set_path(cfg: Any, path: list[str], text: str, full_key: str) -> Any:
-    if not dataclasses.is_dataclass(cfg):
-        raise ConfigError(f"{full_key}: {'.'.join(path)} is not a config section")
-    names = field_names(cfg)
-    head = path[0]
-    if head not in names:
-        raise ConfigError(f"unknown config key {full_key!r}: valid keys here are {', '.join(sorted(names))}")
-    current = getattr(cfg, head)
-    if len(path) > 1:
-        return dataclasses.replace(cfg, **{head: _set_path(current, path[1:], text, full_key)})
-    if dataclasses.is_dataclass(current):
-        subkeys = ", ".join(f"{head}.{n}" for n in field_names(current))
-        raise ConfigError(f"{full_key} is a section; set one of its keys: {subkeys}")
-    value = _parse_scalar(text, _hints(type(cfg))[head], full_key)
-    return dataclasses.replace(cfg, **{head: value})
+def _parse_path(cfg: Any, path: list[str], text: str, full_key: str) -> tuple[list[str], Any]:
+    """Validate ``path`` against the config tree and parse ``text`` by the field's annotation."""
+    node = cfg
+    for depth, name in enumerate(path):
+        if not dataclasses.is_dataclass(node):
+            raise ConfigError(f"{full_key}: {'.'.join(path[:depth])} is not a config section")
+        names = field_names(node)
+        if name not in names:
+            raise ConfigError(f"unknown config key {full_key!r}: valid keys here are {', '.join(sorted(names))}")
+        if depth == len(path) - 1:
+            current = getattr(node, name)
+            if dataclasses.is_dataclass(current):
+                subkeys = ", ".join(f"{full_key}.{n}" for n in field_names(current))
+                raise ConfigError(f"{full_key} is a section; set one of its keys: {subkeys}")
+            return path, _parse_scalar(text, _hints(type(node))[name], full_key)
+        node = getattr(node, name)
+    raise ConfigError(f"empty config key in {full_key!r}")
+
+
+def _apply_tree(cfg: Any, tree: dict[str, Any]) -> Any:
+    changes = {k: _apply_tree(getattr(cfg, k), v) if isinstance(v, dict) else v for k, v in tree.items()}
+    return dataclasses.replace(cfg, **changes)
 
 
 def apply_overrides(cfg: T, overrides: Sequence[str]) -> T:
-    """Return ``cfg`` with each ``dotted.key=value`` in ``overrides`` applied, validated."""
+    """Return ``cfg`` with each ``dotted.key=value`` in ``overrides`` applied, validated.
+
+    All overrides of one section are applied together, so fields that must agree (``model.dim`` and
+    ``model.heads``) can be changed in any order; a later override of the same key wins.
+    """
+    tree: dict[str, Any] = {}
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not of the form key=value")
         key, text = item.split("=", 1)
         key = key.strip()
-        cfg = _set_path(cfg, key.split("."), text, key)
-    return cfg
+        path, value = _parse_path(cfg, key.split("."), text, key)
+        node = tree
+        for name in path[:-1]:
+            node = node.setdefault(name, {})
+        node[path[-1]] = value
+    return _apply_tree(cfg, tree) if tree else cfg
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

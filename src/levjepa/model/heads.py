@@ -31,7 +31,9 @@ class Projector(nn.Module):
         for name, value in (("in_dim", in_dim), ("hidden", hidden), ("out", out)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"Projector: {name}={value!r}, expected a positive integer")
-        self.net = nn.Sequential(nn.Linear(in_dim, hidden, bias=False), nn.BatchNorm1d(hidden), nn.GELU(), nn.Linear(hidden, out))
+        self.net = nn.Sequential(
+            nn.Linear(in_dim, hidden, bias=False), nn.BatchNorm1d(hidden), nn.GELU(), nn.Linear(hidden, out)
+        )
         with torch.no_grad():
             for m in self.net:
                 if isinstance(m, nn.Linear):
