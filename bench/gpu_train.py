@@ -52,7 +52,8 @@ def _batch(cfg, b: int, device: str) -> ViewBatch:
     g = torch.Generator().manual_seed(0)
     glob = torch.randint(0, 256, (d.num_global, b, 3, d.num_frames, d.global_size, d.global_size), dtype=torch.uint8)
     local = torch.randint(0, 256, (d.num_local, b, 3, d.num_frames, d.local_size, d.local_size), dtype=torch.uint8)
-    photo = torch.stack([sample_photometric(d, g) for _ in range(d.num_local * b)]).reshape(d.num_local, b, -1)
+    kw = {k: getattr(d, k) for k in ("jitter_p", "brightness", "contrast", "saturation", "hue", "grayscale_p")}
+    photo = torch.stack([sample_photometric(g, **kw) for _ in range(d.num_local * b)]).reshape(d.num_local, b, -1)
     return ViewBatch([glob.to(device), local.to(device)], photo.to(device), torch.arange(b), 0, 0)
 
 
