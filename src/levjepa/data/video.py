@@ -314,19 +314,22 @@ def _decode_indices(path: str, container: Any, info: VideoInfo, indices: list[in
     except av.error.FFmpegError as exc:
         if k == 0:
             raise DataError(f"truncated: {path}: decoding failed near frame {first} ({exc})") from None
-    if k == 0:
-        # nothing at or after the window: the stream ended early. Tolerate a small metadata mismatch.
-        slack = max(4, 0.1 * max(info.num_frames, 1))
-        if prev is None or first - prev_idx > slack:
-            got = "no frame" if prev is None else f"the last decodable frame is {prev_idx}"
+    if k < len(indices):
+        # The stream ended before the window did. A frame count that was estimated from the duration, or
+        # that is off by a few frames, is tolerated (the clip is padded with its last frame); a stream
+        # that ends well before its stated length is a truncated or corrupt file.
+        slack = max(3, 0.05 * info.num_frames)
+        if prev is None or prev_idx < info.num_frames - 1 - slack:
+            got = "no frame at all" if prev is None else f"frames end at {prev_idx}"
             raise DataError(
-                f"truncated: {path}: frame {first} of {info.num_frames} cannot be decoded ({got}); "
+                f"truncated: {path}: the container claims {info.num_frames} frames but {got}; "
                 "the file is cut short or corrupt"
             )
-        out[0] = rgb(prev, prev_idx)
-        k = 1
-    for j in range(k, len(indices)):  # stream ended inside the window: repeat the last frame
-        out[j] = out[k - 1]
+        if k == 0:
+            out[0] = rgb(prev, prev_idx)
+            k = 1
+        for j in range(k, len(indices)):
+            out[j] = out[k - 1]
     return np.stack(out)  # type: ignore[arg-type]
 
 
