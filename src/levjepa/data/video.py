@@ -107,7 +107,38 @@ def _open(path: str) -> Any:
     except PermissionError as exc:  # av.error.PermissionError subclasses it
         raise DataError(f"permission: {path} cannot be read ({exc.strerror or exc})") from None
     except (av.error.FFmpegError, OSError, UnicodeDecodeError, ValueError) as exc:
+        if _looks_like_cut_mp4(path):
+            raise DataError(
+                f"truncated: {path} starts like an MP4/MOV file but FFmpeg cannot open it (its index, the moov "
+                f"atom, is missing: cut short while downloading or writing?) ({exc})"
+            ) from None
         raise DataError(f"unreadable: {path} is not a readable video ({type(exc).__name__}: {exc})") from None
+
+
+def _looks_like_cut_mp4(path: str) -> bool:
+    """An ISO-BMFF file ("ftyp" box first) without a "moov" box: an MP4 whose writing or download stopped
+    before the index that mp4 writers put at the end."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+            if len(head) < 12 or head[4:8] != b"ftyp":
+                return False
+            f.seek(0)
+            offset, size = 0, os.path.getsize(path)
+            while offset + 8 <= size:  # walk the top-level boxes
+                f.seek(offset)
+                box = f.read(16)
+                length, kind = int.from_bytes(box[:4], "big"), box[4:8]
+                if kind == b"moov":
+                    return False
+                if length == 1 and len(box) == 16:
+                    length = int.from_bytes(box[8:16], "big")
+                if length < 8:
+                    break
+                offset += length
+            return True
+    except OSError:
+        return False
 
 
 def _check_resolution(path: str, width: int, height: int, min_side: int, max_side: int) -> None:
