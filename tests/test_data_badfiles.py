@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from data_media import LOSSLESS, read_uniform, uniform_frames, write_uniform
+from dist_utils import run_gloo
 from levjepa.data import (
     BadFileReport,
     BadFileWarning,
@@ -165,6 +166,20 @@ def test_report_deduplicates_merges_and_counts():
     other.add("c", "weird thing")
     report.merge(other)
     assert report.total == 3 and report.counts == {"empty": 1, "missing": 1, "other": 1}
+    assert report.gather().files == report.files  # one process: gathering is the identity
+
+
+def _gather_worker(rank: int, world: int) -> dict[str, str]:
+    report = BadFileReport(warn=False)
+    report.add(f"/data/rank{rank}.mp4", f"empty: /data/rank{rank}.mp4 has 0 bytes")
+    report.add("/data/shared.mp4", "missing: /data/shared.mp4 does not exist")
+    return report.gather().files
+
+
+@pytest.mark.distributed
+def test_gather_merges_the_reports_of_every_rank():
+    merged = run_gloo(_gather_worker, 2)
+    assert merged[0] == merged[1] and sorted(merged[0]) == ["/data/rank0.mp4", "/data/rank1.mp4", "/data/shared.mp4"]
 
 
 # ---------------------------------------------------------------- unreadable permissions (root included)

@@ -120,6 +120,7 @@ def test_resume_at_a_step_continues_the_uninterrupted_sequence_across_epochs():
     resumed = _take(build_pretrain_loader(cfg, seed=5, start_step=4), 4)
     assert all(_same(a, b) for a, b in zip(run[4:], resumed, strict=True))
     assert loader.next_step == 8
+    assert loader.state_dict() == {"next_step": 8, "samples_per_epoch": 48, "global_batch": 16, "batches_per_epoch": 3}
 
 
 def test_an_epoch_visits_every_clip_once_in_a_seed_dependent_order():

@@ -15,7 +15,8 @@ colon, then names the file and what was wrong::
 
 The loader skips such a file (or pads it, for ``short`` in "pad" mode), records ``(path, reason)`` in the
 batch it was building, and :class:`BadFileReport` collects them: one :class:`BadFileWarning` per file,
-``counts`` per kind, and ``write(run_dir / "bad_files.json")`` for the run directory. A source in which
+``counts`` per kind, and ``write(run_dir / "bad_files.json")`` for the run directory (under DDP,
+``report.gather()`` on every rank, then rank 0 writes). A source in which
 every file is bad raises a ``DataError`` naming the source instead of looping (see ``loader.py``).
 
 ``DataError`` takes a single message string so that it survives being re-raised from a DataLoader
@@ -92,6 +93,16 @@ class BadFileReport:
         """Fold another report in (e.g. gathered from the other ranks), without warning again."""
         for path, reason in other.files.items():
             self.files.setdefault(path, reason)
+
+    def gather(self) -> BadFileReport:
+        """The report of every rank merged (a collective: call it on all ranks; itself when alone)."""
+        from levjepa import distributed
+
+        merged = BadFileReport(warn=False)
+        for files in distributed.all_gather_objects(dict(self.files)):
+            for path, reason in files.items():
+                merged.files.setdefault(path, reason)
+        return merged
 
     @property
     def total(self) -> int:

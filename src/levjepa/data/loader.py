@@ -187,7 +187,9 @@ class _FileSource:
 
 
 class _SyntheticSource:
-    """The benchmark's train clips; a window of ``num_frames`` consecutive frames (padded if longer)."""
+    """The benchmark's train clips (labels unused). Its clips are already at the benchmark's frame rate, so
+    ``frame_stride`` / ``target_fps`` do not apply: a clip longer than ``num_frames`` gives a random window of
+    consecutive frames, a shorter one is padded with its last frame."""
 
     def __init__(self, cfg: DataConfig) -> None:
         from levjepa.data.synthetic import load_split
@@ -365,6 +367,16 @@ class PretrainLoader:
     @property
     def samples_per_epoch(self) -> int:
         return self.dataset.samples_per_epoch
+
+    def state_dict(self) -> dict[str, int]:
+        """Where the data stream stands; resuming needs only ``next_step`` (as ``start_step``), the rest lets a
+        resumed run check that the epoch layout is unchanged (same data, batch size and world size)."""
+        return {
+            "next_step": self.next_step,
+            "samples_per_epoch": self.samples_per_epoch,
+            "global_batch": self.sampler.global_batch,
+            "batches_per_epoch": self.batches_per_epoch,
+        }
 
     def __iter__(self) -> PretrainLoader:
         return self

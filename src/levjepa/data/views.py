@@ -107,7 +107,8 @@ def crop_box(
 
 
 def cut_view(frames: torch.Tensor, box: tuple[int, int, int, int], size: int, flip: bool = False) -> torch.Tensor:
-    """Crop ``frames`` uint8 ``[T, C, H, W]`` to ``box``, resize to ``size``², optionally flip → ``[C, T, s, s]``."""
+    """Crop ``frames`` uint8 ``[T, C, H, W]`` to ``box``, resize to ``size``², optionally flip → ``[C, T, s, s]``
+    (a permuted view, not contiguous: stacking views into a batch is then the only copy)."""
     top, left, h, w = box
     patch = frames[:, :, top : top + h, left : left + w]
     if (h, w) != (size, size):
@@ -120,7 +121,7 @@ def cut_view(frames: torch.Tensor, box: tuple[int, int, int, int], size: int, fl
         )
     if flip:
         patch = patch.flip(-1)
-    return patch.permute(1, 0, 2, 3).contiguous()
+    return patch.permute(1, 0, 2, 3)  # a view: the caller's stack makes the one copy
 
 
 def sample_photometric(
