@@ -123,3 +123,16 @@ def test_decode_all_at_a_target_rate(video):
     assert read_uniform(out.frames) == list(range(0, 90, 3))
     assert out.fps == 10.0
     assert torch.allclose(out.timestamps, torch.arange(0, 90, 3, dtype=torch.float64) / 30.0)
+
+
+def test_a_video_without_frame_count_or_duration_is_decoded_in_full_once(video, monkeypatch):
+    import dataclasses
+
+    import levjepa.data.video as video_module
+
+    real_info = video_module._info
+    monkeypatch.setattr(video_module, "_info", lambda *a: dataclasses.replace(real_info(*a), num_frames=-1))
+    clip = decode_clip(video, num_frames=6, frame_stride=3, start_frame=40)
+    assert read_uniform(clip) == list(range(40, 58, 3))
+    with pytest.raises(DataError, match=r"^short:"):
+        decode_clip(video, num_frames=40, frame_stride=3, short_videos="skip")

@@ -285,16 +285,18 @@ _TRUSTED_TIMESTAMPS = ("mov", "matroska", "mpegts", "mpeg", "flv", "ogg")
 
 
 def _first_pts(container: Any, stream: Any) -> int:
+    """The timestamp of the stream's first frame (frame index 0)."""
     if container.format.name.startswith(_TRUSTED_TIMESTAMPS) or stream.start_time not in (None, 0):
         return stream.start_time or 0
+    first = 0
     try:
         for frame in container.decode(stream):
-            return frame.pts if frame.pts is not None else 0
+            first = frame.pts if frame.pts is not None else 0
+            break
     except av.error.FFmpegError:
         pass
-    finally:
-        container.seek(0, stream=stream, backward=True, any_frame=False) if stream.time_base else container.seek(0)
-    return 0
+    container.seek(0)
+    return first
 
 
 def _frame_index(frame: Any, start_time: int, time_base: Fraction | None, fps: float, fallback: int) -> int:
@@ -446,19 +448,17 @@ def decode_clip_with_info(
         _setup_stream(container.streams.video[0], threads)
         convert = _Converter(info.height, info.width, short_side)
         step = _step(info, frame_stride, target_fps)
-        if info.num_frames < 0:  # no count and no duration stored: decode everything once
-            all_frames = _decode_everything(path, container, convert)
-            n = len(all_frames)
-            idx, padded = clip_indices(n, num_frames=num_frames, step=step, start=start_frame, generator=generator)
-            frames = np.stack([all_frames[i] for i in idx])
-        else:
-            n = info.num_frames
-            idx, padded = clip_indices(n, num_frames=num_frames, step=step, start=start_frame, generator=generator)
-            if padded and short_videos == "skip":
-                raise DataError(_short_message(path, n, num_frames, step, "skipped"))
-            frames = _decode_indices(path, container, info, idx, convert)
+        everything = None
+        if info.num_frames < 0:  # neither a frame count nor a duration is stored: decode everything once
+            everything = _decode_everything(path, container, convert)
+        n = len(everything) if everything is not None else info.num_frames
+        idx, padded = clip_indices(n, num_frames=num_frames, step=step, start=start_frame, generator=generator)
         if padded and short_videos == "skip":
             raise DataError(_short_message(path, n, num_frames, step, "skipped"))
+        if everything is not None:
+            frames = np.stack([everything[i] for i in idx])
+        else:
+            frames = _decode_indices(path, container, info, idx, convert)
     note = _short_message(path, n, num_frames, step, "padded with its last frame") if padded else None
     return torch.from_numpy(frames), note
 
