@@ -35,7 +35,13 @@ def make_batch(b: int, v: int, t: int, seed: int) -> ViewBatch:
     return ViewBatch([glob, local], photo, torch.arange(b), 0, 0, [])
 
 
-def cuda_ms(fn, iters: int) -> float:
+def device_ms(fn, iters: int, dev: torch.device) -> float:
+    if dev.type != "cuda":  # a CPU dry run (to check the script before spending GPU time)
+        fn()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return (time.perf_counter() - t0) / iters * 1000
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -52,12 +58,14 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--device", default="cuda", help="cuda (default), or cpu for a dry run")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
         print("gpu_data: CUDA is not available", file=sys.stderr)
         return 1
-    dev = torch.device("cuda")
-    batch = make_batch(args.batch, 4, 16, 0).pin_memory()
+    batch = make_batch(args.batch, 4, 16, 0)
+    batch = batch.pin_memory() if dev.type == "cuda" else batch
     local = batch.views[1]
     local_dev = local.to(dev)
     params_dev = batch.photometric.reshape(-1, 6).to(dev)
@@ -75,14 +83,14 @@ def main() -> int:
         batch.to_device(dev)
 
     results = {
-        "device": torch.cuda.get_device_name(),
+        "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu (dry run)",
         "torch": torch.__version__,
         "batch": args.batch,
         "uint8_mb": nbytes / 1e6,
-        "h2d_ms": cuda_ms(h2d, args.iters),
-        "photometric_normalize_local_gpu_ms": cuda_ms(photometric_gpu, args.iters),
-        "to_device_ms": cuda_ms(whole, args.iters),
-        "peak_mem_gb": torch.cuda.max_memory_allocated() / 1e9,
+        "h2d_ms": device_ms(h2d, args.iters, dev),
+        "photometric_normalize_local_gpu_ms": device_ms(photometric_gpu, args.iters, dev),
+        "to_device_ms": device_ms(whole, args.iters, dev),
+        "peak_mem_gb": torch.cuda.max_memory_allocated() / 1e9 if dev.type == "cuda" else 0.0,
     }
     results["h2d_gb_per_s"] = nbytes / 1e6 / results["h2d_ms"]
 
