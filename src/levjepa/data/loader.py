@@ -22,6 +22,11 @@ generators, so the replacement is deterministic too. Each failure travels with t
 ``(path, reason)`` in ``ViewBatch.bad_files`` (and into ``bad_files``, the run's :class:`BadFileReport`,
 when given). If every item of a source fails, a ``DataError`` names the source and stops the run.
 
+**Workers** start from a forkserver by default (``data.worker_start``): never forked from a trainer whose
+other threads may hold locks. The dataset is pickled to them once; tensors in it (the built-in benchmark's
+clips, ~300 MB at the defaults) go through shared memory, like every batch, so ``/dev/shm`` must be large
+(containers: ``--shm-size``), as for any PyTorch DataLoader.
+
 **Transfer.** Workers ship uint8 views and float32 photometric parameters; ``ViewBatch.to_device`` moves
 them (pinned when CUDA is available), applies the photometric change to the local views in batch on the
 device, and normalises every view.

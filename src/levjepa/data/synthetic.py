@@ -34,12 +34,14 @@ dataset-fashion-mnist``; its files are ``/usr/share/datasets/fashion-mnist/*-idx
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import hashlib
 import math
 import os
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -335,11 +337,24 @@ def render(cfg: SyntheticConfig, params: ClipParams, pool: ImagePool) -> torch.T
     return out
 
 
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """Rendering is memory-bound: one thread does it in ~1-2 s, while two intra-op threads on a busy 2-core
+    machine were measured 5-15x slower (they spin on each other). Restores the thread count after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 @functools.lru_cache(maxsize=6)
 def _load_split_cached(cfg: SyntheticConfig, split: str) -> LabelledClips:
     pool = load_image_pool(cfg)
     params = sample_params(cfg, split, pool)  # type: ignore[arg-type]
-    clips = render(cfg, params, pool)
+    with _one_thread():
+        clips = render(cfg, params, pool)
     return LabelledClips(
         clips=clips,
         labels={"appearance": pool.labels[params.image], "motion": params.motion, "arrow": params.arrow},
@@ -354,8 +369,3 @@ def load_split(cfg: SyntheticConfig, split: Literal["train", "val", "test"]) -> 
     if split not in SPLITS:
         raise ValueError(f"load_split: split={split!r}, expected one of {', '.join(SPLITS)}")
     return _load_split_cached(cfg, split)
-
-
-def with_source(cfg: SyntheticConfig, image_source: Literal["auto", "fashion-mnist", "digits"]) -> SyntheticConfig:
-    """``cfg`` with another image source (convenience for tests and presets)."""
-    return replace(cfg, image_source=image_source)
