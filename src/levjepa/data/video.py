@@ -20,6 +20,11 @@ Design:
   kind prefix (``missing``, ``empty``, ``permission``, ``unreadable``, ``no-video``, ``resolution``,
   ``truncated``, ``short``); see ``badfiles.py``.
 
+Checked on mp4, mov, mkv, webm (VP9), avi (H.264 timestamps offset by one: calibrated on the first frame)
+and MPEG-TS (seeks that land late: retried further back). Known limits: MPEG-PS (.mpg) files may be off
+by one frame after a seek and report a wrong duration; rotation metadata (phone videos) and non-square
+pixels are ignored. ``levjepa data prepare`` turns any of these into a clean mp4.
+
 ``decode_clip`` returns ``uint8 [T, H, W, 3]``; ``decode_all`` returns every (strided) frame with its
 timestamp; ``load_image`` reads a jpg/png as ``uint8 [H, W, 3]``. :class:`VideoWriter` / ``write_video``
 encode frames (used by ``prepare``, the tests and the benchmark).
