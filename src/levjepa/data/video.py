@@ -23,7 +23,7 @@ Design:
 Checked on mp4, mov, mkv, webm (VP9), avi (H.264 timestamps offset by one: calibrated on the first frame)
 and MPEG-TS (seeks that land late: retried further back). Known limits: MPEG-PS (.mpg) files may be off
 by one frame after a seek and report a wrong duration; rotation metadata (phone videos) and non-square
-pixels are ignored. ``levjepa data prepare`` turns any of these into a clean mp4.
+pixels are ignored (by ``prepare`` too). ``levjepa data prepare`` turns .mpg files into clean mp4s.
 
 ``decode_clip`` returns ``uint8 [T, H, W, 3]``; ``decode_all`` returns every (strided) frame with its
 timestamp; ``load_image`` reads a jpg/png as ``uint8 [H, W, 3]``. :class:`VideoWriter` / ``write_video``
