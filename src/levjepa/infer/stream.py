@@ -1,0 +1,141 @@
+"""Streaming inference: frames arrive one (or a few) at a time; a per-layer KV cache of past patch tokens
+means the past is never recomputed, and CLS can be read out over the frames seen so far at any moment.
+
+Paper fact (SPEC §2, LeVJEPA §3.9): under block-causal attention a patch of frame ``t`` reads only patches
+of frames ``≤ t`` and never CLS, so ``H_t = F(x_1..x_t)``: the features of past frames do not change when
+new frames arrive. Hence, per layer, the keys/values of past patch tokens can be cached and each new
+frame's tokens attend ``[cache, themselves]`` under the same block-causal predicate
+(``levjepa.model.attention.block_causal``), computed from the cached tokens' frame ids.
+
+Design:
+
+* ``push(frames [B, C, t, H, W])`` (``t`` a multiple of the tubelet) embeds the new frames at their absolute
+  temporal positions (the count of frames pushed since ``reset``), runs them through every block with the
+  layer's cache as extra keys/values, appends their rotated keys/values to the cache, and returns their
+  patch features ``[B, t/τ·H'·W', D]`` after the final norm, in time-major order.
+* ``cls()`` runs the CLS token alone through the blocks; at each layer it reads the cached patch keys/values
+  of that layer and itself (nothing is stored), at RoPE position ``(newest slot, 0, 0)`` as in the full
+  forward. Cost: ``depth`` single-query attentions.
+* For every prefix, patch features and CLS equal ``encoder.forward_features`` on the same frames
+  (float32, ≤ 1e-5; ``tests/test_stream.py``).
+* ``window = W`` frames (a multiple of the tubelet) bounds memory and per-frame cost: the cache keeps only
+  the last ``W`` frames' tokens, new tokens of frame ``t`` read frames ``t − W < s ≤ t`` and CLS reads the
+  last ``W`` frames. That equals ``forward_features(frames, window=W)`` on the whole stream (the banded
+  block-causal mask); a window covering the whole stream equals the plain forward. RoPE is relative for
+  patch-patch scores and CLS sits at the newest slot, so a long stream with a window sees the same relative
+  offsets as training clips of ``W`` frames.
+* The cache grows by concatenation (one copy of the cached keys/values per push and layer); the
+  attention of a new frame is already linear in the cache size, so this does not change the order of the
+  per-frame cost.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from levjepa.model.attention import TokenMeta, build_attn_mask
+from levjepa.model.vit import VideoEncoder
+
+__all__ = ["StreamingEncoder"]
+
+
+class _LayerCache:
+    """Rotated keys/values ``[B, h, L, hd]`` of one layer's cached patch tokens."""
+
+    def __init__(self) -> None:
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def peek(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self.k is None or self.v is None:
+            return k, v
+        return torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        self.k, self.v = self.peek(k, v)
+        return self.k, self.v
+
+    def drop_first(self, n: int) -> None:
+        if self.k is not None and self.v is not None and n > 0:
+            self.k, self.v = self.k[:, :, n:], self.v[:, :, n:]
+
+
+class StreamingEncoder:
+    """``StreamingEncoder(encoder, window=None)``: ``push`` frames, read ``cls()``, ``reset()`` between videos."""
+
+    def __init__(self, encoder: VideoEncoder, window: int | None = None) -> None:
+        if encoder.cfg.attention != "block_causal":
+            raise ValueError(
+                f"StreamingEncoder: encoder.cfg.attention={encoder.cfg.attention!r}; streaming needs "
+                "'block_causal' (with bidirectional attention past features depend on future frames)"
+            )
+        self.encoder = encoder
+        self.window = window
+        self._window_slots = encoder._window_slots(window)  # validates: frames, a multiple of the tubelet
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every frame (start a new video)."""
+        self._caches = [_LayerCache() for _ in self.encoder.blocks]
+        self._frames: Tensor | None = None  # [L_cache] temporal slot of each cached token
+        self._next_slot = 0
+        self._shape: tuple[int, int, int, int] | None = None  # (B, C, H, W) of this stream
+
+    @property
+    def frames_seen(self) -> int:
+        return self._next_slot * self.encoder.cfg.tubelet
+
+    @property
+    def cached_tokens(self) -> int:
+        return 0 if self._frames is None else int(self._frames.numel())
+
+    @torch.no_grad()
+    def push(self, frames: Tensor) -> Tensor:
+        """Encode new frames ``[B, C, t, H, W]``; returns their patch features ``[B, L_new, D]``."""
+        enc = self.encoder
+        enc.check_input(frames, "frames")
+        b, c, _, h, w = frames.shape
+        if self._shape is not None and (b, c, h, w) != self._shape:
+            raise ValueError(
+                f"frames: shape {tuple(frames.shape)} does not continue this stream of [B, C, H, W] = "
+                f"{self._shape} (any T); call reset() to start a new video"
+            )
+        self._shape = (b, c, h, w)
+        x, positions = enc.patch_embed(frames, t_offset=self._next_slot)  # [B, L, D], [B, L, 3]
+        new = positions[0, :, 0]  # [L] temporal slots (same for every clip)
+        keys = new if self._frames is None else torch.cat([self._frames, new])  # [L_cache + L]
+        q = TokenMeta(new[None], torch.zeros(1, new.numel(), dtype=torch.bool, device=new.device))
+        k = TokenMeta(keys[None], torch.zeros(1, keys.numel(), dtype=torch.bool, device=new.device))
+        attn_mask = build_attn_mask("block_causal", q, k, self._window_slots)  # [1, 1, L, L_cache + L]
+        rope = enc.rope(positions[:1])  # [1, 1, L, hd/2], broadcast over the batch
+        for blk, cache in zip(enc.blocks, self._caches, strict=True):
+            x = blk(x, rope, attn_mask, cache.append)
+        self._frames = keys
+        self._next_slot = int(new.max()) + 1
+        if self._window_slots is not None:  # evict tokens older than the window (a prefix: time-major)
+            stale = int((keys <= self._next_slot - 1 - self._window_slots).sum())
+            self._frames = keys[stale:]
+            for cache in self._caches:
+                cache.drop_first(stale)
+        return enc.norm(x)
+
+    @torch.no_grad()
+    def cls(self) -> Tensor:
+        """CLS ``[B, D]`` over the frames in the cache (all seen frames, or the last ``window``)."""
+        if self._frames is None or self._shape is None:
+            raise RuntimeError("StreamingEncoder.cls(): no frames pushed since the last reset()")
+        enc = self.encoder
+        dev = self._frames.device
+        t_last = self._next_slot - 1
+        x = enc.cls_token.expand(self._shape[0], 1, -1)  # [B, 1, D]
+        q = TokenMeta(torch.full((1, 1), t_last, device=dev), torch.ones(1, 1, dtype=torch.bool, device=dev))
+        k = TokenMeta(
+            torch.cat([self._frames, self._frames.new_tensor([t_last])])[None],
+            torch.cat([torch.zeros_like(self._frames, dtype=torch.bool), q.is_cls[0]])[None],
+        )
+        attn_mask = build_attn_mask("block_causal", q, k, self._window_slots)  # [1, 1, 1, L_cache + 1]
+        rope = enc.rope(torch.tensor([[[t_last, 0, 0]]], device=dev))
+        for blk, cache in zip(enc.blocks, self._caches, strict=True):
+            x = blk(x, rope, attn_mask, cache.peek)
+        return enc.norm(x)[:, 0]

@@ -1,0 +1,127 @@
+"""The encoder's typed config and its named presets.
+
+``EncoderConfig`` holds every architectural choice of the LeVJEPA encoder (SPEC §2, paper appendix B):
+
+* sizes: ViT-Tiny 192/12/3, Small 384/12/6, Base 768/12/12 (the default, ViT-B/16), Large 1024/24/16,
+  Huge 1280/32/16; plus ``vit-test`` (unit tests) and ``vit-demo`` (the 10-minute CPU demo on 64-px clips);
+* tokens: spatial patch 16, temporal patch ``tubelet`` τ = 1 (τ = 2 as the option the paper ablates);
+* token dropping: ratio ρ = 0.95 applied to each view's patch tokens in training, ``uniform`` (default;
+  IN1K 50.7 %) or ``tube`` (the same spatial positions in every frame; IN1K 39.6 %);
+* attention: ``block_causal`` (default; IN1K 51.2 %) or ``bidirectional`` (50.7 %);
+* a final LayerNorm (on by default; the papers discuss removing it but never ablate that);
+* the projector ``Linear(d, 2048) -> BatchNorm -> GELU -> Linear(2048, 256)`` (training only).
+
+Choices the papers leave open, all fields with defaults:
+
+* ``rope_base = 10000``: the RoPE frequency base (V-JEPA 2's), see ``levjepa.model.rope``.
+* ``init_std = 0.02``: truncated-normal init of every linear/patch weight and of CLS (timm / V-JEPA),
+  biases zero, LayerNorm (1, 0), residual output projections scaled by ``1/sqrt(2·layer)`` (V-JEPA).
+* ``norm_eps = 1e-6`` for every LayerNorm (timm/V-JEPA ViTs).
+* ``grad_checkpointing``: recompute each block in the backward pass (saves activation memory for
+  ViT-L/H at ~1/3 more compute); off by default.
+
+Each field is validated in ``__post_init__``: a wrong value raises ``ConfigError`` (a ``ValueError``)
+naming the field, its value and what would be valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from levjepa.config import ConfigError, check
+
+__all__ = ["ENCODER_PRESETS", "EncoderConfig", "encoder_config"]
+
+DROP_MODES = ("uniform", "tube")
+ATTENTIONS = ("block_causal", "bidirectional")
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    dim: int = 768
+    depth: int = 12
+    heads: int = 12
+    mlp_ratio: float = 4.0
+    patch_size: int = 16
+    tubelet: int = 1
+    in_chans: int = 3
+    drop_ratio: float = 0.95
+    drop_mode: Literal["uniform", "tube"] = "uniform"
+    attention: Literal["block_causal", "bidirectional"] = "block_causal"
+    final_norm: bool = True
+    qkv_bias: bool = True
+    proj_hidden: int = 2048
+    proj_dim: int = 256
+    rope_base: float = 10000.0
+    init_std: float = 0.02
+    norm_eps: float = 1e-6
+    grad_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("dim", "depth", "heads", "patch_size", "tubelet", "in_chans", "proj_hidden", "proj_dim"):
+            value = getattr(self, name)
+            check(
+                isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                f"EncoderConfig.{name}={value!r}: expected a positive integer",
+            )
+        check(
+            self.dim % self.heads == 0,
+            f"EncoderConfig.dim={self.dim} is not divisible by heads={self.heads}: choose heads among the "
+            f"divisors of dim, e.g. {', '.join(str(h) for h in range(1, 17) if self.dim % h == 0)}",
+        )
+        head_dim = self.dim // self.heads
+        check(
+            head_dim % 2 == 0 and head_dim >= 6,
+            f"EncoderConfig: head dim dim/heads = {self.dim}/{self.heads} = {head_dim}; 3D RoPE needs an even "
+            "head dim of at least 6 (one rotated pair per axis t, y, x)",
+        )
+        check(self.mlp_ratio > 0, f"EncoderConfig.mlp_ratio={self.mlp_ratio!r}: expected a positive number")
+        check(
+            0.0 <= self.drop_ratio < 1.0,
+            f"EncoderConfig.drop_ratio={self.drop_ratio!r}: expected 0 <= drop_ratio < 1 (0.95 in the paper)",
+        )
+        check(
+            self.drop_mode in DROP_MODES,
+            f"EncoderConfig.drop_mode={self.drop_mode!r}: valid choices are {', '.join(DROP_MODES)}",
+        )
+        check(
+            self.attention in ATTENTIONS,
+            f"EncoderConfig.attention={self.attention!r}: valid choices are {', '.join(ATTENTIONS)}",
+        )
+        check(self.rope_base > 1.0, f"EncoderConfig.rope_base={self.rope_base!r}: expected a number > 1")
+        check(self.init_std > 0, f"EncoderConfig.init_std={self.init_std!r}: expected a positive number")
+        check(self.norm_eps > 0, f"EncoderConfig.norm_eps={self.norm_eps!r}: expected a positive number")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.heads
+
+    @property
+    def mlp_hidden(self) -> int:
+        return int(self.dim * self.mlp_ratio)
+
+
+ENCODER_PRESETS: dict[str, EncoderConfig] = {
+    "vit-tiny": EncoderConfig(dim=192, depth=12, heads=3),
+    "vit-small": EncoderConfig(dim=384, depth=12, heads=6),
+    "vit-base": EncoderConfig(dim=768, depth=12, heads=12),
+    "vit-large": EncoderConfig(dim=1024, depth=24, heads=16),
+    "vit-huge": EncoderConfig(dim=1280, depth=32, heads=16),
+    # tiny, for unit tests: head dim 16 -> RoPE pairs t/y/x = 2/3/3
+    "vit-test": EncoderConfig(dim=32, depth=2, heads=2, patch_size=8, proj_hidden=64, proj_dim=16),
+    # the 10-minute CPU demo on 64-px clips (8x8 patches per frame)
+    "vit-demo": EncoderConfig(dim=128, depth=4, heads=4, patch_size=8, proj_hidden=1024, proj_dim=128),
+}
+
+
+def encoder_config(name: str = "vit-base", **overrides: Any) -> EncoderConfig:
+    """The preset ``name`` with ``overrides`` applied (validated), e.g. ``encoder_config("vit-small", tubelet=2)``."""
+    if name not in ENCODER_PRESETS:
+        raise ConfigError(f"unknown encoder preset {name!r}: valid names are {', '.join(ENCODER_PRESETS)}")
+    fields = [f.name for f in dataclasses.fields(EncoderConfig)]
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise ConfigError(f"unknown EncoderConfig field(s) {', '.join(unknown)}: valid fields are {', '.join(fields)}")
+    return dataclasses.replace(ENCODER_PRESETS[name], **overrides)

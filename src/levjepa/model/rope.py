@@ -1,0 +1,76 @@
+"""3D rotary position embedding (RoPE) over the ``(t, y, x)`` grid position of each token.
+
+Paper fact (SPEC §2.4, LeVJEPA §3.8.2): every token has coordinates ``(t, y, x)``, its *original* grid
+position; each head's dimension is split into three groups rotated by ``t``, ``y`` and ``x``; there is no
+absolute position embedding, so one set of weights serves 224 and 96 inputs and any clip length.
+
+Design (the choices the paper leaves open):
+
+* **Pairs and the split.** A head of dimension ``d`` has ``n = d/2`` rotated pairs; pair ``i`` is
+  ``(x[i], x[i + n])`` (half-split layout, like ``rotate_half``). The pairs go to the axes in the order
+  ``t, y, x``: each axis gets ``n // 3``, and the ``n mod 3`` left over go one each to ``x`` then ``y``
+  (:func:`rope_split`). So **no dimension is left unrotated**: d = 64 (ViT-T/S/B/L) -> 10/11/11 pairs,
+  d = 80 (ViT-H) -> 13/13/14, d = 16 (``vit-test``) -> 2/3/3.
+* **Frequencies.** An axis with ``k`` pairs rotates its ``j``-th pair by ``θ_j = base^(−j/k)``,
+  ``j = 0..k−1`` (``base = rope_base``, 10000 as in V-JEPA 2): the usual 1-D RoPE spectrum per axis. Every
+  pair has its own frequency and both members of a pair share it, so the map is a true rotation by angle
+  ``pos[axis(i)]·θ_i`` in each pair-plane. V-JEPA 2 froze a bug of exactly this class into its checkpoints
+  (frequencies duplicated along the wrong layout, so the two members of a "pair" rotated by different
+  angles): it preserves neither norms nor relative-position dependence, and ``tests/test_rope.py`` checks
+  both, plus agreement with a naive complex-number reference, and that the checks do fail on that bug.
+* **Property.** With ``R(p)`` the rotation, ``⟨R(p)q, R(p')k⟩ = ⟨q, R(p' − p)k⟩``: attention scores depend
+  only on the per-axis offset ``p' − p``.
+* **CLS.** CLS is rotated at position ``(t_last, 0, 0)``: spatially unrotated (as DINOv3 leaves its CLS
+  unrotated) and temporally at the newest temporal slot of the clip (``T/τ − 1``; in streaming, of the
+  frames seen so far). Patches never read CLS under block-causal attention and CLS's score with itself is
+  position-free, so this position only shapes how CLS weighs patches: by how far back a frame is, not by
+  its absolute index, which is what a sliding-window stream of any length needs. Under bidirectional
+  attention the same position is used.
+* Angles, cos and sin are computed in float32 and the rotated query/key are cast back to the input dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["Rope3D", "apply_rope", "rope_split"]
+
+
+def rope_split(head_dim: int) -> tuple[int, int, int]:
+    """Rotated pairs per axis ``(t, y, x)`` for a head of ``head_dim``: ``n // 3`` each, remainder to x then y."""
+    if head_dim % 2 or head_dim < 6:
+        raise ValueError(f"head_dim={head_dim}: 3D RoPE needs an even head dim >= 6 (a pair per axis)")
+    base, rem = divmod(head_dim // 2, 3)
+    return base, base + int(rem == 2), base + int(rem >= 1)
+
+
+class Rope3D(nn.Module):
+    """``forward(positions [B, L, 3]) -> (cos, sin)``, each ``[B, 1, L, head_dim/2]`` (float32)."""
+
+    def __init__(self, head_dim: int, base: float = 10000.0) -> None:
+        super().__init__()
+        self.head_dim, self.base = head_dim, base
+        self.split = rope_split(head_dim)
+        # per-axis frequencies in float64 on the host, never cast by module.to(dtype)
+        self._freqs = [base ** (-torch.arange(k, dtype=torch.float64) / k) for k in self.split]
+
+    def angles(self, positions: Tensor) -> Tensor:
+        """``[B, L, n]`` angle of every pair: ``pos[..., axis(i)] · θ_i``."""
+        pos = positions.to(torch.float32)
+        parts = [pos[..., a : a + 1] * f.to(pos.device, torch.float32) for a, f in enumerate(self._freqs)]
+        return torch.cat(parts, dim=-1)
+
+    def forward(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        ang = self.angles(positions)[:, None]  # [B, 1, L, n]: broadcasts over heads
+        return ang.cos(), ang.sin()
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, pairs(t,y,x)={self.split}, base={self.base:g}"
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate each pair ``(x[i], x[i+n])`` of ``x`` ``[B, h, L, 2n]`` by the angle whose cos/sin are given."""
+    xf = x.float()
+    x1, x2 = xf.chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)

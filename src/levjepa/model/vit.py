@@ -1,0 +1,233 @@
+"""The LeVJEPA video encoder: a ViT over per-frame patches with token dropping, 3D RoPE and block-causal
+attention (SPEC §2, LeVJEPA §3.5, §3.8-3.9 and appendix B).
+
+Data flow of one call (``B`` clips, ``N`` grid tokens, ``L`` kept tokens, ``D`` width)::
+
+    video [B, C, T, H, W] (normalised float)
+      -> keep_idx [B, L] (training: uniform or tube, explicit generator; inference: all N, L = N)
+      -> PatchEmbed: kept patches' pixels -> tokens [B, L, D], positions [B, L, 3] = original (t, y, x)
+      -> prepend the learnable CLS (one parameter shared by all views, always kept) -> x [B, 1+L, D]
+      -> RoPE cos/sin [B, 1, 1+L, hd/2] and attn_mask [B, 1, 1+L, 1+L] from the tokens present
+      -> depth x pre-LN block: x += attn(LN(x)); x += mlp(LN(x))
+      -> final LayerNorm (optional) -> EncoderOutput(cls [B, D], patches [B, L, D], positions [B, L, 3])
+
+* Token dropping only when asked (``drop=True``: training); evaluation and extraction see every token.
+  Dropping happens *before* the patch embedding (same tokens as after it, 6.4 GFLOPs/clip cheaper at
+  ViT-B; see ``tokens.py``).
+* CLS sits at RoPE position ``(T/τ − 1, 0, 0)`` (see ``rope.py``) and is masked as in ``attention.py``.
+* No absolute position embedding: one set of weights runs any resolution and clip length.
+* ``forward_views`` runs each *group* of same-shaped views (the global group at 224, the local group at 96)
+  as one transformer call with its ``V_g·B`` clips batched: two calls per step, never a loop over clips or
+  views. The ``[ΣV_g, B, D]`` CLS it returns feeds one ``projector(cls.flatten(0, 1))`` call.
+* Init (a choice; the paper does not say): truncated normal std ``init_std = 0.02`` for every linear
+  weight, the patch embedding and CLS (timm / V-JEPA), zero biases, LayerNorm (1, 0), and each block's
+  residual output projections (``attn.proj``, ``mlp.fc2``) divided by ``sqrt(2·layer)`` (V-JEPA), so
+  deep residual streams start small.
+* ``compile_blocks()`` compiles each block in place (identical blocks share one compiled graph; the
+  state-dict keys are unchanged), the fast path on GPU; ``grad_checkpointing`` recomputes blocks in the
+  backward pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from levjepa.model.attention import Attention, KVCache, TokenMeta, build_attn_mask
+from levjepa.model.config import EncoderConfig
+from levjepa.model.rope import Rope3D
+from levjepa.model.tokens import PatchEmbed, check_video, sample_keep_idx
+
+__all__ = ["Block", "EncoderOutput", "VideoEncoder"]
+
+
+@dataclass
+class EncoderOutput:
+    cls: Tensor  # [B, D]
+    patches: Tensor  # [B, L, D]: all patch tokens at inference, the kept ones when dropping
+    positions: Tensor  # [B, L, 3] long: original grid position (t, y, x) of each patch token
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.fc1, self.act, self.fc2 = nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block: ``x + attn(LN(x))`` then ``x + mlp(LN(x))``."""
+
+    def __init__(self, cfg: EncoderConfig) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps)
+        self.attn = Attention(cfg.dim, cfg.heads, cfg.qkv_bias)
+        self.norm2 = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps)
+        self.mlp = MLP(cfg.dim, cfg.mlp_hidden)
+
+    def forward(
+        self, x: Tensor, rope: tuple[Tensor, Tensor], attn_mask: Tensor | None, kv_cache: KVCache | None = None
+    ) -> Tensor:
+        x = x + self.attn(self.norm1(x), rope, attn_mask, kv_cache)  # [B, L, D]
+        return x + self.mlp(self.norm2(x))
+
+
+class VideoEncoder(nn.Module):
+    def __init__(self, cfg: EncoderConfig | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg = cfg if cfg is not None else EncoderConfig()
+        self.patch_embed = PatchEmbed(cfg.patch_size, cfg.tubelet, cfg.in_chans, cfg.dim)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.dim))
+        self.rope = Rope3D(cfg.head_dim, cfg.rope_base)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.depth))
+        self.norm = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps) if cfg.final_norm else nn.Identity()
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        std = self.cfg.init_std
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=std)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+        nn.init.trunc_normal_(self.cls_token, std=std)
+        for layer, blk in enumerate(self.blocks, start=1):
+            blk.attn.proj.weight.div_(math.sqrt(2.0 * layer))
+            blk.mlp.fc2.weight.div_(math.sqrt(2.0 * layer))
+
+    def compile_blocks(self, **kwargs: Any) -> VideoEncoder:
+        """``torch.compile`` each block in place (GPU fast path); returns ``self``."""
+        for blk in self.blocks:
+            blk.compile(**kwargs)
+        return self
+
+    # ---- tokens ---------------------------------------------------------------------------------------
+    def check_input(self, video: object, name: str = "video") -> None:
+        c = self.cfg
+        check_video(video, in_chans=c.in_chans, patch_size=c.patch_size, tubelet=c.tubelet, name=name)
+
+    def _window_slots(self, window: int | None) -> int | None:
+        if window is None:
+            return None
+        tau = self.cfg.tubelet
+        if not isinstance(window, int) or window < tau or window % tau:
+            raise ValueError(f"window={window!r}: expected a positive number of frames, a multiple of tubelet={tau}")
+        return window // tau
+
+    def _prepare(
+        self, video: Tensor, drop: bool, generator: torch.Generator | None, window: int | None, name: str
+    ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor], Tensor | None]:
+        """Tokens with CLS ``[B, 1+L, D]``, patch positions ``[B, L, 3]``, RoPE, ``attn_mask``."""
+        self.check_input(video, name)
+        b = video.shape[0]
+        grid = self.patch_embed.grid(video)  # (T', H', W')
+        keep_idx = None
+        if drop:
+            if generator is None:
+                raise ValueError("drop=True: token dropping needs an explicit torch.Generator (generator=...)")
+            keep_idx = sample_keep_idx(b, grid, self.cfg.drop_ratio, self.cfg.drop_mode, generator, video.device)
+        patches, positions = self.patch_embed(video, keep_idx)  # [B, L, D], [B, L, 3]
+        cls_pos = positions.new_tensor([grid[0] - 1, 0, 0]).expand(b, 1, 3)  # CLS at the newest slot
+        all_pos = torch.cat([cls_pos, positions], dim=1)  # [B, 1+L, 3]
+        is_cls = torch.zeros(1, all_pos.shape[1], dtype=torch.bool, device=video.device)
+        is_cls[:, 0] = True
+        meta = TokenMeta(frame=all_pos[..., 0], is_cls=is_cls)
+        attn_mask = build_attn_mask(self.cfg.attention, meta, meta, self._window_slots(window))
+        x = torch.cat([self.cls_token.expand(b, -1, -1).to(patches.dtype), patches], dim=1)  # [B, 1+L, D]
+        return x, positions, self.rope(all_pos), attn_mask
+
+    def _block(self, blk: nn.Module, x: Tensor, rope: tuple[Tensor, Tensor], attn_mask: Tensor | None) -> Tensor:
+        if self.cfg.grad_checkpointing and self.training and torch.is_grad_enabled():
+            return checkpoint(blk, x, rope, attn_mask, use_reentrant=False)
+        return blk(x, rope, attn_mask)
+
+    def _encode(
+        self, video: Tensor, drop: bool, generator: torch.Generator | None, window: int | None, name: str
+    ) -> tuple[Tensor, Tensor]:
+        """Block outputs before the final norm ``[B, 1+L, D]`` (CLS first) and patch positions ``[B, L, 3]``."""
+        x, positions, rope, attn_mask = self._prepare(video, drop, generator, window, name)
+        for blk in self.blocks:
+            x = self._block(blk, x, rope, attn_mask)  # [B, 1+L, D]
+        return x, positions
+
+    # ---- public API -----------------------------------------------------------------------------------
+    def forward_features(
+        self,
+        video: Tensor,
+        *,
+        drop: bool = False,
+        generator: torch.Generator | None = None,
+        window: int | None = None,
+    ) -> EncoderOutput:
+        """CLS and patch tokens (after the final norm) with their positions.
+
+        ``drop``: keep ``1 − drop_ratio`` of the patch tokens (training; needs ``generator``). ``window``:
+        block-causal attention bounded to the last ``window`` frames (what ``StreamingEncoder(window=W)``
+        computes); ``None`` is unbounded.
+        """
+        x, positions = self._encode(video, drop, generator, window, "video")
+        x = self.norm(x)
+        return EncoderOutput(cls=x[:, 0], patches=x[:, 1:], positions=positions)
+
+    def forward(self, video: Tensor, *, drop: bool = False, generator: torch.Generator | None = None) -> Tensor:
+        """CLS readout ``[B, D]``."""
+        return self.forward_features(video, drop=drop, generator=generator).cls
+
+    def forward_views(self, *groups: Tensor, generator: torch.Generator) -> Tensor:
+        """Training forward: each group ``[V_g, B, C, T, H, W]`` (same-shaped views of the same ``B`` clips)
+        runs as one transformer call on its ``V_g·B`` clips with dropping on; returns the CLS of every view
+        stacked in group order, ``[ΣV_g, B, D]``."""
+        if not groups:
+            raise ValueError("forward_views: expected at least one view group [V, B, C, T, H, W]")
+        batch = None
+        cls = []
+        for i, views in enumerate(groups):
+            if not isinstance(views, Tensor) or views.dim() != 6:
+                shape = tuple(views.shape) if isinstance(views, Tensor) else type(views).__name__
+                raise ValueError(f"forward_views: groups[{i}] must be [V, B, C, T, H, W], got {shape}")
+            v, b = views.shape[:2]
+            batch = b if batch is None else batch
+            if b != batch:
+                raise ValueError(
+                    f"forward_views: groups[{i}] has B={b} clips but groups[0] has {batch}: "
+                    f"every group must hold views of the same clips (shape {tuple(views.shape)})"
+                )
+            x, _ = self._encode(views.flatten(0, 1), True, generator, None, f"groups[{i}]")  # [V·B, 1+L, D]
+            cls.append(self.norm(x[:, 0]).view(v, b, -1))  # [V, B, D]
+        return torch.cat(cls, dim=0)  # [ΣV, B, D]
+
+    def get_intermediate_layers(
+        self, video: Tensor, n: int | Sequence[int] = 1, *, norm: bool = True
+    ) -> list[EncoderOutput]:
+        """Outputs of the last ``n`` blocks (``n`` an int) or of the blocks with the given indices (negative
+        counts from the end), in depth order, without dropping; ``norm`` applies the final norm."""
+        depth = self.cfg.depth
+        if isinstance(n, int):
+            if not 1 <= n <= depth:
+                raise ValueError(f"get_intermediate_layers: n={n} must be in 1..{depth} (the encoder depth)")
+            take = set(range(depth - n, depth))
+        else:
+            bad = [i for i in n if not -depth <= i < depth]
+            if bad:
+                raise ValueError(f"get_intermediate_layers: block indices {bad} out of range for depth {depth}")
+            take = {i % depth for i in n}
+        x, positions, rope, attn_mask = self._prepare(video, False, None, None, "video")
+        outs = []
+        for i, blk in enumerate(self.blocks):
+            x = blk(x, rope, attn_mask)
+            if i in take:
+                h = self.norm(x) if norm else x
+                outs.append(EncoderOutput(cls=h[:, 0], patches=h[:, 1:], positions=positions))
+        return outs
