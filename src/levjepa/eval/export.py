@@ -87,7 +87,8 @@ def model_card(loaded: LoadedEncoder, metrics: list[dict[str, Any]]) -> str:
     lam_text = "default for the objective" if lam is None else f"{lam}"
     arch = (
         f"ViT, dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}, patch {cfg['patch_size']}, "
-        f"tubelet {cfg['tubelet']}, {cfg['attention']} attention, final LayerNorm {'on' if cfg['final_norm'] else 'off'}, "
+        f"tubelet {cfg['tubelet']}, {cfg['attention']} attention, "
+        f"final LayerNorm {'on' if cfg['final_norm'] else 'off'}, "
         f"3D RoPE, {_count_params(loaded.encoder) / 1e6:.2f} M parameters"
     )
     losses = _final_losses(metrics, loaded.step)
@@ -99,7 +100,8 @@ def model_card(loaded: LoadedEncoder, metrics: list[dict[str, Any]]) -> str:
     lines = [
         "# LeVJEPA encoder",
         "",
-        f"A video encoder pretrained by levjepa with self-supervision (no labels), objective `{obj.get('name', 'unknown')}`.",
+        "A video encoder pretrained by levjepa with self-supervision (no labels), "
+        f"objective `{obj.get('name', 'unknown')}`.",
         "",
         "| | |",
         "| --- | --- |",
@@ -117,12 +119,17 @@ def model_card(loaded: LoadedEncoder, metrics: list[dict[str, Any]]) -> str:
     if data:
         lines.append(
             f"| views | {data.get('num_global', '?')} global @ {data.get('global_size', '?')} px + "
-            f"{data.get('num_local', '?')} local @ {data.get('local_size', '?')} px, {data.get('num_frames', '?')} frames |"
+            f"{data.get('num_local', '?')} local @ {data.get('local_size', '?')} px, "
+            f"{data.get('num_frames', '?')} frames |"
         )
     if optim:
-        lines.append("| optimiser | " + ", ".join(f"{k} {v}" for k, v in optim.items() if not isinstance(v, dict)) + " |")
+        lines.append(
+            "| optimiser | " + ", ".join(f"{k} {v}" for k, v in optim.items() if not isinstance(v, dict)) + " |"
+        )
     if train:
-        lines.append("| training | " + ", ".join(f"{k} {v}" for k, v in train.items() if not isinstance(v, dict)) + " |")
+        lines.append(
+            "| training | " + ", ".join(f"{k} {v}" for k, v in train.items() if not isinstance(v, dict)) + " |"
+        )
     lines += [
         f"| final losses (mean of the last 10 % of logged steps) | {loss_text} |",
         f"| exported from | `{loaded.source}` |",
