@@ -27,11 +27,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from levjepa.weights import WeightsError, load_tensors, save_tensors
 
-__all__ = ["Features", "as_clip", "cached_features", "compute_features", "encoder_fingerprint", "frozen_eval"]
+__all__ = [
+    "Features",
+    "as_clip",
+    "cached_features",
+    "center_square",
+    "compute_features",
+    "encoder_fingerprint",
+    "frozen_eval",
+]
 
 
 @dataclass
@@ -72,6 +81,23 @@ def as_clip(x: Tensor, num_frames: int) -> Tensor:
     if x.dim() == 5:
         return x
     raise ValueError(f"as_clip: expected images [N, C, H, W] or clips [N, C, T, H, W], got {list(x.shape)}")
+
+
+def center_square(frames: Tensor, size: int, patch: int) -> Tensor:
+    """uint8 frames [T, H, W, 3] -> short side ``size`` (bilinear, antialiased), then the centred square
+    whose side is the largest multiple of ``patch`` (the usual evaluation transform: resize + centre crop)."""
+    if frames.dim() != 4 or frames.shape[-1] != 3 or frames.dtype != torch.uint8:
+        raise ValueError(f"center_square: expected uint8 frames [T, H, W, 3], got {frames.dtype} {list(frames.shape)}")
+    h, w = frames.shape[1:3]
+    x = frames.permute(0, 3, 1, 2).float()
+    scale = size / min(h, w)
+    nh, nw = max(patch, round(h * scale)), max(patch, round(w * scale))
+    if (nh, nw) != (h, w):
+        x = F.interpolate(x, size=(nh, nw), mode="bilinear", antialias=True, align_corners=False)
+    side = (min(nh, nw) // patch) * patch
+    top, left = (nh - side) // 2, (nw - side) // 2
+    x = x[:, :, top : top + side, left : left + side]
+    return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
 
 
 def _normalize(x: Tensor) -> Tensor:
