@@ -1,0 +1,1 @@
+"""Tools: FLOPs accounting (``flops.py``, the ``levjepa flops`` command)."""

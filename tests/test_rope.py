@@ -1,0 +1,143 @@
+"""3D RoPE: a true rotation per pair, scores that depend only on per-axis offsets, a naive complex-number
+reference, and proof that these checks catch V-JEPA 2's frequency-duplication bug class."""
+
+from __future__ import annotations
+
+import cmath
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from levjepa.model.rope import Rope3D, apply_rope, rope_split
+
+Rotate = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x [L, hd], positions [L, 3]) -> [L, hd]
+
+
+def ours(head_dim: int, base: float = 10000.0) -> Rotate:
+    rope = Rope3D(head_dim, base)
+
+    def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        cos, sin = rope(positions[None])  # [1, 1, L, hd/2]
+        return apply_rope(x[None, None], cos, sin)[0, 0]
+
+    return rotate
+
+
+def vjepa2_bug(head_dim: int, base: float = 10000.0) -> Rotate:
+    """The bug class frozen into V-JEPA 2: per-axis angles ``[a_0..a_{k-1}]`` repeated as a block
+    (``[a_0..a_{k-1}, a_0..a_{k-1}]``) where the rotation expects each angle twice in a row (interleaved
+    pairs ``(2i, 2i+1)``), so the two members of a pair turn by different angles."""
+    split = rope_split(head_dim)
+
+    def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        angles = []
+        for axis, k in enumerate(split):
+            freqs = base ** (-torch.arange(k, dtype=torch.float64) / k)
+            a = positions[:, axis : axis + 1].double() * freqs  # [L, k]
+            angles.append(a.repeat(1, 2))  # BUG: should be a.repeat_interleave(2, dim=1)
+        ang = torch.cat(angles, dim=1).float()  # [L, hd]
+        cos, sin = ang.cos(), ang.sin()
+        x1, x2 = x[:, 0::2], x[:, 1::2]
+        out = torch.empty_like(x)
+        out[:, 0::2] = x1 * cos[:, 0::2] - x2 * sin[:, 0::2]
+        out[:, 1::2] = x2 * cos[:, 1::2] + x1 * sin[:, 1::2]
+        return out
+
+    return rotate
+
+
+def naive_complex_reference(x: torch.Tensor, positions: torch.Tensor, head_dim: int, base: float) -> torch.Tensor:
+    """Pair ``i`` is the complex number ``x[i] + 1j·x[i + n]``; multiply it by ``exp(1j·pos[axis]·base^(−j/k))``
+    where pair ``i`` is the ``j``-th of the ``k`` pairs of its axis, axes in the order t, y, x."""
+    n = head_dim // 2
+    split = rope_split(head_dim)
+    owner = [(axis, j, k) for axis, k in enumerate(split) for j in range(k)]
+    assert len(owner) == n
+    out = torch.zeros(x.shape, dtype=torch.float64)
+    for row in range(x.shape[0]):
+        for i, (axis, j, k) in enumerate(owner):
+            z = complex(x[row, i], x[row, i + n])
+            z *= cmath.exp(1j * float(positions[row, axis]) * base ** (-j / k))
+            out[row, i], out[row, i + n] = z.real, z.imag
+    return out
+
+
+def norm_violation(rotate: Rotate, head_dim: int) -> float:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, head_dim, generator=g)
+    positions = torch.randint(0, 16, (64, 3), generator=g)
+    y = rotate(x, positions)
+    return float((y.norm(dim=1) - x.norm(dim=1)).abs().max() / x.norm(dim=1).max())
+
+
+def relative_violation(rotate: Rotate, head_dim: int) -> float:
+    """max |q·k(p, p') − q·k(p + s, p' + s)| over random vectors, positions and per-axis shifts s."""
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(128, head_dim, generator=g), torch.randn(128, head_dim, generator=g)
+    p, p2 = torch.randint(0, 16, (128, 3), generator=g), torch.randint(0, 16, (128, 3), generator=g)
+    s = torch.randint(-20, 20, (128, 3), generator=g)
+    before = (rotate(q, p) * rotate(k, p2)).sum(1)
+    after = (rotate(q, p + s) * rotate(k, p2 + s)).sum(1)
+    return float((before - after).abs().max() / before.abs().max())
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "split"), [(16, (2, 3, 3)), (32, (5, 5, 6)), (64, (10, 11, 11)), (80, (13, 13, 14))]
+)
+def test_split_gives_every_pair_to_an_axis_with_nothing_unrotated(head_dim, split):
+    assert rope_split(head_dim) == split and sum(split) == head_dim // 2
+    ang = Rope3D(head_dim).angles(torch.tensor([[[1, 1, 1]]]))[0, 0]  # frequencies at unit positions
+    assert (ang > 0).all()  # every pair turns: no unrotated remainder
+    start = 0
+    for k in split:  # per axis: 1, base^(-1/k), ...: distinct, strictly decreasing
+        freqs = ang[start : start + k]
+        assert freqs[0] == 1.0 and (freqs.diff() < 0).all()
+        start += k
+
+
+@pytest.mark.parametrize("head_dim", [16, 64, 80])
+def test_matches_naive_complex_number_reference(head_dim):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(20, head_dim, generator=g)
+    positions = torch.randint(0, 40, (20, 3), generator=g)
+    ref = naive_complex_reference(x, positions, head_dim, 10000.0)
+    torch.testing.assert_close(ours(head_dim)(x, positions).double(), ref, rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("head_dim", [16, 64, 80])
+def test_preserves_norms_and_scores_depend_only_on_relative_offsets(head_dim):
+    assert norm_violation(ours(head_dim), head_dim) < 1e-6
+    assert relative_violation(ours(head_dim), head_dim) < 1e-5
+
+
+def test_every_axis_moves_the_score():
+    rotate = ours(64)
+    g = torch.Generator().manual_seed(3)
+    q, k = torch.randn(1, 64, generator=g), torch.randn(1, 64, generator=g)
+    origin = torch.zeros(1, 3, dtype=torch.long)
+    base_score = (rotate(q, origin) * rotate(k, origin)).sum()
+    for axis in range(3):
+        moved = origin.clone()
+        moved[0, axis] = 3
+        assert abs(float((rotate(q, origin) * rotate(k, moved)).sum() - base_score)) > 1e-3
+
+
+def test_the_property_checks_catch_the_vjepa2_frequency_duplication_bug():
+    assert norm_violation(vjepa2_bug(64), 64) > 1e-2
+    assert relative_violation(vjepa2_bug(64), 64) > 1e-2
+
+
+def test_low_precision_inputs_rotate_in_float32_and_keep_their_dtype():
+    rope = Rope3D(16)
+    x = torch.randn(1, 2, 5, 16)
+    cos, sin = rope(torch.randint(0, 8, (1, 5, 3)))
+    y16 = apply_rope(x.bfloat16(), cos, sin)
+    assert y16.dtype == torch.bfloat16
+    torch.testing.assert_close(y16.float(), apply_rope(x.bfloat16().float(), cos, sin), atol=2e-2, rtol=2e-2)
+
+
+def test_odd_or_tiny_head_dims_are_refused():
+    for bad in (5, 4, 15):
+        with pytest.raises(ValueError, match="even head dim >= 6"):
+            rope_split(bad)

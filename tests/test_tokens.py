@@ -1,0 +1,147 @@
+"""Tokens: per-frame patch embedding, positions that travel with tokens, token dropping, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from levjepa.model import VideoEncoder, encoder_config
+from levjepa.model.tokens import PatchEmbed, gather_tokens, grid_positions, num_kept, sample_keep_idx
+
+
+def gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def test_kept_counts_follow_round_half_up_with_at_least_one():
+    assert num_kept(3136, 0.95) == 157  # 16 x 224 x 224, patch 16
+    assert num_kept(576, 0.95) == 29  # 16 x 96 x 96
+    assert num_kept(196, 0.9) == 20 and num_kept(10, 0.75) == 3  # 2.5 rounds up
+    assert num_kept(50, 0.999) == 1 and num_kept(7, 0.0) == 7
+
+
+def test_encoder_keeps_157_of_3136_and_29_of_576_tokens_per_view():
+    enc = VideoEncoder(encoder_config("vit-test", patch_size=16))
+    with torch.no_grad():
+        big = enc.forward_features(torch.randn(1, 3, 16, 224, 224), drop=True, generator=gen())
+        small = enc.forward_features(torch.randn(2, 3, 16, 96, 96), drop=True, generator=gen())
+        full = enc.forward_features(torch.randn(1, 3, 16, 96, 96))
+    assert big.patches.shape == (1, 157, 32) and big.positions.shape == (1, 157, 3)
+    assert small.patches.shape == (2, 29, 32)
+    assert full.patches.shape == (1, 576, 32)  # inference: every token, no dropping
+
+
+def test_kept_tokens_carry_their_original_grid_position_and_pixels():
+    torch.manual_seed(0)
+    pe = PatchEmbed(patch_size=4, tubelet=2, in_chans=3, dim=5)
+    video = torch.randn(2, 3, 6, 12, 16)  # grid (T', H', W') = (3, 3, 4), N = 36
+    keep_idx = sample_keep_idx(2, (3, 3, 4), 0.7, "uniform", gen())
+    tokens, positions = pe(video, keep_idx)
+    assert keep_idx.shape == (2, 11) and positions.dtype == torch.long
+    for b in range(2):
+        for j in range(keep_idx.shape[1]):
+            t, y, x = positions[b, j].tolist()
+            assert keep_idx[b, j] == (t * 3 + y) * 4 + x
+            pixels = video[b, :, 2 * t : 2 * t + 2, 4 * y : 4 * y + 4, 4 * x : 4 * x + 4].reshape(-1)
+            torch.testing.assert_close(tokens[b, j], pe.proj(pixels))
+
+
+def test_inference_sees_every_token_in_grid_order():
+    enc = VideoEncoder(encoder_config("vit-test", tubelet=2))
+    with torch.no_grad():
+        out = enc.forward_features(torch.randn(2, 3, 4, 16, 24))
+    assert torch.equal(out.positions, grid_positions(2, 2, 3).expand(2, -1, -1))
+    assert out.positions[0, :, 0].tolist() == [0] * 6 + [1] * 6
+
+
+def test_dropping_before_or_after_the_embedding_gives_identical_tokens():
+    torch.manual_seed(0)
+    pe = PatchEmbed(patch_size=16, tubelet=1, in_chans=3, dim=64)
+    video = torch.randn(2, 3, 16, 96, 96)
+    keep_idx = sample_keep_idx(2, pe.grid(video), 0.95, "uniform", gen())
+    kept_first, pos_first = pe(video, keep_idx)  # gather pixels, embed 29 patches
+    all_tokens, all_pos = pe(video)  # the paper's order: embed 576, then drop
+    torch.testing.assert_close(kept_first, gather_tokens(all_tokens, keep_idx), rtol=0, atol=1e-6)
+    assert torch.equal(pos_first, gather_tokens(all_pos, keep_idx))
+
+
+def test_keep_idx_is_sorted_per_clip_different_across_clips_and_seeded():
+    a = sample_keep_idx(8, (16, 14, 14), 0.95, "uniform", gen(1))
+    assert (a.diff(dim=1) > 0).all()  # ascending, no repeats: time-major order is kept
+    assert len({tuple(row) for row in a.tolist()}) == 8
+    assert torch.equal(a, sample_keep_idx(8, (16, 14, 14), 0.95, "uniform", gen(1)))
+    assert not torch.equal(a, sample_keep_idx(8, (16, 14, 14), 0.95, "uniform", gen(2)))
+
+
+def test_uniform_dropping_keeps_every_token_equally_often():
+    draws, n, k = 4000, 64, 16
+    keep_idx = sample_keep_idx(draws, (4, 4, 4), 1 - k / n, "uniform", gen(3))
+    counts = torch.bincount(keep_idx.flatten(), minlength=n).double()
+    expected = draws * k / n  # 1000 per token
+    std = np.sqrt(draws * (k / n) * (1 - k / n))
+    assert (counts - expected).abs().max() < 5 * std
+    # frames are not kept alike: the per-frame spatial sets of one clip differ (unlike tube mode)
+    pos = grid_positions(4, 4, 4)[keep_idx[:50]]
+    assert any(_spatial_sets(p)[0] != _spatial_sets(p)[1] for p in pos)
+
+
+def _spatial_sets(positions: torch.Tensor) -> list[set[tuple[int, int]]]:
+    t_max = int(positions[:, 0].max()) + 1
+    return [{(y, x) for t, y, x in positions.tolist() if t == s} for s in range(t_max)]
+
+
+def test_tube_mode_keeps_identical_spatial_positions_in_every_frame():
+    keep_idx = sample_keep_idx(6, (8, 6, 6), 0.9, "tube", gen(4))
+    assert keep_idx.shape == (6, 8 * num_kept(36, 0.9))  # 4 spatial positions x 8 frames
+    positions = grid_positions(8, 6, 6)[keep_idx]
+    spatial = []
+    for pos in positions:
+        sets = _spatial_sets(pos)
+        assert len(sets) == 8 and all(s == sets[0] for s in sets) and len(sets[0]) == 4
+        spatial.append(frozenset(sets[0]))
+    assert len(set(spatial)) > 1  # but different clips keep different positions
+    enc = VideoEncoder(encoder_config("vit-test", drop_mode="tube", drop_ratio=0.75))
+    with torch.no_grad():
+        out = enc.forward_features(torch.randn(2, 3, 4, 32, 32), drop=True, generator=gen())
+    assert out.patches.shape[1] == 4 * 4  # 16 spatial positions -> 4, in each of 4 frames
+    assert all(all(s == _spatial_sets(p)[0] for s in _spatial_sets(p)) for p in out.positions)
+
+
+@pytest.mark.parametrize(
+    ("video", "needle"),
+    [
+        (torch.randn(1, 4, 2, 16, 16), r"expected 3 channels .* got shape \(1, 4, 2, 16, 16\)"),
+        (torch.randn(1, 3, 2, 20, 16), r"multiples of the patch size 8, got shape \(1, 3, 2, 20, 16\)"),
+        (torch.randn(1, 3, 2, 16, 12), r"multiples of the patch size 8"),
+        (torch.randn(0, 3, 2, 16, 16), r"empty tensor of shape \(0, 3, 2, 16, 16\)"),
+        (torch.randn(1, 3, 0, 16, 16), r"empty tensor"),
+        (torch.zeros(1, 3, 2, 16, 16, dtype=torch.uint8), r"dtype torch.uint8 .*normalised"),
+        (torch.zeros(1, 3, 2, 16, 16, dtype=torch.int64), r"dtype torch.int64"),
+        (torch.randn(3, 2, 16, 16), r"got shape \(3, 2, 16, 16\) \(4 dims\)"),
+        (np.zeros((1, 3, 2, 16, 16), dtype=np.float32), r"got ndarray"),
+    ],
+)
+def test_bad_video_raises_naming_input_shape_and_expectation(video, needle):
+    enc = VideoEncoder(encoder_config("vit-test"))
+    with pytest.raises(ValueError, match=r"^video: .*" + needle):
+        enc.forward_features(video)
+
+
+def test_clip_length_must_be_a_multiple_of_the_tubelet():
+    enc = VideoEncoder(encoder_config("vit-test", tubelet=2))
+    with pytest.raises(ValueError, match=r"T must be a multiple of the tubelet 2, got shape \(1, 3, 3, 16, 16\)"):
+        enc(torch.randn(1, 3, 3, 16, 16))
+
+
+def test_dropping_needs_an_explicit_generator():
+    enc = VideoEncoder(encoder_config("vit-test"))
+    with pytest.raises(ValueError, match=r"torch\.Generator"):
+        enc(torch.randn(1, 3, 2, 16, 16), drop=True)
+
+
+def test_half_precision_input_is_cast_to_the_weights():
+    enc = VideoEncoder(encoder_config("vit-test"))
+    video = torch.randn(1, 3, 2, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(enc(video.half()), enc(video.half().float()))

@@ -1,0 +1,237 @@
+"""The encoder: config and presets, the conventional API, the multi-view training forward, the projector."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from levjepa.config import ConfigError, apply_overrides, from_dict, to_dict
+from levjepa.model import ENCODER_PRESETS, EncoderConfig, Projector, VideoEncoder, encoder_config
+
+
+def gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ---- config ---------------------------------------------------------------------------------------------
+
+
+def test_presets_have_the_paper_sizes_and_defaults():
+    sizes = {name: (c.dim, c.depth, c.heads) for name, c in ENCODER_PRESETS.items()}
+    assert sizes["vit-tiny"] == (192, 12, 3) and sizes["vit-small"] == (384, 12, 6)
+    assert sizes["vit-base"] == (768, 12, 12) and sizes["vit-large"] == (1024, 24, 16)
+    assert sizes["vit-huge"] == (1280, 32, 16)
+    assert EncoderConfig() == encoder_config() == ENCODER_PRESETS["vit-base"]
+    c = EncoderConfig()
+    assert (c.patch_size, c.tubelet, c.drop_ratio, c.drop_mode, c.attention) == (16, 1, 0.95, "uniform", "block_causal")
+    assert (c.final_norm, c.proj_hidden, c.proj_dim) == (True, 2048, 256)
+    demo = ENCODER_PRESETS["vit-demo"]
+    assert (demo.dim, demo.depth, demo.heads, demo.patch_size, demo.proj_hidden, demo.proj_dim) == (
+        128,
+        4,
+        4,
+        8,
+        1024,
+        128,
+    )
+
+
+def test_unknown_preset_or_field_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="valid names are vit-tiny, vit-small, vit-base, vit-large, vit-huge"):
+        encoder_config("vit-giant")
+    with pytest.raises(ValueError, match=r"unknown EncoderConfig field.*depht.*valid fields are dim, depth"):
+        encoder_config("vit-test", depht=3)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        ({"heads": 5}, r"dim=32 is not divisible by heads=5: choose heads among .*1, 2, 4, 8, 16"),
+        ({"dim": 36, "heads": 4}, r"head dim .* = 9; 3D RoPE needs an even head dim"),
+        ({"drop_ratio": 1.0}, r"drop_ratio=1.0: expected 0 <= drop_ratio < 1"),
+        ({"drop_mode": "random"}, r"drop_mode='random': valid choices are uniform, tube"),
+        ({"attention": "causal"}, r"attention='causal': valid choices are block_causal, bidirectional"),
+        ({"tubelet": 0}, r"tubelet=0: expected a positive integer"),
+        ({"patch_size": 2.5}, r"patch_size=2.5: expected a positive integer"),
+    ],
+)
+def test_inconsistent_values_raise_naming_field_and_choices(overrides, needle):
+    with pytest.raises(ConfigError, match=needle):
+        encoder_config("vit-test", **overrides)
+
+
+def test_config_round_trips_and_takes_command_line_overrides():
+    cfg = apply_overrides(
+        encoder_config("vit-small"), ["drop_mode=tube", "attention=bidirectional", "final_norm=false", "tubelet=2"]
+    )
+    assert (cfg.drop_mode, cfg.attention, cfg.final_norm, cfg.tubelet) == ("tube", "bidirectional", False, 2)
+    assert from_dict(EncoderConfig, to_dict(cfg)) == cfg
+    with pytest.raises(ConfigError, match="valid choices are uniform, tube"):
+        apply_overrides(cfg, ["drop_mode=cube"])
+    with pytest.raises(ConfigError, match="unknown config key"):
+        from_dict(EncoderConfig, {**to_dict(cfg), "depht": 3})
+
+
+# ---- the conventional API -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def enc() -> VideoEncoder:
+    torch.manual_seed(0)
+    return VideoEncoder(encoder_config("vit-test")).eval()
+
+
+def test_one_set_of_weights_runs_224_and_96_inputs():
+    torch.manual_seed(0)
+    enc = VideoEncoder(encoder_config("vit-test", patch_size=16)).eval()
+    with torch.no_grad():
+        big = enc.forward_features(torch.randn(1, 3, 2, 224, 224))
+        small = enc.forward_features(torch.randn(1, 3, 2, 96, 96))
+    assert big.patches.shape == (1, 2 * 196, 32) and small.patches.shape == (1, 2 * 36, 32)
+    assert int(big.positions[..., 1].max()) == 13 and int(small.positions[..., 1].max()) == 5
+    assert torch.isfinite(big.patches).all() and torch.isfinite(small.cls).all()
+    assert not any("pos_embed" in name for name, _ in enc.named_parameters())  # RoPE only
+
+
+def test_forward_is_the_cls_of_forward_features(enc):
+    video = torch.randn(2, 3, 4, 16, 16)
+    with torch.no_grad():
+        out = enc.forward_features(video)
+        assert torch.equal(enc(video), out.cls)
+    assert out.cls.shape == (2, 32) and out.patches.shape == (2, 16, 32)
+
+
+def test_clips_of_a_batch_do_not_see_each_other(enc):
+    video = torch.randn(3, 3, 4, 16, 16)
+    with torch.no_grad():
+        batched = enc.forward_features(video)
+        for i in range(3):
+            alone = enc.forward_features(video[i : i + 1])
+            torch.testing.assert_close(alone.patches[0], batched.patches[i], rtol=0, atol=1e-5)
+            torch.testing.assert_close(alone.cls[0], batched.cls[i], rtol=0, atol=1e-5)
+
+
+def test_get_intermediate_layers_follows_the_dino_convention(enc):
+    video = torch.randn(2, 3, 2, 16, 16)
+    with torch.no_grad():
+        final = enc.forward_features(video)
+        last = enc.get_intermediate_layers(video)
+        both = enc.get_intermediate_layers(video, 2)
+        by_index = enc.get_intermediate_layers(video, [0, -1])
+        raw = enc.get_intermediate_layers(video, 1, norm=False)
+    assert len(last) == 1 and len(both) == 2 and len(by_index) == 2
+    torch.testing.assert_close(last[0].patches, final.patches)
+    torch.testing.assert_close(last[0].cls, final.cls)
+    torch.testing.assert_close(both[0].patches, by_index[0].patches)
+    torch.testing.assert_close(enc.norm(raw[0].patches), final.patches)
+    assert (both[0].patches - both[1].patches).abs().max() > 1e-3  # block 0 differs from block 1
+    assert torch.equal(last[0].positions, final.positions)
+    for bad in (0, 3, [2], [-3]):
+        with pytest.raises(ValueError, match=r"depth 2|1\.\.2"):
+            enc.get_intermediate_layers(video, bad)
+
+
+def test_final_norm_can_be_removed():
+    enc = VideoEncoder(encoder_config("vit-test", final_norm=False)).eval()
+    assert isinstance(enc.norm, nn.Identity)
+    video = torch.randn(1, 3, 2, 16, 16)
+    with torch.no_grad():
+        a = enc.get_intermediate_layers(video, norm=True)[0]
+        b = enc.get_intermediate_layers(video, norm=False)[0]
+    assert torch.equal(a.patches, b.patches)
+
+
+# ---- the training forward -------------------------------------------------------------------------------
+
+
+def test_forward_views_is_one_call_per_group_with_the_same_randomness():
+    torch.manual_seed(0)
+    enc = VideoEncoder(encoder_config("vit-test", drop_ratio=0.75))
+    global_views, local_views = torch.randn(1, 3, 3, 4, 32, 32), torch.randn(4, 3, 3, 4, 16, 16)
+    calls = []
+    enc.blocks[0].register_forward_hook(lambda m, i, o: calls.append(tuple(i[0].shape)))
+    cls = enc.forward_views(global_views, local_views, generator=gen(7))
+    assert cls.shape == (5, 3, 32)
+    assert calls == [(3, 1 + 16, 32), (12, 1 + 4, 32)]  # 1·B clips x (16 kept + CLS), then V·B x (4 + CLS)
+    g = gen(7)
+    ref_global = enc.forward_features(global_views.flatten(0, 1), drop=True, generator=g).cls
+    ref_local = enc.forward_features(local_views.flatten(0, 1), drop=True, generator=g).cls
+    torch.testing.assert_close(cls[0], ref_global)
+    torch.testing.assert_close(cls[1:], ref_local.view(4, 3, 32))
+
+
+def test_training_step_reaches_every_parameter():
+    torch.manual_seed(0)
+    cfg = encoder_config("vit-test")
+    enc, proj = VideoEncoder(cfg).train(), Projector.from_config(cfg).train()
+    cls = enc.forward_views(torch.randn(1, 4, 3, 2, 32, 32), torch.randn(2, 4, 3, 2, 16, 16), generator=gen())
+    z = proj(cls.flatten(0, 1))  # [3·4, 16]: one projector call for every view
+    assert z.shape == (12, 16)
+    z.square().mean().backward()
+    for name, p in [*enc.named_parameters(), *proj.named_parameters()]:
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    torch.manual_seed(0)
+    plain = VideoEncoder(encoder_config("vit-test")).train()
+    ckpt = VideoEncoder(encoder_config("vit-test", grad_checkpointing=True)).train()
+    ckpt.load_state_dict(plain.state_dict())
+    views = torch.randn(2, 2, 3, 2, 16, 16)
+    for model in (plain, ckpt):
+        model.forward_views(views, generator=gen(3)).square().sum().backward()
+    for (name, a), b in zip(plain.named_parameters(), ckpt.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, msg=name)
+
+
+def test_forward_views_rejects_malformed_groups(enc):
+    with pytest.raises(ValueError, match=r"groups\[0\] must be \[V, B, C, T, H, W\], got \(2, 3, 2, 16, 16\)"):
+        enc.forward_views(torch.randn(2, 3, 2, 16, 16), generator=gen())
+    with pytest.raises(ValueError, match=r"groups\[1\] has B=3 clips but groups\[0\] has 2"):
+        enc.forward_views(torch.randn(1, 2, 3, 2, 16, 16), torch.randn(1, 3, 3, 2, 16, 16), generator=gen())
+    with pytest.raises(ValueError, match=r"^groups\[1\]: H and W must be multiples of the patch size 8"):
+        enc.forward_views(torch.randn(1, 2, 3, 2, 16, 16), torch.randn(1, 2, 3, 2, 12, 12), generator=gen())
+    with pytest.raises(ValueError, match="at least one view group"):
+        enc.forward_views(generator=gen())
+
+
+def test_init_is_truncated_normal_with_rescaled_residual_projections():
+    enc = VideoEncoder(encoder_config("vit-small"))
+    qkv = enc.blocks[5].attn.qkv.weight.detach()
+    assert abs(float(qkv.std()) - 0.02) < 1e-3 and float(enc.blocks[0].attn.qkv.bias.detach().abs().max()) == 0
+    ratio = enc.blocks[5].mlp.fc2.weight.detach().std() / enc.blocks[0].mlp.fc2.weight.detach().std()
+    assert abs(float(ratio) - (1 / 6) ** 0.5) < 0.02  # 1/sqrt(2·6) vs 1/sqrt(2·1)
+
+
+def test_compile_blocks_keeps_state_dict_keys():
+    enc = VideoEncoder(encoder_config("vit-test"))
+    keys = list(enc.state_dict())
+    assert list(enc.compile_blocks().state_dict()) == keys  # compiling is lazy: nothing runs here
+
+
+# ---- projector ------------------------------------------------------------------------------------------
+
+
+def test_projector_is_linear_batchnorm_gelu_linear():
+    proj = Projector.from_config(encoder_config("vit-base"))
+    kinds = [type(m) for m in proj.net]
+    assert kinds == [nn.Linear, nn.BatchNorm1d, nn.GELU, nn.Linear]
+    assert (proj.net[0].in_features, proj.net[0].out_features, proj.net[3].out_features) == (768, 2048, 256)
+    x = torch.randn(64, 768) * 3 + 1
+    hidden = proj.net[1](proj.net[0](x))  # BatchNorm statistics over the rows of one call
+    torch.testing.assert_close(hidden.mean(0), torch.zeros(2048), atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match=r"expected input \[N, 768\], got shape \(5, 64, 768\)"):
+        proj(torch.randn(5, 64, 768))
+
+
+def test_projector_state_survives_a_sync_batchnorm_swap():
+    from levjepa.distributed import SyncBatchNorm1d, convert_sync_batchnorm
+
+    proj = Projector(32, 64, 16)
+    swapped = convert_sync_batchnorm(copy.deepcopy(proj))
+    assert isinstance(swapped.net[1], SyncBatchNorm1d)
+    x = torch.randn(8, 32)
+    torch.testing.assert_close(swapped(x), proj(x))
