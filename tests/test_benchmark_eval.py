@@ -61,7 +61,7 @@ def test_probing_leaves_the_encoder_bit_identical_and_runs_it_frozen():
     enc.requires_grad_(True)
     before = {k: v.clone() for k, v in enc.state_dict().items()}
     seen = []
-    enc.register_forward_hook(lambda m, i, o: seen.append((m.training, torch.is_grad_enabled())))
+    enc.blocks[0].register_forward_hook(lambda m, i, o: seen.append((m.training, torch.is_grad_enabled())))
     cfg = probe_config("demo", epochs=2, linear_epochs=2)
     res = evaluate_benchmark({"enc": enc}, _tiny_cfg(), budget="demo", probe_cfg=cfg)
     assert seen and all(mode == (False, False) for mode in seen)  # eval() and no grad at every forward

@@ -4,6 +4,7 @@ exact clip it encodes, shards/npy/stream modes agree, bad files are reported and
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import warnings
 
@@ -34,7 +35,7 @@ def test_windows_cover_the_video_with_the_stated_stride(window, stride):
             covered.update(range(s, min(s + window, n)))
             assert s >= 0 and (s + window <= n or n <= window)
         assert covered == set(range(n)), (n, starts)
-        gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(starts)]
         assert all(g == stride for g in gaps[:-1]) and all(0 < g <= stride for g in gaps[-1:])
         assert starts == sorted(set(starts))
     with pytest.raises(ValueError, match="stride"):

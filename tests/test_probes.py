@@ -15,6 +15,8 @@ from levjepa.eval.probes import (
     GridAdamW,
     LinearProbeGrid,
     ProbeConfig,
+    _grid_loss,
+    _task_slices,
     probe_config,
     train_probe_grid,
 )
@@ -166,6 +168,38 @@ def test_grid_trains_each_probe_as_if_alone():
             torch.testing.assert_close(p[g : g + 1], q, rtol=1e-5, atol=1e-6)
 
 
+def test_tasks_stacked_in_one_grid_train_as_separate_grids():
+    """Two tasks (4 and 2 classes) in one stacked model == each task's probe trained alone."""
+    gen = torch.Generator().manual_seed(5)
+    joint = AttentiveProbeGrid(2, 8, 4, num_heads=2, generator=gen)  # probe 0: task a, probe 1: task b
+    alone = {"a": AttentiveProbeGrid(1, 8, 4, num_heads=2), "b": AttentiveProbeGrid(1, 8, 2, num_heads=2)}
+    with torch.no_grad():
+        for g, t in enumerate(("a", "b")):
+            for (name, p), q in zip(joint.named_parameters(), alone[t].parameters(), strict=True):
+                q.copy_(p[g : g + 1, ..., : q.shape[-1]] if name.startswith("head") else p[g : g + 1])
+    slices = _task_slices({"a": 4, "b": 2}, 1)
+
+    def opt_for(model, n):
+        decay = [p.dim() >= 3 or name.endswith("query") for name, p in model.named_parameters()]
+        return GridAdamW(list(model.parameters()), [2e-3] * n, [0.1] * n, decay=decay)
+
+    opt, opts = opt_for(joint, 2), {t: opt_for(m, 1) for t, m in alone.items()}
+    for _ in range(3):
+        x = torch.randn(6, 5, 8, generator=gen)
+        ys = {"a": torch.randint(0, 4, (6,), generator=gen), "b": torch.randint(0, 2, (6,), generator=gen)}
+        opt.zero_grad()
+        _grid_loss(joint(x), ys, slices).backward()
+        opt.step()
+        for t, m in alone.items():
+            opts[t].zero_grad()
+            F.cross_entropy(m(x)[0], ys[t]).backward()
+            opts[t].step()
+    x = torch.randn(4, 5, 8, generator=gen)
+    out = joint(x)
+    torch.testing.assert_close(out[0], alone["a"](x)[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out[1, :, :2], alone["b"](x)[0], rtol=1e-5, atol=1e-6)
+
+
 def _separable_splits(num_classes: int, sizes=(384, 128, 256), *, tokens=12, dim=16, signal=3.0):
     """Each clip: Gaussian noise tokens, two of which (at random positions) carry its class vector."""
     means = torch.randn(num_classes, dim, generator=torch.Generator().manual_seed(100)) * signal
@@ -205,6 +239,17 @@ def test_probes_reach_100_percent_on_separable_features_and_chance_on_shuffled_l
     # the whole grid is reported, the best chosen on validation
     js = res.to_json()
     assert len(js["grid"]) == 2 and js["best"]["val_acc"] == max(r["val_acc"] for r in js["grid"])
+    # several tasks trained in one stacked grid: each keeps its own accuracy (separable vs chance)
+    both = train_probe_grid(
+        "attentive",
+        cfg,
+        (train[0], {"real": train[1], "noise": shuffle(train)[1]}),
+        (val[0], {"real": val[1], "noise": shuffle(val)[1]}),
+        (test[0], {"real": test[1], "noise": shuffle(test)[1]}),
+        num_classes={"real": c, "noise": c},
+        generator=gen,
+    )
+    assert both["real"].best_test >= 98.0 and abs(both["noise"].best_test - 25.0) < 4 * sigma
 
 
 def test_linear_probe_standardises_with_train_statistics():

@@ -19,16 +19,16 @@ from test_export import make_run_dir
 
 def test_pca_colours_follow_the_feature_clusters():
     gen = torch.Generator().manual_seed(0)
-    centres = torch.randn(3, 16, generator=gen) * 5
-    labels = torch.arange(60) % 3
-    tokens = centres[labels] + 0.05 * torch.randn(60, 16, generator=gen)
+    centres = torch.randn(4, 16, generator=gen) * 5  # 4 centres span 3 directions: all 3 components are signal
+    labels = torch.arange(80) % 4
+    tokens = centres[labels] + 0.05 * torch.randn(80, 16, generator=gen)
     rgb, ratio = vis.pca_rgb(tokens)
-    assert rgb.shape == (60, 3) and rgb.min() >= 0 and rgb.max() <= 1
+    assert rgb.shape == (80, 3) and rgb.min() >= 0 and rgb.max() <= 1
     assert ratio[0] >= ratio[1] >= ratio[2] >= 0 and ratio.sum() <= 1 + 1e-6
     # within-cluster colour spread is tiny compared with the distance between cluster colours
-    means = torch.stack([rgb[labels == k].mean(0) for k in range(3)])
-    spread = max(float((rgb[labels == k] - means[k]).norm(dim=1).max()) for k in range(3))
-    gap = min(float((means[i] - means[j]).norm()) for i in range(3) for j in range(i + 1, 3))
+    means = torch.stack([rgb[labels == k].mean(0) for k in range(4)])
+    spread = max(float((rgb[labels == k] - means[k]).norm(dim=1).max()) for k in range(4))
+    gap = min(float((means[i] - means[j]).norm()) for i in range(4) for j in range(i + 1, 4))
     assert spread < 0.1 * gap
     sim = vis.cosine_map(tokens, 4)
     assert sim[4] == torch.tensor(1.0) and sim.max() <= 1 + 1e-6

@@ -9,9 +9,10 @@ every result states which) moving over a textured background. Three readouts of 
 
 For each encoder the features of the train / val / test clips are computed **once** (``features.py``:
 frozen, ``eval()``, no dropping) and every probe of every task reads them: the attentive probe (tokens),
-the linear probe (mean-pooled patches), kNN (CLS). Probe grids are chosen on val and reported on test
-(``probes.py``, ``knn.py``). Each (task, probe) pair uses the same probe seed for every encoder, so
-columns differ only by the encoder.
+the linear probe (mean-pooled patches), kNN (CLS). The grids of the three tasks are stacked into one
+model per probe kind and trained on the same batches (each probe still trains as if alone), so the
+tokens are read once per batch for all tasks. Probe grids are chosen on val and reported on test
+(``probes.py``, ``knn.py``). Every encoder gets the same probe seed, so columns differ only by the encoder.
 
 Budgets. ``full``: every clip of the splits and the V-JEPA 2 grid (20 attentive probes, 20 epochs).
 ``demo``: the first 512 / 128 / 256 clips of train / val / test (the splits are in random order) and a
@@ -141,25 +142,29 @@ def evaluate_features(
     device: str | torch.device = "cpu",
 ) -> dict[str, dict[str, Result]]:
     """task -> probe -> result, from cached features of each split (probes never see the encoder)."""
-    out: dict[str, dict[str, Result]] = {}
-    for task in tasks:
-        c = splits.num_classes[task]
-        out[task] = {}
-        for probe in probes:
-            data = {s: (_probe_input(f, probe), splits.labels[s][task]) for s, f in feats.items()}
-            if probe == "knn":
-                out[task][probe] = knn_evaluate(data["train"], data["val"], data.get("test"), num_classes=c)
-            else:
-                out[task][probe] = train_probe_grid(
-                    probe,  # type: ignore[arg-type]
-                    probe_cfg,
-                    data["train"],
-                    data["val"],
-                    data.get("test"),
-                    num_classes=c,
-                    generator=_probe_seed(seed, task, probe),
-                    device=device,
-                )
+    out: dict[str, dict[str, Result]] = {t: {} for t in tasks}
+    classes = {t: splits.num_classes[t] for t in tasks}
+    for probe in probes:
+        data = {s: (_probe_input(f, probe), {t: splits.labels[s][t] for t in tasks}) for s, f in feats.items()}
+        if probe == "knn":
+            for t in tasks:
+                pick = {s: (x, y[t]) for s, (x, y) in data.items()}
+                out[t][probe] = knn_evaluate(pick["train"], pick["val"], pick.get("test"), num_classes=classes[t])
+            continue
+        # every task's grid in one stacked model: the tokens are read once per batch for all tasks
+        res = train_probe_grid(
+            probe,  # type: ignore[arg-type]
+            probe_cfg,
+            data["train"],
+            data["val"],
+            data.get("test"),
+            num_classes=classes,
+            generator=_probe_seed(seed, ",".join(tasks), probe),
+            device=device,
+        )
+        assert isinstance(res, dict)
+        for t in tasks:
+            out[t][probe] = res[t]
     return out
 
 

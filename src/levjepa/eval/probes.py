@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -454,9 +454,16 @@ class GridResult:
 
 
 def build_probe_grid(
-    kind: ProbeKind, cfg: ProbeConfig, dim: int, num_classes: int, *, generator: torch.Generator | None = None
+    kind: ProbeKind,
+    cfg: ProbeConfig,
+    dim: int,
+    num_classes: int,
+    *,
+    generator: torch.Generator | None = None,
+    num_probes: int | None = None,
 ) -> nn.Module:
-    g = len(cfg.grid(kind))
+    """The stacked grid of ``kind`` probes (``num_probes`` defaults to the grid size of ``cfg``)."""
+    g = num_probes or len(cfg.grid(kind))
     if kind == "attentive":
         return AttentiveProbeGrid(
             g,
@@ -481,53 +488,103 @@ def _param_decay(model: nn.Module) -> tuple[list[Tensor], list[bool]]:
     return params, decay
 
 
+Labels = Tensor | Mapping[str, Tensor]
+
+
+def _task_slices(classes: Mapping[Any, int], g: int) -> dict[Any, tuple[slice, int]]:
+    """Probe rows and class count of each task: task i owns probes [i·g, (i+1)·g) and logits [:C_i]."""
+    return {t: (slice(i * g, (i + 1) * g), c) for i, (t, c) in enumerate(classes.items())}
+
+
+def _grid_loss(logits: Tensor, ys: Mapping[Any, Tensor], slices: Mapping[Any, tuple[slice, int]]) -> Tensor:
+    """Sum over probes of each probe's mean cross-entropy (so every probe gets exactly its own gradient)."""
+    loss = logits.new_zeros(())
+    for t, (sl, c) in slices.items():
+        lg = logits[sl, :, :c]  # [g, b, C_t]
+        loss = loss + F.cross_entropy(lg.reshape(-1, c), ys[t].repeat(lg.shape[0])) * lg.shape[0]
+    return loss
+
+
 @torch.no_grad()
 def evaluate_grid(
-    model: nn.Module, x: Tensor, y: Tensor, *, batch_size: int = 256, device: str = "cpu"
-) -> tuple[Tensor, Tensor]:
-    """Accuracy (%) and mean cross-entropy of every probe: two tensors [G]."""
+    model: nn.Module,
+    x: Tensor,
+    ys: Mapping[Any, Tensor],
+    slices: Mapping[Any, tuple[slice, int]],
+    *,
+    batch_size: int = 256,
+    device: str = "cpu",
+) -> dict[Any, tuple[Tensor, Tensor]]:
+    """Per task: accuracy (%) and mean cross-entropy of each of its probes, two tensors [g]."""
     model.eval()
-    correct = loss = None
+    sums: dict[Any, list[Tensor]] = {}
     for i in range(0, len(x), batch_size):
-        xb, yb = x[i : i + batch_size].to(device), y[i : i + batch_size].to(device)
-        logits = model(xb)  # [G, b, C]
-        c = (logits.argmax(-1) == yb).sum(1).double()
-        lo = F.cross_entropy(logits.transpose(1, 2), yb.expand(logits.shape[0], -1), reduction="none").sum(1).double()
-        correct = c if correct is None else correct + c
-        loss = lo if loss is None else loss + lo
-    assert correct is not None and loss is not None, "empty evaluation split"
-    return (100.0 * correct / len(x)).cpu(), (loss / len(x)).cpu()
+        logits = model(x[i : i + batch_size].to(device))  # [G, b, C_max]
+        for t, (sl, c) in slices.items():
+            yb = ys[t][i : i + batch_size].to(device)
+            lg = logits[sl, :, :c]
+            correct = (lg.argmax(-1) == yb).sum(1).double()
+            loss = F.cross_entropy(lg.transpose(1, 2), yb.expand(lg.shape[0], -1), reduction="none").sum(1).double()
+            prev = sums.get(t)
+            sums[t] = [correct, loss] if prev is None else [prev[0] + correct, prev[1] + loss]
+    if not sums:
+        raise ValueError("evaluate_grid: empty evaluation split")
+    return {t: ((100.0 * c / len(x)).cpu(), (lo / len(x)).cpu()) for t, (c, lo) in sums.items()}
 
 
 def train_probe_grid(
     kind: ProbeKind,
     cfg: ProbeConfig,
-    train: tuple[Tensor, Tensor],
-    val: tuple[Tensor, Tensor],
-    test: tuple[Tensor, Tensor] | None = None,
+    train: tuple[Tensor, Labels],
+    val: tuple[Tensor, Labels],
+    test: tuple[Tensor, Labels] | None = None,
     *,
-    num_classes: int | None = None,
+    num_classes: int | Mapping[str, int] | None = None,
     generator: torch.Generator | None = None,
     device: str | torch.device = "cpu",
-) -> GridResult:
+) -> GridResult | dict[str, GridResult]:
     """Train the (lr × wd) grid of ``kind`` probes on cached features; choose on ``val``, report on ``test``.
 
     ``train``/``val``/``test``: (inputs, labels). Inputs are tokens [N, L, D] (attentive) or pooled features
     [N, D] (linear); labels int64 [N]. The features are frozen tensors: nothing here touches an encoder.
+
+    Labels may be a mapping task -> [N] (with ``num_classes`` a mapping too): then one grid per task is
+    stacked into the same probe dimension and every task's probes read the same batches in one forward
+    pass (the inputs are read and normalised once for all tasks); returns task -> result. Each probe still
+    trains exactly as it would alone (its loss term depends only on its parameters).
     """
     start = time.perf_counter()
     x_tr, y_tr = train
-    if len(x_tr) != len(y_tr) or len(x_tr) == 0:
-        raise ValueError(f"train_probe_grid: {len(x_tr)} inputs for {len(y_tr)} labels (need equal and > 0)")
-    y_tr = y_tr.long()
-    c = int(num_classes if num_classes is not None else int(max(y_tr.max(), val[1].max())) + 1)
+    multi = isinstance(y_tr, Mapping)
+
+    def as_map(y: Labels) -> dict[Any, Tensor]:
+        return {t: v.long() for t, v in y.items()} if isinstance(y, Mapping) else {None: y.long()}
+
+    ys_tr, ys_val = as_map(y_tr), as_map(val[1])
+    ys_test = as_map(test[1]) if test is not None else None
+    if len(x_tr) == 0 or any(len(v) != len(x_tr) for v in ys_tr.values()):
+        raise ValueError(
+            f"train_probe_grid: {len(x_tr)} inputs for labels of lengths {[len(v) for v in ys_tr.values()]}"
+        )
+    if isinstance(num_classes, Mapping):
+        classes = {t: int(num_classes[t]) for t in ys_tr}
+    elif num_classes is not None:
+        classes = {t: int(num_classes) for t in ys_tr}
+    else:
+        classes = {t: int(max(ys_tr[t].max(), ys_val[t].max())) + 1 for t in ys_tr}
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
     grid = cfg.grid(kind)
-    model = build_probe_grid(kind, cfg, x_tr.shape[-1], c, generator=gen).to(device)
+    g = len(grid)
+    slices = _task_slices(classes, g)
+    model = build_probe_grid(
+        kind, cfg, x_tr.shape[-1], max(classes.values()), generator=gen, num_probes=g * len(classes)
+    ).to(device)
     if isinstance(model, LinearProbeGrid):
         model.fit_standardizer(x_tr.to(device))
     params, decay = _param_decay(model)
-    opt = GridAdamW(params, [lr for lr, _ in grid], [wd for _, wd in grid], decay=decay, betas=(cfg.beta1, cfg.beta2))
+    lrs = [lr for lr, _ in grid] * len(classes)
+    wds = [wd for _, wd in grid] * len(classes)
+    opt = GridAdamW(params, lrs, wds, decay=decay, betas=(cfg.beta1, cfg.beta2))
     epochs = cfg.epochs if kind == "attentive" else cfg.linear_epochs
     n, bs = len(x_tr), min(cfg.batch_size, len(x_tr))
     steps_per_epoch = math.ceil(n / bs)
@@ -538,27 +595,33 @@ def train_probe_grid(
         order = torch.randperm(n, generator=gen)
         for i in range(0, n, bs):
             idx = order[i : i + bs]
-            xb, yb = x_tr[idx].to(device, non_blocking=True), y_tr[idx].to(device, non_blocking=True)
-            logits = model(xb)  # [G, b, C]
-            g = logits.shape[0]
-            # sum over probes of each probe's mean cross-entropy: probe g gets exactly its own gradient
-            loss = F.cross_entropy(logits.reshape(-1, c), yb.repeat(g)) * g
+            xb = x_tr[idx].to(device, non_blocking=True)
+            loss = _grid_loss(model(xb), {t: y[idx].to(device) for t, y in ys_tr.items()}, slices)
             opt.zero_grad()
             loss.backward()
             opt.step(lr_factor(step, total, warmup))
             step += 1
-    val_acc, val_loss = evaluate_grid(model, val[0], val[1].long(), device=str(device))
-    test_acc = None if test is None else evaluate_grid(model, test[0], test[1].long(), device=str(device))[0]
-    # best validation accuracy; ties broken by the lower validation loss
-    order_key = sorted(range(len(grid)), key=lambda i: (-float(val_acc[i]), float(val_loss[i])))
-    return GridResult(
-        kind=kind if kind == "linear" or cfg.depth == 1 else f"attentive{cfg.depth}",
-        lrs=[lr for lr, _ in grid],
-        weight_decays=[wd for _, wd in grid],
-        val_acc=[float(a) for a in val_acc],
-        val_loss=[float(v) for v in val_loss],
-        test_acc=None if test_acc is None else [float(a) for a in test_acc],
-        best=order_key[0],
-        epochs=epochs,
-        seconds=time.perf_counter() - start,
+    val_res = evaluate_grid(model, val[0], ys_val, slices, device=str(device))
+    test_res = (
+        None if test is None or ys_test is None else evaluate_grid(model, test[0], ys_test, slices, device=str(device))
     )
+    seconds = time.perf_counter() - start
+    results = {}
+    for t in classes:
+        val_acc, val_loss = val_res[t]
+        test_acc = None if test_res is None else test_res[t][0]
+        # best validation accuracy; ties broken by the lower validation loss
+        best = min(range(g), key=lambda i, va=val_acc, vl=val_loss: (-float(va[i]), float(vl[i])))
+        results[t] = GridResult(
+            kind=kind if kind == "linear" or cfg.depth == 1 else f"attentive{cfg.depth}",
+            lrs=[lr for lr, _ in grid],
+            weight_decays=[wd for _, wd in grid],
+            val_acc=[float(a) for a in val_acc],
+            val_loss=[float(v) for v in val_loss],
+            test_acc=None if test_acc is None else [float(a) for a in test_acc],
+            best=best,
+            epochs=epochs,
+            seconds=seconds,
+            extra={"trained_with_tasks": [str(k) for k in classes]} if multi else {},
+        )
+    return results if multi else results[None]
