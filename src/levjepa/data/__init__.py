@@ -1,0 +1,39 @@
+"""levjepa.data: from video files (or the built-in benchmark) to multi-view clip batches.
+
+Read in this order: ``config.py`` (what can be set), ``video.py`` (PyAV decoding of a clip window),
+``sources.py`` (folders, V-JEPA index files, images), ``views.py`` (crops in the worker, photometric
+change and normalisation on device), ``loader.py`` (deterministic, resumable, rank-sharded batches),
+``badfiles.py`` (how broken files are skipped and reported), ``synthetic.py`` (the appearance/motion
+benchmark), ``prepare.py`` / ``check.py`` / ``cli.py`` (the ``levjepa data`` command).
+"""
+
+from __future__ import annotations
+
+from levjepa.data.badfiles import BadFileReport, BadFileWarning, DataError
+from levjepa.data.config import DataConfig, SyntheticConfig
+from levjepa.data.loader import PretrainLoader, ViewBatch, build_pretrain_loader
+from levjepa.data.sources import MediaItem, list_media, parse_index
+from levjepa.data.video import VideoFrames, decode_all, decode_clip, load_image, probe_video, write_video
+from levjepa.data.views import apply_photometric, normalize
+
+__all__ = [
+    "BadFileReport",
+    "BadFileWarning",
+    "DataConfig",
+    "DataError",
+    "MediaItem",
+    "PretrainLoader",
+    "SyntheticConfig",
+    "VideoFrames",
+    "ViewBatch",
+    "apply_photometric",
+    "build_pretrain_loader",
+    "decode_all",
+    "decode_clip",
+    "list_media",
+    "load_image",
+    "normalize",
+    "parse_index",
+    "probe_video",
+    "write_video",
+]

@@ -1,0 +1,127 @@
+"""Bad input files: one error type, one report, one warning per file.
+
+A long run must never die because one file of a million is broken, nor hide that it met broken files.
+Every failure to read a file raises :class:`DataError` whose message starts with a short *kind* and a
+colon, then names the file and what was wrong::
+
+    missing      the path does not exist
+    empty        0-byte file
+    permission   the process may not read it
+    unreadable   FFmpeg / PIL cannot open it (not a video, a truncated container, garbage)
+    no-video     a container without a video stream (audio only)
+    resolution   short side < min_side or long side > max_side (absurd resolution)
+    truncated    the container opens but the requested frames cannot be decoded
+    short        fewer frames than a clip needs; padded (reported, used) or skipped, per config
+
+The loader skips such a file (or pads it, for ``short`` in "pad" mode), records ``(path, reason)`` in the
+batch it was building, and :class:`BadFileReport` collects them: one :class:`BadFileWarning` per file,
+``counts`` per kind, and ``write(run_dir / "bad_files.json")`` for the run directory. A source in which
+every file is bad raises a ``DataError`` naming the source instead of looping (see ``loader.py``).
+
+``DataError`` takes a single message string so that it survives being re-raised from a DataLoader
+worker process with its type intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BAD_FILE_KINDS", "BadFileReport", "BadFileWarning", "DataError", "bad_file_kind"]
+
+BAD_FILE_KINDS = (
+    "missing",
+    "empty",
+    "permission",
+    "unreadable",
+    "no-video",
+    "resolution",
+    "truncated",
+    "short",
+)
+
+
+class DataError(ValueError):
+    """A data file or source cannot be used; the message starts with its kind, e.g. ``"empty: ..."``."""
+
+    @property
+    def kind(self) -> str:
+        return bad_file_kind(str(self))
+
+
+class BadFileWarning(UserWarning):
+    """Emitted once per bad file by :class:`BadFileReport`."""
+
+
+def bad_file_kind(reason: str) -> str:
+    """The kind prefix of a ``DataError`` message (``"other"`` when it has none of the known kinds)."""
+    head = reason.split(":", 1)[0].strip()
+    return head if head in BAD_FILE_KINDS else "other"
+
+
+class BadFileReport:
+    """Accumulates ``(path, reason)`` pairs; each file is counted and warned about once.
+
+    ``counts`` maps a kind to the number of distinct files of that kind; ``total`` is the number of
+    distinct files; ``files`` is ``{path: reason}`` (the first reason met for that path).
+    """
+
+    def __init__(self, warn: bool = True) -> None:
+        self.warn = warn
+        self.files: dict[str, str] = {}
+
+    def add(self, path: str, reason: str) -> bool:
+        """Record one bad file; returns True the first time this path is seen."""
+        path = str(path)
+        if path in self.files:
+            return False
+        self.files[path] = reason
+        if self.warn:
+            warnings.warn(f"bad data file skipped or padded: {path}: {reason}", BadFileWarning, stacklevel=2)
+        return True
+
+    def extend(self, pairs: Iterable[tuple[str, str]]) -> int:
+        """Record several ``(path, reason)`` pairs; returns how many files were new."""
+        return sum(self.add(p, r) for p, r in pairs)
+
+    def merge(self, other: BadFileReport) -> None:
+        """Fold another report in (e.g. gathered from the other ranks), without warning again."""
+        for path, reason in other.files.items():
+            self.files.setdefault(path, reason)
+
+    @property
+    def total(self) -> int:
+        return len(self.files)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for reason in self.files.values():
+            kind = bad_file_kind(reason)
+            out[kind] = out.get(kind, 0) + 1
+        return dict(sorted(out.items()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "total": self.total,
+            "counts": self.counts,
+            "files": [{"path": p, "kind": bad_file_kind(r), "reason": r} for p, r in sorted(self.files.items())],
+        }
+
+    def write(self, path: str | os.PathLike) -> Path:
+        """Write the report as JSON (atomically: a crash never leaves half a file)."""
+        from levjepa.weights import atomic_write_text
+
+        path = Path(path)
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
+        return path
+
+    def __len__(self) -> int:
+        return self.total
+
+    def __repr__(self) -> str:
+        return f"BadFileReport(total={self.total}, counts={self.counts})"

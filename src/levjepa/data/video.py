@@ -1,0 +1,616 @@
+"""Decoding videos and images into uint8 frames with PyAV (FFmpeg), reading only what a clip needs.
+
+Design:
+
+* **Which frames.** A clip is ``T`` frames at a fixed step in source frames: ``frame_stride`` (default 2,
+  the official LeVJEPA code's every 2nd frame of 15 fps video), or ``source_fps / target_fps`` when a
+  target rate is given (possibly fractional; indices are rounded). The window start is uniform over all
+  starts that keep the window inside the video, drawn from the caller's ``torch.Generator``
+  (:func:`clip_indices`). A video shorter than the window is padded by repeating its last frame (indices
+  clipped to the last frame) or rejected, per ``short_videos``.
+* **Seek, then decode only the window.** The container is seeked to the key frame at or before the first
+  wanted frame; frames are decoded until the last wanted one, and only wanted frames are converted to
+  RGB. A frame's index is read from its timestamp, ``round((pts - start_time) · time_base · fps)``, which
+  is exact for constant-frame-rate files; with variable frame rate a wanted index that does not occur
+  takes the nearest earlier frame. Re-encoding with frequent key frames (``levjepa data prepare``,
+  ``--keyint 16``) bounds the frames decoded before the window.
+* **Resize early.** Frames whose short side exceeds ``short_side`` are scaled down inside FFmpeg's
+  converter (area filter) as they are converted to RGB, so later crops never work on 720p frames.
+* **Errors are data, not crashes.** Every way a file can be unusable raises :class:`DataError` with a
+  kind prefix (``missing``, ``empty``, ``permission``, ``unreadable``, ``no-video``, ``resolution``,
+  ``truncated``, ``short``); see ``badfiles.py``.
+
+``decode_clip`` returns ``uint8 [T, H, W, 3]``; ``decode_all`` returns every (strided) frame with its
+timestamp; ``load_image`` reads a jpg/png as ``uint8 [H, W, 3]``. :class:`VideoWriter` / ``write_video``
+encode frames (used by ``prepare``, the tests and the benchmark).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Literal
+
+import av
+import numpy as np
+import torch
+
+from levjepa.data.badfiles import DataError
+
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "VIDEO_EXTENSIONS",
+    "VideoFrames",
+    "VideoInfo",
+    "VideoWriter",
+    "clip_indices",
+    "decode_all",
+    "decode_clip",
+    "load_image",
+    "probe_video",
+    "resized_shape",
+    "write_video",
+]
+
+VIDEO_EXTENSIONS = frozenset(
+    {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".wmv", ".flv", ".ts", ".3gp", ".ogv", ".gif"}
+)
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp"})
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """What the container says about its first video stream (``num_frames`` may be an estimate)."""
+
+    path: str
+    width: int
+    height: int
+    fps: float
+    num_frames: int  # -1 when neither a frame count nor a duration is stored
+    duration: float  # seconds; NaN when unknown
+    codec: str
+    frames_exact: bool  # True when the container stores the frame count (mp4, mov), False when estimated
+
+
+@dataclass
+class VideoFrames:
+    """Every kept frame of a video: ``frames`` uint8 [N, H, W, 3], ``timestamps`` seconds [N] (float64)."""
+
+    frames: torch.Tensor
+    fps: float  # the rate of the kept frames (source fps / stride, or the target fps)
+    timestamps: torch.Tensor
+    source_fps: float
+
+
+# ----------------------------------------------------------------------------------------------- errors
+
+
+def _check_file(path: str) -> None:
+    """Raise the DataError of a path that cannot be a readable file, before FFmpeg sees it."""
+    if not os.path.exists(path):
+        raise DataError(f"missing: {path} does not exist")
+    if os.path.isdir(path):
+        raise DataError(f"unreadable: {path} is a directory, expected a video or image file")
+    if os.path.getsize(path) == 0:
+        raise DataError(f"empty: {path} has 0 bytes")
+
+
+def _open(path: str) -> Any:
+    _check_file(path)
+    try:
+        return av.open(path, metadata_errors="ignore")
+    except PermissionError as exc:  # av.error.PermissionError subclasses it
+        raise DataError(f"permission: {path} cannot be read ({exc.strerror or exc})") from None
+    except (av.error.FFmpegError, OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"unreadable: {path} is not a readable video ({type(exc).__name__}: {exc})") from None
+
+
+def _check_resolution(path: str, width: int, height: int, min_side: int, max_side: int) -> None:
+    if width <= 0 or height <= 0:
+        raise DataError(f"unreadable: {path} reports a {width}x{height} video stream")
+    if min(width, height) < min_side or max(width, height) > max_side:
+        raise DataError(
+            f"resolution: {path} is {width}x{height}; expected a short side >= {min_side} and a long side "
+            f"<= {max_side} (data.min_side / data.max_side)"
+        )
+
+
+# --------------------------------------------------------------------------------------------- metadata
+
+
+def _fps(stream: Any) -> float:
+    for rate in (stream.average_rate, stream.guessed_rate, stream.base_rate):
+        if rate is not None and float(rate) > 0:
+            return float(rate)
+    return 30.0  # nothing stored at all: assume a common rate [choice]
+
+
+def _info(path: str, container: Any, min_side: int, max_side: int) -> VideoInfo:
+    if not container.streams.video:
+        kinds = ", ".join(sorted({s.type for s in container.streams})) or "no streams"
+        raise DataError(f"no-video: {path} has no video stream ({kinds})")
+    stream = container.streams.video[0]
+    cc = stream.codec_context
+    _check_resolution(path, cc.width, cc.height, min_side, max_side)
+    fps = _fps(stream)
+    duration = math.nan
+    if stream.duration is not None and stream.time_base is not None:
+        duration = float(stream.duration * stream.time_base)
+    elif container.duration is not None:
+        duration = container.duration / av.time_base
+    if stream.frames and stream.frames > 0:
+        num_frames, exact = int(stream.frames), True
+    elif not math.isnan(duration):
+        num_frames, exact = max(1, round(duration * fps)), False
+    else:
+        num_frames, exact = -1, False
+    if math.isnan(duration) and num_frames > 0:
+        duration = num_frames / fps
+    return VideoInfo(path, cc.width, cc.height, fps, num_frames, duration, cc.name, exact)
+
+
+def probe_video(path: str | os.PathLike, *, min_side: int = 1, max_side: int = 1 << 30) -> VideoInfo:
+    """Read a video's metadata without decoding (raises :class:`DataError`)."""
+    path = os.fspath(path)
+    with _open(path) as container:
+        return _info(path, container, min_side, max_side)
+
+
+def resized_shape(height: int, width: int, short_side: int | None) -> tuple[int, int]:
+    """(H, W) after scaling down so that ``min(H, W) <= short_side`` (never up; None/0 = unchanged)."""
+    if not short_side or min(height, width) <= short_side:
+        return height, width
+    scale = short_side / min(height, width)
+    return max(1, round(height * scale)), max(1, round(width * scale))
+
+
+# ------------------------------------------------------------------------------------ temporal sampling
+
+
+def clip_indices(
+    num_source_frames: int,
+    *,
+    num_frames: int,
+    step: float,
+    start: int | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[list[int], bool]:
+    """Source frame indices of a clip, and whether it had to be padded.
+
+    ``indices[k] = round(start + k * step)`` for ``k < num_frames``. With ``start=None`` the start is uniform
+    over ``0 .. N - 1 - (num_frames - 1) * step`` (drawn from ``generator``); when the window does not fit,
+    the start is 0 and indices past the last frame repeat the last frame (``padded=True``).
+    """
+    if num_source_frames < 1:
+        raise ValueError(f"num_source_frames={num_source_frames}: expected >= 1")
+    if step <= 0:
+        raise ValueError(f"step={step}: expected > 0")
+    last = num_source_frames - 1
+    span = (num_frames - 1) * step
+    if start is None:
+        max_start = math.floor(last - span + 1e-9)
+        if max_start >= 1:
+            start = int(torch.randint(0, max_start + 1, (1,), generator=generator).item())
+        else:
+            start = 0
+    elif not 0 <= start <= last:
+        raise ValueError(f"start_frame={start}: expected in [0, {last}] for a video of {num_source_frames} frames")
+    raw = [round(start + k * step) for k in range(num_frames)]
+    padded = raw[-1] > last
+    return [min(i, last) for i in raw], padded
+
+
+# ------------------------------------------------------------------------------------------- decoding
+
+
+def _setup_stream(stream: Any, threads: int) -> None:
+    cc = stream.codec_context
+    if threads == 1:
+        cc.thread_type = "NONE"
+        cc.thread_count = 1
+    else:
+        cc.thread_type = "AUTO"
+        cc.thread_count = threads  # 0: FFmpeg picks
+
+
+class _Converter:
+    """Frame → uint8 RGB ndarray at the early-resized size (one conversion per distinct frame)."""
+
+    def __init__(self, height: int, width: int, short_side: int | None) -> None:
+        self.out_h, self.out_w = resized_shape(height, width, short_side)
+        self.resize = (self.out_h, self.out_w) != (height, width)
+
+    def __call__(self, frame: Any) -> np.ndarray:
+        if self.resize:
+            frame = frame.reformat(width=self.out_w, height=self.out_h, format="rgb24", interpolation="AREA")
+            return frame.to_ndarray()
+        return frame.to_ndarray(format="rgb24")
+
+
+# Containers whose stored start time is the first frame's timestamp. Others (AVI above all, where H.264
+# frames come out with pts = dts + 1) are calibrated by decoding their first frame once.
+_TRUSTED_TIMESTAMPS = ("mov", "matroska", "mpegts", "mpeg", "flv", "ogg")
+
+
+def _first_pts(container: Any, stream: Any) -> int:
+    if container.format.name.startswith(_TRUSTED_TIMESTAMPS) or stream.start_time not in (None, 0):
+        return stream.start_time or 0
+    try:
+        for frame in container.decode(stream):
+            return frame.pts if frame.pts is not None else 0
+    except av.error.FFmpegError:
+        pass
+    finally:
+        container.seek(0, stream=stream, backward=True, any_frame=False) if stream.time_base else container.seek(0)
+    return 0
+
+
+def _frame_index(frame: Any, start_time: int, time_base: Fraction | None, fps: float, fallback: int) -> int:
+    if frame.pts is None or time_base is None:
+        return fallback
+    return round(float((frame.pts - start_time) * time_base) * fps)
+
+
+def _frames_from(container: Any, stream: Any, first: int, start_time: int, fps: float) -> Iterator[Any]:
+    """Decoded frames starting at or before source frame ``first``: seek to the key frame before it; when a
+    demuxer's seek lands after the target (MPEG-TS does), seek again further back (1 s, 2 s, 4 s, then 0)."""
+    tb = stream.time_base
+    if first <= 0 or tb is None:
+        return container.decode(stream)
+    backoff = 0.0
+    for _ in range(5):
+        target = start_time + int(((first - 0.5) / fps - backoff) / tb)  # half a frame early: rounding-safe
+        try:
+            container.seek(max(target, start_time), stream=stream, backward=True, any_frame=False)
+        except av.error.FFmpegError:
+            container.seek(0)
+            return container.decode(stream)
+        it = container.decode(stream)
+        head = next(it, None)
+        if head is None:
+            return iter(())
+        if target <= start_time or _frame_index(head, start_time, tb, fps, first) <= first:
+            return itertools.chain((head,), it)
+        backoff = max(1.0, 2.0 * backoff)
+    container.seek(0)
+    return container.decode(stream)
+
+
+def _decode_indices(path: str, container: Any, info: VideoInfo, indices: list[int], convert: _Converter) -> np.ndarray:
+    """Decode the frames at sorted source ``indices`` (repeats allowed) → uint8 [len(indices), H, W, 3]."""
+    stream = container.streams.video[0]
+    tb = stream.time_base
+    start_time = _first_pts(container, stream)
+    first = indices[0]
+    out: list[np.ndarray | None] = [None] * len(indices)
+    k, prev, prev_idx = 0, None, -1
+    cache: dict[int, np.ndarray] = {}  # frame index -> RGB, so a frame used twice is converted once
+
+    def rgb(frame: Any, idx: int) -> np.ndarray:
+        if idx not in cache:
+            cache.clear()
+            cache[idx] = convert(frame)
+        return cache[idx]
+
+    try:
+        for frame in _frames_from(container, stream, first, start_time, info.fps):
+            idx = _frame_index(frame, start_time, tb, info.fps, prev_idx + 1)
+            if idx < indices[k]:
+                prev, prev_idx = frame, idx
+                continue
+            while k < len(indices) and indices[k] <= idx:
+                if indices[k] < idx and prev is not None:  # the wanted index never occurred: nearest earlier
+                    out[k] = rgb(prev, prev_idx)
+                else:
+                    out[k] = rgb(frame, idx)
+                k += 1
+            prev, prev_idx = frame, idx
+            if k == len(indices):
+                break
+    except av.error.FFmpegError as exc:
+        if k == 0:
+            raise DataError(f"truncated: {path}: decoding failed near frame {first} ({exc})") from None
+    if k < len(indices):
+        # The stream ended before the window did. A frame count that was estimated from the duration, or
+        # that is off by a few frames, is tolerated (the clip is padded with its last frame); a stream
+        # that ends well before its stated length is a truncated or corrupt file.
+        slack = max(3, 0.05 * info.num_frames)
+        if prev is None or prev_idx < info.num_frames - 1 - slack:
+            got = "no frame at all" if prev is None else f"frames end at {prev_idx}"
+            raise DataError(
+                f"truncated: {path}: the container claims {info.num_frames} frames but {got}; "
+                "the file is cut short or corrupt"
+            )
+        if k == 0:
+            out[0] = rgb(prev, prev_idx)
+            k = 1
+        for j in range(k, len(indices)):
+            out[j] = out[k - 1]
+    return np.stack(out)  # type: ignore[arg-type]
+
+
+def _step(info: VideoInfo, frame_stride: int, target_fps: float | None) -> float:
+    return info.fps / target_fps if target_fps else float(frame_stride)
+
+
+def decode_clip(
+    path: str | os.PathLike,
+    *,
+    num_frames: int = 16,
+    frame_stride: int = 2,
+    target_fps: float | None = None,
+    start_frame: int | None = None,
+    short_side: int | None = 256,
+    short_videos: Literal["pad", "skip"] = "pad",
+    generator: torch.Generator | None = None,
+    min_side: int = 1,
+    max_side: int = 1 << 30,
+    threads: int = 1,
+) -> torch.Tensor:
+    """Decode one clip: ``num_frames`` frames → uint8 ``[T, H, W, 3]`` (see the module docstring).
+
+    ``start_frame`` fixes the first source frame; otherwise the window is drawn from ``generator``.
+    A video shorter than the window is padded with its last frame, or raises ``DataError("short: ...")``
+    when ``short_videos="skip"``.
+    """
+    frames, _ = decode_clip_with_info(
+        path,
+        num_frames=num_frames,
+        frame_stride=frame_stride,
+        target_fps=target_fps,
+        start_frame=start_frame,
+        short_side=short_side,
+        short_videos=short_videos,
+        generator=generator,
+        min_side=min_side,
+        max_side=max_side,
+        threads=threads,
+    )
+    return frames
+
+
+def decode_clip_with_info(
+    path: str | os.PathLike,
+    *,
+    num_frames: int = 16,
+    frame_stride: int = 2,
+    target_fps: float | None = None,
+    start_frame: int | None = None,
+    short_side: int | None = 256,
+    short_videos: Literal["pad", "skip"] = "pad",
+    generator: torch.Generator | None = None,
+    min_side: int = 1,
+    max_side: int = 1 << 30,
+    threads: int = 1,
+) -> tuple[torch.Tensor, str | None]:
+    """:func:`decode_clip`, plus a note (``"short: ..."``) when the clip had to be padded, else None."""
+    if num_frames < 1 or frame_stride < 1:
+        raise ValueError(f"num_frames={num_frames}, frame_stride={frame_stride}: expected both >= 1")
+    if target_fps is not None and target_fps <= 0:
+        raise ValueError(f"target_fps={target_fps}: expected None or > 0")
+    path = os.fspath(path)
+    with _open(path) as container:
+        info = _info(path, container, min_side, max_side)
+        _setup_stream(container.streams.video[0], threads)
+        convert = _Converter(info.height, info.width, short_side)
+        step = _step(info, frame_stride, target_fps)
+        if info.num_frames < 0:  # no count and no duration stored: decode everything once
+            all_frames = _decode_everything(path, container, convert)
+            n = len(all_frames)
+            idx, padded = clip_indices(n, num_frames=num_frames, step=step, start=start_frame, generator=generator)
+            frames = np.stack([all_frames[i] for i in idx])
+        else:
+            n = info.num_frames
+            idx, padded = clip_indices(n, num_frames=num_frames, step=step, start=start_frame, generator=generator)
+            if padded and short_videos == "skip":
+                raise DataError(_short_message(path, n, num_frames, step, "skipped"))
+            frames = _decode_indices(path, container, info, idx, convert)
+        if padded and short_videos == "skip":
+            raise DataError(_short_message(path, n, num_frames, step, "skipped"))
+    note = _short_message(path, n, num_frames, step, "padded with its last frame") if padded else None
+    return torch.from_numpy(frames), note
+
+
+def _short_message(path: str, n: int, num_frames: int, step: float, action: str) -> str:
+    need = math.floor((num_frames - 1) * step) + 1
+    return f"short: {path} has {n} frame(s), a clip needs {need} ({num_frames} at step {step:g}); {action}"
+
+
+def _decode_everything(path: str, container: Any, convert: _Converter) -> list[np.ndarray]:
+    frames: list[np.ndarray] = []
+    try:
+        for frame in container.decode(container.streams.video[0]):
+            frames.append(convert(frame))
+    except av.error.FFmpegError as exc:
+        if not frames:
+            raise DataError(f"truncated: {path}: no frame could be decoded ({exc})") from None
+    if not frames:
+        raise DataError(f"truncated: {path}: the video stream holds no decodable frame")
+    return frames
+
+
+def decode_all(
+    path: str | os.PathLike,
+    *,
+    frame_stride: int = 1,
+    target_fps: float | None = None,
+    short_side: int | None = None,
+    threads: int = 0,
+) -> VideoFrames:
+    """Decode a whole video, keeping every ``frame_stride``-th frame (or frames at ``target_fps``).
+
+    With ``target_fps`` the kept frames are those nearest to ``k / target_fps`` seconds; a target above the
+    source rate keeps every frame once (no duplicates). Returns frames, their timestamps and the rate.
+    """
+    if frame_stride < 1:
+        raise ValueError(f"frame_stride={frame_stride}: expected >= 1")
+    if target_fps is not None and target_fps <= 0:
+        raise ValueError(f"target_fps={target_fps}: expected None or > 0")
+    path = os.fspath(path)
+    frames: list[np.ndarray] = []
+    times: list[float] = []
+    with _open(path) as container:
+        info = _info(path, container, 1, 1 << 30)
+        stream = container.streams.video[0]
+        _setup_stream(stream, threads)
+        convert = _Converter(info.height, info.width, short_side)
+        tb, start_time = stream.time_base, _first_pts(container, stream)
+        step = _step(info, frame_stride, target_fps)
+        next_k, counter = 0, -1
+        try:
+            for frame in container.decode(stream):
+                counter += 1
+                idx = _frame_index(frame, start_time, tb, info.fps, counter)
+                counter = idx
+                if idx + 1e-9 < round(next_k * step):
+                    continue
+                frames.append(convert(frame))
+                times.append(
+                    idx / info.fps if frame.pts is None or tb is None else float((frame.pts - start_time) * tb)
+                )
+                while round(next_k * step) <= idx:
+                    next_k += 1
+        except av.error.FFmpegError as exc:
+            if not frames:
+                raise DataError(f"truncated: {path}: no frame could be decoded ({exc})") from None
+    if not frames:
+        raise DataError(f"truncated: {path}: the video stream holds no decodable frame")
+    out_fps = target_fps if target_fps else info.fps / frame_stride
+    return VideoFrames(
+        frames=torch.from_numpy(np.stack(frames)),
+        fps=float(min(out_fps, info.fps)),
+        timestamps=torch.tensor(times, dtype=torch.float64),
+        source_fps=info.fps,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- images
+
+
+def load_image(
+    path: str | os.PathLike, *, short_side: int | None = None, min_side: int = 1, max_side: int = 1 << 30
+) -> torch.Tensor:
+    """Read a jpg/png/... as uint8 ``[H, W, 3]`` (RGB), scaled down to ``short_side`` if larger."""
+    from PIL import Image, UnidentifiedImageError
+
+    path = os.fspath(path)
+    _check_file(path)
+    try:
+        with Image.open(path) as img:
+            _check_resolution(path, img.width, img.height, min_side, max_side)
+            img.draft("RGB", (img.width, img.height))
+            rgb = img.convert("RGB")
+            h, w = resized_shape(rgb.height, rgb.width, short_side)
+            if (h, w) != (rgb.height, rgb.width):
+                rgb = rgb.resize((w, h), Image.Resampling.BILINEAR, reducing_gap=2.0)
+            return torch.from_numpy(np.asarray(rgb, dtype=np.uint8).copy())
+    except PermissionError as exc:
+        raise DataError(f"permission: {path} cannot be read ({exc.strerror or exc})") from None
+    except DataError:
+        raise
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise DataError(f"unreadable: {path} is not a readable image ({type(exc).__name__}: {exc})") from None
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+class VideoWriter:
+    """Encode RGB frames to a video file (h264 in mp4 by default; width and height even for yuv420p).
+
+    ``options`` are passed to the encoder (e.g. ``{"crf": "23", "preset": "veryfast"}``); ``keyint`` sets
+    the maximum distance between key frames (the GOP size).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        width: int,
+        height: int,
+        fps: float = 30.0,
+        codec: str = "libx264",
+        options: dict[str, str] | None = None,
+        keyint: int | None = None,
+        container_format: str | None = None,
+        pix_fmt: str = "yuv420p",
+    ) -> None:
+        if pix_fmt == "yuv420p" and (width % 2 or height % 2):
+            raise ValueError(f"VideoWriter: width={width}, height={height}: both must be even for yuv420p")
+        self.path = os.fspath(path)
+        self.width, self.height = width, height
+        self.rate = Fraction(fps).limit_denominator(100_000)
+        self._container = av.open(self.path, "w", format=container_format)
+        self._stream = self._container.add_stream(codec, rate=self.rate)
+        self._stream.width, self._stream.height = width, height
+        self._stream.pix_fmt = pix_fmt
+        self._time_base = 1 / self.rate  # frame pts count frames; the muxer may change the stream's time base
+        self._stream.time_base = self._time_base
+        if keyint is not None:
+            self._stream.codec_context.gop_size = keyint
+        if options:
+            self._stream.options = dict(options)
+        self._count = 0
+
+    def write(self, frame: np.ndarray | torch.Tensor | Any) -> None:
+        """Append one frame: uint8 RGB ``[H, W, 3]`` (or an ``av.VideoFrame``)."""
+        if isinstance(frame, torch.Tensor):
+            frame = frame.numpy()
+        if isinstance(frame, np.ndarray):
+            if frame.shape != (self.height, self.width, 3) or frame.dtype != np.uint8:
+                raise ValueError(
+                    f"VideoWriter.write: got {frame.dtype} {frame.shape}, expected uint8 {(self.height, self.width, 3)}"
+                )
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
+        frame.pts = self._count
+        frame.time_base = self._time_base
+        self._count += 1
+        for packet in self._stream.encode(frame):
+            self._container.mux(packet)
+
+    def close(self) -> None:
+        if self._container is None:
+            return
+        try:
+            for packet in self._stream.encode():
+                self._container.mux(packet)
+        finally:
+            self._container.close()
+            self._container = None
+
+    def __enter__(self) -> VideoWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_video(
+    path: str | os.PathLike,
+    frames: np.ndarray | torch.Tensor,
+    *,
+    fps: float = 30.0,
+    codec: str = "libx264",
+    options: dict[str, str] | None = None,
+    keyint: int | None = None,
+    pix_fmt: str = "yuv420p",
+) -> None:
+    """Encode uint8 ``[T, H, W, 3]`` frames to ``path`` (even H and W for yuv420p)."""
+    if frames.ndim != 4 or frames.shape[-1] != 3:
+        raise ValueError(f"write_video: frames of shape {tuple(frames.shape)}, expected [T, H, W, 3]")
+    with VideoWriter(
+        path,
+        width=frames.shape[2],
+        height=frames.shape[1],
+        fps=fps,
+        codec=codec,
+        options=options,
+        keyint=keyint,
+        pix_fmt=pix_fmt,
+    ) as writer:
+        for frame in frames:
+            writer.write(frame)

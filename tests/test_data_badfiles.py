@@ -1,0 +1,234 @@
+"""Bad files never crash a run: each kind is skipped (or padded), warned about once, counted and named in
+the report; a source in which every file is bad stops with a clear error instead of looping."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import pickle
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pytest
+import torch
+
+from data_media import LOSSLESS, read_uniform, uniform_frames, write_uniform
+from levjepa.data import (
+    BadFileReport,
+    BadFileWarning,
+    DataConfig,
+    DataError,
+    build_pretrain_loader,
+    decode_all,
+    decode_clip,
+)
+from levjepa.data.video import write_video
+
+
+def _audio_only(path: Path) -> Path:
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("aac", rate=16000)
+        samples = (np.sin(np.arange(16000) / 5.0)[None, :] * 0.3).astype(np.float32)
+        frame = av.AudioFrame.from_ndarray(samples, format="fltp", layout="mono")
+        frame.sample_rate = 16000
+        for packet in stream.encode(frame):
+            container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def _truncated_copy(src: Path, dst: Path, keep: float) -> Path:
+    data = src.read_bytes()
+    dst.write_bytes(data[: int(len(data) * keep)])
+    return dst
+
+
+@pytest.fixture(scope="module")
+def bad_dir(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """A folder of 3 good videos and one file of each bad kind; returns (index file, {path: kind})."""
+    root = tmp_path_factory.mktemp("bad")
+    good = [write_uniform(root / f"good{i}.mp4", 40) for i in range(3)]
+    kinds = {}
+    (root / "empty.mp4").write_bytes(b"")
+    kinds["empty.mp4"] = "empty"
+    (root / "notes.mp4").write_text("this is not a video\n" * 50)
+    kinds["notes.mp4"] = "unreadable"
+    _truncated_copy(good[0], root / "cut.mp4", 0.5)  # moov atom at the end: cut off
+    kinds["cut.mp4"] = "unreadable"
+    _audio_only(root / "speech.mp4")
+    kinds["speech.mp4"] = "no-video"
+    write_uniform(root / "still.mp4", 1)
+    kinds["still.mp4"] = "short"
+    write_video(root / "sliver.mp4", uniform_frames(20, height=8, width=128), options=LOSSLESS)
+    kinds["sliver.mp4"] = "resolution"
+    kinds["gone.mp4"] = "missing"
+    index = root / "index.txt"
+    rows = [f"{p.name} 0" for p in good] + [f"{name} 1" for name in kinds]
+    index.write_text("\n".join(rows) + "\n")
+    return index, {str(root / name): kind for name, kind in kinds.items()}
+
+
+def _one_epoch(index: Path, **kw: Any) -> tuple[BadFileReport, list, list[warnings.WarningMessage]]:
+    cfg = DataConfig(
+        sources=(str(index),),
+        num_frames=4,
+        frame_stride=2,
+        global_size=16,
+        local_size=8,
+        num_local=1,
+        batch_size=2,
+        num_workers=0,
+        **kw,
+    )
+    report = BadFileReport()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = build_pretrain_loader(cfg, seed=0, bad_files=report)
+        batches = [next(loader) for _ in range(2 * loader.batches_per_epoch)]  # two epochs: no repeat warnings
+    return report, batches, [w for w in caught if issubclass(w.category, BadFileWarning)]
+
+
+def test_every_bad_kind_is_skipped_reported_once_and_counted(bad_dir, tmp_path):
+    index, expected = bad_dir
+    report, batches, warned = _one_epoch(index, short_videos="skip")
+    assert {p: r.split(":", 1)[0] for p, r in report.files.items()} == expected
+    assert len(warned) == len(expected)  # one warning per file
+    assert report.counts == {
+        "empty": 1,
+        "missing": 1,
+        "no-video": 1,
+        "resolution": 1,
+        "short": 1,
+        "unreadable": 2,
+    }
+    for batch in batches:  # every clip of every batch comes from a good file (a 40-frame coded video)
+        for b in range(batch.batch_size):
+            frames = batch.views[0][0, b].permute(1, 2, 3, 0)  # [T, H, W, C]
+            idx = read_uniform(frames)
+            assert idx == [idx[0] + 2 * k for k in range(4)] and idx[-1] < 40
+    out = report.write(tmp_path / "run" / "bad_files.json")
+    data = json.loads(out.read_text())
+    assert data["total"] == len(expected) and {f["path"] for f in data["files"]} == set(expected)
+
+
+def test_short_videos_are_padded_and_still_reported_in_pad_mode(bad_dir):
+    index, _ = bad_dir
+    report, _, _ = _one_epoch(index, short_videos="pad")
+    still = [p for p in report.files if p.endswith("still.mp4")]
+    assert len(still) == 1 and "padded" in report.files[still[0]]
+
+
+def test_a_source_where_every_file_is_bad_stops_with_a_clear_error(tmp_path):
+    for name in ("a.mp4", "b.mp4"):
+        (tmp_path / name).write_text("garbage")
+    (tmp_path / "c.mp4").write_bytes(b"")
+    cfg = DataConfig(sources=(str(tmp_path),), global_size=16, local_size=8, batch_size=1, num_workers=0)
+    with pytest.raises(DataError, match="every one of its 3 file"):
+        next(build_pretrain_loader(cfg, seed=0))
+    with pytest.raises(DataError, match="every one of its 3 file"):  # same from a worker process
+        next(build_pretrain_loader(DataConfig(**{**cfg.__dict__, "num_workers": 1}), seed=0))
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    with pytest.raises(DataError, match="holds no video or image"):
+        build_pretrain_loader(DataConfig(sources=(str(empty),), batch_size=1, num_workers=0), seed=0)
+
+
+def test_a_truncated_file_whose_header_survives_is_reported_as_truncated(tmp_path):
+    path = tmp_path / "full.mp4"
+    with av.open(str(path), "w", options={"movflags": "faststart"}) as container:  # index first, data after
+        stream = container.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.options = dict(LOSSLESS)
+        for frame in uniform_frames(120):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    cut = _truncated_copy(path, tmp_path / "cut.mp4", 0.3)
+    assert read_uniform(decode_clip(cut, num_frames=4, frame_stride=2, start_frame=0)) == [0, 2, 4, 6]
+    readable = decode_all(cut).frames.shape[0]  # frames before the cut
+    assert 8 < readable < 100
+    for start in (100, readable - 3):  # beyond the cut, and a window that crosses it
+        with pytest.raises(DataError, match=r"^truncated:"):
+            decode_clip(cut, num_frames=4, frame_stride=2, start_frame=start)
+
+
+def test_report_deduplicates_merges_and_counts():
+    report = BadFileReport(warn=False)
+    assert report.extend([("a", "empty: a"), ("b", "missing: b"), ("a", "empty: a")]) == 2
+    other = BadFileReport(warn=False)
+    other.add("c", "weird thing")
+    report.merge(other)
+    assert report.total == 3 and report.counts == {"empty": 1, "missing": 1, "other": 1}
+
+
+# ---------------------------------------------------------------- unreadable permissions (root included)
+
+
+def _without_file_permission_override(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` where file permissions apply: directly for a normal user; as root, in a forked child that
+    first drops every capability (CAP_DAC_OVERRIDE lets root read a mode-000 file)."""
+    if os.geteuid() != 0:
+        return fn()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        status = 1
+        try:
+            os.close(read_fd)
+            torch.set_num_threads(1)
+
+            class Header(ctypes.Structure):
+                _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+            class Data(ctypes.Structure):
+                _fields_ = [(name, ctypes.c_uint32) for name in ("effective", "permitted", "inheritable")]
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()) != 0:
+                raise OSError(ctypes.get_errno(), "capset failed")
+            payload = ("ok", fn())
+            status = 0
+        except BaseException as exc:  # report to the parent, never run its pytest teardown here
+            payload = ("error", f"{type(exc).__name__}: {exc}")
+        with os.fdopen(write_fd, "wb") as f:
+            f.write(pickle.dumps(payload))
+        os._exit(status)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    kind, value = pickle.loads(data)
+    assert kind == "ok", value
+    return value
+
+
+def _permission_outcome(folder: str, locked: str) -> tuple[str, dict[str, str], list[int]]:
+    try:
+        decode_clip(locked, num_frames=2)
+        direct = "read"
+    except DataError as exc:
+        direct = str(exc)
+    cfg = DataConfig(sources=(folder,), num_frames=2, global_size=16, local_size=8, batch_size=1, num_workers=0)
+    report = BadFileReport(warn=False)
+    loader = build_pretrain_loader(cfg, seed=0, bad_files=report)
+    batches = [next(loader) for _ in range(2)]
+    return direct, dict(report.files), [int(b.views[0][0, 0, 0, 0, 0, 0]) for b in batches]
+
+
+def test_an_unreadable_file_is_skipped_and_reported(tmp_path):
+    write_uniform(tmp_path / "a_ok.mp4", 10)
+    locked = write_uniform(tmp_path / "b_locked.mp4", 10)
+    os.chmod(locked, 0)
+    try:
+        direct, files, _ = _without_file_permission_override(lambda: _permission_outcome(str(tmp_path), str(locked)))
+    finally:
+        os.chmod(locked, 0o644)
+    assert direct.startswith("permission:")
+    assert list(files) == [str(locked)] and files[str(locked)].startswith("permission:")

@@ -1,0 +1,88 @@
+"""Sources: V-JEPA index files (with image rows), recursive folders, single files, images as clips."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from data_media import read_uniform, write_uniform
+from levjepa.data import DataConfig, DataError, MediaItem, build_pretrain_loader, list_media, load_image, parse_index
+
+
+def test_vjepa_index_rows_with_labels_relative_paths_and_image_rows(tmp_path):
+    (tmp_path / "sub").mkdir()
+    index = tmp_path / "sub" / "train.csv"
+    index.write_text(
+        "# comment line\n"
+        "/data/k400/abseiling/clip_001.mp4 0\n"
+        "\n"
+        "videos/b.webm 17\n"
+        "../frames/photo.JPG 3\n"
+        "/data/with space/clip.mkv 5\n"
+        "no_label.avi\n"
+    )
+    items = parse_index(index)
+    assert items == [
+        MediaItem("/data/k400/abseiling/clip_001.mp4", 0, "video"),
+        MediaItem(str(tmp_path / "sub" / "videos" / "b.webm"), 17, "video"),
+        MediaItem(str(tmp_path / "frames" / "photo.JPG"), 3, "image"),
+        MediaItem("/data/with space/clip.mkv", 5, "video"),
+        MediaItem(str(tmp_path / "sub" / "no_label.avi"), None, "video"),
+    ]
+    assert list_media(str(index)) == items
+
+
+def test_folder_is_recursive_sorted_skips_hidden_and_labels_by_subfolder(tmp_path):
+    for rel in ("cats/b.mp4", "cats/deep/a.MOV", "dogs/x.png", "dogs/.partial.mp4", ".cache/y.mp4", "dogs/notes.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"x")
+    items = list_media(str(tmp_path))
+    assert [(i.path[len(str(tmp_path)) + 1 :], i.label, i.kind) for i in items] == [
+        ("cats/b.mp4", 0, "video"),
+        ("cats/deep/a.MOV", 0, "video"),
+        ("dogs/x.png", 1, "image"),
+    ]
+    (tmp_path / "loose.mp4").write_bytes(b"x")  # a file at the top level: no class structure, no labels
+    assert all(i.label is None for i in list_media(str(tmp_path)))
+    single = list_media(str(tmp_path / "loose.mp4"))
+    assert single == [MediaItem(str(tmp_path / "loose.mp4"), None, "video")]
+    with pytest.raises(DataError, match="missing"):
+        list_media(str(tmp_path / "nope"))
+    with pytest.raises(ValueError, match="synthetic"):
+        list_media("synthetic")
+
+
+def test_images_are_clips_repeated_along_time(tmp_path):
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (40, 60, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "a.png")
+    img = load_image(tmp_path / "a.png")
+    assert torch.equal(img, torch.from_numpy(pixels))  # PNG is lossless
+    assert load_image(tmp_path / "a.png", short_side=20).shape == (20, 30, 3)
+    cfg = DataConfig(sources=(str(tmp_path),), num_frames=5, global_size=24, local_size=12, batch_size=1, num_workers=0)
+    batch = next(build_pretrain_loader(cfg, seed=0))
+    glob, local = batch.views
+    for view in (*glob[:, 0], *local[:, 0]):
+        assert all(torch.equal(view[:, t], view[:, 0]) for t in range(5))  # a still clip
+    assert glob[0, 0].float().std() > 10  # and not a blank one
+
+
+def test_index_and_folder_sources_mix_videos_and_images(tmp_path):
+    write_uniform(tmp_path / "v.mp4", 30)
+    Image.fromarray(np.full((48, 64, 3), 200, np.uint8)).save(tmp_path / "i.jpg")
+    index = tmp_path / "index.txt"
+    index.write_text("v.mp4 1\ni.jpg 2\n")
+    cfg = DataConfig(sources=(str(index),), num_frames=4, global_size=16, local_size=8, batch_size=2, num_workers=0)
+    batch = next(build_pretrain_loader(cfg, seed=0))
+    kinds = set()
+    for b in range(2):
+        frames = batch.views[0][0, b].permute(1, 2, 3, 0)
+        if (frames.float().mean(dim=(1, 2, 3)) - 200).abs().max() < 3:
+            kinds.add("image")
+        else:
+            idx = read_uniform(frames)
+            assert idx == [idx[0] + 2 * k for k in range(4)]
+            kinds.add("video")
+    assert kinds == {"image", "video"}
