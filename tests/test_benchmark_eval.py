@@ -119,3 +119,46 @@ def test_probe_command_with_baseline_and_both_weights(tmp_path, capsys):
     js = json.loads(out.read_text())
     assert set(js["accuracy"]) == {"pretrained-ema", "pretrained-online", "random-init"}
     assert js["info"]["encoders"]["random-init"].startswith("random")
+
+
+def test_probe_command_on_a_labelled_index_reports_bad_files(tmp_path, capsys):
+    import numpy as np
+    from PIL import Image
+
+    from levjepa.data import write_video
+
+    media = tmp_path / "media"
+    media.mkdir()
+    rows = {"train": [], "val": [], "test": []}
+    gen = np.random.default_rng(0)
+    for split, n in (("train", 8), ("val", 4), ("test", 4)):
+        for i in range(n):
+            label = i % 2
+            base = np.array([200, 40, 40] if label == 0 else [40, 40, 200], np.uint8)
+            frames = np.clip(base + gen.integers(-30, 30, (12, 16, 16, 3)), 0, 255).astype(np.uint8)
+            path = media / f"{split}{i}.mp4"
+            write_video(path, frames, fps=10)
+            rows[split].append(f"{path.name} {label}")
+    Image.fromarray(np.full((16, 16, 3), [200, 40, 40], np.uint8)).save(media / "red.png")
+    rows["train"] += ["red.png 0", "missing.mp4 1"]
+    for split, lines in rows.items():
+        (media / f"{split}.csv").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "res" / "probe.json"
+    run = make_run_dir(tmp_path, steps=(5,))
+    parser = argparse.ArgumentParser()
+    cli_probe.add_arguments(parser)
+    task = "index:" + ",".join(str(media / f"{s}.csv") for s in ("train", "val", "test"))
+    args = parser.parse_args(
+        [str(run), "--task", task, "--probe", "knn,linear", "--frames", "4", "--size", "16", "--out", str(out)]
+    )
+    from levjepa.data import BadFileWarning
+
+    with pytest.warns(BadFileWarning, match="missing.mp4"):  # one warning per bad file, then skipped
+        assert cli_probe.main(args) == 0
+    text = capsys.readouterr().out
+    assert "| labels | knn |" in text and "1 unreadable file(s) skipped" in text
+    js = json.loads(out.read_text())
+    assert js["info"]["split_sizes"] == {"train": 9, "val": 4, "test": 4}
+    assert js["accuracy"]["pretrained-ema"]["labels"]["knn"] == 100.0  # colour separates the classes
+    bad = json.loads((out.parent / "bad_files.json").read_text())
+    assert bad["total"] == 1 and bad["files"][0]["path"].endswith("missing.mp4")

@@ -47,7 +47,10 @@ __all__ = [
     "spearman_report",
 ]
 
-DEFAULT_LAMBDA = {"levjepa": 0.02, "lejepa": 0.05, "localejepa": 0.1}
+try:  # one source of truth when the objective package is present
+    from levjepa.objective.config import DEFAULT_LAMBDA
+except ImportError:  # pragma: no cover - evaluation works without the training objectives installed
+    DEFAULT_LAMBDA = {"levjepa": 0.02, "lejepa": 0.05, "localejepa": 0.1}
 
 
 def run_lambda(run_config: dict[str, Any] | None) -> float:
