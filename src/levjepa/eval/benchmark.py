@@ -281,6 +281,7 @@ def evaluate_splits(
     cache_dir: str | None = None,
     progress: bool = False,
     title: str = "",
+    batch_size: int = 16,
 ) -> BenchmarkResult:
     """Every encoder through :func:`evaluate_encoder_on_splits`; one table."""
     for t in tasks:
@@ -307,6 +308,7 @@ def evaluate_splits(
             cache_dir=cache_dir,
             progress=progress,
             timings=timings[name],
+            batch_size=batch_size,
         )
     info = {
         "title": title,

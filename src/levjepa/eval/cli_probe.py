@@ -166,6 +166,7 @@ def main(args: argparse.Namespace) -> int:
         cache_dir=args.cache,
         progress=True,
         title=title,
+        batch_size=args.batch_size,
     )
     result.info["encoders"] = {name: le.describe() for name, le in loaded.items()}
     print(result.table())
