@@ -17,8 +17,10 @@ tokens are read once per batch for all tasks. Probe grids are chosen on val and 
 Budgets. ``full``: every clip of the splits and the V-JEPA 2 grid (20 attentive probes, 20 epochs).
 ``demo``: the first 512 / 128 / 256 clips of train / val / test (the splits are in random order) and a
 2 × 2 grid with few epochs — sized so that three encoders at demo size (vit-demo, 16×64×64 clips, 1024
-tokens per clip) fit in about three minutes on 2 CPU cores, where the encoder's forward (~45 ms per clip)
-dominates. The table's caption states the clip counts, the image source and the clip size.
+tokens per clip) fit in about three minutes on 2 idle CPU cores. The encoder's forward dominates: ≈ 80 ms
+of CPU time per clip (≈ 3.7 GFLOPs, attention over 1025 tokens being most of it), so 3 × 896 clips cost
+≈ 2 minutes; the probes of all three tasks add ≈ 10–15 s per encoder (``bench/eval.md``).
+The table's caption states the clip counts, the image source and the clip size.
 """
 
 from __future__ import annotations
@@ -178,7 +180,7 @@ def evaluate_encoder_on_splits(
     probe_cfg: ProbeConfig | None = None,
     seed: int = 0,
     device: str | torch.device = "cpu",
-    batch_size: int = 16,
+    batch_size: int = 8,
     cache_dir: str | None = None,
     progress: bool = False,
     timings: dict[str, float] | None = None,
@@ -281,7 +283,7 @@ def evaluate_splits(
     cache_dir: str | None = None,
     progress: bool = False,
     title: str = "",
-    batch_size: int = 16,
+    batch_size: int = 8,
 ) -> BenchmarkResult:
     """Every encoder through :func:`evaluate_encoder_on_splits`; one table."""
     for t in tasks:
@@ -339,6 +341,7 @@ def evaluate_benchmark(
     probe_cfg: ProbeConfig | None = None,
     cache_dir: str | None = None,
     progress: bool = False,
+    batch_size: int = 8,
 ) -> BenchmarkResult:
     """The built-in benchmark (``cfg``: a ``SyntheticConfig``) for each named encoder: the table the CPU demo
     prints for pretrained (EMA and online) vs random-init encoders. Encoders are left as they were found
@@ -358,5 +361,6 @@ def evaluate_benchmark(
         seed=seed,
         cache_dir=cache_dir,
         progress=progress,
+        batch_size=batch_size,
         title="built-in benchmark (moving image over texture: appearance, motion direction, arrow of time)",
     )

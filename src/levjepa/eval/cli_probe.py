@@ -117,7 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frames", type=int, default=16, help="index task: frames per clip")
     parser.add_argument("--frame-stride", type=int, default=2, help="index task: keep every n-th frame")
     parser.add_argument("--size", type=int, default=224, help="index task: short side + centre crop")
-    parser.add_argument("--batch-size", type=int, default=16, help="clips per encoder forward")
+    parser.add_argument("--batch-size", type=int, default=8, help="clips per encoder forward")
     parser.add_argument("--cache", default=None, help="feature cache folder")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0, help="probe seed")

@@ -114,7 +114,7 @@ def compute_features(
     encoder: nn.Module,
     clips: Tensor,
     *,
-    batch_size: int = 16,
+    batch_size: int = 8,
     device: str | torch.device = "cpu",
     keep_tokens: bool = True,
     num_frames: int = 16,
