@@ -9,7 +9,9 @@ Two qualitative readouts (SPEC §5; LeJEPA / LeVJEPA figures):
   together share a colour; a video encoder's maps should also stay stable along time.
 * **Cosine similarity from a query patch** ``(t, y, x)`` (patch-grid coordinates, default: the centre
   patch of the middle frame): ``cos(f_query, f_i)`` for every token, shown with a dark-to-bright colour
-  ramp on [−1, 1]; the query cell is outlined in the input frame.
+  ramp stretched from the clip's 1st percentile of similarity (dark) to 1 (bright, the query itself) —
+  features of a trained encoder are rarely anti-correlated, so a fixed [−1, 1] scale would wash every
+  map out; the raw range is in the JSON. The query cell is outlined in the input frame.
 
 Outputs: ``DIR/visualize.png`` — input frames (top row, query outlined), PCA maps (middle), similarity
 maps (bottom), each map upsampled (nearest) to the frame size; ``DIR/visualize.gif`` — the three panels
@@ -72,8 +74,8 @@ def cosine_map(tokens: Tensor, query: int) -> Tensor:
 
 
 def _ramp(values: Tensor) -> Tensor:
-    """Values in [−1, 1] -> RGB [.., 3] in [0, 1] along :data:`_RAMP`."""
-    pos = (values.clamp(-1, 1) + 1) / 2 * (len(_RAMP) - 1)
+    """Values in [0, 1] -> RGB [.., 3] in [0, 1] along :data:`_RAMP`."""
+    pos = values.clamp(0, 1) * (len(_RAMP) - 1)
     i = pos.floor().long().clamp(max=len(_RAMP) - 2)
     w = (pos - i)[..., None]
     return _RAMP[i] * (1 - w) + _RAMP[i + 1] * w
@@ -167,10 +169,12 @@ def visualize(
     q_index = (query[0] * grid[1] + query[1]) * grid[2] + query[2]
     rgb, ratio = pca_rgb(tokens)
     sim = cosine_map(tokens, q_index)
+    lo = float(torch.quantile(sim, 0.01))
+    shown = ((sim - lo) / max(1.0 - lo, 1e-6)).clamp(0, 1)
     frames = clip.permute(1, 2, 3, 0).contiguous()  # [T, H, W, 3]
     if scale > 1:
         frames = frames.repeat_interleave(scale, 1).repeat_interleave(scale, 2)
-    image, strips = render_panels(frames, rgb.view(*grid, 3), sim.view(*grid), query, p * scale, tau)
+    image, strips = render_panels(frames, rgb.view(*grid, 3), shown.view(*grid), query, p * scale, tau)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     image.save(out_dir / "visualize.png")
@@ -185,6 +189,7 @@ def visualize(
         "query": list(query),
         "pca_explained_variance_ratio": [round(float(r), 4) for r in ratio],
         "similarity_range": [float(sim.min()), float(sim.max())],
+        "similarity_shown_from": lo,
         "files": files,
     }
     (out_dir / "visualize.json").write_text(json.dumps(summary, indent=2) + "\n")
