@@ -121,11 +121,11 @@ def probe_config(budget: Literal["demo", "full"] = "full", **overrides: Any) -> 
         cfg = ProbeConfig()
     elif budget == "demo":
         cfg = ProbeConfig(
-            lrs=(3e-3, 1e-3),
+            lrs=(1e-2, 3e-3),  # higher than V-JEPA's: ~160 steps instead of tens of thousands
             weight_decays=(0.01, 0.1),
             linear_lrs=(1e-2, 1e-3),
             linear_weight_decays=(0.0, 1e-3),
-            epochs=8,
+            epochs=10,
             linear_epochs=30,
             batch_size=32,
         )
