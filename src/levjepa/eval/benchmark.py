@@ -231,7 +231,7 @@ class BenchmarkResult:
         return (
             f"Frozen-encoder accuracy (%) on {split} of the probe chosen on val — {i.get('title', 'benchmark')}; "
             f"image source: {i.get('image_source')}; clips {i.get('clip')}; train/val/test {sizes} clips; "
-            f"budget {i.get('budget')}."
+            f"budget {i.get('budget')}; chance = the majority class's share of that split."
         )
 
     def table(self) -> str:
