@@ -56,7 +56,7 @@ def test_tiny_config_reproduces_hand_computed_counts():
         "projector": 3 * 720,
         "objective": 3 * 468,
     }
-    assert clip.tokens == {"8px": 5, "4px": 2}
+    assert clip.tokens == {"global": 5, "local": 2}
     assert run_flops(TINY, clips=10, epochs=3, frames=2, global_size=8, local_size=4, num_local=1, drop_ratio=0.5,
                      sigreg_directions=8, sigreg_nodes=3) == 30 * clip.training_total  # fmt: skip
 
@@ -89,7 +89,7 @@ def test_formula_equals_torch_flop_counter_on_the_real_model(drop):
 def test_the_paper_numbers_vit_b():
     cfg = encoder_config("vit-base")
     clip = training_flops_per_clip(cfg)
-    assert clip.tokens == {"224px": 158, "96px": 30}
+    assert clip.tokens == {"global": 158, "local": 30}
     assert 1.4e11 < clip.training_total < 1.6e11  # paper: ~1.5e11 training FLOPs per clip
     paper_order = training_flops_per_clip(cfg, embed_all=True)
     assert 6.3e9 < paper_order.forward["patch_embed"] < 6.5e9  # the ~6.4 GFLOPs embedding of dropped patches
@@ -133,6 +133,6 @@ def test_command_prints_the_breakdown_run_total_and_assumptions(capsys):
     assert "1.455e+11" in out and "EFLOPs" in out and "131,600 clips" in out and "2 FLOPs" in out
     assert flops.main(_args("--model", "vit-tiny", "--set", "tubelet=2", "--json", "--sweep", "0,0.9")) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["tokens_per_view"] == {"224px": 79, "96px": 15} and len(data["sweep"]) == 2
+    assert data["tokens_per_view"] == {"global": 79, "local": 15} and len(data["sweep"]) == 2
     with pytest.raises(ValueError, match="valid choices are uniform, tube"):
         flops.main(_args("--set", "drop_mode=cube"))

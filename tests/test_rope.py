@@ -18,7 +18,7 @@ def ours(head_dim: int, base: float = 10000.0) -> Rotate:
     rope = Rope3D(head_dim, base)
 
     def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        cos, sin = rope(positions[None])  # [1, 1, L, hd/2]
+        cos, sin = rope(positions[None])  # [1, 1, L, hd]
         return apply_rope(x[None, None], cos, sin)[0, 0]
 
     return rotate

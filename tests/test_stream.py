@@ -99,3 +99,11 @@ def test_stream_refuses_what_it_cannot_do(enc):
     stream.push(torch.randn(1, 3, 1, 96, 96))
     with pytest.raises(ValueError, match=r"frames: shape \(1, 3, 1, 64, 64\) does not continue .*\(1, 3, 96, 96\)"):
         stream.push(torch.randn(1, 3, 1, 64, 64))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("window", [None, 2])
+def test_stream_equals_full_forward_for_a_real_preset_at_224(window):
+    torch.manual_seed(0)
+    enc = VideoEncoder(encoder_config("vit-small")).eval()  # 12 layers, dim 384, patch 16
+    check_every_prefix(enc, torch.randn(1, 3, 4, 224, 224), window=window, chunk=1)

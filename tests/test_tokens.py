@@ -128,6 +128,12 @@ def test_bad_video_raises_naming_input_shape_and_expectation(video, needle):
         enc.forward_features(video)
 
 
+def test_video_on_another_device_is_named():
+    enc = VideoEncoder(encoder_config("vit-test")).to("meta")
+    with pytest.raises(ValueError, match=r"^video: tensor of shape \(1, 3, 2, 16, 16\) is on cpu, the encoder on meta"):
+        enc(torch.randn(1, 3, 2, 16, 16))
+
+
 def test_clip_length_must_be_a_multiple_of_the_tubelet():
     enc = VideoEncoder(encoder_config("vit-test", tubelet=2))
     with pytest.raises(ValueError, match=r"T must be a multiple of the tubelet 2, got shape \(1, 3, 3, 16, 16\)"):

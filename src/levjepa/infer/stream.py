@@ -108,13 +108,14 @@ class StreamingEncoder:
         q = TokenMeta(new[None], torch.zeros(1, new.numel(), dtype=torch.bool, device=new.device))
         k = TokenMeta(keys[None], torch.zeros(1, keys.numel(), dtype=torch.bool, device=new.device))
         attn_mask = build_attn_mask("block_causal", q, k, self._window_slots)  # [1, 1, L, L_cache + L]
-        rope = enc.rope(positions[:1])  # [1, 1, L, hd/2], broadcast over the batch
+        rope = enc.rope(positions[:1])  # [1, 1, L, hd], broadcast over the batch
         for blk, cache in zip(enc.blocks, self._caches, strict=True):
             x = blk(x, rope, attn_mask, cache.append)
         self._frames = keys
-        self._next_slot = int(new.max()) + 1
-        if self._window_slots is not None:  # evict tokens older than the window (a prefix: time-major)
-            stale = int((keys <= self._next_slot - 1 - self._window_slots).sum())
+        self._next_slot += frames.shape[2] // enc.cfg.tubelet
+        if self._window_slots is not None:  # evict slots older than the window: a prefix, the cache is time-major
+            per_slot = (h // enc.cfg.patch_size) * (w // enc.cfg.patch_size)
+            stale = max(0, keys.numel() - self._window_slots * per_slot)
             self._frames = keys[stale:]
             for cache in self._caches:
                 cache.drop_first(stale)

@@ -21,10 +21,11 @@ Design:
   slot ``t`` read slots ``t − W < s ≤ t``, CLS reads the last ``W`` slots of its clip. It is what the
   streaming encoder's sliding window computes; ``None`` (training, evaluation) is unbounded.
 * One implementation on every device: ``F.scaled_dot_product_attention`` with a boolean mask
-  ``[B, 1, Lq, Lk]`` broadcast over heads (built once per forward, shared by all layers). On CUDA that
-  dispatches to the memory-efficient kernel, which accepts arbitrary masks; without a mask (bidirectional,
-  no window) it takes the flash kernel. Attention is ~2 % of the encoder's FLOPs at ρ = 0.95 (158- and
-  30-token sequences), so no mask-specialised kernel is needed; ``bench/gpu_encoder.py`` measures it.
+  ``[B, 1, Lq, Lk]`` broadcast over heads (built once per forward, shared by all layers). On CUDA, SDPA
+  picks a fused kernel that accepts arbitrary masks (memory-efficient attention); without a mask
+  (bidirectional, no window) it can take the flash kernel. Attention scores are ~2 % of the encoder's FLOPs
+  at ρ = 0.95 (158- and 30-token sequences), so no mask-specialised kernel was written;
+  ``bench/gpu_encoder.py`` times the op per backend and mask type, and the whole step with and without mask.
 """
 
 from __future__ import annotations
@@ -100,8 +101,8 @@ class Attention(nn.Module):
         self, x: Tensor, rope: tuple[Tensor, Tensor], attn_mask: Tensor | None, kv_cache: KVCache | None = None
     ) -> Tensor:
         b, n, d = x.shape
-        q, k, v = self.qkv(x).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)  # 3 x [B, h, L, hd]
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        q, k, v = self.qkv(x).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)  # [B, h, L, hd] each
         if kv_cache is not None:
             k, v = kv_cache(k, v)  # [B, h, L_past + L, hd]
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # [B, h, L, hd]

@@ -20,8 +20,8 @@ Design (the choices the paper leaves open):
   both, plus agreement with a naive complex-number reference, and that the checks do fail on that bug.
 * **Property.** With ``R(p)`` the rotation, ``⟨R(p)q, R(p')k⟩ = ⟨q, R(p' − p)k⟩``: attention scores depend
   only on the per-axis offset ``p' − p``.
-* **CLS.** CLS is rotated at position ``(t_last, 0, 0)``: spatially unrotated (as DINOv3 leaves its CLS
-  unrotated) and temporally at the newest temporal slot of the clip (``T/τ − 1``; in streaming, of the
+* **CLS.** CLS is rotated at position ``(t_last, 0, 0)``: spatially unrotated (2-D RoPE ViTs commonly
+  leave CLS unrotated) and temporally at the newest temporal slot of the clip (``T/τ − 1``; in streaming, of the
   frames seen so far). Patches never read CLS under block-causal attention and CLS's score with itself is
   position-free, so this position only shapes how CLS weighs patches: by how far back a frame is, not by
   its absolute index, which is what a sliding-window stream of any length needs. Under bidirectional
@@ -46,7 +46,7 @@ def rope_split(head_dim: int) -> tuple[int, int, int]:
 
 
 class Rope3D(nn.Module):
-    """``forward(positions [B, L, 3]) -> (cos, sin)``, each ``[B, 1, L, head_dim/2]`` (float32)."""
+    """``forward(positions [B, L, 3]) -> (cos, sin)``, each ``[B, 1, L, head_dim]`` (float32)."""
 
     def __init__(self, head_dim: int, base: float = 10000.0) -> None:
         super().__init__()
@@ -62,15 +62,19 @@ class Rope3D(nn.Module):
         return torch.cat(parts, dim=-1)
 
     def forward(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """``(cos, sin)`` laid out for :func:`apply_rope`: ``[B, 1, L, head_dim]`` each, ``cos`` of every pair
+        angle on both halves, ``sin`` negated on the first half (the sign of the rotation folded in)."""
         ang = self.angles(positions)[:, None]  # [B, 1, L, n]: broadcasts over heads
-        return ang.cos(), ang.sin()
+        cos, sin = ang.cos(), ang.sin()
+        return torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, pairs(t,y,x)={self.split}, base={self.base:g}"
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate each pair ``(x[i], x[i+n])`` of ``x`` ``[B, h, L, 2n]`` by the angle whose cos/sin are given."""
+    """Rotate each pair ``(x[i], x[i+n])`` of ``x`` ``[..., L, 2n]`` by its angle, given ``(cos, sin)`` from
+    :meth:`Rope3D.forward`: ``[x1, x2] -> [x1·cos − x2·sin, x2·cos + x1·sin]`` (float32, then ``x.dtype``)."""
     xf = x.float()
-    x1, x2 = xf.chunk(2, dim=-1)
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
+    partner = xf.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # [x2, x1]: the other member of each pair
+    return (xf * cos + partner * sin).to(x.dtype)

@@ -66,10 +66,10 @@ def check_video(video: object, *, in_chans: int, patch_size: int, tubelet: int, 
         raise ValueError(f"{name}: T must be a multiple of the tubelet {tubelet}, got shape {shape}")
 
 
-def grid_positions(t: int, h: int, w: int, *, t_offset: int = 0, device: torch.device | None = None) -> Tensor:
-    """``[t·h·w, 3]`` long ``(t, y, x)`` of every grid token in time-major order (``t`` starts at ``t_offset``)."""
+def grid_positions(t: int, h: int, w: int, *, device: torch.device | None = None) -> Tensor:
+    """``[t·h·w, 3]`` long ``(t, y, x)`` of every grid token in time-major order."""
     tt, yy, xx = torch.meshgrid(
-        torch.arange(t_offset, t_offset + t, device=device),
+        torch.arange(t, device=device),
         torch.arange(h, device=device),
         torch.arange(w, device=device),
         indexing="ij",
@@ -128,7 +128,7 @@ class PatchEmbed(nn.Module):
         return t // self.tubelet, h // self.patch_size, w // self.patch_size
 
     def patches(self, video: Tensor) -> Tensor:
-        """Strided view ``[B, T', H', W', C·τ·p·p]``-to-be: ``[B, T', H', W', C, τ, p, p]`` (no copy)."""
+        """The patches as a strided view ``[B, T', H', W', C, τ, p, p]`` (no copy for a contiguous video)."""
         b, c, _, _, _ = video.shape
         t, h, w = self.grid(video)
         p, tau = self.patch_size, self.tubelet
@@ -146,14 +146,15 @@ class PatchEmbed(nn.Module):
         ``keep_idx`` ``[B, K]`` (their pixels gathered first, only those embedded)."""
         b = video.shape[0]
         t, h, w = self.grid(video)
-        grid = grid_positions(t, h, w, t_offset=t_offset, device=video.device)  # [N, 3]
+        grid = grid_positions(t, h, w, device=video.device)  # [N, 3]
         pv = self.patches(video)  # [B, T', H', W', C, τ, p, p]
         if keep_idx is None:
             pixels = pv.reshape(b, t * h * w, -1)  # [B, N, C·τ·p·p]
             positions = grid.expand(b, -1, -1)
         else:
             positions = grid[keep_idx]  # [B, K, 3]
-            local = positions - positions.new_tensor([t_offset, 0, 0])
             bidx = torch.arange(b, device=video.device)[:, None]
-            pixels = pv[bidx, local[..., 0], local[..., 1], local[..., 2]].flatten(2)  # [B, K, C·τ·p·p]
+            pixels = pv[bidx, positions[..., 0], positions[..., 1], positions[..., 2]].flatten(2)  # [B, K, C·τ·p·p]
+        if t_offset:
+            positions = positions + positions.new_tensor([t_offset, 0, 0])
         return self.embed(pixels), positions

@@ -115,8 +115,14 @@ class VideoEncoder(nn.Module):
 
     # ---- tokens ---------------------------------------------------------------------------------------
     def check_input(self, video: object, name: str = "video") -> None:
+        """``ValueError`` naming ``name``, its shape and what was expected, for anything the encoder cannot take."""
         c = self.cfg
         check_video(video, in_chans=c.in_chans, patch_size=c.patch_size, tubelet=c.tubelet, name=name)
+        device = self.cls_token.device
+        if video.device != device:  # type: ignore[union-attr]
+            raise ValueError(
+                f"{name}: tensor of shape {tuple(video.shape)} is on {video.device}, the encoder on {device}"
+            )
 
     def _window_slots(self, window: int | None) -> int | None:
         if window is None:

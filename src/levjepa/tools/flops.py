@@ -29,8 +29,9 @@ Why the cost does not fall exactly 20× at ρ = 0.95: the per-token terms (qkv, 
 the token count, 5445 -> 278 per clip (19.6×: CLS is always kept, 3136·0.05 rounds up), attention falls
 with its square (≈ 390× for the global view), and the patch embedding does not fall at all when every patch
 is embedded first. In FLOPs the total therefore falls *more* than 20× (≈ 28× here, 25× in the paper's order)
-because full-length attention is ~30 % of the ρ = 0 cost; measured time falls less (``bench/encoder.md``)
-because short sequences use the hardware less well and per-step costs do not shrink.
+because full-length attention is ~30 % of the ρ = 0 cost (ViT-B; ~64 % for the narrower ViT-T, whose
+FLOPs fall 49×). Measured time follows neither exactly (``bench/encoder.md``): kernels run short sequences
+and long attention at different efficiencies, and per-step costs (optimizer, data) do not shrink at all.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ class ClipFlops:
 
     forward: dict[str, float]
     training: dict[str, float]
-    tokens: dict[str, int] = field(default_factory=dict)  # per-view sequence lengths incl. CLS
+    tokens: dict[str, int] = field(default_factory=dict)  # "global"/"local": sequence length of one view incl. CLS
 
     @property
     def forward_total(self) -> float:
@@ -143,7 +144,11 @@ def training_flops_per_clip(
     fwd["projector"] = n_views * 2.0 * (cfg.dim * cfg.proj_hidden + cfg.proj_hidden * k)
     fwd["objective"] = n_views * (2.0 * k * m + 5.0 * m * j + 3.0 * k)
     training = {term: value * (1.0 + _backward_factor(term)) for term, value in fwd.items()}
-    tokens = {f"{size}px": view_tokens(cfg, frames, size, rho)[1] + 1 for count, size in views if count}
+    tokens = {
+        name: view_tokens(cfg, frames, size, rho)[1] + 1
+        for name, (count, size) in zip(("global", "local"), views, strict=True)
+        if count
+    }
     return ClipFlops(forward=fwd, training=training, tokens=tokens)
 
 
@@ -259,7 +264,7 @@ def main(args: argparse.Namespace) -> int:
         print(
             "ratio = training FLOPs at the first rho / at this rho. Per-token terms fall with the token count "
             "(CLS always kept, rounding up), attention with its square, the patch embedding not at all with "
-            "--embed-all; measured time falls less than FLOPs (bench/encoder.md)."
+            "--embed-all; measured time follows neither exactly (bench/encoder.md)."
         )
     print(
         "\nassumptions: 1 multiply-add = 2 FLOPs, matmuls only (norms, softmax, GELU, RoPE, biases left out); "
