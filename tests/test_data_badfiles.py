@@ -3,19 +3,17 @@ the report; a source in which every file is bad stops with a clear error instead
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import pickle
+import subprocess
+import sys
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import av
 import numpy as np
 import pytest
-import torch
 
 from data_media import LOSSLESS, read_uniform, uniform_frames, write_uniform
 from levjepa.data import (
@@ -60,7 +58,7 @@ def bad_dir(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     (root / "notes.mp4").write_text("this is not a video\n" * 50)
     kinds["notes.mp4"] = "unreadable"
     _truncated_copy(good[0], root / "cut.mp4", 0.5)  # moov atom at the end: cut off
-    kinds["cut.mp4"] = "unreadable"
+    kinds["cut.mp4"] = "truncated"
     _audio_only(root / "speech.mp4")
     kinds["speech.mp4"] = "no-video"
     write_uniform(root / "still.mp4", 1)
@@ -105,7 +103,8 @@ def test_every_bad_kind_is_skipped_reported_once_and_counted(bad_dir, tmp_path):
         "no-video": 1,
         "resolution": 1,
         "short": 1,
-        "unreadable": 2,
+        "truncated": 1,
+        "unreadable": 1,
     }
     for batch in batches:  # every clip of every batch comes from a good file (a 40-frame coded video)
         for b in range(batch.batch_size):
@@ -170,56 +169,33 @@ def test_report_deduplicates_merges_and_counts():
 
 # ---------------------------------------------------------------- unreadable permissions (root included)
 
-
-def _without_file_permission_override(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` where file permissions apply: directly for a normal user; as root, in a forked child that
-    first drops every capability (CAP_DAC_OVERRIDE lets root read a mode-000 file)."""
-    if os.geteuid() != 0:
-        return fn()
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        status = 1
-        try:
-            os.close(read_fd)
-            torch.set_num_threads(1)
-
-            class Header(ctypes.Structure):
-                _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-            class Data(ctypes.Structure):
-                _fields_ = [(name, ctypes.c_uint32) for name in ("effective", "permitted", "inheritable")]
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()) != 0:
-                raise OSError(ctypes.get_errno(), "capset failed")
-            payload = ("ok", fn())
-            status = 0
-        except BaseException as exc:  # report to the parent, never run its pytest teardown here
-            payload = ("error", f"{type(exc).__name__}: {exc}")
-        with os.fdopen(write_fd, "wb") as f:
-            f.write(pickle.dumps(payload))
-        os._exit(status)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    kind, value = pickle.loads(data)
-    assert kind == "ok", value
-    return value
-
-
-def _permission_outcome(folder: str, locked: str) -> tuple[str, dict[str, str], list[int]]:
-    try:
-        decode_clip(locked, num_frames=2)
-        direct = "read"
-    except DataError as exc:
-        direct = str(exc)
-    cfg = DataConfig(sources=(folder,), num_frames=2, global_size=16, local_size=8, batch_size=1, num_workers=0)
-    report = BadFileReport(warn=False)
-    loader = build_pretrain_loader(cfg, seed=0, bad_files=report)
-    batches = [next(loader) for _ in range(2)]
-    return direct, dict(report.files), [int(b.views[0][0, 0, 0, 0, 0, 0]) for b in batches]
+# Run in a fresh interpreter that first drops every capability of its own (as root, CAP_DAC_OVERRIDE
+# would let it read a mode-000 file; a normal user has none to drop). A fresh process, not a fork: forking
+# this multi-threaded test process can deadlock the child.
+_PERMISSION_SCRIPT = r"""
+import ctypes, json, os, sys
+sys.path[:0] = json.loads(sys.argv[3])
+if os.geteuid() == 0:
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+    class Data(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_uint32) for name in ("effective", "permitted", "inheritable")]
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+from levjepa.data import BadFileReport, DataConfig, DataError, build_pretrain_loader, decode_clip
+folder, locked = sys.argv[1], sys.argv[2]
+try:
+    decode_clip(locked, num_frames=2)
+    direct = "read"
+except DataError as exc:
+    direct = str(exc)
+cfg = DataConfig(sources=(folder,), num_frames=2, global_size=16, local_size=8, batch_size=1, num_workers=0)
+report = BadFileReport(warn=False)
+loader = build_pretrain_loader(cfg, seed=0, bad_files=report)
+batches = [next(loader) for _ in range(2)]
+print(json.dumps({"direct": direct, "files": report.files}))
+"""
 
 
 def test_an_unreadable_file_is_skipped_and_reported(tmp_path):
@@ -227,8 +203,11 @@ def test_an_unreadable_file_is_skipped_and_reported(tmp_path):
     locked = write_uniform(tmp_path / "b_locked.mp4", 10)
     os.chmod(locked, 0)
     try:
-        direct, files, _ = _without_file_permission_override(lambda: _permission_outcome(str(tmp_path), str(locked)))
+        args = [sys.executable, "-c", _PERMISSION_SCRIPT, str(tmp_path), str(locked), json.dumps(sys.path)]
+        run = subprocess.run(args, capture_output=True, text=True, timeout=120)
     finally:
         os.chmod(locked, 0o644)
-    assert direct.startswith("permission:")
-    assert list(files) == [str(locked)] and files[str(locked)].startswith("permission:")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["direct"].startswith("permission:")
+    assert list(result["files"]) == [str(locked)] and result["files"][str(locked)].startswith("permission:")

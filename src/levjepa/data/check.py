@@ -37,7 +37,9 @@ def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int, *
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    # forkserver: workers come from a clean single-threaded server, never from this process, whose other
+    # threads (tqdm's monitor, queue feeders, ...) may hold locks at fork time and deadlock a forked child
+    method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
     with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context(method)) as pool:
         return list(tqdm(pool.map(fn, items, chunksize=1), total=len(items), desc=desc, disable=None, leave=False))
 

@@ -123,6 +123,9 @@ class DataConfig:
     persistent_workers: bool = True
     prefetch_factor: int = 2  # batches prepared ahead per worker
     decode_threads: int = 1  # FFmpeg threads per decode (workers already run in parallel)
+    # how worker processes start: "forkserver" (default) forks them from a clean single-threaded server, so a
+    # lock held by one of the trainer's threads at fork time cannot deadlock a worker; "fork" starts faster
+    worker_start: Literal["forkserver", "fork", "spawn"] = "forkserver"
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
     def __post_init__(self) -> None:

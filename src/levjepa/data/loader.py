@@ -314,6 +314,12 @@ def _build_source(spec: str, cfg: DataConfig) -> Any:
     return _FileSource(spec, list_media(spec), cfg)
 
 
+def _start_context(method: str) -> Any:
+    import multiprocessing as mp
+
+    return mp.get_context(method if method in mp.get_all_start_methods() else "spawn")
+
+
 def _worker_init(_: int) -> None:
     import av
 
@@ -348,6 +354,7 @@ class PretrainLoader:
             persistent_workers=cfg.persistent_workers and workers > 0,
             prefetch_factor=cfg.prefetch_factor if workers > 0 else None,
             worker_init_fn=_worker_init if workers > 0 else None,
+            multiprocessing_context=_start_context(cfg.worker_start) if workers > 0 else None,
         )
         self._it: Iterator[ViewBatch] | None = None
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -106,7 +107,38 @@ def _open(path: str) -> Any:
     except PermissionError as exc:  # av.error.PermissionError subclasses it
         raise DataError(f"permission: {path} cannot be read ({exc.strerror or exc})") from None
     except (av.error.FFmpegError, OSError, UnicodeDecodeError, ValueError) as exc:
+        if _looks_like_cut_mp4(path):
+            raise DataError(
+                f"truncated: {path} starts like an MP4/MOV file but FFmpeg cannot open it (its index, the moov "
+                f"atom, is missing: cut short while downloading or writing?) ({exc})"
+            ) from None
         raise DataError(f"unreadable: {path} is not a readable video ({type(exc).__name__}: {exc})") from None
+
+
+def _looks_like_cut_mp4(path: str) -> bool:
+    """An ISO-BMFF file ("ftyp" box first) without a "moov" box: an MP4 whose writing or download stopped
+    before the index that mp4 writers put at the end."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+            if len(head) < 12 or head[4:8] != b"ftyp":
+                return False
+            f.seek(0)
+            offset, size = 0, os.path.getsize(path)
+            while offset + 8 <= size:  # walk the top-level boxes
+                f.seek(offset)
+                box = f.read(16)
+                length, kind = int.from_bytes(box[:4], "big"), box[4:8]
+                if kind == b"moov":
+                    return False
+                if length == 1 and len(box) == 16:
+                    length = int.from_bytes(box[8:16], "big")
+                if length < 8:
+                    break
+                offset += length
+            return True
+    except OSError:
+        return False
 
 
 def _check_resolution(path: str, width: int, height: int, min_side: int, max_side: int) -> None:
@@ -217,8 +249,21 @@ def _setup_stream(stream: Any, threads: int) -> None:
         cc.thread_count = threads  # 0: FFmpeg picks
 
 
+_local = threading.local()
+
+
+def _reformatter() -> Any:
+    """One FFmpeg converter per thread: it caches its scaling context, which is costly to build (about
+    1-5 ms, more than converting a 256-px frame) and would otherwise be rebuilt for every frame."""
+    if not hasattr(_local, "reformatter"):
+        from av.video.reformatter import VideoReformatter
+
+        _local.reformatter = VideoReformatter()
+    return _local.reformatter
+
+
 class _Converter:
-    """Frame → uint8 RGB ndarray at the early-resized size (one conversion per distinct frame)."""
+    """Frame → uint8 RGB ndarray at the early-resized size (area filter when scaling down)."""
 
     def __init__(self, height: int, width: int, short_side: int | None) -> None:
         self.out_h, self.out_w = resized_shape(height, width, short_side)
@@ -226,9 +271,12 @@ class _Converter:
 
     def __call__(self, frame: Any) -> np.ndarray:
         if self.resize:
-            frame = frame.reformat(width=self.out_w, height=self.out_h, format="rgb24", interpolation="AREA")
-            return frame.to_ndarray()
-        return frame.to_ndarray(format="rgb24")
+            out = _reformatter().reformat(
+                frame, width=self.out_w, height=self.out_h, format="rgb24", interpolation="AREA"
+            )
+        else:
+            out = _reformatter().reformat(frame, format="rgb24")
+        return out.to_ndarray()
 
 
 # Containers whose stored start time is the first frame's timestamp. Others (AVI above all, where H.264

@@ -219,6 +219,25 @@ def hsv_to_rgb(x: torch.Tensor) -> torch.Tensor:
     return torch.cat(out, dim=1)
 
 
+def _hue_shift(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """Rotate the HSV hue of ``[N, 3, ...]`` by ``shift`` (fraction of the circle, broadcastable ``[N, 1, ...]``).
+
+    Same result as ``hsv_to_rgb(rgb_to_hsv(x) + shift)``, in fewer passes: with ``M = max``, ``Δ = max - min``
+    and ``h6 = 6·hue``, channel ``n`` in (5, 3, 1) is ``M - Δ·clamp(min(k, 4 - k), 0, 1)``, ``k = (n + h6) mod 6``.
+    """
+    r, g, b = x[:, 0:1], x[:, 1:2], x[:, 2:3]
+    maxc = torch.maximum(torch.maximum(r, g), b)
+    delta = maxc - torch.minimum(torch.minimum(r, g), b)
+    inv = 1.0 / torch.where(delta > 0, delta, torch.ones_like(delta))
+    h6 = torch.where(maxc == r, (g - b) * inv, torch.where(maxc == g, (b - r) * inv + 2.0, (r - g) * inv + 4.0))
+    h6 = h6 + 6.0 * shift
+    out = torch.empty_like(x)
+    for c, n in enumerate((5.0, 3.0, 1.0)):
+        k = torch.remainder(h6 + n, 6.0)
+        out[:, c : c + 1] = maxc - delta * torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0)
+    return out
+
+
 def apply_photometric(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     """Colour jitter and grayscale of float ``[N, 3, T, H, W]`` in [0, 1] by ``params`` ``[N, 6]``.
 
@@ -230,12 +249,10 @@ def apply_photometric(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"apply_photometric: params of shape {tuple(params.shape)}, expected [{x.shape[0]}, 6]")
     p = params.to(device=x.device, dtype=x.dtype).view(x.shape[0], 6, 1, 1, 1, 1)
     jitter, bright, contr, sat, hue, gray = (p[:, i] for i in range(6))  # each [N, 1, 1, 1, 1]
-    y = (x * bright).clamp(0.0, 1.0)
+    y = (x * bright).clamp_(0.0, 1.0)
     mean = grayscale(y).mean(dim=(1, 2, 3, 4), keepdim=True)
-    y = (contr * y + (1.0 - contr) * mean).clamp(0.0, 1.0)
-    y = (sat * y + (1.0 - sat) * grayscale(y)).clamp(0.0, 1.0)
-    hsv = rgb_to_hsv(y)
-    hsv = torch.cat(((hsv[:, 0:1] + hue) % 1.0, hsv[:, 1:]), dim=1)
-    y = hsv_to_rgb(hsv).clamp(0.0, 1.0)
+    y = y.mul_(contr).add_((1.0 - contr) * mean).clamp_(0.0, 1.0)
+    y = y.mul_(sat).add_((1.0 - sat) * grayscale(y)).clamp_(0.0, 1.0)
+    y = _hue_shift(y, hue).clamp_(0.0, 1.0)
     y = torch.where(jitter > 0.5, y, x)
     return torch.where(gray > 0.5, grayscale(y).expand_as(y), y)
