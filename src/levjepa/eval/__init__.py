@@ -1,0 +1,33 @@
+"""Frozen evaluation of levjepa encoders (SPEC §5): load, probe, extract, select.
+
+Read ``probes.py`` first (the attentive and linear probes and their parallel lr × wd grid), then
+``features.py`` (features computed once, frozen, nothing dropped) and ``benchmark.py`` (the built-in
+appearance / motion / arrow-of-time benchmark). ``load.py`` reads run directories, checkpoints and
+exports; ``export.py``, ``cli_probe.py``, ``cli_extract.py`` / ``extract.py`` and ``select.py`` are the
+``levjepa export | probe | extract | select`` commands.
+"""
+
+from __future__ import annotations
+
+from levjepa.eval.benchmark import BenchmarkResult, evaluate_benchmark
+from levjepa.eval.features import Features, compute_features
+from levjepa.eval.knn import knn_evaluate, knn_predict
+from levjepa.eval.load import LoadedEncoder, load_encoder, random_encoder
+from levjepa.eval.probes import AttentiveProbeGrid, LinearProbeGrid, ProbeConfig, probe_config, train_probe_grid
+
+__all__ = [
+    "AttentiveProbeGrid",
+    "BenchmarkResult",
+    "Features",
+    "LinearProbeGrid",
+    "LoadedEncoder",
+    "ProbeConfig",
+    "compute_features",
+    "evaluate_benchmark",
+    "knn_evaluate",
+    "knn_predict",
+    "load_encoder",
+    "probe_config",
+    "random_encoder",
+    "train_probe_grid",
+]

@@ -1,0 +1,366 @@
+"""Frozen evaluation on labelled splits: the built-in benchmark's three tasks, or a user's labelled index.
+
+The built-in benchmark (``levjepa.data.synthetic``): a real image (Fashion-MNIST or scikit-learn digits —
+every result states which) moving over a textured background. Three readouts of one set of clips:
+
+* ``appearance`` — the image's class (IN1K-like, 10 classes);
+* ``motion`` — the on-screen direction, 8 classes (SSv2-like: needs more than one frame);
+* ``arrow`` — arrow of time, forward vs reversed (2 classes: forward motion decelerates).
+
+For each encoder the features of the train / val / test clips are computed **once** (``features.py``:
+frozen, ``eval()``, no dropping) and every probe of every task reads them: the attentive probe (tokens),
+the linear probe (mean-pooled patches), kNN (CLS). The grids of the three tasks are stacked into one
+model per probe kind and trained on the same batches (each probe still trains as if alone), so the
+tokens are read once per batch for all tasks. Probe grids are chosen on val and reported on test
+(``probes.py``, ``knn.py``). Every encoder gets the same probe seed, so columns differ only by the encoder.
+
+Budgets. ``full``: every clip of the splits and the V-JEPA 2 grid (20 attentive probes, 20 epochs).
+``demo``: the first 512 / 128 / 256 clips of train / val / test (the splits are in random order) and a
+2 × 2 grid with few epochs — sized so that three encoders at demo size (vit-demo, 16×64×64 clips, 1024
+tokens per clip) fit in about three minutes on 2 idle CPU cores. The encoder's forward dominates: ≈ 80 ms
+of CPU time per clip (≈ 3.7 GFLOPs, attention over 1025 tokens being most of it), so 3 × 896 clips cost
+≈ 2 minutes; the probes of all three tasks add ≈ 10–15 s per encoder (``bench/eval.md``).
+The table's caption states the clip counts, the image source and the clip size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from levjepa.eval.features import Features, cached_features
+from levjepa.eval.knn import KnnResult, knn_evaluate
+from levjepa.eval.probes import GridResult, ProbeConfig, probe_config, train_probe_grid
+
+__all__ = [
+    "BUDGET_LIMITS",
+    "PROBES",
+    "TASKS",
+    "BenchmarkResult",
+    "LabelledSplits",
+    "benchmark_splits",
+    "evaluate_benchmark",
+    "evaluate_encoder_on_splits",
+    "evaluate_features",
+    "synthetic_config_for",
+]
+
+TASKS = ("appearance", "motion", "arrow")
+PROBES = ("attentive", "linear", "knn")
+SPLITS = ("train", "val", "test")
+BUDGET_LIMITS: dict[str, dict[str, int] | None] = {"demo": {"train": 512, "val": 128, "test": 256}, "full": None}
+
+Result = GridResult | KnnResult
+
+
+@dataclass
+class LabelledSplits:
+    """Clips and labels of train / val (/ test) splits, for one or several tasks."""
+
+    clips: dict[str, Tensor]  # split -> uint8 [N, C, T, H, W]
+    labels: dict[str, dict[str, Tensor]]  # split -> task -> int64 [N]
+    num_classes: dict[str, int]  # task -> classes
+    image_source: str  # what the clips show ("fashion-mnist", "digits", an index file, ...)
+    key: str  # names the data for the feature cache
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self.num_classes)
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return {s: len(c) for s, c in self.clips.items()}
+
+    @property
+    def clip_text(self) -> str:
+        c = next(iter(self.clips.values()))
+        return f"{c.shape[2]}×{c.shape[3]}×{c.shape[4]} (T×H×W)"
+
+
+def synthetic_config_for(run_config: Mapping[str, Any] | None, overrides: Sequence[str] = ()) -> Any:
+    """The benchmark config a run trained with (``config.json`` → ``data.synthetic``), else the default."""
+    from levjepa.config import apply_overrides, from_dict
+    from levjepa.data import SyntheticConfig
+
+    section = ((run_config or {}).get("data") or {}).get("synthetic")
+    cfg = from_dict(SyntheticConfig, section) if isinstance(section, dict) else SyntheticConfig()
+    return apply_overrides(cfg, list(overrides))
+
+
+def benchmark_splits(cfg: Any, budget: Literal["demo", "full"] = "demo") -> LabelledSplits:
+    """The built-in benchmark's splits (``levjepa.data.synthetic.load_split``), cut to the budget's sizes."""
+    from levjepa.config import to_dict
+    from levjepa.data.synthetic import load_split
+
+    if budget not in BUDGET_LIMITS:
+        raise ValueError(f"budget={budget!r}: valid choices are {', '.join(BUDGET_LIMITS)}")
+    limits = BUDGET_LIMITS[budget]
+    clips, labels = {}, {}
+    source, num_classes = "", {}
+    for split in SPLITS:
+        data = load_split(cfg, split)  # type: ignore[arg-type]
+        n = len(data) if limits is None else min(len(data), limits[split])
+        clips[split] = data.clips[:n]
+        labels[split] = {t: data.labels[t][:n] for t in TASKS}
+        source, num_classes = data.image_source, {t: data.num_classes[t] for t in TASKS}
+    digest = hashlib.sha1(json.dumps(to_dict(cfg), sort_keys=True).encode()).hexdigest()[:12]
+    sizes = "-".join(str(len(c)) for c in clips.values())
+    return LabelledSplits(clips, labels, num_classes, source, key=f"synthetic-{digest}-{sizes}")
+
+
+def _probe_seed(seed: int, task: str, probe: str) -> torch.Generator:
+    digest = hashlib.sha1(f"{seed}/{task}/{probe}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
+
+
+def _probe_input(f: Features, probe: str) -> Tensor:
+    """What each probe reads: every token (attentive), mean-pooled patches (linear), CLS (kNN)."""
+    if probe == "attentive":
+        if f.tokens is None:
+            raise ValueError("the attentive probe needs every token: compute the features with keep_tokens=True")
+        return f.tokens
+    if probe == "linear":
+        return f.mean
+    if probe == "knn":
+        return f.cls
+    raise ValueError(f"probe {probe!r}: valid choices are {', '.join(PROBES)}")
+
+
+def evaluate_features(
+    feats: Mapping[str, Features],
+    splits: LabelledSplits,
+    *,
+    tasks: Sequence[str],
+    probes: Sequence[str],
+    probe_cfg: ProbeConfig,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+) -> dict[str, dict[str, Result]]:
+    """task -> probe -> result, from cached features of each split (probes never see the encoder)."""
+    out: dict[str, dict[str, Result]] = {t: {} for t in tasks}
+    classes = {t: splits.num_classes[t] for t in tasks}
+    for probe in probes:
+        data = {s: (_probe_input(f, probe), {t: splits.labels[s][t] for t in tasks}) for s, f in feats.items()}
+        if probe == "knn":
+            for t in tasks:
+                pick = {s: (x, y[t]) for s, (x, y) in data.items()}
+                out[t][probe] = knn_evaluate(pick["train"], pick["val"], pick.get("test"), num_classes=classes[t])
+            continue
+        # every task's grid in one stacked model: the tokens are read once per batch for all tasks
+        res = train_probe_grid(
+            probe,  # type: ignore[arg-type]
+            probe_cfg,
+            data["train"],
+            data["val"],
+            data.get("test"),
+            num_classes=classes,
+            generator=_probe_seed(seed, ",".join(tasks), probe),
+            device=device,
+        )
+        assert isinstance(res, dict)
+        for t in tasks:
+            out[t][probe] = res[t]
+    return out
+
+
+def evaluate_encoder_on_splits(
+    encoder: nn.Module,
+    splits: LabelledSplits,
+    *,
+    tasks: Sequence[str],
+    probes: Sequence[str],
+    budget: Literal["demo", "full"] = "demo",
+    probe_cfg: ProbeConfig | None = None,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    batch_size: int = 8,
+    cache_dir: str | None = None,
+    progress: bool = False,
+    timings: dict[str, float] | None = None,
+) -> dict[str, dict[str, Result]]:
+    """Features of every split once (cached when ``cache_dir``), then every probe of every task."""
+    cfg = probe_cfg or probe_config(budget)
+    t0 = time.perf_counter()
+    feats = {
+        s: cached_features(
+            encoder,
+            clips,
+            key=f"{splits.key}-{s}",
+            cache_dir=cache_dir,
+            keep_tokens="attentive" in probes,
+            batch_size=batch_size,
+            device=device,
+            progress=progress,
+            desc=f"features {s}",
+        )
+        for s, clips in splits.clips.items()
+    }
+    t1 = time.perf_counter()
+    res = evaluate_features(feats, splits, tasks=tasks, probes=probes, probe_cfg=cfg, seed=seed, device=device)
+    if timings is not None:
+        timings["features_s"] = t1 - t0
+        timings["probes_s"] = time.perf_counter() - t1
+    return res
+
+
+@dataclass
+class BenchmarkResult:
+    """Accuracy (%) of every encoder × task × probe; ``results[encoder][task][probe]`` keeps the whole grid."""
+
+    encoders: list[str]
+    tasks: list[str]
+    probes: list[str]
+    results: dict[str, dict[str, dict[str, Result]]]
+    chance: dict[str, float]  # task -> majority-class accuracy (%) of the reported split
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def accuracy(self, encoder: str, task: str, probe: str) -> float:
+        return self.results[encoder][task][probe].reported
+
+    def caption(self) -> str:
+        i = self.info
+        sizes = "/".join(str(v) for v in i.get("split_sizes", {}).values())
+        split = "test" if i.get("has_test", True) else "val (no test split given)"
+        return (
+            f"Frozen-encoder accuracy (%) on {split} of the probe chosen on val — {i.get('title', 'benchmark')}; "
+            f"image source: {i.get('image_source')}; clips {i.get('clip')}; train/val/test {sizes} clips; "
+            f"budget {i.get('budget')}; chance = the majority class's share of that split."
+        )
+
+    def table(self) -> str:
+        head = ["task", "probe", *self.encoders, "chance"]
+        lines = [self.caption(), "", "| " + " | ".join(head) + " |", "| --- | --- |" + " ---: |" * (len(head) - 2)]
+        for task in self.tasks:
+            for probe in self.probes:
+                label = probe if probe != "attentive" or self.info.get("probe_depth", 1) == 1 else "attentive4"
+                accs = [f"{self.accuracy(e, task, probe):.1f}" for e in self.encoders]
+                lines.append(f"| {task} | {label} | " + " | ".join(accs) + f" | {self.chance[task]:.1f} |")
+        if "seconds" in self.info:
+            lines.append("")
+            lines.append(f"({self.info['seconds']:.0f} s on {self.info.get('device', 'cpu')}.)")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "info": self.info,
+            "chance": self.chance,
+            "accuracy": {
+                e: {t: {p: self.accuracy(e, t, p) for p in self.probes} for t in self.tasks} for e in self.encoders
+            },
+            "results": {
+                e: {t: {p: r.to_json() for p, r in tp.items()} for t, tp in te.items()}
+                for e, te in self.results.items()
+            },
+        }
+
+
+def chance_levels(splits: LabelledSplits, tasks: Sequence[str]) -> dict[str, float]:
+    split = "test" if "test" in splits.labels else "val"
+    out = {}
+    for t in tasks:
+        y = splits.labels[split][t]
+        out[t] = 100.0 * float(torch.bincount(y, minlength=splits.num_classes[t]).max()) / max(1, len(y))
+    return out
+
+
+def evaluate_splits(
+    encoders: Mapping[str, nn.Module],
+    splits: LabelledSplits,
+    *,
+    tasks: Sequence[str],
+    probes: Sequence[str],
+    budget: Literal["demo", "full"] = "demo",
+    probe_cfg: ProbeConfig | None = None,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    cache_dir: str | None = None,
+    progress: bool = False,
+    title: str = "",
+    batch_size: int = 8,
+) -> BenchmarkResult:
+    """Every encoder through :func:`evaluate_encoder_on_splits`; one table."""
+    for t in tasks:
+        if t not in splits.num_classes:
+            raise ValueError(f"task {t!r}: valid tasks here are {', '.join(splits.num_classes)}")
+    for p in probes:
+        if p not in PROBES:
+            raise ValueError(f"probe {p!r}: valid choices are {', '.join(PROBES)}")
+    cfg = probe_cfg or probe_config(budget)
+    start = time.perf_counter()
+    results, timings = {}, {}
+    for name, enc in encoders.items():
+        enc = getattr(enc, "encoder", enc)  # a LoadedEncoder or the module itself
+        timings[name] = {}
+        results[name] = evaluate_encoder_on_splits(
+            enc,
+            splits,
+            tasks=tasks,
+            probes=probes,
+            budget=budget,
+            probe_cfg=cfg,
+            seed=seed,
+            device=device,
+            cache_dir=cache_dir,
+            progress=progress,
+            timings=timings[name],
+            batch_size=batch_size,
+        )
+    info = {
+        "title": title,
+        "image_source": splits.image_source,
+        "clip": splits.clip_text,
+        "split_sizes": splits.sizes,
+        "has_test": "test" in splits.clips,
+        "budget": budget,
+        "probe_depth": cfg.depth,
+        "probe_config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.__dict__.items()},
+        "device": str(device),
+        "seed": seed,
+        "timings_s": timings,
+        "seconds": time.perf_counter() - start,
+    }
+    return BenchmarkResult(list(encoders), list(tasks), list(probes), results, chance_levels(splits, tasks), info)
+
+
+def evaluate_benchmark(
+    encoders: Mapping[str, nn.Module],
+    cfg: Any,
+    *,
+    tasks: Sequence[str] = TASKS,
+    probes: Sequence[str] = PROBES,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    budget: Literal["demo", "full"] = "demo",
+    probe_cfg: ProbeConfig | None = None,
+    cache_dir: str | None = None,
+    progress: bool = False,
+    batch_size: int = 8,
+) -> BenchmarkResult:
+    """The built-in benchmark (``cfg``: a ``SyntheticConfig``) for each named encoder: the table the CPU demo
+    prints for pretrained (EMA and online) vs random-init encoders. Encoders are left as they were found
+    (their train/eval mode is restored, their parameters untouched)."""
+    for t in tasks:
+        if t not in TASKS:
+            raise ValueError(f"task {t!r}: valid tasks are {', '.join(TASKS)}")
+    splits = benchmark_splits(cfg, budget)
+    return evaluate_splits(
+        encoders,
+        splits,
+        tasks=tasks,
+        probes=probes,
+        budget=budget,
+        probe_cfg=probe_cfg,
+        device=device,
+        seed=seed,
+        cache_dir=cache_dir,
+        progress=progress,
+        batch_size=batch_size,
+        title="built-in benchmark (moving image over texture: appearance, motion direction, arrow of time)",
+    )

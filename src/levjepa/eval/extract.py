@@ -1,0 +1,329 @@
+"""Feature extraction for a folder or index of videos and images: CLS, mean-pooled and optionally patch
+features per time window, with an index mapping every row back to its file and time span.
+
+**Rows.** A video's kept frames (every ``frame_stride``-th source frame, or ``target_fps``) are cut into
+windows of ``window`` frames whose starts step by ``stride`` (``1 ≤ stride ≤ window``): starts
+``0, s, 2s, …`` plus, when the last regular window stops short of the end, one final window ending on the
+last frame — so every frame of the video lies in at least one window (:func:`window_starts`). A video
+with fewer than ``window`` kept frames gives one window padded by repeating its last frame
+(``padded: true`` in the index). An image is one row, its frame repeated ``window`` times.
+
+**Frames.** Decoded with ``levjepa.data.decode_all`` (scaled down to a short side of ``size`` inside
+FFmpeg), then resized to short side ``size`` and centre-cropped to a square multiple of the patch size
+(the evaluation transform; every row then has the same token count). Note: a whole video is decoded into
+memory at that size (about 10 minutes of 15 fps video at stride 2 and 224 px ≈ 1.2 GB).
+
+**Features.** ``cls`` [R, D] and ``mean`` (patch tokens averaged) [R, D] in float32; with ``patches``,
+every patch token [R, T'·h·w, D] in float16, in time-major (t, y, x) order. Windows are batched across
+files (``batch_size`` windows per forward), the encoder frozen, nothing dropped. With ``stream`` the
+video is pushed through ``levjepa.infer.StreamingEncoder(window=window)`` ``stride`` frames at a time and a
+row is read after the first ``window`` frames and after every push: CLS over the last ``window`` frames and
+the patch features of those frames — computed with the banded (sliding-window) causal attention over the
+whole history, never recomputing the past. The first row of a video equals the windowed mode's; later
+rows differ because their tokens also saw (through earlier layers) frames before the window.
+
+**Output** (``out/``): ``features-00000.safetensors`` … (tensors ``cls``, ``mean``, ``patches``; shards of
+``shard_rows`` rows) or ``cls-00000.npy`` / ``mean-…`` / ``patches-…`` with ``format="npy"``;
+``index.jsonl``: one JSON object per row — ``row, shard, offset, path, kind, label, window, start_frame,
+end_frame`` (source frame indices, inclusive) ``, start_time, end_time`` (seconds, of those frames)
+``, num_frames, padded``; ``bad_files.json``: every file that could not be read, with the reason (a bad
+file is reported and skipped, never fatal); ``extract.json``: the settings and counts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from levjepa.config import check, to_dict
+from levjepa.eval.features import center_square, frozen_eval
+
+__all__ = ["ExtractConfig", "ExtractResult", "extract", "read_index", "window_starts"]
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    window: int = 16  # frames per row (kept frames, after frame_stride)
+    stride: int = 8  # frames between window starts
+    frame_stride: int = 2  # keep every n-th source frame (ignored when target_fps is set)
+    target_fps: float | None = None
+    size: int = 224  # short side, then centre square crop (multiple of the patch size)
+    patches: bool = False  # also store every patch token (float16)
+    batch_size: int = 8  # windows per forward pass
+    stream: bool = False  # use the KV-cache StreamingEncoder instead of independent windows
+    format: Literal["safetensors", "npy"] = "safetensors"
+    shard_rows: int = 4096  # rows per output file
+
+    def __post_init__(self) -> None:
+        check(self.window >= 1, f"extract.window={self.window}: must be >= 1 frame")
+        check(
+            1 <= self.stride <= self.window,
+            f"extract.stride={self.stride}: must be in 1..window={self.window} (a larger stride leaves frames "
+            "in no window)",
+        )
+        check(self.frame_stride >= 1, f"extract.frame_stride={self.frame_stride}: must be >= 1")
+        check(self.target_fps is None or self.target_fps > 0, f"extract.target_fps={self.target_fps}: must be > 0")
+        check(self.size >= 1, f"extract.size={self.size}: must be >= 1 pixel")
+        check(self.batch_size >= 1, f"extract.batch_size={self.batch_size}: must be >= 1")
+        check(self.shard_rows >= 1, f"extract.shard_rows={self.shard_rows}: must be >= 1")
+        check(
+            self.format in ("safetensors", "npy"), f"extract.format={self.format!r}: valid choices are safetensors, npy"
+        )
+
+
+def window_starts(num_frames: int, window: int, stride: int) -> list[int]:
+    """Start frames of the windows covering ``num_frames`` frames (see the module doc)."""
+    if num_frames < 1:
+        raise ValueError(f"window_starts: num_frames={num_frames}, need at least one frame")
+    if not 1 <= stride <= window:
+        raise ValueError(f"window_starts: stride={stride} must be in 1..window={window}")
+    if num_frames <= window:
+        return [0]
+    starts = list(range(0, num_frames - window + 1, stride))
+    if starts[-1] + window < num_frames:
+        starts.append(num_frames - window)
+    return starts
+
+
+@dataclass
+class ExtractResult:
+    rows: int
+    files: int
+    bad_files: int
+    shards: list[str]
+    seconds: float
+    out_dir: str
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class _Writer:
+    """Accumulates rows and writes a shard every ``shard_rows`` rows."""
+
+    def __init__(self, out: Path, cfg: ExtractConfig) -> None:
+        self.out, self.cfg = out, cfg
+        self.buf: dict[str, list[Tensor]] = {"cls": [], "mean": [], "patches": []}
+        self.meta: list[dict[str, Any]] = []
+        self.rows = 0
+        self.shards: list[str] = []
+        self.index = (out / "index.jsonl").open("w")
+
+    def add(self, metas: list[dict[str, Any]], cls: Tensor, mean: Tensor, patches: Tensor | None) -> None:
+        for i, m in enumerate(metas):
+            self.meta.append(m)
+            self.buf["cls"].append(cls[i])
+            self.buf["mean"].append(mean[i])
+            if patches is not None:
+                self.buf["patches"].append(patches[i])
+            if len(self.meta) == self.cfg.shard_rows:
+                self.flush()
+
+    def flush(self) -> None:
+        if not self.meta:
+            return
+        k = len(self.shards)
+        tensors = {name: torch.stack(v) for name, v in self.buf.items() if v}
+        if self.cfg.format == "safetensors":
+            from levjepa.weights import save_tensors
+
+            name = f"features-{k:05d}.safetensors"
+            save_tensors(self.out / name, tensors, {"rows": len(self.meta), "first_row": self.rows})
+            self.shards.append(name)
+        else:
+            for t_name, t in tensors.items():
+                np.save(self.out / f"{t_name}-{k:05d}.npy", t.numpy())
+            self.shards.append(f"{{cls,mean{',patches' if 'patches' in tensors else ''}}}-{k:05d}.npy")
+        for offset, m in enumerate(self.meta):
+            self.index.write(json.dumps({"row": self.rows + offset, "shard": k, "offset": offset, **m}) + "\n")
+        self.index.flush()
+        self.rows += len(self.meta)
+        self.buf = {"cls": [], "mean": [], "patches": []}
+        self.meta = []
+
+    def close(self) -> None:
+        self.flush()
+        self.index.close()
+
+
+def _video_windows(
+    frames: Tensor, timestamps: Tensor, source_fps: float, cfg: ExtractConfig
+) -> Iterator[tuple[dict[str, Any], Tensor]]:
+    """(index fields, clip uint8 [T, S, S, 3]) per window of one decoded, cropped video."""
+    n = len(frames)
+    frame_idx = [round(float(t) * source_fps) for t in timestamps]
+    for w, s in enumerate(window_starts(n, cfg.window, cfg.stride)):
+        idx = [min(i, n - 1) for i in range(s, s + cfg.window)]
+        last = min(s + cfg.window, n) - 1
+        meta = {
+            "window": w,
+            "start_frame": frame_idx[s],
+            "end_frame": frame_idx[last],
+            "start_time": float(timestamps[s]),
+            "end_time": float(timestamps[last]),
+            "num_frames": cfg.window,
+            "padded": n < cfg.window,
+        }
+        yield meta, frames[idx]
+
+
+def _pad_time(clip: Tensor, multiple: int) -> Tensor:
+    """Repeat the last frame of ``clip`` [T, ...] until T is a multiple of ``multiple``."""
+    extra = (-len(clip)) % multiple
+    return clip if extra == 0 else torch.cat([clip, clip[-1:].expand(extra, *clip.shape[1:])])
+
+
+def _stream_rows(
+    encoder: nn.Module, frames: Tensor, timestamps: Tensor, source_fps: float, cfg: ExtractConfig, device: str
+) -> Iterator[tuple[dict[str, Any], Tensor, Tensor, Tensor | None]]:
+    """Rows of one video through the KV-cache streaming encoder (see the module doc)."""
+    from levjepa.data import normalize
+    from levjepa.infer import StreamingEncoder
+
+    tau = encoder.cfg.tubelet
+    n = len(frames)
+    padded = n < cfg.window
+    if padded:
+        frames = torch.cat([frames, frames[-1:].expand(cfg.window - n, *frames.shape[1:])])
+        timestamps = torch.cat([timestamps, timestamps[-1:].expand(cfg.window - n)])
+    total = len(frames)
+    stream = StreamingEncoder(encoder, window=cfg.window)
+    ends = [e + cfg.window for e in window_starts(total, cfg.window, cfg.stride)]
+    recent: list[Tensor] = []  # patch features of the pushed frames, one [h·w, D] per temporal slot
+    pushed = 0
+    frame_idx = [round(float(t) * source_fps) for t in timestamps]
+    for w, end in enumerate(ends):
+        new = _pad_time(frames[pushed:end], tau)  # only the last push can need padding (stride % τ == 0)
+        x = normalize(new.permute(3, 0, 1, 2)[None].to(device))  # [1, C, t, H, W]
+        feats = stream.push(x)[0]  # [t/τ·h·w, D], time-major
+        recent.extend(feats.split(feats.shape[0] // (len(new) // tau)))
+        recent = recent[-(cfg.window // tau) :]
+        pushed = end
+        patches = torch.cat(recent)  # tokens of the last `window` frames
+        first = end - cfg.window
+        last = min(end, n) - 1 if not padded else n - 1
+        meta = {
+            "window": w,
+            "start_frame": frame_idx[first],
+            "end_frame": frame_idx[last],
+            "start_time": float(timestamps[first]),
+            "end_time": float(timestamps[last]),
+            "num_frames": cfg.window,
+            "padded": padded,
+        }
+        yield meta, stream.cls()[0].float().cpu(), patches.float().mean(0).cpu(), patches if cfg.patches else None
+
+
+def extract(
+    encoder: nn.Module,
+    source: str | list[str],
+    out_dir: str | Path,
+    cfg: ExtractConfig = ExtractConfig(),
+    *,
+    device: str = "cpu",
+    progress: bool = True,
+) -> ExtractResult:
+    """Extract features of every video/image of ``source`` (a folder, an index file, a file, or a list of
+    paths) into ``out_dir`` (see the module doc). Bad files are reported in ``bad_files.json``."""
+    from levjepa.data import BadFileReport, DataError, decode_all, list_media, normalize
+    from levjepa.data.video import load_image
+
+    start = time.perf_counter()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    items = [m for s in source for m in list_media(s)] if isinstance(source, list) else list_media(str(source))
+    if not items:
+        raise ValueError(f"extract: no video or image found in {source!r}")
+    p = encoder.cfg.patch_size
+    if cfg.stream and encoder.cfg.attention != "block_causal":
+        raise ValueError("extract: --stream needs a block-causal encoder (its past features must not see the future)")
+    tau = encoder.cfg.tubelet
+    if cfg.window % tau or (cfg.stream and cfg.stride % tau):
+        raise ValueError(
+            f"extract: window={cfg.window} (and stride={cfg.stride} with stream) must be multiples of the encoder's "
+            f"tubelet={tau}"
+        )
+    writer = _Writer(out, cfg)
+    report = BadFileReport(warn=False)
+    pending: list[tuple[dict[str, Any], Tensor]] = []
+
+    def run_batch() -> None:
+        metas = [m for m, _ in pending]
+        clips = torch.stack([c for _, c in pending]).permute(0, 4, 1, 2, 3)  # [B, C, T, S, S]
+        o = encoder.forward_features(normalize(clips.to(device)))
+        patches = o.patches.to(torch.float16).cpu() if cfg.patches else None
+        writer.add(metas, o.cls.float().cpu(), o.patches.float().mean(1).cpu(), patches)
+        pending.clear()
+
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(items), desc="extract", unit="file")
+    good = 0
+    with frozen_eval(encoder):
+        for item in items:
+            base = {"path": item.path, "kind": item.kind, "label": item.label}
+            try:
+                if item.kind == "image":
+                    img = center_square(load_image(item.path, short_side=cfg.size)[None], cfg.size, p)
+                    frames, ts, fps = img.expand(cfg.window, -1, -1, -1), torch.zeros(cfg.window), 1.0
+                else:
+                    vf = decode_all(
+                        item.path, frame_stride=cfg.frame_stride, target_fps=cfg.target_fps, short_side=cfg.size
+                    )
+                    if len(vf.frames) == 0:
+                        raise DataError(f"truncated: {item.path} decoded to no frame")
+                    frames, ts, fps = center_square(vf.frames, cfg.size, p), vf.timestamps, vf.source_fps
+            except (DataError, OSError, RuntimeError, ValueError) as err:
+                report.add(item.path, str(err))
+                if bar is not None:
+                    bar.update(1)
+                continue
+            good += 1
+            if item.kind == "image":
+                meta = {"window": 0, "start_frame": 0, "end_frame": 0, "start_time": 0.0, "end_time": 0.0}
+                pending.append(({**base, **meta, "num_frames": cfg.window, "padded": False}, frames))
+            elif cfg.stream:
+                for meta, cls, mean, patches in _stream_rows(encoder, frames, ts, fps, cfg, device):
+                    writer.add(
+                        [{**base, **meta}], cls[None], mean[None], None if patches is None else patches[None].half()
+                    )
+            else:
+                for meta, clip in _video_windows(frames, ts, fps, cfg):
+                    pending.append(({**base, **meta}, _pad_time(clip, encoder.cfg.tubelet)))
+                    if len(pending) == cfg.batch_size:
+                        run_batch()
+            if len(pending) >= cfg.batch_size:
+                run_batch()
+            if bar is not None:
+                bar.update(1)
+        if pending:
+            run_batch()
+    if bar is not None:
+        bar.close()
+    writer.close()
+    report.write(out / "bad_files.json")
+    result = ExtractResult(
+        rows=writer.rows,
+        files=good,
+        bad_files=report.total,
+        shards=writer.shards,
+        seconds=time.perf_counter() - start,
+        out_dir=str(out),
+        info={"config": to_dict(cfg), "bad_file_counts": report.counts},
+    )
+    summary = dict(vars(result))
+    (out / "extract.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return result
+
+
+def read_index(out_dir: str | Path) -> list[dict[str, Any]]:
+    """The rows of ``index.jsonl`` (one dict per feature row, in row order)."""
+    return [json.loads(line) for line in (Path(out_dir) / "index.jsonl").read_text().splitlines() if line.strip()]

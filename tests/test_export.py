@@ -1,0 +1,181 @@
+"""Export and load: run dir / checkpoint / export give the right (EMA or online) weights, frozen; export -> load
+gives bit-identical outputs; a pickle-bearing file is refused without being executed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+import levjepa
+from levjepa.config import to_dict
+from levjepa.eval import export as export_mod
+from levjepa.eval.export import export_encoder, load
+from levjepa.eval.load import find_checkpoints, load_encoder, random_encoder
+from levjepa.model import Projector, VideoEncoder, encoder_config
+from levjepa.weights import WeightsError, atomic_write_text, save_tensors
+
+
+def make_run_dir(root: Path, steps=(10, 20), *, preset="vit-test", lam=None, losses=None, seed=0) -> Path:
+    """A run directory in the trainer's layout (levjepa.weights), with encoders that differ per step and
+    between online and EMA weights; metrics.jsonl has a loss at every step up to the last checkpoint."""
+    cfg = encoder_config(preset)
+    run = root / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    config = {
+        "model": to_dict(cfg),
+        "data": {"sources": ["synthetic"], "num_frames": 4, "global_size": 32, "local_size": 16, "num_local": 2},
+        "objective": {"name": "levjepa", "lam": lam},
+        "optim": {"lr": 4e-4, "weight_decay": 0.04},
+        "train": {"steps": max(steps), "batch_size": 8},
+    }
+    atomic_write_text(run / "config.json", json.dumps(config))
+    lines = []
+    for s in range(1, max(steps) + 1):
+        loss = losses(s) if losses else 1.0 / s
+        lines.append(json.dumps({"step": s, "loss": loss, "invariance": loss * 0.5, "sigreg": loss * 25}))
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n{not json\n")
+    for i, step in enumerate(steps):
+        ckpt = run / "checkpoints" / f"step_{step:06d}"
+        torch.manual_seed(seed * 100 + 2 * i)
+        online, proj = VideoEncoder(cfg), Projector.from_config(cfg)
+        torch.manual_seed(seed * 100 + 2 * i + 1)
+        ema = VideoEncoder(cfg)
+        tensors = {f"encoder.{k}": v for k, v in online.state_dict().items()}
+        tensors.update({f"projector.{k}": v for k, v in proj.state_dict().items()})
+        save_tensors(ckpt / "model.safetensors", tensors)
+        save_tensors(ckpt / "ema.safetensors", {f"encoder.{k}": v for k, v in ema.state_dict().items()})
+        atomic_write_text(ckpt / "meta.json", json.dumps({"step": step, "encoder_config": to_dict(cfg)}))
+        atomic_write_text(run / "checkpoints" / "latest", ckpt.name)
+    return run
+
+
+def _clip(cfg, seed=0):
+    return torch.randn(2, 3, 4, 2 * cfg.patch_size, 2 * cfg.patch_size, generator=torch.Generator().manual_seed(seed))
+
+
+def _state(run: Path, step: int, file: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    t = load_file(str(run / "checkpoints" / f"step_{step:06d}" / file))
+    return {k[len("encoder.") :]: v for k, v in t.items() if k.startswith("encoder.")}
+
+
+def test_load_run_checkpoint_and_files_pick_the_right_weights(tmp_path):
+    run = make_run_dir(tmp_path)
+    ema = load_encoder(run)  # default: EMA of the latest checkpoint
+    online = load_encoder(run, weights="online")
+    assert ema.step == 20 and ema.kind == "run" and ema.weights == "ema"
+    for loaded, file in ((ema, "ema.safetensors"), (online, "model.safetensors")):
+        want = _state(run, 20, file)
+        got = loaded.encoder.state_dict()
+        assert all(torch.equal(got[k], want[k]) for k in want)
+        # frozen: eval mode, no gradients
+        assert not loaded.encoder.training
+        assert not any(p.requires_grad for p in loaded.encoder.parameters())
+    x = _clip(ema.config)
+    assert not torch.allclose(ema.encoder(x), online.encoder(x))
+    # a checkpoint directory, and the checkpoint files themselves
+    ckpt = run / "checkpoints" / "step_000010"
+    first = load_encoder(ckpt, weights="online")
+    assert first.step == 10 and first.kind == "checkpoint" and first.run_dir == str(run)
+    by_file = load_encoder(ckpt / "ema.safetensors", weights="online")  # the file decides
+    assert by_file.weights == "ema"
+    assert torch.equal(by_file.encoder(x), load_encoder(ckpt).encoder(x))
+    assert [p.name for p in find_checkpoints(run)] == ["step_000010", "step_000020"]
+
+
+def test_export_then_load_gives_identical_outputs_and_a_model_card(tmp_path):
+    run = make_run_dir(tmp_path)
+    out = tmp_path / "export"
+    parser = argparse.ArgumentParser()
+    export_mod.add_arguments(parser)
+    assert export_mod.main(parser.parse_args([str(run), "--out", str(out), "--weights", "online"])) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["MODEL_CARD.md", "config.json", "encoder.safetensors"]
+    source = load_encoder(run, weights="online").encoder
+    x = _clip(source.cfg, seed=3)
+    for path in (out, out / "encoder.safetensors"):
+        enc = levjepa.load(path)  # the package's lazy `load`, = levjepa.eval.export.load
+        assert not enc.training and not any(p.requires_grad for p in enc.parameters())
+        a, b = source.forward_features(x), enc.forward_features(x)
+        assert torch.equal(a.cls, b.cls) and torch.equal(a.patches, b.patches)
+    loaded = load_encoder(out)
+    assert loaded.kind == "export" and loaded.weights == "online" and loaded.step == 20
+    card = (out / "MODEL_CARD.md").read_text()
+    for needle in ("levjepa", "online", "| training steps | 20 |", "synthetic", "loss", "dim 32"):
+        assert needle in card, needle
+    side = json.loads((out / "config.json").read_text())
+    assert side["model"]["dim"] == 32 and side["run_config"]["objective"]["name"] == "levjepa"
+    # the export holds no projector: encoder keys only
+    from safetensors import safe_open
+
+    with safe_open(str(out / "encoder.safetensors"), "pt") as f:
+        assert not any(k.startswith("projector") for k in f.keys())  # noqa: SIM118
+
+
+class _Payload:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+@pytest.mark.parametrize("how", ["pickle", "torch_save"])
+def test_pickle_bearing_weights_are_refused_unexecuted(tmp_path, how):
+    run = make_run_dir(tmp_path, steps=(10,))
+    out = tmp_path / "export"
+    export_encoder(run, out)
+    marker = tmp_path / "pwned"
+    evil = {"patch_embed.proj.weight": torch.zeros(1), "x": _Payload(str(marker))}
+    target = out / "encoder.safetensors"
+    if how == "pickle":
+        target.write_bytes(pickle.dumps(evil))
+    else:
+        torch.save(evil, target)
+    for path in (out, target):
+        with pytest.raises(WeightsError, match="pickle"):
+            load(path)
+    # a checkpoint's weights replaced by a pickle, and a bare .pt file
+    torch.save(evil, run / "checkpoints" / "step_000010" / "ema.safetensors")
+    with pytest.raises(WeightsError, match="pickle"):
+        load_encoder(run)
+    torch.save(evil, tmp_path / "model.pt")
+    with pytest.raises(WeightsError, match="pickle"):
+        load_encoder(tmp_path / "model.pt")
+    assert not marker.exists()
+
+
+def test_load_errors_name_the_problem(tmp_path):
+    with pytest.raises(WeightsError, match="no such"):
+        load_encoder(tmp_path / "missing")
+    run = make_run_dir(tmp_path, steps=(10,))
+    ckpt = run / "checkpoints" / "step_000010"
+    (ckpt / "ema.safetensors").unlink()
+    with pytest.raises(WeightsError, match="weights='online'"):
+        load_encoder(run)
+    with pytest.raises(ValueError, match="ema, online"):
+        load_encoder(run, weights="both")  # type: ignore[arg-type]
+    # weights that do not match the recorded architecture
+    meta = json.loads((ckpt / "meta.json").read_text())
+    meta["encoder_config"]["depth"] = 3
+    (ckpt / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(WeightsError, match="do not match"):
+        load_encoder(run, weights="online")
+    with pytest.raises(WeightsError, match="not a run directory"):
+        load_encoder(tmp_path)
+
+
+def test_random_encoder_is_seeded_and_leaves_the_global_rng_alone():
+    cfg = encoder_config("vit-test")
+    state = torch.random.get_rng_state()
+    a, b, c = random_encoder(cfg, seed=1), random_encoder(cfg, seed=1), random_encoder(cfg, seed=2)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    x = _clip(cfg)
+    assert torch.equal(a.encoder(x), b.encoder(x)) and not torch.equal(a.encoder(x), c.encoder(x))
+    assert a.weights == "random" and not a.encoder.training
