@@ -23,9 +23,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from levjepa.eval import evaluate_benchmark
-
 from levjepa.config import apply_overrides
+from levjepa.eval import evaluate_benchmark
 from levjepa.presets import preset
 from levjepa.train.loop import build_models, pretrain
 from levjepa.weights import load_tensors, prefixed
