@@ -42,7 +42,41 @@ VARIANTS: dict[str, list[str]] = {
     "noflip": ["data.flip_p=0"],
     "lam05": ["objective.lam=0.05"],
     "steps1200": ["train.steps=1200"],
+    "aug": ["data.flip_p=0", "data.local_scale=0.15,0.5", "data.hue=0.5", "data.grayscale_p=0.5"],
+    "aug_k32": [
+        "data.flip_p=0",
+        "data.local_scale=0.15,0.5",
+        "data.hue=0.5",
+        "data.grayscale_p=0.5",
+        "model.proj_dim=32",
+    ],
+    "k32": ["model.proj_dim=32"],
+    "aug_k32_lr3": [
+        "data.flip_p=0",
+        "data.local_scale=0.15,0.5",
+        "data.hue=0.5",
+        "data.grayscale_p=0.5",
+        "model.proj_dim=32",
+        "optim.lr=3e-3",
+    ],
+    "easy": [
+        "data.synthetic.texture_contrast=0.15",
+        "data.synthetic.object_scale=0.55",
+        "data.synthetic.background_motion_p=0",
+    ],
+    "easy_aug_k32": [
+        "data.synthetic.texture_contrast=0.15",
+        "data.synthetic.object_scale=0.55",
+        "data.synthetic.background_motion_p=0",
+        "data.flip_p=0",
+        "data.local_scale=0.15,0.5",
+        "data.hue=0.5",
+        "data.grayscale_p=0.5",
+        "model.proj_dim=32",
+    ],
 }
+# 32-px clips: a 4x cheaper variant of the benchmark for quick CPU iterations (--base mini)
+MINI = ["data.synthetic.size=32", "data.global_size=32", "data.local_size=16", "model.drop_ratio=0.75"]
 
 
 def run_variant(name: str, overrides: list[str], device: str, smoke: list[str], tmp: Path) -> dict:
@@ -90,6 +124,7 @@ def main() -> int:
     p.add_argument("--budget-s", type=float, default=120.0)
     p.add_argument("--only", nargs="*", default=None)
     p.add_argument("--smoke", action="store_true", help="tiny model and data on the CPU: checks the script")
+    p.add_argument("--base", choices=("demo", "mini"), default="demo", help="mini: 32-px clips (quick CPU runs)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     smoke = []
@@ -98,8 +133,10 @@ def main() -> int:
         smoke += ["train.batch_size=16", "data.num_workers=0", "data.synthetic.num_train=64"]
         smoke += ["data.synthetic.num_val=32", "data.synthetic.num_test=32", "data.synthetic.num_frames=4"]
         smoke += ["data.num_frames=4", "data.synthetic.size=32", "data.global_size=32", "data.local_size=16"]
+    if args.base == "mini":
+        smoke = [*MINI, *smoke]
     start = time.perf_counter()
-    results: dict = {"device": args.device}
+    results: dict = {"device": args.device, "base": args.base}
     names = args.only or list(VARIANTS)
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:

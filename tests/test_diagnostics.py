@@ -9,14 +9,7 @@ import torch
 
 from levjepa.objective import draw_directions, effective_rank, embedding_diagnostics, sigreg
 
-
-@pytest.fixture(autouse=True)
-def _one_intra_op_thread():
-    """Many small ops: on a shared 2-core machine one thread is faster than two contending ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _gen(seed: int) -> torch.Generator:

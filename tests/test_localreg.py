@@ -18,14 +18,7 @@ from levjepa.objective import (
 )
 from levjepa.objective.sigreg import epps_pulley_from_stats, reference_ecf_stats
 
-
-@pytest.fixture(autouse=True)
-def _one_intra_op_thread():
-    """Many small ops: on a shared 2-core machine one thread is faster than two contending ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _gen(seed: int) -> torch.Generator:

@@ -18,14 +18,7 @@ from levjepa.objective import (
 )
 from levjepa.objective.sigreg import derive_seed
 
-
-@pytest.fixture(autouse=True)
-def _one_intra_op_thread():
-    """Many small ops: on a shared 2-core machine one thread is faster than two contending ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _z(v=5, b=24, k=8, seed=0, dtype=torch.float64):

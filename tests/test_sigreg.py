@@ -10,14 +10,7 @@ import torch
 from levjepa.objective import SIGReg, draw_directions, epps_pulley_nodes, null_value, sigreg
 from levjepa.objective.sigreg import derive_seed
 
-
-@pytest.fixture(autouse=True)
-def _one_intra_op_thread():
-    """Many small ops: on a shared 2-core machine one thread is faster than two contending ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 NULL = 1.0524642

@@ -14,14 +14,7 @@ import torch
 from levjepa.objective import _chunked, draw_directions, sigreg
 from levjepa.objective.sigreg import reference_ecf_stats
 
-
-@pytest.fixture(autouse=True)
-def _one_intra_op_thread():
-    """Many small ops: on a shared 2-core machine one thread is faster than two contending ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 ROOT = Path(__file__).resolve().parents[1]

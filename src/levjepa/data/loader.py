@@ -34,7 +34,6 @@ device, and normalises every view.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from levjepa.data.config import DataConfig
 from levjepa.data.sources import SYNTHETIC, MediaItem, list_media
 from levjepa.data.video import decode_clip_with_info, load_image
 from levjepa.data.views import apply_photometric, make_views, normalize
+from levjepa.rng import derive_seed
 
 __all__ = [
     "PretrainDataset",
@@ -62,8 +62,7 @@ __all__ = [
 
 def sample_seed(seed: int, *parts: object) -> int:
     """A 63-bit seed from ``(seed, *parts)`` (stable across processes and Python versions)."""
-    digest = hashlib.blake2b("/".join(map(str, (seed, *parts))).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+    return derive_seed(seed, *parts)
 
 
 def sample_generator(seed: int, epoch: int, position: int, purpose: str) -> torch.Generator:

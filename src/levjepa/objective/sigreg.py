@@ -47,7 +47,6 @@ reads a device step counter with ``.item()`` every step).
 
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import Any, Literal
 
@@ -55,7 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from levjepa import distributed
+from levjepa import distributed, rng
 
 from . import _chunked
 
@@ -120,9 +119,8 @@ def null_value(num_nodes: int = 17, t_max: float = 3.0) -> float:
 
 # --------------------------------------------------------------------------------------------- randomness
 def derive_seed(seed: int, step: int, purpose: str = "sigreg") -> int:
-    """A 63-bit seed from ``(seed, step, purpose)``: a hash, so nearby pairs give unrelated streams."""
-    digest = hashlib.blake2b(f"{purpose}:{int(seed)}:{int(step)}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
+    """The seed of step ``step``'s generator for ``purpose`` (``levjepa.rng.derive_seed``)."""
+    return rng.derive_seed(purpose, int(seed), int(step))
 
 
 def draw_directions(

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Every GPU check of the project in one run on one H200 (< 9 minutes), for the device tool:
+#
+#   run(command="bash bench/gpu_all.sh", carry=[".whl"], timeout_s=590)
+#
+# .whl holds the PyAV wheel for Python 3.12 (the GPU image has no PyAV): `python3 -m pip download --no-deps
+# --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 -d .whl av`.
+# Each script saves its JSON as it goes; each has its own time limit so one slow part cannot eat the others.
+set -u
+OUT=${OUT:-${1:-gpu_out}}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD/src:${PYTHONPATH:-}
+LOG="$OUT/gpu_all.log"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >>"$LOG" 2>&1
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+{
+  date; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+} >>"$LOG" 2>&1
+step() {  # step NAME SECONDS COMMAND...
+  local name=$1 secs=$2; shift 2
+  echo "=== $name (limit ${secs}s) $(date +%T)" >>"$LOG"
+  local t0=$SECONDS
+  timeout "$secs" "$@" >>"$LOG" 2>&1
+  echo "=== $name exit $? after $((SECONDS - t0))s" >>"$LOG"
+}
+step pytest_gpu 60 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py tests/test_sigreg_impl.py
+step sigreg 110 python3 bench/gpu_sigreg.py --out "$OUT"
+step encoder 140 python3 bench/gpu_encoder.py --out "$OUT" --budget-s 90
+step data 40 python3 bench/gpu_data.py --out "$OUT"
+step train 140 python3 bench/gpu_train.py --out "$OUT" --budget-s 120
+step demo_sweep 60 python3 bench/demo_sweep.py --out "$OUT" --device cuda --budget-s 45
+echo "done $(date +%T)" >>"$LOG"
