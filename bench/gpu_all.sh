@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Every GPU check of the project in one run on one H200 (< 9 minutes), for the device tool:
+# Every GPU check of the project in one run on one H200 (< 9.5 minutes), for the device tool:
 #
-#   run(command="bash bench/gpu_all.sh", carry=[".whl"], timeout_s=590)
+#   run(command="bash bench/gpu_all.sh", carry=[".whl"], timeout_s=600)
 #
 # .whl holds the PyAV wheel for Python 3.12 (the GPU image has no PyAV): `python3 -m pip download --no-deps
 # --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 -d .whl av`.
@@ -27,10 +27,10 @@ step() {  # step NAME SECONDS COMMAND...
   timeout "$secs" "$@" >>"$LOG" 2>&1
   echo "=== $name exit $? after $((SECONDS - t0))s" >>"$LOG"
 }
-step pytest_gpu 60 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py tests/test_sigreg_impl.py
-step sigreg 110 python3 bench/gpu_sigreg.py --out "$OUT"
-step encoder 140 python3 bench/gpu_encoder.py --out "$OUT" --budget-s 90
-step data 40 python3 bench/gpu_data.py --out "$OUT"
-step train 140 python3 bench/gpu_train.py --out "$OUT" --budget-s 120
-step demo_sweep 60 python3 bench/demo_sweep.py --out "$OUT" --device cuda --budget-s 45
+step pytest_gpu 40 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py tests/test_sigreg_impl.py
+step sigreg 95 python3 bench/gpu_sigreg.py --out "$OUT" --budget-s 70
+step encoder 120 python3 bench/gpu_encoder.py --out "$OUT" --budget-s 75
+step data 30 python3 bench/gpu_data.py --out "$OUT"
+step train 120 python3 bench/gpu_train.py --out "$OUT" --budget-s 100
+step demo_sweep 160 python3 bench/demo_sweep.py --out "$OUT" --device cuda --jobs 4 --workers 3 --budget-s 90
 echo "done $(date +%T)" >>"$LOG"
