@@ -133,6 +133,7 @@ def _parallel(args: argparse.Namespace, names: list[str]) -> int:
             cmd = [sys.executable, __file__, "--out", str(parts / name), "--device", args.device, "--only", name]
             cmd += ["--budget-s", "1e9", *(["--smoke"] if args.smoke else [])]
             cmd += ["--workers", str(args.workers)] if args.workers is not None else []
+            cmd += ["--threads", str(args.threads)] if args.threads is not None else []
             running[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if pending and time.perf_counter() - start >= args.budget_s:
             results.update({n: {"skipped": "time budget"} for n in pending})
@@ -159,6 +160,7 @@ def main() -> int:
     p.add_argument("--only", nargs="*", default=None, help=f"variants among {', '.join(VARIANTS)}")
     p.add_argument("--jobs", type=int, default=1, help="variants run at once, each in its own process")
     p.add_argument("--workers", type=int, default=None, help="data-loader workers per variant")
+    p.add_argument("--threads", type=int, default=None, help="torch threads per variant (CPU)")
     p.add_argument("--smoke", action="store_true", help="tiny model and data on the CPU: checks the script")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
