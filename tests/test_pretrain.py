@@ -90,3 +90,31 @@ def test_cli_rejects_unknown_keys_and_bad_values_with_choices(capsys):
     printed = json.loads(capsys.readouterr().out)
     assert printed["optim"]["lr"] == 4e-4 and printed["train"]["batch_size"] == 3072
     assert printed["model"]["dim"] == 768 and printed["data"]["num_local"] == 4
+
+
+def test_bad_files_in_a_real_video_folder_are_reported_not_fatal(tmp_path):
+    from data_media import write_pattern
+
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    for i in range(3):
+        write_pattern(videos / f"good{i}.mp4", 12)
+    (videos / "empty.mp4").write_bytes(b"")
+    (videos / "notes.mp4").write_text("not a video at all")
+    cfg = tiny_config(
+        f"data.sources={videos}", "data.samples_per_epoch=16", "train.steps=2", "train.checkpoint_every=2"
+    )
+    summary = pretrain(cfg, tmp_path / "run", progress=False)
+    report = json.loads((tmp_path / "run" / "bad_files.json").read_text())
+    assert report["total"] == 2 == summary.bad_files
+    assert sorted(Path(f["path"]).name for f in report["files"]) == ["empty.mp4", "notes.mp4"]
+    for name in ("empty.mp4", "notes.mp4"):
+        (videos / name).unlink()
+    for i in range(3):
+        (videos / f"good{i}.mp4").write_bytes(b"\x00" * 64)
+    with pytest.raises(ValueError, match=str(videos)):
+        pretrain(cfg, tmp_path / "run2", progress=False)
+    from levjepa.cli import main
+
+    args = ["pretrain", "--preset", "demo-cpu", *TINY, f"data.sources={videos}", "--run-dir", str(tmp_path / "run3")]
+    assert main([*args, "--no-progress"]) == 1  # a clear message, not a traceback

@@ -70,6 +70,7 @@ def main(args: argparse.Namespace) -> int:
     if args.print_config:
         print(json.dumps(to_dict(cfg), indent=2))
         return 0
+    from levjepa.data import DataError
     from levjepa.train.loop import TrainingStopped, pretrain, summary_json
     from levjepa.train.run_dir import RunDirError
 
@@ -81,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             progress=not args.no_progress,
         )
-    except (RunDirError, TrainingStopped) as err:
+    except (RunDirError, TrainingStopped, DataError, ConfigError) as err:
         print(f"levjepa pretrain: {err}", file=sys.stderr)
         return 1
     if args.summary_json:

@@ -143,6 +143,9 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
     autocast_dtype = _autocast_dtype(cfg, device)
 
     bad_files = BadFileReport()
+    if resume and (path / "bad_files.json").is_file():  # what the run met before it stopped stays reported
+        for entry in json.loads((path / "bad_files.json").read_text())["files"]:
+            bad_files.files.setdefault(entry["path"], entry["reason"])
     loader = iter(
         build_pretrain_loader(
             cfg.data,
@@ -165,6 +168,7 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
     skipped_steps: list[int] = []
     last_metrics: dict[str, float] = {}
     last_ckpt: Path | None = None
+    bad_total = bad_files.total
     check_every = min(tc.log_every, tc.max_consecutive_skips)
     t_start = time.perf_counter()
     t_log, steps_since_log = t_start, 0
@@ -235,8 +239,10 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
 
         if done % tc.checkpoint_every == 0 or done == tc.steps:
             last_ckpt = _checkpoint(path, info, model, ema, optimizer, cfg, done, int(consecutive), accum, last_metrics)
+            every_rank = bad_files.gather()  # a collective: all ranks call it
+            bad_total = every_rank.total
             if info.is_main:
-                bad_files.write(path / "bad_files.json")
+                every_rank.write(path / "bad_files.json")
 
     if bar is not None:
         bar.close()
@@ -248,7 +254,7 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
         clips_per_s=(tc.steps - start_step) * tc.batch_size / max(wall, 1e-9),
         final=last_metrics,
         skipped_steps=skipped_steps,
-        bad_files=bad_files.total,
+        bad_files=bad_total,
         checkpoint=last_ckpt,
     )
     if tc.eval_at_end and info.is_main:
