@@ -59,6 +59,9 @@ VARIANTS: dict[str, list[str]] = {
     "mini_easy_aug_k32_600": [*MINI, *EASY, *AUG, *K32, "train.steps=600"],
     "mini_easy_aug_k32_600_lr3": [*MINI, *EASY, *AUG, *K32, "train.steps=600", "optim.lr=3e-3"],
     "mini_easy_aug_k32_1200": [*MINI, *EASY, *AUG, *K32, "train.steps=1200"],
+    "mini_easy_aug_k32_lam10": [*MINI, *EASY, *AUG, *K32, "objective.lam=0.1"],
+    "mini_easy_aug_k32_lam30": [*MINI, *EASY, *AUG, *K32, "objective.lam=0.3"],
+    "mini_aug_k32_lam30": [*MINI, *AUG, *K32, "objective.lam=0.3"],
 }
 GPU_SET = [
     "easy_aug_k32",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import zipfile
 from collections.abc import Mapping
@@ -42,6 +43,9 @@ __all__ = [
     "load_tensors",
     "refuse_pickle",
     "prefixed",
+    "checkpoint_name",
+    "list_checkpoints",
+    "latest_checkpoint",
 ]
 
 
@@ -131,3 +135,31 @@ def load_tensors(
 def prefixed(tensors: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
     """The entries under ``prefix`` (e.g. ``"encoder."``) with the prefix removed."""
     return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+_CHECKPOINT = re.compile(r"^step_(\d{6,})$")
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    """The complete checkpoints of a run (``checkpoints/step_N/`` holding ``meta.json``), oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and _CHECKPOINT.match(p.name) and (p / "meta.json").is_file()]
+    return sorted(found, key=lambda p: int(_CHECKPOINT.match(p.name).group(1)))  # type: ignore[union-attr]
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The checkpoint ``checkpoints/latest`` names, or the newest complete one; None when there is none."""
+    root = Path(run_dir) / "checkpoints"
+    pointer = root / "latest"
+    if pointer.is_file():
+        candidate = root / pointer.read_text().strip()
+        if (candidate / "meta.json").is_file():
+            return candidate
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None

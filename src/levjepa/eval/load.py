@@ -32,7 +32,7 @@ from typing import Any, Literal
 import torch
 
 from levjepa.config import from_dict, to_dict
-from levjepa.weights import WeightsError, load_tensors, prefixed, refuse_pickle
+from levjepa.weights import WeightsError, latest_checkpoint, list_checkpoints, load_tensors, prefixed, refuse_pickle
 
 __all__ = [
     "LoadedEncoder",
@@ -91,23 +91,16 @@ def checkpoint_step(ckpt_dir: Path) -> int:
 
 def find_checkpoints(run_dir: str | Path) -> list[Path]:
     """Every complete checkpoint of a run (a ``step_*`` dir with ``meta.json``), sorted by step."""
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
+    if not (Path(run_dir) / "checkpoints").is_dir():
         raise WeightsError(f"{run_dir}: not a run directory (no checkpoints/ folder)")
-    found = [p for p in root.iterdir() if p.is_dir() and _STEP_DIR.match(p.name) and (p / "meta.json").is_file()]
-    return sorted(found, key=checkpoint_step)
+    return list_checkpoints(run_dir)
 
 
 def _latest_checkpoint(run_dir: Path) -> Path:
-    latest = run_dir / "checkpoints" / "latest"
-    if latest.is_file():
-        ckpt = run_dir / "checkpoints" / latest.read_text().strip()
-        if (ckpt / "meta.json").is_file():
-            return ckpt
-    ckpts = find_checkpoints(run_dir)
-    if not ckpts:
+    found = latest_checkpoint(run_dir)
+    if found is None:
         raise WeightsError(f"{run_dir}: the run has no complete checkpoint yet (checkpoints/step_*/meta.json)")
-    return ckpts[-1]
+    return found
 
 
 def freeze(encoder: torch.nn.Module) -> torch.nn.Module:

@@ -16,7 +16,6 @@ augmentation, token dropping, SIGReg directions, k-means) is seeded from ``(seed
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -27,11 +26,17 @@ import torch
 from torch import nn
 
 from levjepa.train.ema import EMA
-from levjepa.weights import atomic_write_text, load_tensors, prefixed, save_tensors
+from levjepa.weights import (
+    atomic_write_text,
+    checkpoint_name,
+    latest_checkpoint,
+    list_checkpoints,
+    load_tensors,
+    prefixed,
+    save_tensors,
+)
 
 __all__ = ["TrainerState", "save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints", "prune"]
-
-_NAME = re.compile(r"^step_(\d{6,})$")
 
 
 @dataclass
@@ -40,30 +45,6 @@ class TrainerState:
     consecutive_skips: int = 0
     data_position: int = 0  # micro-batches of the global batch consumed
     extra: dict[str, Any] | None = None  # JSON-able: last losses, wall time so far, ...
-
-
-def checkpoint_name(step: int) -> str:
-    return f"step_{step:06d}"
-
-
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first."""
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return []
-    found = [p for p in root.iterdir() if p.is_dir() and _NAME.match(p.name) and (p / "meta.json").is_file()]
-    return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))  # type: ignore[union-attr]
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    root = Path(run_dir) / "checkpoints"
-    pointer = root / "latest"
-    if pointer.is_file():
-        candidate = root / pointer.read_text().strip()
-        if (candidate / "meta.json").is_file():
-            return candidate
-    found = list_checkpoints(run_dir)
-    return found[-1] if found else None
 
 
 def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -178,7 +159,7 @@ def prune(run_dir: str | Path, keep_last: int, keep_every: int | None) -> list[P
     found = list_checkpoints(run_dir)
     removed = []
     for p in found[:-keep_last] if keep_last > 0 else found:
-        step = int(_NAME.match(p.name).group(1))  # type: ignore[union-attr]
+        step = int(p.name.split("_")[1])
         if keep_every and step % keep_every == 0:
             continue
         shutil.rmtree(p, ignore_errors=True)
