@@ -62,6 +62,19 @@ VARIANTS: dict[str, list[str]] = {
     "mini_easy_aug_k32_lam10": [*MINI, *EASY, *AUG, *K32, "objective.lam=0.1"],
     "mini_easy_aug_k32_lam30": [*MINI, *EASY, *AUG, *K32, "objective.lam=0.3"],
     "mini_aug_k32_lam30": [*MINI, *AUG, *K32, "objective.lam=0.3"],
+    "mini_easy_aug_k32_lam10_600": [*MINI, *EASY, *AUG, *K32, "objective.lam=0.1", "train.steps=600"],
+    "mini_easy_aug_k32_lam05_600": [*MINI, *EASY, *AUG, *K32, "objective.lam=0.05", "train.steps=600"],
+    "mini_easy_aug_k32_lam10_600_lr3": [
+        *MINI,
+        *EASY,
+        *AUG,
+        *K32,
+        "objective.lam=0.1",
+        "train.steps=600",
+        "optim.lr=3e-3",
+    ],
+    "easy_aug_k32_lam10": [*EASY, *AUG, *K32, "objective.lam=0.1"],
+    "mini_flat_aug_k32_lam10": [*MINI, *EASY, "data.synthetic.texture_contrast=0", *AUG, *K32, "objective.lam=0.1"],
 }
 GPU_SET = [
     "easy_aug_k32",

@@ -55,7 +55,10 @@ __all__ = [
 TASKS = ("appearance", "motion", "arrow")
 PROBES = ("attentive", "linear", "knn")
 SPLITS = ("train", "val", "test")
+# split sizes of the "demo" budget for 16x64x64 clips; smaller clips get proportionally more of them (the
+# budget is a fixed number of pixels to encode), up to the whole split
 BUDGET_LIMITS: dict[str, dict[str, int] | None] = {"demo": {"train": 512, "val": 128, "test": 256}, "full": None}
+DEMO_REFERENCE_PIXELS = 16 * 64 * 64
 
 Result = GridResult | KnnResult
 
@@ -102,6 +105,9 @@ def benchmark_splits(cfg: Any, budget: Literal["demo", "full"] = "demo") -> Labe
     if budget not in BUDGET_LIMITS:
         raise ValueError(f"budget={budget!r}: valid choices are {', '.join(BUDGET_LIMITS)}")
     limits = BUDGET_LIMITS[budget]
+    if limits is not None:
+        scale = max(1.0, DEMO_REFERENCE_PIXELS / (cfg.num_frames * cfg.size * cfg.size))
+        limits = {split: int(n * scale) for split, n in limits.items()}
     clips, labels = {}, {}
     source, num_classes = "", {}
     for split in SPLITS:
