@@ -27,13 +27,14 @@ def _batches(cfg, n: int):
 
 
 def test_loss_falls_on_a_fixed_batch():
-    cfg, model, objective, opt = _setup("optim.warmup_steps=0")
+    cfg, model, objective, opt = _setup("optim.warmup_steps=0", "objective.lam=0.02")
     (views,) = _batches(cfg, 1)
     losses = []
     for step in range(25):
         out = train_step(model, objective, opt, [views], [make_generator(0, "drop")], step=step, lr=3e-3, grad_clip=1.0)
         losses.append(float(out.loss))
-    assert losses[-1] < 0.7 * losses[0], losses
+    assert losses[-1] < 0.85 * losses[0], losses
+    assert sum(losses[-5:]) < sum(losses[:5]), losses  # a trend, not one lucky step
     assert not bool(out.skipped)
 
 
