@@ -32,10 +32,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from levjepa.config import apply_overrides
 from levjepa.data.loader import ViewBatch
 from levjepa.data.views import sample_photometric
-
-from levjepa.config import apply_overrides
 from levjepa.objective import build_objective
 from levjepa.presets import preset
 from levjepa.rng import make_generator
