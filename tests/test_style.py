@@ -17,7 +17,9 @@ def _ruff() -> list[str]:
 
 
 def test_ruff_lint_clean():
-    r = subprocess.run([*_ruff(), "check", "--no-cache", "src", "tests", "bench"], cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run(
+        [*_ruff(), "check", "--no-cache", "src", "tests", "bench"], cwd=ROOT, capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
