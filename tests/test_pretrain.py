@@ -104,7 +104,11 @@ def test_bad_files_in_a_real_video_folder_are_reported_not_fatal(tmp_path):
     cfg = tiny_config(
         f"data.sources={videos}", "data.samples_per_epoch=16", "train.steps=2", "train.checkpoint_every=2"
     )
-    summary = pretrain(cfg, tmp_path / "run", progress=False)
+    from levjepa.data import BadFileWarning
+
+    with pytest.warns(BadFileWarning) as caught:  # one warning per bad file
+        summary = pretrain(cfg, tmp_path / "run", progress=False)
+    assert len(caught) == 2
     report = json.loads((tmp_path / "run" / "bad_files.json").read_text())
     assert report["total"] == 2 == summary.bad_files
     assert sorted(Path(f["path"]).name for f in report["files"]) == ["empty.mp4", "notes.mp4"]
