@@ -134,9 +134,10 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
         latest = ckpt.latest_checkpoint(path)
         if latest is not None:
             state = ckpt.load_checkpoint(latest, model=model, ema=ema, optimizer=optimizer)
-            if info.is_main:
-                print(f"resuming {path} from {latest.name} (step {state.step})", file=sys.stderr)
-                _truncate_metrics(path, state.step)
+        if info.is_main:
+            where = f"{latest.name} (step {state.step})" if latest else "the start (no checkpoint was written)"
+            print(f"resuming {path} from {where}", file=sys.stderr)
+            _truncate_metrics(path, state.step)
     train_model: torch.nn.Module = distributed.wrap_ddp(model, info)
     if tc.compile:
         train_model = torch.compile(train_model)
