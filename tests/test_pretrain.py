@@ -122,3 +122,18 @@ def test_bad_files_in_a_real_video_folder_are_reported_not_fatal(tmp_path):
 
     args = ["pretrain", "--preset", "demo-cpu", *TINY, f"data.sources={videos}", "--run-dir", str(tmp_path / "run3")]
     assert main([*args, "--no-progress"]) == 1  # a clear message, not a traceback
+
+
+@pytest.mark.parametrize(
+    ("overrides", "terms"),
+    [
+        (["objective.name=lejepa", "data.num_global=2", "objective.num_global_views=2"], {"pred", "sigreg"}),
+        (["objective.name=localejepa"], {"pred", "localreg", "kmeans_fallback", "clusters_used"}),
+    ],
+)
+def test_objective_switch_trains_and_logs_its_terms(tmp_path, overrides, terms):
+    summary = pretrain(tiny_config("train.steps=2", "train.checkpoint_every=2", *overrides), tmp_path, progress=False)
+    assert terms <= set(summary.final)
+    assert all(torch.isfinite(torch.tensor(summary.final[t])) for t in terms)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["objective"]["name"] == overrides[0].split("=")[1]
