@@ -16,10 +16,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from levjepa.rng import make_generator
+
 from .config import ObjectiveConfig
 from .localreg import cosine_kmeans, localejepa_loss
 from .losses import ObjectiveOutput, check_views, lejepa_loss, levjepa_loss
-from .sigreg import derive_seed, draw_directions
+from .sigreg import draw_directions
 
 __all__ = ["LeJEPAObjective", "LeVJEPAObjective", "LocaLeJEPAObjective", "build_objective"]
 
@@ -31,9 +33,7 @@ class _Objective(nn.Module):
         self.check_finite: bool | None = None
 
     def generator(self, step: int, device: torch.device, purpose: str) -> torch.Generator:
-        gen = torch.Generator(device=device)
-        gen.manual_seed(derive_seed(self.cfg.seed, step, purpose))
-        return gen
+        return make_generator(purpose, self.cfg.seed, step, device=device)  # = derive_seed(seed, step, purpose)
 
     def directions(self, dim: int, step: int, device: torch.device, num: int) -> torch.Tensor:
         """The ``[dim, num]`` unit directions of ``step`` (float32, on ``device``)."""
