@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -75,3 +77,30 @@ def test_single_process_helpers_are_identities():
     ref = torch.nn.BatchNorm1d(3)
     z = torch.randn(7, 3)
     torch.testing.assert_close(bn(z), ref(z))
+
+
+def _thread_names() -> list[str]:
+    tasks = Path("/proc/self/task")
+    return sorted((t / "comm").read_text().strip() for t in tasks.iterdir())
+
+
+def _teardown_worker(rank: int, world: int) -> tuple[list[str], list[str]]:
+    from torch.nn.parallel import DistributedDataParallel
+
+    from levjepa import distributed
+
+    DistributedDataParallel(torch.nn.Linear(3, 2))(torch.randn(4, 3)).sum().backward()
+    running = _thread_names()
+    distributed.teardown()
+    return running, _thread_names()
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc to list native threads")
+def test_teardown_stops_the_gloo_threads_even_after_ddp():
+    # DDP imports torch.distributed.nn, whose default arguments hold the WORLD group: if that import
+    # comes after init_process_group the group outlives teardown, and its worker threads still running at
+    # interpreter shutdown abort the process (SIGABRT) about one exit in seven
+    for running, after in run_gloo(_teardown_worker, 2):
+        assert any("gloo" in name for name in running)  # the probe sees gloo's threads at all
+        assert not any("gloo" in name for name in after), after

@@ -93,6 +93,13 @@ def setup(device: str | None = None, timeout_s: float = 1800.0) -> DistInfo:
                 )
         os.environ.setdefault("RANK", str(rank_))
         os.environ.setdefault("WORLD_SIZE", str(world))
+        # torch.distributed.nn.functional binds ``group.WORLD`` as default arguments when it is first
+        # imported, and DistributedDataParallel imports it lazily: imported after init_process_group it
+        # keeps the group alive past destroy_process_group, so gloo's worker threads are still running at
+        # interpreter shutdown, where releasing their last work aborts the process ("terminate called
+        # without an active exception", SIGABRT, about one clean exit in seven). Imported first, it binds None.
+        import torch.distributed.nn as _  # noqa: F401
+
         dist.init_process_group(
             backend="nccl" if want_cuda else "gloo",
             rank=rank_,
@@ -104,6 +111,7 @@ def setup(device: str | None = None, timeout_s: float = 1800.0) -> DistInfo:
 
 
 def teardown() -> None:
+    """Destroy the process group (see ``setup`` for why the group is really freed)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
