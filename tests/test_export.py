@@ -118,6 +118,20 @@ def test_export_then_load_gives_identical_outputs_and_a_model_card(tmp_path):
         assert not any(k.startswith("projector") for k in f.keys())  # noqa: SIM118
 
 
+@pytest.mark.parametrize("sources", [["synthetic"], ["/data/videos"]])
+def test_model_card_describes_the_builtin_benchmark_only_when_it_was_trained_on(tmp_path, sources):
+    run = make_run_dir(tmp_path)
+    config = json.loads((run / "config.json").read_text())
+    # a run config always carries the synthetic section, whether or not a source uses it
+    config["data"].update(sources=sources, synthetic={"image_source": "fashion-mnist", "num_frames": 16, "size": 32})
+    atomic_write_text(run / "config.json", json.dumps(config))
+    out = tmp_path / "export"
+    export_encoder(run, out)
+    card = (out / "MODEL_CARD.md").read_text()
+    assert f"| data sources | {sources[0]} |" in card
+    assert ("built-in benchmark clips | image source fashion-mnist, 16×32×32" in card) == (sources == ["synthetic"])
+
+
 class _Payload:
     def __init__(self, marker: str) -> None:
         self.marker = marker

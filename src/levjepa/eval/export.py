@@ -93,10 +93,12 @@ def model_card(loaded: LoadedEncoder, metrics: list[dict[str, Any]]) -> str:
     )
     losses = _final_losses(metrics, loaded.step)
     loss_text = ", ".join(f"{k} {v:.4g}" for k, v in losses.items()) or "not recorded (no metrics.jsonl)"
-    synth = data.get("synthetic") if isinstance(data.get("synthetic"), dict) else None
     sources = data.get("sources", "unknown")
-    if isinstance(sources, list | tuple):
-        sources = ", ".join(map(str, sources))
+    source_list = [str(s) for s in sources] if isinstance(sources, list | tuple) else [str(sources)]
+    sources = ", ".join(source_list)
+    # the synthetic section is always in the config; it describes the data only when a source uses it
+    uses_synthetic = "synthetic" in source_list
+    synth = data.get("synthetic") if uses_synthetic and isinstance(data.get("synthetic"), dict) else None
     lines = [
         "# LeVJEPA encoder",
         "",
