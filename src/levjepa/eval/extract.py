@@ -265,7 +265,7 @@ def extract(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(items), desc="extract", unit="file")
+        bar = tqdm(total=len(items), desc="extract", unit="file", disable=None)  # none when not a terminal
     good = 0
     with frozen_eval(encoder):
         for item in items:

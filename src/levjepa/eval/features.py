@@ -131,7 +131,7 @@ def compute_features(
     if progress:
         from tqdm import tqdm
 
-        starts = tqdm(starts, desc=desc, unit="batch", leave=False)
+        starts = tqdm(starts, desc=desc, unit="batch", leave=False, disable=None)  # none when not a terminal
     with frozen_eval(encoder):
         for i in starts:
             x = _normalize(clips[i : i + batch_size].to(device, non_blocking=True))
