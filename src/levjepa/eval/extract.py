@@ -161,16 +161,22 @@ def _video_windows(
     for w, s in enumerate(window_starts(n, cfg.window, cfg.stride)):
         idx = [min(i, n - 1) for i in range(s, s + cfg.window)]
         last = min(s + cfg.window, n) - 1
-        meta = {
-            "window": w,
-            "start_frame": frame_idx[s],
-            "end_frame": frame_idx[last],
-            "start_time": float(timestamps[s]),
-            "end_time": float(timestamps[last]),
-            "num_frames": cfg.window,
-            "padded": n < cfg.window,
-        }
-        yield meta, frames[idx]
+        yield _window_meta(w, s, last, frame_idx, timestamps, cfg.window, n < cfg.window), frames[idx]
+
+
+def _window_meta(
+    window: int, first: int, last: int, frame_idx: list[int], timestamps: Tensor, num_frames: int, padded: bool
+) -> dict[str, Any]:
+    """The index fields of one window covering decoded frames ``first .. last`` (both paths write these)."""
+    return {
+        "window": window,
+        "start_frame": frame_idx[first],
+        "end_frame": frame_idx[last],
+        "start_time": float(timestamps[first]),
+        "end_time": float(timestamps[last]),
+        "num_frames": num_frames,
+        "padded": padded,
+    }
 
 
 def _pad_time(clip: Tensor, multiple: int) -> Tensor:
@@ -208,15 +214,7 @@ def _stream_rows(
         patches = torch.cat(recent)  # tokens of the last `window` frames
         first = end - cfg.window
         last = min(end, n) - 1 if not padded else n - 1
-        meta = {
-            "window": w,
-            "start_frame": frame_idx[first],
-            "end_frame": frame_idx[last],
-            "start_time": float(timestamps[first]),
-            "end_time": float(timestamps[last]),
-            "num_frames": cfg.window,
-            "padded": padded,
-        }
+        meta = _window_meta(w, first, last, frame_idx, timestamps, cfg.window, padded)
         yield meta, stream.cls()[0].float().cpu(), patches.float().mean(0).cpu(), patches if cfg.patches else None
 
 
