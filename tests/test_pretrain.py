@@ -22,8 +22,15 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
 def test_run_directory_holds_the_trail(tmp_path):
-    cfg = tiny_config("train.steps=4", "train.checkpoint_every=2")
-    summary = pretrain(cfg, tmp_path / "run", progress=False)
+    cfg = tiny_config("train.steps=4", "train.checkpoint_every=2")  # train.threads=1 for the run
+    threads, rng_state = torch.get_num_threads(), torch.get_rng_state()
+    torch.set_num_threads(3)
+    try:
+        summary = pretrain(cfg, tmp_path / "run", progress=False)
+        assert torch.get_num_threads() == 3  # the run leaves no state behind (CI ran later tests on 1 thread)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(torch.get_rng_state(), rng_state)
     run = tmp_path / "run"
     assert json.loads((run / "config.json").read_text())["model"]["dim"] == 32
     env = json.loads((run / "env.json").read_text())

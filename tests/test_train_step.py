@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from levjepa.data import build_pretrain_loader
@@ -26,16 +27,46 @@ def _batches(cfg, n: int):
     return [next(it).to_device("cpu") for _ in range(n)]
 
 
+def test_one_step_lowers_the_loss_by_what_the_gradient_predicts():
+    # AdamW's first step moves each weight by -lr * g / (|g| + eps); to first order the loss on the same
+    # batch (same dropping, same SIGReg directions) then falls by lr * sum g^2 / (|g| + eps). In float64
+    # at a tiny lr the second-order rest is ~1e-4 of that: a property of any correct gradient and step.
+    cfg, model, objective, _ = _setup("optim.warmup_steps=0", "optim.weight_decay=0")
+    model.double()
+    opt = build_optimizer(model, cfg.optim)
+    views = [v.double() for v in _batches(cfg, 1)[0]]
+
+    def loss() -> float:
+        with torch.no_grad():
+            return float(objective(model(views, make_generator(0, "drop")), 0).loss)
+
+    before, lr = loss(), 1e-6
+    train_step(model, objective, opt, [views], [make_generator(0, "drop")], step=0, lr=lr, grad_clip=None)
+    predicted = lr * sum(float((p.grad.square() / (p.grad.abs() + cfg.optim.eps)).sum()) for p in model.parameters())
+    assert predicted > 0
+    assert before - loss() == pytest.approx(predicted, rel=0.01)
+
+
 def test_loss_falls_on_a_fixed_batch():
+    # 20 steps on one batch, then the loss of the trained and of the initial weights on that batch, each at
+    # the same five evaluation steps (fresh SIGReg directions, same dropping). The margin is measured
+    # against the spread the directions alone cause, not tuned to one machine's rounding.
     cfg, model, objective, opt = _setup("optim.warmup_steps=0", "objective.lam=0.02")
+    initial = Pretrainer(*build_models(cfg, seed=0))
     (views,) = _batches(cfg, 1)
-    losses = []
-    for step in range(25):
-        out = train_step(model, objective, opt, [views], [make_generator(0, "drop")], step=step, lr=3e-3, grad_clip=1.0)
-        losses.append(float(out.loss))
-    assert losses[-1] < 0.85 * losses[0], losses
-    assert sum(losses[-5:]) < sum(losses[:5]), losses  # a trend, not one lucky step
-    assert not bool(out.skipped)
+    for step in range(20):
+        out = train_step(model, objective, opt, [views], [make_generator(0, "drop")], step=step, lr=1e-3, grad_clip=1.0)
+        assert not bool(out.skipped)
+
+    def losses(m) -> torch.Tensor:
+        with torch.no_grad():
+            z = m(views, make_generator(0, "drop"))
+            return torch.tensor([float(objective(z, s).loss) for s in range(100, 105)])
+
+    trained, untrained = losses(model), losses(initial)
+    spread = float(untrained.max() - untrained.min())
+    assert bool((trained < untrained).all()), (trained, untrained)
+    assert float((untrained - trained).mean()) > 5 * spread, (trained, untrained)
 
 
 def test_accumulated_gradient_is_the_mean_of_micro_batch_gradients():

@@ -99,12 +99,21 @@ def pretrain(
     overwrite: bool = False,
     progress: bool = True,
 ) -> RunSummary:
-    """Pretrain an encoder as ``cfg`` says, writing everything to ``run_dir``; returns a summary."""
+    """Pretrain an encoder as ``cfg`` says, writing everything to ``run_dir``; returns a summary.
+
+    The process is left as it was found: the torch thread count (``train.threads`` changes it for the run),
+    the global RNG state (a resume restores the checkpoint's) and the process group (torn down) are
+    restored on return or error, so a caller (a notebook, a test suite) sees no state leak from the run.
+    """
+    threads = torch.get_num_threads()
     info = distributed.setup(device=_device(cfg))
+    rng_devices = [info.device.index or 0] if info.device.type == "cuda" else []
     try:
-        return _pretrain(cfg, run_dir, info, resume=resume, overwrite=overwrite, progress=progress)
+        with torch.random.fork_rng(devices=rng_devices):
+            return _pretrain(cfg, run_dir, info, resume=resume, overwrite=overwrite, progress=progress)
     finally:
         distributed.teardown()
+        torch.set_num_threads(threads)
 
 
 def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
