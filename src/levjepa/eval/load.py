@@ -14,7 +14,9 @@
 the checkpoint's ``meta.json`` (``encoder_config``), the run's ``config.json`` (``model``) or the export's
 metadata. Every weights file goes through :func:`levjepa.weights.load_tensors`, which refuses a pickle
 (``.pt``/``.pth``, ``torch.save`` zips) *before* reading it: nothing is ever unpickled. The state dict
-must match the architecture exactly (``strict``): a missing or unexpected key is an error, not a warning.
+must match the architecture exactly (``strict``): a missing or unexpected key is an error, not a warning
+(one exception: weights written before the final LayerNorm lost its bias carry ``norm.bias`` and are
+rebuilt with ``final_norm_bias=True``, so older runs and exports load exactly as they were trained).
 
 The returned encoder is **frozen**: ``eval()`` mode and ``requires_grad=False`` on every parameter.
 :func:`random_encoder` builds the same architecture at random initialisation (the baseline every probe
@@ -23,6 +25,7 @@ table shows), seeded without touching the global RNG state.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -126,6 +129,17 @@ def _encoder_config(data: dict[str, Any] | str, where: str) -> Any:
         raise WeightsError(f"{where}: bad encoder config: {err}") from err
 
 
+def _legacy_norm_bias(cfg: Any, state: dict[str, torch.Tensor]) -> Any:
+    """Weights written before the final LayerNorm lost its bias hold ``norm.bias``: rebuild them with it.
+
+    Their configs predate ``final_norm_bias`` (it defaults to ``False``), so the weights decide: such an
+    encoder loads exactly as it was trained and evaluated (its bias was stepped on rounding noise only).
+    """
+    if cfg.final_norm and not cfg.final_norm_bias and "norm.bias" in state:
+        return dataclasses.replace(cfg, final_norm_bias=True)
+    return cfg
+
+
 def _build(cfg: Any, state: dict[str, torch.Tensor], source: Path, device: str | torch.device) -> torch.nn.Module:
     from levjepa.model import VideoEncoder
 
@@ -164,6 +178,7 @@ def _from_checkpoint(ckpt: Path, weights: str, device: str | torch.device, kind:
     state = prefixed(tensors, "encoder.")
     if not state:
         raise WeightsError(f"{file}: no 'encoder.*' tensors (keys start with {sorted(tensors)[:3]})")
+    cfg = _legacy_norm_bias(cfg, state)
     encoder = _build(cfg, state, file, device)
     return LoadedEncoder(
         encoder=encoder,
@@ -187,6 +202,7 @@ def _from_export_file(file: Path, device: str | torch.device, kind: str) -> Load
         cfg = _encoder_config(side_cfg["model"], str(side))
     else:
         raise WeightsError(f"{file}: no encoder config in its metadata ('encoder_config') or beside it (config.json)")
+    cfg = _legacy_norm_bias(cfg, tensors)
     encoder = _build(cfg, tensors, file, device)
     step = meta.get("step")
     return LoadedEncoder(

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from levjepa.config import ConfigError
 from levjepa.train.ema import EMA
 from levjepa.weights import (
     atomic_write_text,
@@ -130,6 +131,12 @@ def load_checkpoint(
     """Restore a checkpoint into the given objects (in place); returns the trainer state."""
     path = Path(path)
     weights, _ = load_tensors(path / "model.safetensors")
+    expected = model.state_dict()
+    if "encoder.norm.bias" in weights and "encoder.norm.bias" not in expected:
+        raise ConfigError(
+            f"{path} was written by a levjepa whose encoder's final LayerNorm had a bias (it gets an exactly "
+            "zero gradient and is gone now): resume it as it was with the override model.final_norm_bias=true"
+        )
     model.load_state_dict(weights)
     if ema is not None:
         ema_tensors, _ = load_tensors(path / "ema.safetensors")
