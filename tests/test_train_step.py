@@ -1,13 +1,18 @@
-"""train_step: it learns, it accumulates gradients as a mean, and it skips non-finite steps untouched."""
+"""train_step: it learns, local accumulation averages micro-batch gradients, non-finite steps are skipped untouched.
+
+The global (GradCache) accumulation is checked in ``test_accumulation.py``.
+"""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
 
 from levjepa.data import build_pretrain_loader
 from levjepa.objective import build_objective
-from levjepa.rng import make_generator
+from levjepa.rng import make_generator, sample_keys
 from levjepa.train.loop import build_models
 from levjepa.train.optim import build_optimizer
 from levjepa.train.step import Pretrainer, train_step
@@ -69,7 +74,8 @@ def test_loss_falls_on_a_fixed_batch():
     assert float((untrained - trained).mean()) > 5 * spread, (trained, untrained)
 
 
-def test_accumulated_gradient_is_the_mean_of_micro_batch_gradients():
+def test_local_accumulation_gradient_is_the_mean_of_micro_batch_gradients():
+    # accumulation="local" (the official code's): one loss per micro-batch, gradients averaged
     cfg, model, objective, opt = _setup("optim.warmup_steps=0", "optim.weight_decay=0")
     micro = _batches(cfg, 2)
     gens = [make_generator(0, i, "drop") for i in range(2)]
@@ -83,7 +89,7 @@ def test_accumulated_gradient_is_the_mean_of_micro_batch_gradients():
         objective(z, 0).loss.backward()
         grads.append([p.grad.clone() for p in ref_model.parameters()])
     mean_grad = [(a + b) / 2 for a, b in zip(*grads, strict=True)]
-    train_step(model, objective, opt, micro, gens, step=0, lr=1e-3, grad_clip=None)
+    train_step(model, objective, opt, micro, gens, step=0, lr=1e-3, grad_clip=None, accumulation="local")
     for p, g in zip(model.parameters(), mean_grad, strict=True):
         torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-7)
 
@@ -104,3 +110,36 @@ def test_non_finite_step_is_skipped_and_changes_nothing():
     for p, s in opt.state.items():
         for n, t in s.items():
             assert torch.equal(t, opt_before[p][n]), n
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        (),
+        ("objective.name=lejepa", "data.num_global=2", "objective.num_global_views=2"),
+        ("objective.name=localejepa",),
+        ("model.final_norm_bias=true",),  # the bias the projector's BatchNorm cancels: must be caught
+    ],
+)
+def test_every_trainable_parameter_gets_a_gradient(overrides):
+    # a gradient that is zero in exact arithmetic (a structural zero, e.g. a constant shift that BatchNorm
+    # removes) shows in float64 as rounding noise ~1e-17; AdamW would step such a weight on that noise
+    cfg, model, objective, _ = _setup(*overrides)
+    model.double()
+    opt = build_optimizer(model, cfg.optim)
+    it = iter(build_pretrain_loader(replace(cfg.data, batch_size=4), seed=0, micro_batches=2))
+    micro, keys = [], []
+    for _ in range(2):  # two micro-batches: the GradCache path
+        batch = next(it)
+        micro.append([v.double() for v in batch.to_device("cpu")])
+        keys.append(sample_keys(0, "drop", batch.epoch, positions=batch.index))
+    train_step(model, objective, opt, micro, keys, step=0, lr=1e-3)
+    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    norms = {n: float(p.grad.norm()) if p.grad is not None else 0.0 for n, p in trainable.items()}
+    dead = sorted(n for n, g in norms.items() if g <= 1e-9 * max(norms.values()))
+    # LocaLeJEPA ignores a constant shift of z: the projector's output bias is frozen, not trained on noise
+    assert ("projector.net.3.bias" in trainable) == ("objective.name=localejepa" not in overrides)
+    if "model.final_norm_bias=true" in overrides:
+        assert dead == ["encoder.norm.bias"]
+    else:
+        assert not dead, dead

@@ -28,8 +28,8 @@ from levjepa import distributed
 from levjepa.config import to_dict
 from levjepa.data import BadFileReport, build_pretrain_loader
 from levjepa.model import Projector, VideoEncoder
-from levjepa.objective import build_objective, embedding_diagnostics
-from levjepa.rng import make_generator
+from levjepa.objective import build_objective, embedding_diagnostics, shift_invariant
+from levjepa.rng import sample_keys
 from levjepa.train import checkpoint as ckpt
 from levjepa.train.config import PretrainConfig
 from levjepa.train.ema import EMA
@@ -58,11 +58,17 @@ class RunSummary:
 
 
 def build_models(cfg: PretrainConfig, seed: int) -> tuple[VideoEncoder, Projector]:
-    """Encoder and projector initialised from ``seed`` (the same weights on every rank)."""
+    """Encoder and projector initialised from ``seed`` (the same weights on every rank).
+
+    Under a shift-invariant objective (LocaLeJEPA) the projector's output bias would get an exactly zero
+    gradient, so it is frozen at zero (``levjepa.objective.shift_invariant``); no trained parameter is dead.
+    """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         encoder = VideoEncoder(cfg.model)
         projector = Projector.from_config(cfg.model)
+    if shift_invariant(cfg.objective):
+        projector.net[-1].bias.requires_grad_(False)
     return encoder, projector
 
 
@@ -132,7 +138,7 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
     encoder, projector = build_models(cfg, tc.seed)
     model = Pretrainer(encoder, projector).to(device)
     if info.world_size > 1:
-        distributed.convert_sync_batchnorm(model)
+        distributed.convert_sync_batchnorm(model)  # the projector's BatchNorm over every rank's rows
     ema = EMA(model.encoder, decay=tc.ema_decay, every=tc.ema_every)
     optimizer = build_optimizer(model, cfg.optim)
     objective = build_objective(cfg.objective).to(device)
@@ -147,9 +153,7 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
             where = f"{latest.name} (step {state.step})" if latest else "the start (no checkpoint was written)"
             print(f"resuming {path} from {where}", file=sys.stderr)
             _truncate_metrics(path, state.step)
-    train_model: torch.nn.Module = distributed.wrap_ddp(model, info)
-    if tc.compile:
-        train_model = torch.compile(train_model)
+    train_model = _training_module(model, info, accum, tc.accumulation, tc.compile)
     autocast_dtype = _autocast_dtype(cfg, device)
 
     bad_files = BadFileReport()
@@ -164,6 +168,7 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
             world_size=info.world_size,
             start_step=state.step * accum,
             bad_files=bad_files,
+            micro_batches=accum,
         )
     )
     logger = MetricsLogger(path) if info.is_main else None
@@ -185,22 +190,18 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
     start_step = state.step
 
     for step in range(start_step, tc.steps):
-        micro = []
-        for _ in range(accum):
-            batch = next(loader)
-            bad_files.extend(batch.bad_files)
-            micro.append(batch.to_device(device))
-        gens = [make_generator(tc.seed, step, info.rank, i, "drop", device=device) for i in range(accum)]
+        micro, drops = _next_micro_batches(loader, accum, tc.seed, device, bad_files)
         out = train_step(
             train_model,
             objective,
             optimizer,
             micro,
-            gens,
+            drops,
             step=step,
             lr=lr_at(step, cfg.optim, tc.steps),
             grad_clip=cfg.optim.grad_clip,
             autocast_dtype=autocast_dtype,
+            accumulation=tc.accumulation,
         )
         consecutive = torch.where(out.skipped, consecutive + 1, torch.zeros_like(consecutive))
         pending_flags.append((step, out.skipped))
@@ -274,6 +275,39 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
     if info.is_main:
         print(format_summary(summary), file=sys.stderr)
     return summary
+
+
+def _training_module(model: Pretrainer, info, accum: int, accumulation: str, compile_: bool) -> torch.nn.Module:
+    """The module ``train_step`` runs: DDP around ``model`` when each rank runs one pass per micro-batch on
+    several ranks (it averages gradients overlapped with the backward); ``model`` itself for GradCache
+    accumulation, whose gradients ``train_step`` averages over ranks with one explicit all-reduce.
+
+    ``train.compile``: each encoder block and the projector are compiled in place (``torch.compile``; the
+    state-dict keys do not change, identical blocks share one graph, and the key-based token dropping and
+    the Python loop over view groups stay eager, outside the graphs).
+    """
+    if compile_:
+        model.encoder.compile_blocks()
+        model.projector.compile()
+    if info.world_size > 1 and (accum == 1 or accumulation == "local"):
+        return distributed.wrap_ddp(model, info)
+    return model
+
+
+def _next_micro_batches(loader, accum: int, seed: int, device: torch.device, bad_files: BadFileReport):
+    """This rank's ``accum`` micro-batches on ``device`` and their dropping keys, one per clip.
+
+    A clip's key is ``derive_seed(seed, "drop", epoch, position)``: the tokens a view drops depend on the
+    sample alone, not on the rank or micro-batch that holds it, so any split of the effective batch into
+    ranks × micro-batches trains identically (and a run can resume on another number of GPUs).
+    """
+    micro, drops = [], []
+    for _ in range(accum):
+        batch = next(loader)
+        bad_files.extend(batch.bad_files)
+        micro.append(batch.to_device(device))
+        drops.append(sample_keys(seed, "drop", batch.epoch, positions=batch.index, device=device))
+    return micro, drops
 
 
 def _checkpoint(path, info, model, ema, optimizer, cfg, step, consecutive, accum, metrics) -> Path | None:
