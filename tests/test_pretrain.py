@@ -47,6 +47,25 @@ def test_run_directory_holds_the_trail(tmp_path):
         pretrain(cfg, run, progress=False)
 
 
+def test_the_loop_updates_the_ema_to_the_average_it_claims(tmp_path):
+    # an EMA update every 2 steps: at step 2 the copy is the online weights (the first update copies them),
+    # at step 4 it is (1 * 2 * ... * 9 theta_2 + 2 * 3 * ... * 10 theta_4) / (...) = (theta_2 + 10 theta_4) / 11
+    cfg = tiny_config("train.steps=4", "train.checkpoint_every=2", "train.ema_every=2", "train.ema_decay=0.9999")
+    pretrain(cfg, tmp_path, progress=False)
+    ckpts = tmp_path / "checkpoints"
+    online = {s: load_tensors(ckpts / f"step_{s:06d}" / "model.safetensors")[0] for s in (2, 4)}
+    ema2, meta2 = load_tensors(ckpts / "step_000002" / "ema.safetensors")
+    ema4, meta4 = load_tensors(ckpts / "step_000004" / "ema.safetensors")
+    assert (meta2["ema_updates"], meta4["ema_updates"]) == ("1", "2")
+    assert ema4.keys() == {k for k in online[4] if k.startswith("encoder.")}
+    moved = 0.0
+    for key in ema4:
+        torch.testing.assert_close(ema2[key], online[2][key], rtol=0, atol=0)
+        torch.testing.assert_close(ema4[key], (online[2][key] + 10 * online[4][key]) / 11, rtol=1e-5, atol=1e-7)
+        moved = max(moved, float((ema4[key] - online[2][key]).abs().max()))
+    assert moved > 1e-4  # steps 3 and 4 changed the weights: the two copies are distinguishable
+
+
 def _cli(run_dir: Path, *args: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "levjepa", "pretrain", "--no-progress", *args]
     env = {**os.environ, "PYTHONPATH": SRC}
