@@ -1,13 +1,15 @@
 """The outer training loop: ``pretrain(cfg, run_dir)`` — the Python API behind ``levjepa pretrain``.
 
-It reads like the recipe: set up ranks and the run directory, build encoder + projector + objective +
-AdamW + EMA, resume if asked, then for each optimizer step fetch ``accum`` micro-batches, call
+It reads like the recipe: set up ranks and the run directory, build encoder + projector + objective + AdamW
++ EMA, resume if asked, then for each optimizer step fetch ``accum`` micro-batches, call
 :func:`levjepa.train.step.train_step`, update the EMA every ``ema_every`` steps, log label-free monitors
 every ``log_every`` steps and checkpoint every ``checkpoint_every`` steps. Only the main rank writes.
 
-Nothing in the step waits for the device; the loop reads device values (losses, skip flags) only on
-logging and skip-check steps. A non-finite loss or gradient skips that update (on the device), is logged
-with its step number, and ``max_consecutive_skips`` skips in a row stop the run with a message.
+Nothing in the step waits for the device; the loop reads device values (losses, skip flags) only on logging
+and skip-check steps. Logged: the loss and its terms as the objective computed them, the gradient norm, and
+the label-free monitors of ``embedding_diagnostics`` on the projections the loss saw (its fixed-direction
+SIGReg as ``monitor/sigreg/view{v}``). A non-finite loss or gradient skips that update (on the device), is
+logged with its step number, and ``max_consecutive_skips`` skips in a row stop the run with a message.
 """
 
 from __future__ import annotations
@@ -227,7 +229,9 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
         if done % tc.log_every == 0 or done == tc.steps:
             now = time.perf_counter()
             metrics = {"loss": out.loss, "grad_norm": out.grad_norm, **out.terms}
-            metrics.update(embedding_diagnostics(out.z))
+            # the monitors' fixed-direction SIGReg must not overwrite the loss's own sigreg/view{v} terms
+            monitors = embedding_diagnostics(out.z)
+            metrics.update({(f"monitor/{k}" if k in metrics else k): v for k, v in monitors.items()})
             reduced = distributed.reduce_scalars(metrics)
             reduced["lr"] = lr_at(step, cfg.optim, tc.steps)
             reduced["clips_per_s"] = steps_since_log * tc.batch_size / max(now - t_log, 1e-9)
