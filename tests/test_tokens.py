@@ -166,6 +166,7 @@ def test_counter_hash_is_pinned_distinct_per_row_and_bounded():
         [1701962156, 2477979782, 3438711698, 1225475692],
     ]
     assert fold_keys(k, 3).tolist() == [1102497106647867105, 4983563755615685553]
+    assert torch.equal(fold_keys(k, 2, count=3), torch.stack([fold_keys(k, p) for p in (2, 3, 4)]))  # one pass
     h = counter_hash(keys(16), 5000)
     assert all(len(set(row)) == 5000 for row in h.tolist())  # a bijection of the counter: no ties to rank
     assert int(h.min()) >= 0 and int(h.max()) < 2**32

@@ -79,7 +79,10 @@ def counter_hash(keys: torch.Tensor, n: int, start: int = 0) -> torch.Tensor:
     return _mix32(_mix32(c ^ k0).bitwise_xor_(k1))
 
 
-def fold_keys(keys: torch.Tensor, part: int) -> torch.Tensor:
-    """New non-negative 63-bit keys for part ``part`` (a small integer) of each sample keyed by ``keys``."""
-    h = counter_hash(keys, 2, start=2 * part)
-    return ((h[:, 0] & 0x7FFFFFFF) << 32) | h[:, 1]
+def fold_keys(keys: torch.Tensor, part: int, count: int | None = None) -> torch.Tensor:
+    """New non-negative 63-bit keys for part ``part`` (a small integer) of each sample keyed by ``keys``
+    ``[B]``: ``[B]``; or, given ``count``, for parts ``part .. part+count−1`` in one pass: ``[count, B]``."""
+    n = 1 if count is None else count
+    h = counter_hash(keys, 2 * n, start=2 * part).view(-1, n, 2)  # [B, n, 2]
+    folded = (((h[..., 0] & 0x7FFFFFFF) << 32) | h[..., 1]).T  # [n, B]
+    return folded[0] if count is None else folded

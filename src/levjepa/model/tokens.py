@@ -111,11 +111,12 @@ def sample_keep_idx(
     distinct within a clip, so the subset is well defined on any device) or, without keys, from
     ``generator`` (uniforms on its device); the indices are moved to ``device``.
 
-    Per-clip keys are vectorised: one pass of integer ops over ``[batch, n]`` on the device. Drawing each
-    clip from its own ``torch.Generator`` instead (one generator and one ``rand`` per clip) was measured
-    with ``python bench/accumulation.py --drop`` (CPU, 128 clips × (3136 + 4 × 576) tokens): hashing
-    TODO_MEASURE; on a GPU the per-clip loop would be 640
-    kernel launches per micro-batch against ~15 for the hash.
+    Per-clip keys are vectorised: one pass of integer ops over ``[batch, n]`` on the device, about 60 small
+    kernels per view group. Drawing each clip from its own ``torch.Generator`` instead (a generator, a
+    ``rand``, a top-k and a sort per clip) costs the same on one CPU thread and ~2,500 kernel launches per
+    micro-batch on a GPU. Measured with ``python bench/accumulation.py --drop --rounds 15`` (128 clips ×
+    (3136 + 4 × 576) tokens, CPU time, one thread): keys 35 ms, per-clip generators 35 ms, one generator for
+    the batch 15 ms (but then a clip's tokens depend on its place in the batch).
     """
     t, h, w = grid
     if mode == "uniform":

@@ -244,7 +244,7 @@ class VideoEncoder(nn.Module):
                 )
             if keys is not None and keys.shape != (b,):
                 raise ValueError(f"forward_views: keys must be int64 [B={b}], got shape {tuple(keys.shape)}")
-            view_keys = None if keys is None else torch.cat([fold_keys(keys, slot + j) for j in range(v)])  # [V·B]
+            view_keys = None if keys is None else fold_keys(keys, slot, count=v).reshape(-1)  # [V·B], view-major
             slot += v
             x, _ = self._encode(views.flatten(0, 1), True, generator, None, f"groups[{i}]", view_keys)  # [V·B, 1+L, D]
             cls.append(self.norm(x[:, 0]).view(v, b, -1))  # [V, B, D]

@@ -66,7 +66,7 @@ class TrainConfig:
     batch_size: int = 3072  # effective global clips per optimizer step
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
-    compile: bool = False  # torch.compile each encoder block and the projector (see levjepa.train.loop)
+    compile: bool = False  # torch.compile each encoder block (GPU fast path; see levjepa.train.loop)
     accumulation: Literal["global", "local"] = "global"  # one loss on the effective batch, or one per micro-batch
     ema_decay: float = 0.9999  # Polyak copy: theta_bar <- decay * theta_bar + (1 - decay) * theta ...
     ema_every: int = 32  # ... every this many optimizer steps

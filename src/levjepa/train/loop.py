@@ -286,13 +286,13 @@ def _training_module(model: Pretrainer, info, accum: int, accumulation: str, com
     several ranks (it averages gradients overlapped with the backward); ``model`` itself for GradCache
     accumulation, whose gradients ``train_step`` averages over ranks with one explicit all-reduce.
 
-    ``train.compile``: each encoder block and the projector are compiled in place (``torch.compile``; the
-    state-dict keys do not change, identical blocks share one graph, and the key-based token dropping and
-    the Python loop over view groups stay eager, outside the graphs).
+    ``train.compile``: each encoder block is compiled in place (``VideoEncoder.compile_blocks``: the
+    state-dict keys do not change, identical blocks share their graphs — one per view shape and grad mode —
+    and the keyed token dropping, the loop over view groups and the small projector, whose BatchNorm
+    all-reduces over ranks, stay eager).
     """
     if compile_:
         model.encoder.compile_blocks()
-        model.projector.compile()
     if info.world_size > 1 and (accum == 1 or accumulation == "local"):
         return distributed.wrap_ddp(model, info)
     return model
