@@ -79,14 +79,20 @@ def test_four_micro_batches_of_16_equal_one_batch_of_64():
     assert gap > 1e-3
 
 
-def test_grad_cache_rewinds_a_generator_to_drop_the_same_tokens_again():
-    # with one generator per micro-batch (no per-clip keys) the reference is the definition: every
-    # micro-batch encoded with its graph, one loss on the concatenated CLS, one backward
+@pytest.mark.parametrize("shared", [False, True])
+def test_grad_cache_rewinds_a_generator_to_drop_the_same_tokens_again(shared):
+    # with generators (no per-clip keys; one per micro-batch, or one shared by all) the reference is the
+    # definition: every micro-batch encoded with its graph, one loss on the concatenated CLS, one backward
     cfg = tiny_config(*OVERRIDES)
     views, _ = _micro_batches(cfg, 16, 3)
-    got = _step(cfg, views, [make_generator(0, i, "drop") for i in range(3)])
+
+    def generators():
+        one = make_generator(0, "drop")
+        return [one] * 3 if shared else [make_generator(0, i, "drop") for i in range(3)]
+
+    got = _step(cfg, views, generators())
     model = _model(cfg)
-    cls = torch.cat([model.encode(v, make_generator(0, i, "drop")) for i, v in enumerate(views)], dim=1)
+    cls = torch.cat([model.encode(v, g) for v, g in zip(views, generators(), strict=True)], dim=1)
     loss = build_objective(cfg.objective)(model.project(cls), 3).loss
     loss.backward()
     assert got[0] == pytest.approx(float(loss.detach()), rel=1e-9)

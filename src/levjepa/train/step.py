@@ -128,11 +128,13 @@ def _grad_cache(model, objective, micro_batches, drops, step, autocast_dtype):
     """GradCache over the rank's micro-batches (module docstring): one loss on the whole batch."""
     core: Pretrainer = model.module if distributed.is_ddp(model) else model
     device_type = micro_batches[0][0].device.type
-    rewind = [d.get_state() if isinstance(d, torch.Generator) else None for d in drops]
+    rewind: list[torch.Tensor | None] = []  # a generator's state before each cached pass, to replay it
     cached = []
     with _autocast(device_type, autocast_dtype):
         with torch.no_grad():
-            cached = [core.encode(views, drop) for views, drop in zip(micro_batches[:-1], drops[:-1], strict=True)]
+            for views, drop in zip(micro_batches[:-1], drops[:-1], strict=True):
+                rewind.append(drop.get_state() if isinstance(drop, torch.Generator) else None)
+                cached.append(core.encode(views, drop))
         last = core.encode(micro_batches[-1], drops[-1])  # its graph is kept: no re-run for this one
     sizes = [c.shape[1] for c in (*cached, last)]
     cls = torch.cat([*cached, last.detach()], dim=1).requires_grad_(True)  # [V, B_rank, D]
