@@ -12,9 +12,13 @@ Sections, each saved as soon as it ends (a failure is recorded and the next sect
    the H200's dense bf16 peak (989 TFLOP/s datasheet; ~790 measured for a large GEMM here).
    Targets (issue): ≥ 2,300 clips/s. Reference: bare encoder 2,447 clips/s compiled; a straightforward
    eager step 1,321 clips/s at 27.9 GB.
-2. ``vit_tiny_memory``: ``vit-tiny-consumer`` step at B = 128: peak memory (target ≤ 3 GB; the paper: < 8 GB
+2. ``accumulation``: the ``vit-b-paper`` step with 4 micro-batches of 64 clips, GradCache (one loss on the
+   whole batch, the default) against plain accumulation (one loss per micro-batch): ms per step of each,
+   their ratio (CPU: 1.28× in CPU time, ``bench/train.md``; expected ``1 + ¾ · fwd/(fwd+bwd)``), peak
+   ``max_memory_allocated`` and saved-activation bytes of each (``bench/accumulation.py``).
+3. ``vit_tiny_memory``: ``vit-tiny-consumer`` step at B = 128: peak memory (target ≤ 3 GB; the paper: < 8 GB
    on a 16 GB RTX 5080) and clips/s.
-3. ``real_run``: ``levjepa.train.pretrain`` for ~75 s on the built-in benchmark (vit-demo, batch 256,
+4. ``real_run``: ``levjepa.train.pretrain`` for ~75 s on the built-in benchmark (vit-demo, batch 256,
    64/32-px views) on the GPU: first and last logged losses, to show they fall.
 """
 
@@ -37,7 +41,7 @@ from levjepa.data.loader import ViewBatch
 from levjepa.data.views import sample_photometric
 from levjepa.objective import build_objective
 from levjepa.presets import preset
-from levjepa.rng import make_generator
+from levjepa.rng import sample_keys
 from levjepa.tools.flops import training_flops_per_clip
 from levjepa.train.loop import build_models
 from levjepa.train.optim import build_optimizer
@@ -83,7 +87,7 @@ def _step_bench(cfg, b: int, iters: int, compile_blocks: bool) -> dict:
             objective,
             opt,
             [views],
-            [make_generator(0, step, "drop", device=device)],
+            [sample_keys(0, "drop", step, positions=batch.index, device=device)],  # per-clip dropping keys
             step=step,
             lr=4e-4,
             grad_clip=cfg.optim.grad_clip,
@@ -129,6 +133,14 @@ def vit_b_step(budget_s: float) -> dict:
     if budget_s > 120 and DEVICE == "cuda":
         res["compiled_blocks"] = _step_bench(cfg, b, 20, compile_blocks=True)
     return res
+
+
+def accumulation() -> dict:
+    from accumulation import compare  # bench/accumulation.py, beside this script
+
+    b, rounds = (64, 5) if DEVICE == "cuda" else (2, 1)
+    case = ("vit-b-paper", _smoke(["data.sources=/unused"]), b, 4)
+    return compare(case, DEVICE, rounds, autocast=DEVICE == "cuda")
 
 
 def vit_tiny_memory() -> dict:
@@ -188,6 +200,7 @@ def main() -> int:
 
     for name, fn in (
         ("vit_b_step", lambda: vit_b_step(left() - 60)),
+        ("accumulation", accumulation),
         ("vit_tiny_memory", vit_tiny_memory),
         ("real_run", lambda: real_run(75)),
     ):

@@ -65,6 +65,7 @@ def test_round_trip_restores_everything_exactly(tmp_path):
         assert torch.equal(a, b), k  # BatchNorm running stats included
     for k, v in ema.state_dict().items():
         assert torch.equal(v, ema2.state_dict()[k])
+    assert ema2.updates == ema.updates == 3  # the EMA's schedule resumes where it stood
     torch.testing.assert_close(torch.rand(3), expected_next_random, rtol=0, atol=0)  # RNG restored
     # the optimizers now step identically
     for m, o in ((model, opt), (model2, opt2)):

@@ -120,7 +120,32 @@ def test_resume_at_a_step_continues_the_uninterrupted_sequence_across_epochs():
     resumed = _take(build_pretrain_loader(cfg, seed=5, start_step=4), 4)
     assert all(_same(a, b) for a, b in zip(run[4:], resumed, strict=True))
     assert loader.next_step == 8
-    assert loader.state_dict() == {"next_step": 8, "samples_per_epoch": 48, "global_batch": 16, "batches_per_epoch": 3}
+    expected = {"next_step": 8, "samples_per_epoch": 48, "global_batch": 16, "micro_batches": 1, "batches_per_epoch": 3}
+    assert loader.state_dict() == expected
+
+
+@pytest.mark.parametrize(("batch_size", "world_size", "micro_batches"), [(8, 1, 2), (4, 2, 2), (8, 2, 1)])
+def test_epoch_boundaries_do_not_depend_on_the_split_into_ranks_and_micro_batches(
+    batch_size, world_size, micro_batches
+):
+    # 40 clips, 16 per optimizer step: 2 steps per epoch (drop_last on the effective batch), then epoch 1
+    # whatever the split; with drop_last per micro-batch 1 rank x 2 x 8 would run 5 micro-batches an epoch
+    cfg = _syn_cfg(samples_per_epoch=40)
+
+    def steps(bs: int, world: int, micro: int) -> list[list[tuple[int, int]]]:
+        loaders = [
+            build_pretrain_loader(replace(cfg, batch_size=bs), seed=1, rank=r, world_size=world, micro_batches=micro)
+            for r in range(world)
+        ]
+        out = []
+        for _ in range(5):
+            batches = [next(loader) for _ in range(micro) for loader in loaders]
+            out.append(sorted((b.epoch, int(i)) for b in batches for i in b.index))
+        return out
+
+    reference = steps(16, 1, 1)
+    assert [s[0][0] for s in reference] == [0, 0, 1, 1, 2]
+    assert steps(batch_size, world_size, micro_batches) == reference
 
 
 def test_an_epoch_visits_every_clip_once_in_a_seed_dependent_order():

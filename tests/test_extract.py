@@ -111,7 +111,7 @@ def test_index_maps_rows_back_to_their_clips(media, tmp_path):
     torch.testing.assert_close(shards[c["shard"]]["cls"][c["offset"]], want, rtol=1e-4, atol=1e-5)
 
 
-def test_stream_mode_and_npy_format_via_the_cli(media, tmp_path):
+def test_stream_mode_and_npy_format_via_the_cli(media, tmp_path, capsys):
     run = make_run_dir(tmp_path, steps=(5,))
     export_encoder(run, tmp_path / "export")
     parser = argparse.ArgumentParser()
@@ -122,6 +122,7 @@ def test_stream_mode_and_npy_format_via_the_cli(media, tmp_path):
             [str(tmp_path / "export"), str(media / "a.mp4"), "--out", str(tmp_path / name), *common, *extra]
         )
         assert cli_extract.main(args) == 0
+        assert "encoder: ema weights step 5" in capsys.readouterr().out  # which copy it read
     win, stream = read_index(tmp_path / "win"), read_index(tmp_path / "stream")
     assert [(r["start_frame"], r["end_frame"]) for r in win] == [(r["start_frame"], r["end_frame"]) for r in stream]
     cls_w, cls_s = np.load(tmp_path / "win" / "cls-00000.npy"), np.load(tmp_path / "stream" / "cls-00000.npy")

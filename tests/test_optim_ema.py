@@ -57,18 +57,40 @@ def test_fused_adamw_skips_on_found_inf_without_touching_state():
     assert all(float(s["step"]) == 0 for s in opt.state.values())
 
 
-def test_ema_matches_closed_form_and_is_float32():
+def test_ema_is_the_weighted_average_of_the_trained_weights_it_claims():
+    # after k updates (while the warm-up decay n / (n + 10) is below the asymptote 0.9999) the copy is
+    # sum_m w_m theta_m over the online weights at updates m = 1..k, w_m proportional to m (m+1) ... (m+8);
+    # the random initialisation has weight 0
     m = nn.Linear(3, 2).to(torch.bfloat16)
-    w0 = m.weight.detach().float().clone()
-    ema = EMA(m, decay=0.9, every=32)
+    ema = EMA(m, decay=0.9999, every=32)
     assert ema.due(32) and ema.due(64) and not ema.due(33)
-    with torch.no_grad():
-        m.weight.fill_(1.0)
-    ema.update(m)
-    ema.update(m)
-    expected = 0.81 * w0 + (1 - 0.81) * 1.0  # two updates toward a constant
-    torch.testing.assert_close(ema.params["weight"], expected)
-    assert ema.params["weight"].dtype == torch.float32
+    g = torch.Generator().manual_seed(0)
+    seen = []
+    for _ in range(30):
+        with torch.no_grad():
+            m.weight.copy_(torch.randn(2, 3, generator=g))
+        seen.append(m.weight.detach().float().clone())
+        ema.update(m)
+    k = torch.arange(1, 31, dtype=torch.float64)
+    w = torch.stack([k + j for j in range(9)]).prod(0)
+    w /= w.sum()
+    expected = sum(float(wm) * theta for wm, theta in zip(w, seen, strict=True))
+    torch.testing.assert_close(ema.params["weight"], expected, rtol=1e-5, atol=1e-6)
+    assert ema.params["weight"].dtype == torch.float32 and ema.updates == 30
+    weights = ema.weights(30)  # the same weights, as the class reports them (index 0: the initialisation)
+    assert float(weights[0]) == 0.0 and float(weights.sum()) == pytest.approx(1.0)
+    torch.testing.assert_close(weights[1:], w)
     fresh = ema.copy_to(nn.Linear(3, 2))
-    torch.testing.assert_close(fresh.weight, expected)
+    torch.testing.assert_close(fresh.weight, expected, rtol=1e-5, atol=1e-6)
     assert not math.isnan(float(fresh.weight.detach().sum()))
+
+
+def test_ema_decay_warms_up_to_the_papers_asymptote():
+    ema = EMA(nn.Linear(2, 2), decay=0.9999, every=32)
+    assert ema.decay_at(0) == 0.0 and ema.decay_at(10) == 0.5  # the first update copies the weights
+    assert ema.decay_at(99_989) < 0.9999 == ema.decay_at(99_990) == ema.decay_at(10**7)
+    # after vit-b-paper's 322 updates the last 20 % carry 89 % of the weight: an average of recent weights,
+    # where the paper's fixed decay from the initialisation would still hold 0.9999^322 = 96.8 % of it
+    w = ema.weights(322)
+    assert float(w[1 + int(0.8 * 322) :].sum()) == pytest.approx(0.89, abs=0.01)
+    assert pytest.approx(0.968, abs=1e-3) == 0.9999**322

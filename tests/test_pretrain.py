@@ -13,8 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from levjepa.train.loop import pretrain
+from levjepa.data import build_pretrain_loader
+from levjepa.objective import build_objective
+from levjepa.rng import sample_keys
+from levjepa.train.loop import build_models, pretrain
 from levjepa.train.run_dir import RunDirError
+from levjepa.train.step import Pretrainer
 from levjepa.weights import load_tensors
 from train_utils import TINY, tiny_config
 
@@ -22,8 +26,15 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
 def test_run_directory_holds_the_trail(tmp_path):
-    cfg = tiny_config("train.steps=4", "train.checkpoint_every=2")
-    summary = pretrain(cfg, tmp_path / "run", progress=False)
+    cfg = tiny_config("train.steps=4", "train.checkpoint_every=2")  # train.threads=1 for the run
+    threads, rng_state = torch.get_num_threads(), torch.get_rng_state()
+    torch.set_num_threads(3)
+    try:
+        summary = pretrain(cfg, tmp_path / "run", progress=False)
+        assert torch.get_num_threads() == 3  # the run leaves no state behind (CI ran later tests on 1 thread)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(torch.get_rng_state(), rng_state)
     run = tmp_path / "run"
     assert json.loads((run / "config.json").read_text())["model"]["dim"] == 32
     env = json.loads((run / "env.json").read_text())
@@ -38,6 +49,25 @@ def test_run_directory_holds_the_trail(tmp_path):
     assert (run / "checkpoints" / "latest").read_text() == "step_000004" == summary.checkpoint.name
     with pytest.raises(RunDirError, match="--resume"):
         pretrain(cfg, run, progress=False)
+
+
+def test_the_loop_updates_the_ema_to_the_average_it_claims(tmp_path):
+    # an EMA update every 2 steps: at step 2 the copy is the online weights (the first update copies them),
+    # at step 4 it is (1 * 2 * ... * 9 theta_2 + 2 * 3 * ... * 10 theta_4) / (...) = (theta_2 + 10 theta_4) / 11
+    cfg = tiny_config("train.steps=4", "train.checkpoint_every=2", "train.ema_every=2", "train.ema_decay=0.9999")
+    pretrain(cfg, tmp_path, progress=False)
+    ckpts = tmp_path / "checkpoints"
+    online = {s: load_tensors(ckpts / f"step_{s:06d}" / "model.safetensors")[0] for s in (2, 4)}
+    ema2, meta2 = load_tensors(ckpts / "step_000002" / "ema.safetensors")
+    ema4, meta4 = load_tensors(ckpts / "step_000004" / "ema.safetensors")
+    assert (meta2["ema_updates"], meta4["ema_updates"]) == ("1", "2")
+    assert ema4.keys() == {k for k in online[4] if k.startswith("encoder.")}
+    moved = 0.0
+    for key in ema4:
+        torch.testing.assert_close(ema2[key], online[2][key], rtol=0, atol=0)
+        torch.testing.assert_close(ema4[key], (online[2][key] + 10 * online[4][key]) / 11, rtol=1e-5, atol=1e-7)
+        moved = max(moved, float((ema4[key] - online[2][key]).abs().max()))
+    assert moved > 1e-4  # steps 3 and 4 changed the weights: the two copies are distinguishable
 
 
 def _cli(run_dir: Path, *args: str) -> subprocess.Popen:
@@ -127,13 +157,53 @@ def test_bad_files_in_a_real_video_folder_are_reported_not_fatal(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "terms"),
     [
+        ([], {"invariance", "sigreg", "sigreg/view0"}),
         (["objective.name=lejepa", "data.num_global=2", "objective.num_global_views=2"], {"pred", "sigreg"}),
         (["objective.name=localejepa"], {"pred", "localreg", "kmeans_fallback", "clusters_used"}),
     ],
 )
-def test_objective_switch_trains_and_logs_its_terms(tmp_path, overrides, terms):
-    summary = pretrain(tiny_config("train.steps=2", "train.checkpoint_every=2", *overrides), tmp_path, progress=False)
-    assert terms <= set(summary.final)
-    assert all(torch.isfinite(torch.tensor(summary.final[t])) for t in terms)
-    config = json.loads((tmp_path / "config.json").read_text())
-    assert config["objective"]["name"] == overrides[0].split("=")[1]
+def test_objective_switch_logs_what_the_objective_computes(tmp_path, overrides, terms):
+    # two steps of 2 micro-batches each (GradCache); the loss and terms logged at step s must be those of
+    # the objective called directly on the weights after step s - 1, on that step's whole batch
+    cfg = tiny_config(
+        "train.steps=2", "train.checkpoint_every=1", "train.log_every=1", "train.batch_size=16", *overrides
+    )
+    pretrain(cfg, tmp_path, progress=False)
+    assert json.loads((tmp_path / "config.json").read_text())["objective"]["name"] == cfg.objective.name
+    logged = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    model = Pretrainer(*build_models(cfg, cfg.train.seed))
+    objective = build_objective(cfg.objective)
+    loader = build_pretrain_loader(cfg.data, seed=cfg.train.seed, micro_batches=2)
+    for step, row in enumerate(logged):
+        if step > 0:
+            model.load_state_dict(load_tensors(tmp_path / "checkpoints" / f"step_{step:06d}" / "model.safetensors")[0])
+        batches = [next(loader), next(loader)]
+        views = [torch.cat([b.to_device("cpu")[g] for b in batches], dim=1) for g in range(2)]
+        keys = torch.cat([sample_keys(cfg.train.seed, "drop", b.epoch, positions=b.index) for b in batches])
+        with torch.no_grad():
+            out = objective(model(views, keys), step)
+        assert terms <= set(row)
+        assert row["loss"] == pytest.approx(float(out.loss), rel=1e-5, abs=1e-6)
+        for t in terms:
+            assert row[t] == pytest.approx(float(out.terms[t]), rel=1e-5, abs=1e-6), t
+
+
+@pytest.mark.slow
+def test_compiled_training_matches_eager(tmp_path):
+    # train.compile=true (Inductor, on the CPU here): 2 steps of 2 micro-batches (the GradCache no-grad and
+    # grad passes both run compiled blocks) log the losses and reach the weights of eager training
+    common = ("train.steps=2", "train.checkpoint_every=2", "train.log_every=1", "train.batch_size=16")
+    for name, flag in (("eager", "false"), ("compiled", "true")):
+        pretrain(tiny_config(*common, f"train.compile={flag}"), tmp_path / name, progress=False)
+    rows = {
+        n: [json.loads(x) for x in (tmp_path / n / "metrics.jsonl").read_text().splitlines()]
+        for n in ("eager", "compiled")
+    }
+    for a, b in zip(rows["eager"], rows["compiled"], strict=True):
+        for key in ("loss", "invariance", "sigreg", "grad_norm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-4), (a["step"], key)
+    a, _ = load_tensors(tmp_path / "eager" / "checkpoints" / "step_000002" / "model.safetensors")
+    b, _ = load_tensors(tmp_path / "compiled" / "checkpoints" / "step_000002" / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=1e-4, atol=1e-5, msg=key)

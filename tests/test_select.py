@@ -63,8 +63,10 @@ def test_select_command_end_to_end(tmp_path, capsys):
     assert select_mod.main(args) == 0
     text = capsys.readouterr().out
     assert "Spearman ρ(−loss, accuracy)" in text and "one λ" in text
+    assert "ema weights (the EMA copy, a weighted average of the online weights" in text  # which copy
     result = json.loads(out.read_text())
     assert [r["step"] for r in result["rows"]] == [4, 8, 12]
+    assert all(r["weights"].startswith(f"ema weights step {r['step']}") for r in result["rows"])
     # default window: half the checkpoint spacing (2 steps) -> the loss is the mean of steps s-1, s
     for r in result["rows"]:
         assert r["loss"] == pytest.approx(statistics.fmean([2.0 / (r["step"] - 1), 2.0 / r["step"]]))

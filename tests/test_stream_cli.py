@@ -35,3 +35,4 @@ def test_stream_command_equals_full_forward_on_every_prefix(tmp_path):
             full = encoder.forward_features(clip[:, :, : t + 1]).cls[0]
             torch.testing.assert_close(got["cls"][row], full, rtol=1e-5, atol=1e-5)
     assert '"frames": 6' in meta["summary"]
+    assert '"weights": "ema weights step' in meta["summary"]  # which copy the stream read

@@ -1,4 +1,5 @@
-"""Tokens: per-frame patch embedding, positions that travel with tokens, token dropping, bad input."""
+"""Tokens: per-frame patch embedding, positions that travel with tokens, token dropping (keyed per clip or
+from a generator), bad input."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 
 from levjepa.model import VideoEncoder, encoder_config
 from levjepa.model.tokens import PatchEmbed, gather_tokens, grid_positions, num_kept, sample_keep_idx
+from levjepa.rng import counter_hash, fold_keys, sample_keys
 
 
 def gen(seed: int = 0) -> torch.Generator:
@@ -144,6 +146,63 @@ def test_dropping_needs_an_explicit_generator():
     enc = VideoEncoder(encoder_config("vit-test"))
     with pytest.raises(ValueError, match=r"torch\.Generator"):
         enc(torch.randn(1, 3, 2, 16, 16), drop=True)
+    with pytest.raises(ValueError, match=r"keys=\.\.\."):
+        enc.forward_views(torch.randn(1, 2, 3, 2, 16, 16))
+
+
+# ---- keyed dropping (training): a clip's kept tokens are a function of its key alone
+
+
+def keys(n: int, epoch: int = 0) -> torch.Tensor:
+    return sample_keys(0, "drop", epoch, positions=range(n))
+
+
+def test_counter_hash_is_pinned_distinct_per_row_and_bounded():
+    # the kept tokens of a run are part of its reproducibility (resume, another GPU count, CPU vs CUDA):
+    # these values must never change silently
+    k = torch.tensor([1, 2**62 + 12345], dtype=torch.int64)
+    assert counter_hash(k, 4).tolist() == [
+        [3405691463, 0, 539734128, 3401107691],
+        [1701962156, 2477979782, 3438711698, 1225475692],
+    ]
+    assert fold_keys(k, 3).tolist() == [1102497106647867105, 4983563755615685553]
+    assert torch.equal(fold_keys(k, 2, count=3), torch.stack([fold_keys(k, p) for p in (2, 3, 4)]))  # one pass
+    h = counter_hash(keys(16), 5000)
+    assert all(len(set(row)) == 5000 for row in h.tolist())  # a bijection of the counter: no ties to rank
+    assert int(h.min()) >= 0 and int(h.max()) < 2**32
+    with pytest.raises(ValueError, match="int64"):
+        counter_hash(torch.zeros(3), 4)
+
+
+def test_keyed_dropping_keeps_every_token_equally_often_sorted_and_tube_alike():
+    draws, n, k = 4000, 64, 16
+    keep_idx = sample_keep_idx(draws, (4, 4, 4), 1 - k / n, "uniform", keys=keys(draws))
+    assert (keep_idx.diff(dim=1) > 0).all()
+    counts = torch.bincount(keep_idx.flatten(), minlength=n).double()
+    std = np.sqrt(draws * (k / n) * (1 - k / n))
+    assert (counts - draws * k / n).abs().max() < 5 * std
+    # two views of one clip (fold_keys parts 0 and 1) overlap as independent draws do: k^2/n = 4 tokens
+    a, b = (sample_keep_idx(draws, (4, 4, 4), 0.75, "uniform", keys=fold_keys(keys(draws), v)) for v in (0, 1))
+    overlap = torch.zeros(draws, n).scatter_(1, a, 1) * torch.zeros(draws, n).scatter_(1, b, 1)
+    assert float(overlap.sum(1).mean()) == pytest.approx(k * k / n, abs=0.1)
+    tube = sample_keep_idx(6, (8, 6, 6), 0.9, "tube", keys=keys(6))
+    assert all(all(s == _spatial_sets(p)[0] for s in _spatial_sets(p)) for p in grid_positions(8, 6, 6)[tube])
+
+
+def test_a_clips_kept_tokens_and_cls_do_not_depend_on_the_rest_of_its_batch():
+    k = keys(8, epoch=3)
+    whole = sample_keep_idx(8, (16, 14, 14), 0.95, "uniform", keys=k)
+    order = torch.tensor([5, 2, 7, 0, 1, 6, 3, 4])
+    assert torch.equal(sample_keep_idx(8, (16, 14, 14), 0.95, "uniform", keys=k[order]), whole[order])
+    assert torch.equal(sample_keep_idx(1, (16, 14, 14), 0.95, "uniform", keys=k[3:4]), whole[3:4])
+    enc = VideoEncoder(encoder_config("vit-test", drop_ratio=0.75))
+    glob, local = torch.randn(1, 4, 3, 2, 32, 32), torch.randn(2, 4, 3, 2, 16, 16)
+    with torch.no_grad():
+        cls = enc.forward_views(glob, local, keys=k[:4])  # [3, 4, D]
+        halves = [enc.forward_views(glob[:, s], local[:, s], keys=k[:4][s]) for s in (slice(0, 2), slice(2, 4))]
+        again = enc.forward_views(glob, local, keys=keys(4, epoch=4))  # another epoch: other tokens
+    torch.testing.assert_close(torch.cat(halves, dim=1), cls, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(again, cls)
 
 
 def test_half_precision_input_is_cast_to_the_weights():

@@ -65,4 +65,5 @@ def test_visualize_command_on_a_benchmark_clip(tmp_path, capsys):
     # 16 frames of 64 px shown at scale 2 (clips below 128 px are enlarged)
     assert png.size == (16 * (128 + 2) - 2, 3 * (128 + 2) - 2)
     assert not (tmp_path / "v" / "visualize.gif").exists()
-    assert "pca_explained_variance_ratio" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "pca_explained_variance_ratio" in out and "ema weights step 5" in out  # which copy it drew

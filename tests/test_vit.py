@@ -10,6 +10,7 @@ from torch import nn
 
 from levjepa.config import ConfigError, apply_overrides, from_dict, to_dict
 from levjepa.model import ENCODER_PRESETS, EncoderConfig, Projector, VideoEncoder, encoder_config
+from levjepa.rng import sample_keys
 
 
 def gen(seed: int = 0) -> torch.Generator:
@@ -207,10 +208,36 @@ def test_init_is_truncated_normal_with_rescaled_residual_projections():
     assert abs(float(ratio) - (1 / 6) ** 0.5) < 0.02  # 1/sqrt(2·6) vs 1/sqrt(2·1)
 
 
-def test_compile_blocks_keeps_state_dict_keys():
-    enc = VideoEncoder(encoder_config("vit-test"))
+def _compiled_vs_eager(backend: str, local_views: int) -> None:
+    torch.manual_seed(0)
+    enc = VideoEncoder(encoder_config("vit-test", drop_ratio=0.5))
+    ref = copy.deepcopy(enc)
     keys = list(enc.state_dict())
-    assert list(enc.compile_blocks().state_dict()) == keys  # compiling is lazy: nothing runs here
+    assert list(enc.compile_blocks(backend=backend).state_dict()) == keys  # same keys: checkpoints unchanged
+    groups = [torch.randn(1, 2, 3, 2, 32, 32), torch.randn(local_views, 2, 3, 2, 16, 16)][: 1 + (local_views > 0)]
+    drop = sample_keys(0, "drop", 0, positions=range(2))
+    with torch.no_grad():  # the GradCache pass (no grad), then the training pass: both graphs run
+        torch.testing.assert_close(enc.forward_views(*groups, keys=drop), ref.forward_views(*groups, keys=drop))
+    out, want = enc.forward_views(*groups, keys=drop), ref.forward_views(*groups, keys=drop)
+    (out.square().sum()).backward()
+    (want.square().sum()).backward()
+    tol = {"rtol": 1e-4, "atol": 1e-5}
+    torch.testing.assert_close(out, want, **tol)
+    for (name, p), q in zip(enc.named_parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, **tol, msg=name)
+
+
+def test_compiled_blocks_trace_and_run_forward_and_backward():
+    # the graph capture of every block (TorchDynamo + AOTAutograd's joint forward/backward graph), run once
+    # without and once with grad; "aot_eager" executes those graphs with eager kernels: ~5 s, where Inductor's
+    # C++ code generation of one tiny block took 34-46 s on this project's 2-core CPU (measured with a cold
+    # cache; the slow test below runs it, on both view shapes)
+    _compiled_vs_eager("aot_eager", local_views=0)
+
+
+@pytest.mark.slow
+def test_compiled_blocks_with_inductor_match_eager():
+    _compiled_vs_eager("inductor", local_views=2)
 
 
 # ---- projector ------------------------------------------------------------------------------------------

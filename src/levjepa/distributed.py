@@ -16,6 +16,11 @@ losses, ``grad s_r = mean_r' grad s``. When every rank computes the same loss ``
 ``r`` the gradient ``dL/ds``, i.e. ``world_size`` times the single-process gradient for its own rows, so
 that after DDP averages parameter gradients over ranks they equal the single-process gradients on the
 concatenated batch. ``tests/test_distributed.py`` checks this with real gloo processes.
+
+Parameter gradients are averaged over ranks either by DDP (:func:`wrap_ddp`: overlapped with the backward,
+used when each rank runs one micro-batch per step) or by one explicit :func:`all_reduce_gradients` after
+the last micro-batch (the trainer's GradCache accumulation, whose projector backward happens outside any
+DDP forward; see ``levjepa.train.step``). Both take the same mean.
 """
 
 from __future__ import annotations
@@ -33,11 +38,13 @@ __all__ = [
     "DistInfo",
     "SyncBatchNorm1d",
     "all_gather_objects",
+    "all_reduce_gradients",
     "all_reduce_mean",
     "all_reduce_sum",
     "barrier",
     "broadcast_object",
     "convert_sync_batchnorm",
+    "is_ddp",
     "is_initialized",
     "is_main",
     "rank",
@@ -247,6 +254,49 @@ def convert_sync_batchnorm(module: nn.Module) -> nn.Module:
     for name, child in module.named_children():
         setattr(module, name, convert_sync_batchnorm(child))
     return module
+
+
+@torch.no_grad()
+def all_reduce_gradients(params: list[torch.Tensor], bucket_elements: int = 1 << 24) -> None:
+    """Average ``p.grad`` over ranks, in place (what DDP does), for gradients accumulated outside DDP.
+
+    The gradients are flattened into buckets of at most ``bucket_elements`` (one all-reduce each, summed,
+    then divided by the world size), so the call costs a few collectives, not one per parameter. Every rank
+    must pass the same parameters in the same order (the same model). A no-op in a single process.
+    """
+    if world_size() == 1:
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    scale = 1.0 / world_size()
+    bucket: list[torch.Tensor] = []
+    size = 0
+
+    def flush() -> None:
+        if not bucket:
+            return
+        flat = torch.cat([g.reshape(-1) for g in bucket])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat.mul_(scale)
+        offset = 0
+        for g in bucket:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
+        bucket.clear()
+
+    for g in grads:
+        if bucket and (size + g.numel() > bucket_elements or g.dtype != bucket[0].dtype):
+            flush()
+            size = 0
+        bucket.append(g)
+        size += g.numel()
+    flush()
+
+
+def is_ddp(module: nn.Module) -> bool:
+    """Whether ``module`` is wrapped in DistributedDataParallel (its gradients are averaged by DDP)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    return isinstance(module, DistributedDataParallel)
 
 
 def wrap_ddp(module: nn.Module, info: DistInfo, **kwargs: Any) -> nn.Module:

@@ -7,10 +7,14 @@ k-th position of source ``s`` takes item ``perm_{s,e,⌊k/N_s⌋}[k mod N_s]`` �
 a permutation of its items, and a source smaller than its quota is cycled through fresh permutations.
 Every permutation is a function of ``(seed, e)``.
 
-**Batches.** With ``G = batch_size · world_size``, global batch ``k`` is epoch ``e = k // (L // G)``, positions
-``[b·G, (b+1)·G)`` with ``b = k mod (L // G)`` (drop_last); rank ``r`` takes the r-th contiguous chunk of
-``batch_size``. A 2-rank run with batch B therefore sees exactly the clips of a 1-rank run with batch 2B,
-and ``start_step = k`` resumes at global batch ``k`` (the run's step counter is the data position).
+**Batches.** With ``G = batch_size · world_size`` clips per global micro-batch and ``A = micro_batches`` of
+them per optimizer step (``E = A·G``, the trainer's effective batch), an epoch holds ``S = L // E`` optimizer
+steps (drop_last on the *effective* batch) and ``A·S`` micro-batches: global micro-batch ``k`` is epoch
+``e = k // (A·S)``, positions ``[b·G, (b+1)·G)`` with ``b = k mod (A·S)``; rank ``r`` takes the r-th
+contiguous chunk of ``batch_size``. Optimizer step ``s`` of an epoch therefore covers positions
+``[s·E, (s+1)·E)`` however ``E`` is split into ranks × micro-batches (2 ranks with batch B, 1 rank with
+batch 2B, or 1 rank accumulating 2 micro-batches of B see the same clips per step, and the same epoch
+boundaries), and ``start_step = k`` resumes at global micro-batch ``k``.
 
 **Randomness.** Everything random about position ``i`` of epoch ``e`` — the time window, every crop, flip
 and photometric parameter — comes from generators seeded by ``(seed, e, i, purpose)``. A batch therefore
@@ -129,19 +133,32 @@ def collate_views(samples: list[dict[str, Any]]) -> ViewBatch:
 class StepBatchSampler(Sampler[list[tuple[int, int, int]]]):
     """Infinite per-rank batches of ``(step, epoch, position)`` keys from ``start_step`` on (see module doc)."""
 
-    def __init__(self, samples_per_epoch: int, batch_size: int, rank: int, world_size: int, start_step: int) -> None:
+    def __init__(
+        self,
+        samples_per_epoch: int,
+        batch_size: int,
+        rank: int,
+        world_size: int,
+        start_step: int,
+        micro_batches: int = 1,
+    ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank={rank}: expected 0 <= rank < world_size={world_size}")
         if start_step < 0:
             raise ValueError(f"start_step={start_step}: expected >= 0")
+        if micro_batches < 1:
+            raise ValueError(f"micro_batches={micro_batches}: expected >= 1 micro-batches per optimizer step")
         self.global_batch = batch_size * world_size
-        self.batches_per_epoch = samples_per_epoch // self.global_batch
-        if self.batches_per_epoch < 1:
+        step_batch = self.global_batch * micro_batches
+        if samples_per_epoch // step_batch < 1:
             raise DataError(
-                f"an epoch of {samples_per_epoch} samples is smaller than one global batch of "
-                f"{self.global_batch} (batch_size {batch_size} x world_size {world_size}); drop_last would "
-                "yield nothing: add data, lower data.batch_size, or raise data.samples_per_epoch"
+                f"an epoch of {samples_per_epoch} samples is smaller than one global batch of {step_batch} "
+                f"(batch_size {batch_size} x world_size {world_size} x {micro_batches} micro-batch(es) per "
+                "optimizer step); drop_last would yield nothing: add data, lower train.batch_size, or raise "
+                "data.samples_per_epoch"
             )
+        self.batches_per_epoch = (samples_per_epoch // step_batch) * micro_batches  # global micro-batches
+        self.micro_batches = micro_batches
         self.batch_size, self.rank, self.start_step = batch_size, rank, start_step
 
     def keys(self, step: int) -> list[tuple[int, int, int]]:
@@ -344,10 +361,13 @@ class PretrainLoader:
         world_size: int = 1,
         start_step: int = 0,
         bad_files: BadFileReport | None = None,
+        micro_batches: int = 1,
     ) -> None:
         self.cfg = cfg
         self.dataset = PretrainDataset(cfg, seed)
-        self.sampler = StepBatchSampler(self.dataset.samples_per_epoch, cfg.batch_size, rank, world_size, start_step)
+        self.sampler = StepBatchSampler(
+            self.dataset.samples_per_epoch, cfg.batch_size, rank, world_size, start_step, micro_batches
+        )
         self.bad_files = bad_files
         self.next_step = start_step
         workers = cfg.num_workers
@@ -379,6 +399,7 @@ class PretrainLoader:
             "next_step": self.next_step,
             "samples_per_epoch": self.samples_per_epoch,
             "global_batch": self.sampler.global_batch,
+            "micro_batches": self.sampler.micro_batches,
             "batches_per_epoch": self.batches_per_epoch,
         }
 
@@ -407,6 +428,16 @@ def build_pretrain_loader(
     world_size: int = 1,
     start_step: int = 0,
     bad_files: BadFileReport | None = None,
+    micro_batches: int = 1,
 ) -> PretrainLoader:
-    """Infinite iterator over this rank's batches from global batch ``start_step`` (see the module doc)."""
-    return PretrainLoader(cfg, seed=seed, rank=rank, world_size=world_size, start_step=start_step, bad_files=bad_files)
+    """Infinite iterator over this rank's batches from global micro-batch ``start_step``; ``micro_batches``
+    per optimizer step fix the epoch boundaries (see the module doc)."""
+    return PretrainLoader(
+        cfg,
+        seed=seed,
+        rank=rank,
+        world_size=world_size,
+        start_step=start_step,
+        bad_files=bad_files,
+        micro_batches=micro_batches,
+    )

@@ -50,6 +50,7 @@ def main(args: argparse.Namespace) -> int:
         shard_rows=args.shard_rows,
     )
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
+    print(f"encoder: {loaded.describe()}")
     sources = args.sources if len(args.sources) > 1 else args.sources[0]
     res = extract(loaded.encoder, sources, args.out, cfg, device=args.device, progress=not args.no_progress)
     print(

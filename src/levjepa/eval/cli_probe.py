@@ -169,6 +169,8 @@ def main(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
     )
     result.info["encoders"] = {name: le.describe() for name, le in loaded.items()}
+    for name, le in loaded.items():  # which copy each column is (the EMA copy by default)
+        print(f"{name}: {le.describe()}")
     print(result.table())
     if args.out:
         out = Path(args.out)

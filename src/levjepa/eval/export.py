@@ -3,15 +3,18 @@
 An export holds exactly what inference needs, nothing that can run code::
 
     DIR/encoder.safetensors   the VideoEncoder's state dict ("<param>"); metadata: encoder_config (JSON),
-                              weights ("ema" | "online"), step, format "levjepa-encoder/1", levjepa version
-    DIR/config.json           {"format", "model": EncoderConfig, "weights", "step", "source", "run_config"}
+                              weights ("ema" | "online") and weights_note (what the copy averages), step,
+                              format "levjepa-encoder/1", levjepa version
+    DIR/config.json           {"format", "model": EncoderConfig, "weights", "weights_note", "step", "source",
+                               "run_config"}
     DIR/MODEL_CARD.md         how it was trained: architecture, objective and λ, data sources, steps,
                               final losses from metrics.jsonl, how to load it
 
-No projector (training only, SPEC §2), no optimiser state. The EMA (Polyak) weights are exported by
-default, as the papers evaluate them. ``levjepa.load(path, weights=...)`` returns a ready encoder (frozen,
-``eval()``) from an export, a checkpoint or a run directory (``levjepa.eval.load``); a pickle-bearing file
-is refused unread.
+No projector (training only, SPEC §2), no optimiser state. The EMA (Polyak) weights — a weighted average
+of the online weights the run trained, see ``levjepa.train.ema`` — are exported by default, as the papers
+evaluate them; the command prints which copy it exported. ``levjepa.load(path, weights=...)`` returns a
+ready encoder (frozen, ``eval()``) from an export, a checkpoint or a run directory (``levjepa.eval.load``);
+its ``weights_info`` says which copy was read; a pickle-bearing file is refused unread.
 """
 
 from __future__ import annotations
@@ -35,8 +38,14 @@ EXPORT_FORMAT = "levjepa-encoder/1"
 
 
 def load(path: str | Path, weights: WeightsKind = "ema", device: str | torch.device = "cpu") -> torch.nn.Module:
-    """A ready, frozen ``VideoEncoder`` from an export, a checkpoint or a run directory (``levjepa.load``)."""
-    return load_encoder(path, weights=weights, device=device).encoder
+    """A ready, frozen ``VideoEncoder`` from an export, a checkpoint or a run directory (``levjepa.load``).
+
+    Its ``weights_info`` attribute says which copy was read and what it is (``LoadedEncoder.describe``), e.g.
+    ``"ema weights step 800 (EMA: weighted average of the online weights over 800 update(s), …) from …"``.
+    """
+    loaded = load_encoder(path, weights=weights, device=device)
+    loaded.encoder.weights_info = loaded.describe()
+    return loaded.encoder
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -108,7 +117,7 @@ def model_card(loaded: LoadedEncoder, metrics: list[dict[str, Any]]) -> str:
         "| | |",
         "| --- | --- |",
         f"| architecture | {arch} |",
-        f"| weights | {loaded.weights} (EMA = Polyak average of the online weights) |",
+        f"| weights | {loaded.weights}{f' ({loaded.note})' if loaded.note else ''} |",
         f"| training steps | {loaded.step if loaded.step is not None else 'unknown'} |",
         f"| objective | {obj.get('name', 'unknown')}, λ = {lam_text} |",
         f"| data sources | {sources} |",
@@ -162,7 +171,13 @@ def export_encoder(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = to_dict(loaded.config)
-    meta = {"format": EXPORT_FORMAT, "encoder_config": cfg, "weights": loaded.weights, "step": loaded.step}
+    meta = {
+        "format": EXPORT_FORMAT,
+        "encoder_config": cfg,
+        "weights": loaded.weights,
+        "weights_note": loaded.note,
+        "step": loaded.step,
+    }
     try:
         from levjepa import __version__
 
@@ -174,6 +189,7 @@ def export_encoder(
         "format": EXPORT_FORMAT,
         "model": cfg,
         "weights": loaded.weights,
+        "weights_note": loaded.note,
         "step": loaded.step,
         "source": loaded.source,
         "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -10,11 +10,18 @@
   recorded in its metadata; ``weights`` is then ignored);
 * any safetensors file whose metadata carries ``encoder_config``.
 
-``weights="ema"`` (the default, what the papers evaluate) or ``"online"``. The encoder config comes from
+``weights="ema"`` (the default, what the papers evaluate) or ``"online"``. The EMA copy is a weighted
+average of the online weights the run trained (its decay warms up from 0, see ``levjepa.train.ema``), so
+it is a meaningful default; :meth:`LoadedEncoder.describe` says which copy was read and what it averages,
+and every command prints it. Checkpoints written before the warm-up hold an EMA that started at the random
+initialisation with the full decay: loading one says how much of it is still the initialisation, with a
+``UserWarning`` (use ``weights="online"``) when that is more than half. The encoder config comes from
 the checkpoint's ``meta.json`` (``encoder_config``), the run's ``config.json`` (``model``) or the export's
 metadata. Every weights file goes through :func:`levjepa.weights.load_tensors`, which refuses a pickle
 (``.pt``/``.pth``, ``torch.save`` zips) *before* reading it: nothing is ever unpickled. The state dict
-must match the architecture exactly (``strict``): a missing or unexpected key is an error, not a warning.
+must match the architecture exactly (``strict``): a missing or unexpected key is an error, not a warning
+(one exception: weights written before the final LayerNorm lost its bias carry ``norm.bias`` and are
+rebuilt with ``final_norm_bias=True``, so older runs and exports load exactly as they were trained).
 
 The returned encoder is **frozen**: ``eval()`` mode and ``requires_grad=False`` on every parameter.
 :func:`random_encoder` builds the same architecture at random initialisation (the baseline every probe
@@ -23,8 +30,10 @@ table shows), seeded without touching the global RNG state.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -36,6 +45,8 @@ from levjepa.weights import WeightsError, latest_checkpoint, list_checkpoints, l
 
 __all__ = [
     "LoadedEncoder",
+    "WEIGHTS_MEANING",
+    "ema_note",
     "WeightsKind",
     "checkpoint_step",
     "find_checkpoints",
@@ -46,6 +57,10 @@ __all__ = [
 ]
 
 WeightsKind = Literal["ema", "online"]
+WEIGHTS_MEANING = {
+    "ema": "the EMA copy, a weighted average of the online weights trained so far",
+    "online": "the weights the optimizer trained",
+}
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
@@ -61,10 +76,34 @@ class LoadedEncoder:
     step: int | None = None
     run_dir: str | None = None
     run_config: dict[str, Any] | None = field(default=None, repr=False)
+    note: str = ""  # what the copy is, e.g. "EMA: weighted average of the online weights over 25 updates"
 
     def describe(self) -> str:
         step = f" step {self.step}" if self.step is not None else ""
-        return f"{self.weights} weights{step} from {self.source}"
+        note = f" ({self.note})" if self.note else ""
+        return f"{self.weights} weights{step}{note} from {self.source}"
+
+
+def ema_note(meta: dict[str, str], step: int | None, run_cfg: dict[str, Any] | None, where: str) -> str:
+    """What an ``ema.safetensors`` holds, from its metadata (warns when it is mostly the initialisation)."""
+    if "ema_updates" in meta:
+        updates = int(json.loads(meta["ema_updates"]))
+        decay = json.loads(meta.get("ema_decay", "null"))
+        return f"EMA: weighted average of the online weights over {updates} update(s), decay warming up to {decay}"
+    train = (run_cfg or {}).get("train", {}) if isinstance(run_cfg, dict) else {}
+    decay, every = train.get("ema_decay"), train.get("ema_every")
+    if not isinstance(decay, float | int) or not isinstance(every, int) or step is None:
+        return "EMA written before the decay warm-up; how much of it is still the initialisation is unknown"
+    initial = float(decay) ** (step // every)
+    if initial > 0.5:
+        warnings.warn(
+            f"{where}: this EMA copy was written before the EMA warm-up and is still {initial:.0%} the random "
+            f"initialisation (decay {decay} over {step // every} updates from the initial weights); evaluate the "
+            "online weights instead (weights='online', --weights online)",
+            UserWarning,
+            stacklevel=3,
+        )
+    return f"EMA written before the decay warm-up: {initial:.0%} of it is still the random initialisation"
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -126,6 +165,17 @@ def _encoder_config(data: dict[str, Any] | str, where: str) -> Any:
         raise WeightsError(f"{where}: bad encoder config: {err}") from err
 
 
+def _legacy_norm_bias(cfg: Any, state: dict[str, torch.Tensor]) -> Any:
+    """Weights written before the final LayerNorm lost its bias hold ``norm.bias``: rebuild them with it.
+
+    Their configs predate ``final_norm_bias`` (it defaults to ``False``), so the weights decide: such an
+    encoder loads exactly as it was trained and evaluated (its bias was stepped on rounding noise only).
+    """
+    if cfg.final_norm and not cfg.final_norm_bias and "norm.bias" in state:
+        return dataclasses.replace(cfg, final_norm_bias=True)
+    return cfg
+
+
 def _build(cfg: Any, state: dict[str, torch.Tensor], source: Path, device: str | torch.device) -> torch.nn.Module:
     from levjepa.model import VideoEncoder
 
@@ -160,20 +210,24 @@ def _from_checkpoint(ckpt: Path, weights: str, device: str | torch.device, kind:
     if not file.is_file():
         hint = " (this checkpoint has no EMA copy: use weights='online')" if weights == "ema" else ""
         raise WeightsError(f"{file}: missing{hint}")
-    tensors, _ = load_tensors(file)
+    tensors, file_meta = load_tensors(file)
     state = prefixed(tensors, "encoder.")
     if not state:
         raise WeightsError(f"{file}: no 'encoder.*' tensors (keys start with {sorted(tensors)[:3]})")
+    cfg = _legacy_norm_bias(cfg, state)
     encoder = _build(cfg, state, file, device)
+    step = checkpoint_step(ckpt) if (ckpt / "meta.json").is_file() or _STEP_DIR.match(ckpt.name) else None
+    note = ema_note(file_meta, step, run_cfg, str(file)) if weights == "ema" else WEIGHTS_MEANING["online"]
     return LoadedEncoder(
         encoder=encoder,
         config=cfg,
         source=str(file),
         kind=kind,  # type: ignore[arg-type]
         weights=weights,
-        step=checkpoint_step(ckpt) if (ckpt / "meta.json").is_file() or _STEP_DIR.match(ckpt.name) else None,
+        step=step,
         run_dir=str(run_dir) if run_dir else None,
         run_config=run_cfg,
+        note=note,
     )
 
 
@@ -187,6 +241,7 @@ def _from_export_file(file: Path, device: str | torch.device, kind: str) -> Load
         cfg = _encoder_config(side_cfg["model"], str(side))
     else:
         raise WeightsError(f"{file}: no encoder config in its metadata ('encoder_config') or beside it (config.json)")
+    cfg = _legacy_norm_bias(cfg, tensors)
     encoder = _build(cfg, tensors, file, device)
     step = meta.get("step")
     return LoadedEncoder(
@@ -197,6 +252,7 @@ def _from_export_file(file: Path, device: str | torch.device, kind: str) -> Load
         weights=meta.get("weights", side_cfg.get("weights", "unknown")),
         step=int(step) if step not in (None, "null", "") else None,
         run_config=side_cfg.get("run_config"),
+        note=meta.get("weights_note", side_cfg.get("weights_note", "")),
     )
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from levjepa.eval.export import read_metrics
-from levjepa.eval.load import checkpoint_step, find_checkpoints, load_encoder, read_json
+from levjepa.eval.load import WEIGHTS_MEANING, checkpoint_step, find_checkpoints, load_encoder, read_json
 
 __all__ = [
     "DEFAULT_LAMBDA",
@@ -116,7 +116,8 @@ class SelectionResult:
         a = self.report["alpha"]
         lines = [
             f"Label-free model selection — {self.info['task']} task, {self.info['probe']} probe on "
-            f"{self.info['weights']} weights (accuracy % on the built-in benchmark's test split; image source "
+            f"{self.info['weights']} weights ({WEIGHTS_MEANING.get(self.info['weights'], '')}; accuracy % on the "
+            "built-in benchmark's test split; image source "
             f"{self.info['image_source']}, clips {self.info['clip']}); loss = mean training loss over the "
             f"{self.info['window']} steps up to each checkpoint",
             "",
@@ -225,6 +226,7 @@ def select(
                     "loss": loss,
                     "scaled_loss": loss / lam**alpha,
                     "acc": res.reported,
+                    "weights": enc.describe(),
                     "probe_result": res.to_json(),
                 }
             )

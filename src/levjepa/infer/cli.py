@@ -82,6 +82,7 @@ def main(args: argparse.Namespace) -> int:
         "latency_ms_median": float(lat.median()),
         "latency_ms_last": float(lat[-1]),
         "window": args.window,
+        "weights": loaded.describe(),
     }
     print(json.dumps(summary, indent=1))
     if args.out:

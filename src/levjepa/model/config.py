@@ -8,7 +8,11 @@
 * token dropping: ratio ρ = 0.95 applied to each view's patch tokens in training, ``uniform`` (default;
   IN1K 50.7 %) or ``tube`` (the same spatial positions in every frame; IN1K 39.6 %);
 * attention: ``block_causal`` (default; IN1K 51.2 %) or ``bidirectional`` (50.7 %);
-* a final LayerNorm (on by default; the papers discuss removing it but never ablate that);
+* a final LayerNorm (on by default; the papers discuss removing it but never ablate that), without a bias
+  (``final_norm_bias=False``): its bias only shifts every CLS by one constant vector, which the projector's
+  bias-free Linear maps to a constant and its BatchNorm subtracts again, so the bias would get an exactly
+  zero gradient and AdamW would step it on rounding noise. ``True`` rebuilds encoders written before
+  (``levjepa.load`` does so by itself for such weights);
 * the projector ``Linear(d, 2048) -> BatchNorm -> GELU -> Linear(2048, 256)`` (training only).
 
 Choices the papers leave open, all fields with defaults:
@@ -51,6 +55,7 @@ class EncoderConfig:
     drop_mode: Literal["uniform", "tube"] = "uniform"
     attention: Literal["block_causal", "bidirectional"] = "block_causal"
     final_norm: bool = True
+    final_norm_bias: bool = False  # True only for weights written before the bias was removed
     qkv_bias: bool = True
     proj_hidden: int = 2048
     proj_dim: int = 256

@@ -16,7 +16,9 @@ Paper facts (SPEC §2.1-2.2, LeVJEPA §3.8.1, appendix B):
   uniformly among all ``N`` tokens of each clip independently; ``tube`` draws ``max(1, round((1 − ρ)·H'W'))``
   spatial positions per clip and keeps them in every temporal slot. Dropped tokens leave the sequence (no
   mask tokens). ``keep_idx`` is sorted ascending, so kept tokens stay in time-major order (grouped by frame).
-  Randomness comes only from the ``torch.Generator`` passed in.
+  Randomness comes only from what is passed in: per-clip ``keys`` (training: the kept set of a clip's view
+  is a function of the sample and the view alone, whatever rank or micro-batch holds it, so a run can
+  resume on another number of GPUs; see :mod:`levjepa.rng`) or one ``torch.Generator`` for the batch.
 * **Drop before embedding.** The patch embedding is per patch and linear, so gathering the kept patches'
   pixels and embedding only those gives the same tokens as embedding all patches and gathering
   (``tests/test_tokens.py`` checks it). The paper embeds all 3136 first, which at ViT-B costs ≈ 6.4 GFLOPs
@@ -30,6 +32,8 @@ import math
 
 import torch
 from torch import Tensor, nn
+
+from levjepa.rng import counter_hash
 
 __all__ = ["PatchEmbed", "check_video", "gather_tokens", "grid_positions", "num_kept", "sample_keep_idx"]
 
@@ -77,33 +81,53 @@ def grid_positions(t: int, h: int, w: int, *, device: torch.device | None = None
     return torch.stack([tt, yy, xx], dim=-1).reshape(-1, 3)
 
 
+def _scores(batch: int, n: int, generator: torch.Generator | None, keys: Tensor | None) -> Tensor:
+    """``[batch, n]`` i.i.d. random scores: hashes of ``(key of the clip, token)`` or uniforms from ``generator``."""
+    if keys is not None:
+        if keys.shape != (batch,):
+            raise ValueError(f"keys: expected one int64 key per clip, shape ({batch},), got {tuple(keys.shape)}")
+        return counter_hash(keys, n)
+    if generator is None:
+        raise ValueError("token dropping needs per-clip keys (keys=...) or an explicit torch.Generator (generator=...)")
+    return torch.rand(batch, n, generator=generator, device=generator.device)
+
+
 def sample_keep_idx(
     batch: int,
     grid: tuple[int, int, int],
     drop_ratio: float,
     mode: str,
-    generator: torch.Generator,
+    generator: torch.Generator | None = None,
     device: torch.device | None = None,
+    *,
+    keys: Tensor | None = None,
 ) -> Tensor:
     """``keep_idx`` ``[batch, n_keep]`` (long, ascending) of the tokens each clip keeps.
 
     ``uniform``: ``n_keep = num_kept(T'H'W', ρ)`` indices drawn without replacement per clip (the top-k of
-    i.i.d. uniform scores is a uniformly random subset). ``tube``: ``num_kept(H'W', ρ)`` spatial positions
-    per clip, kept in each of the ``T'`` slots, ``n_keep = T'·num_kept(H'W', ρ)``. The scores are drawn on
-    the generator's device (a generator on the video's device avoids a host round trip) and the indices
-    moved to ``device``.
+    i.i.d. scores is a uniformly random subset). ``tube``: ``num_kept(H'W', ρ)`` spatial positions per
+    clip, kept in each of the ``T'`` slots, ``n_keep = T'·num_kept(H'W', ρ)``. The scores come from
+    ``keys`` (int64 ``[batch]``, one per clip: ``levjepa.rng.counter_hash`` of the key and the token index,
+    distinct within a clip, so the subset is well defined on any device) or, without keys, from
+    ``generator`` (uniforms on its device); the indices are moved to ``device``.
+
+    Per-clip keys are vectorised: one pass of integer ops over ``[batch, n]`` on the device, about 60 small
+    kernels per view group. Drawing each clip from its own ``torch.Generator`` instead (a generator, a
+    ``rand``, a top-k and a sort per clip) costs the same on one CPU thread and ~2,500 kernel launches per
+    micro-batch on a GPU. Measured with ``python bench/accumulation.py --drop --rounds 15`` (128 clips ×
+    (3136 + 4 × 576) tokens, CPU time, one thread): keys 35 ms, per-clip generators 35 ms, one generator for
+    the batch 15 ms (but then a clip's tokens depend on its place in the batch).
     """
     t, h, w = grid
-    gdev = generator.device
     if mode == "uniform":
         n = t * h * w
-        scores = torch.rand(batch, n, generator=generator, device=gdev)
+        scores = _scores(batch, n, generator, keys)
         keep_idx = scores.topk(num_kept(n, drop_ratio), dim=1).indices.sort(dim=1).values
     elif mode == "tube":
         s = h * w
-        scores = torch.rand(batch, s, generator=generator, device=gdev)
+        scores = _scores(batch, s, generator, keys)
         spatial = scores.topk(num_kept(s, drop_ratio), dim=1).indices.sort(dim=1).values  # [B, k]
-        slots = torch.arange(t, device=gdev) * s  # [T']
+        slots = torch.arange(t, device=spatial.device) * s  # [T']
         keep_idx = (slots[None, :, None] + spatial[:, None, :]).flatten(1)  # [B, T'·k], ascending
     else:
         raise ValueError(f"drop mode {mode!r}: valid choices are uniform, tube")

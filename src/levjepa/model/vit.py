@@ -9,7 +9,7 @@ Data flow of one call (``B`` clips, ``N`` grid tokens, ``L`` kept tokens, ``D`` 
       -> prepend the learnable CLS (one parameter shared by all views, always kept) -> x [B, 1+L, D]
       -> RoPE cos/sin [B, 1, 1+L, hd/2] and attn_mask [B, 1, 1+L, 1+L] from the tokens present
       -> depth x pre-LN block: x += attn(LN(x)); x += mlp(LN(x))
-      -> final LayerNorm (optional) -> EncoderOutput(cls [B, D], patches [B, L, D], positions [B, L, 3])
+      -> final LayerNorm (optional, no bias) -> EncoderOutput(cls [B, D], patches [B, L, D], positions [B, L, 3])
 
 * Token dropping only when asked (``drop=True``: training); evaluation and extraction see every token.
   Dropping happens *before* the patch embedding (same tokens as after it, 6.4 GFLOPs/clip cheaper at
@@ -43,6 +43,7 @@ from levjepa.model.attention import Attention, KVCache, TokenMeta, build_attn_ma
 from levjepa.model.config import EncoderConfig
 from levjepa.model.rope import Rope3D
 from levjepa.model.tokens import PatchEmbed, check_video, sample_keep_idx
+from levjepa.rng import fold_keys
 
 __all__ = ["Block", "EncoderOutput", "VideoEncoder"]
 
@@ -88,7 +89,9 @@ class VideoEncoder(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.dim))
         self.rope = Rope3D(cfg.head_dim, cfg.rope_base)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.depth))
-        self.norm = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps) if cfg.final_norm else nn.Identity()
+        # no bias by default: the projector's BatchNorm cancels a constant shift of CLS (see EncoderConfig)
+        final = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps, bias=cfg.final_norm_bias)
+        self.norm = final if cfg.final_norm else nn.Identity()
         self.init_weights()
 
     @torch.no_grad()
@@ -101,7 +104,8 @@ class VideoEncoder(nn.Module):
                     nn.init.zeros_(m.bias)
             elif isinstance(m, nn.LayerNorm):
                 nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
         nn.init.trunc_normal_(self.cls_token, std=std)
         for layer, blk in enumerate(self.blocks, start=1):
             blk.attn.proj.weight.div_(math.sqrt(2.0 * layer))
@@ -133,7 +137,13 @@ class VideoEncoder(nn.Module):
         return window // tau
 
     def _prepare(
-        self, video: Tensor, drop: bool, generator: torch.Generator | None, window: int | None, name: str
+        self,
+        video: Tensor,
+        drop: bool,
+        generator: torch.Generator | None,
+        window: int | None,
+        name: str,
+        keys: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor], Tensor | None]:
         """Tokens with CLS ``[B, 1+L, D]``, patch positions ``[B, L, 3]``, RoPE, ``attn_mask``."""
         self.check_input(video, name)
@@ -141,9 +151,13 @@ class VideoEncoder(nn.Module):
         grid = self.patch_embed.grid(video)  # (T', H', W')
         keep_idx = None
         if drop:
-            if generator is None:
-                raise ValueError("drop=True: token dropping needs an explicit torch.Generator (generator=...)")
-            keep_idx = sample_keep_idx(b, grid, self.cfg.drop_ratio, self.cfg.drop_mode, generator, video.device)
+            if generator is None and keys is None:
+                raise ValueError(
+                    "drop=True: token dropping needs per-clip keys (keys=...) or an explicit torch.Generator "
+                    "(generator=...)"
+                )
+            c = self.cfg
+            keep_idx = sample_keep_idx(b, grid, c.drop_ratio, c.drop_mode, generator, video.device, keys=keys)
         patches, positions = self.patch_embed(video, keep_idx)  # [B, L, D], [B, L, 3]
         cls_pos = positions.new_tensor([grid[0] - 1, 0, 0]).expand(b, 1, 3)  # CLS at the newest slot
         all_pos = torch.cat([cls_pos, positions], dim=1)  # [B, 1+L, 3]
@@ -160,10 +174,16 @@ class VideoEncoder(nn.Module):
         return blk(x, rope, attn_mask)
 
     def _encode(
-        self, video: Tensor, drop: bool, generator: torch.Generator | None, window: int | None, name: str
+        self,
+        video: Tensor,
+        drop: bool,
+        generator: torch.Generator | None,
+        window: int | None,
+        name: str,
+        keys: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Block outputs before the final norm ``[B, 1+L, D]`` (CLS first) and patch positions ``[B, L, 3]``."""
-        x, positions, rope, attn_mask = self._prepare(video, drop, generator, window, name)
+        x, positions, rope, attn_mask = self._prepare(video, drop, generator, window, name, keys)
         for blk in self.blocks:
             x = self._block(blk, x, rope, attn_mask)  # [B, 1+L, D]
         return x, positions
@@ -191,13 +211,25 @@ class VideoEncoder(nn.Module):
         """CLS readout ``[B, D]``."""
         return self.forward_features(video, drop=drop, generator=generator).cls
 
-    def forward_views(self, *groups: Tensor, generator: torch.Generator) -> Tensor:
+    def forward_views(
+        self, *groups: Tensor, keys: Tensor | None = None, generator: torch.Generator | None = None
+    ) -> Tensor:
         """Training forward: each group ``[V_g, B, C, T, H, W]`` (same-shaped views of the same ``B`` clips)
         runs as one transformer call on its ``V_g·B`` clips with dropping on; returns the CLS of every view
-        stacked in group order, ``[ΣV_g, B, D]``."""
+        stacked in group order, ``[ΣV_g, B, D]``.
+
+        Dropping draws from ``keys`` (int64 ``[B]``, one per clip: view slot ``s`` of clip ``b`` keeps the
+        tokens given by ``levjepa.rng.fold_keys(keys, s)[b]``, whatever else is in the batch) or, without
+        keys, from one ``generator`` for the whole call.
+        """
         if not groups:
             raise ValueError("forward_views: expected at least one view group [V, B, C, T, H, W]")
+        if keys is None and generator is None:
+            raise ValueError(
+                "forward_views: token dropping needs per-clip keys (keys=...) or a generator (generator=...)"
+            )
         batch = None
+        slot = 0
         cls = []
         for i, views in enumerate(groups):
             if not isinstance(views, Tensor) or views.dim() != 6:
@@ -210,7 +242,11 @@ class VideoEncoder(nn.Module):
                     f"forward_views: groups[{i}] has B={b} clips but groups[0] has {batch}: "
                     f"every group must hold views of the same clips (shape {tuple(views.shape)})"
                 )
-            x, _ = self._encode(views.flatten(0, 1), True, generator, None, f"groups[{i}]")  # [V·B, 1+L, D]
+            if keys is not None and keys.shape != (b,):
+                raise ValueError(f"forward_views: keys must be int64 [B={b}], got shape {tuple(keys.shape)}")
+            view_keys = None if keys is None else fold_keys(keys, slot, count=v).reshape(-1)  # [V·B], view-major
+            slot += v
+            x, _ = self._encode(views.flatten(0, 1), True, generator, None, f"groups[{i}]", view_keys)  # [V·B, 1+L, D]
             cls.append(self.norm(x[:, 0]).view(v, b, -1))  # [V, B, D]
         return torch.cat(cls, dim=0)  # [ΣV, B, D]
 

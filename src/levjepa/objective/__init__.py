@@ -8,7 +8,7 @@ implementations: ``reference``, ``chunked`` in :mod:`._chunked`, ``triton`` in :
 
 from __future__ import annotations
 
-from .build import LeJEPAObjective, LeVJEPAObjective, LocaLeJEPAObjective, build_objective
+from .build import LeJEPAObjective, LeVJEPAObjective, LocaLeJEPAObjective, build_objective, shift_invariant
 from .config import DEFAULT_LAMBDA, ObjectiveConfig
 from .diagnostics import effective_rank, embedding_diagnostics
 from .localreg import cosine_kmeans, local_ball_reg, localejepa_loss, uniform_ball_cf
@@ -34,6 +34,7 @@ __all__ = [
     "local_ball_reg",
     "localejepa_loss",
     "null_value",
+    "shift_invariant",
     "sigreg",
     "uniform_ball_cf",
 ]

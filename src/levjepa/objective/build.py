@@ -9,6 +9,11 @@ parameters and no state; the formulas live in :mod:`levjepa.objective.losses` an
 
 ``module.check_finite`` (default ``None``: check input values on CPU tensors only, where it is free) can be
 set to ``True`` to also check on accelerators (synchronises) or ``False`` to never check.
+
+``shift_invariant(cfg)`` says whether the objective is unchanged when every projection moves by one constant
+vector (LocaLeJEPA: both its terms re-centre ``z``). Then the projector's output bias gets an exactly zero
+gradient, and the trainer freezes it (``levjepa.train.loop.build_models``) rather than let AdamW step it on
+rounding noise; SIGReg's ``N(0, I)`` target is not shift-invariant, so LeVJEPA and LeJEPA train it.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ from .localreg import cosine_kmeans, localejepa_loss
 from .losses import ObjectiveOutput, check_views, lejepa_loss, levjepa_loss
 from .sigreg import draw_directions
 
-__all__ = ["LeJEPAObjective", "LeVJEPAObjective", "LocaLeJEPAObjective", "build_objective"]
+__all__ = ["LeJEPAObjective", "LeVJEPAObjective", "LocaLeJEPAObjective", "build_objective", "shift_invariant"]
 
 
 class _Objective(nn.Module):
+    shift_invariant = False  # whether z -> z + c (one constant vector) leaves the loss unchanged
+
     def __init__(self, cfg: ObjectiveConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -85,7 +92,12 @@ class LeJEPAObjective(_Objective):
 
 
 class LocaLeJEPAObjective(_Objective):
-    """``(1−λ)·mean (z − z̄)² + λ·LocaLeReg`` (λ = 0.1), cosine k-means with Q = ``num_clusters``."""
+    """``(1−λ)·mean (z − z̄)² + λ·LocaLeReg`` (λ = 0.1), cosine k-means with Q = ``num_clusters``.
+
+    Shift-invariant: ``z − z̄`` and the per-cluster re-centring both remove a constant shift of ``z``.
+    """
+
+    shift_invariant = True
 
     def forward(self, z: torch.Tensor, step: int) -> ObjectiveOutput:
         step = self._prepare(z, step)
@@ -112,6 +124,11 @@ _OBJECTIVES: dict[str, type[_Objective]] = {
     "lejepa": LeJEPAObjective,
     "localejepa": LocaLeJEPAObjective,
 }
+
+
+def shift_invariant(cfg: ObjectiveConfig) -> bool:
+    """Whether the objective named by ``cfg.name`` ignores one constant shift of every projection."""
+    return _OBJECTIVES[cfg.name].shift_invariant
 
 
 def build_objective(cfg: ObjectiveConfig) -> nn.Module:

@@ -1,16 +1,17 @@
 """Checkpoints that survive crashes and resume bit-exactly.
 
-A checkpoint is a directory ``checkpoints/step_NNNNNN/`` (layout in :mod:`levjepa.weights`):
-online weights (encoder, projector, BatchNorm buffers included), the EMA copy, the optimizer state, the
-step, the RNG states (torch CPU and CUDA), the consecutive-skip count and the data position, plus the
-encoder config. It is written into a temporary sibling directory, fsynced, renamed into place, and only
-then does ``checkpoints/latest`` (itself replaced atomically) name it. A crash or a full disk at any point
-leaves the previous checkpoint, and ``latest``, intact. Nothing is unpickled on load: tensors come from
-safetensors, the rest from JSON.
+A checkpoint is a directory ``checkpoints/step_NNNNNN/`` (layout in :mod:`levjepa.weights`): online weights
+(encoder, projector, BatchNorm buffers included), the EMA copy (its update count and schedule in the file's
+metadata), the optimizer state, the step, the RNG states (torch CPU and CUDA), the consecutive-skip count
+and the data position, plus the encoder config. It is written into a temporary sibling directory, fsynced,
+renamed into place, and only then does ``checkpoints/latest`` (itself replaced atomically) name it. A crash
+or a full disk at any point leaves the previous checkpoint, and ``latest``, intact. Nothing is unpickled on
+load: tensors come from safetensors, the rest from JSON.
 
-The learning-rate schedule is a function of the step and every stochastic choice (data order and
-augmentation, token dropping, SIGReg directions, k-means) is seeded from ``(seed, step, …)``, so the step
-*is* the schedule and sampler state.
+The learning-rate schedule is a function of the step and every stochastic choice is seeded from the step or
+the sample (SIGReg directions and k-means from ``(seed, step)``; data order, augmentation and token dropping
+from ``(seed, epoch, position)``), so the step *is* the schedule and sampler state — whatever the number of
+ranks the run resumes on.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from levjepa.config import ConfigError
 from levjepa.train.ema import EMA
 from levjepa.weights import (
     atomic_write_text,
@@ -36,7 +38,15 @@ from levjepa.weights import (
     save_tensors,
 )
 
-__all__ = ["TrainerState", "save_checkpoint", "load_checkpoint", "latest_checkpoint", "list_checkpoints", "prune"]
+__all__ = [
+    "TrainerState",
+    "ema_metadata",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "load_checkpoint",
+    "prune",
+    "save_checkpoint",
+]
 
 
 @dataclass
@@ -45,6 +55,12 @@ class TrainerState:
     consecutive_skips: int = 0
     data_position: int = 0  # micro-batches of the global batch consumed
     extra: dict[str, Any] | None = None  # JSON-able: last losses, wall time so far, ...
+
+
+def ema_metadata(ema: EMA) -> dict[str, Any]:
+    """What ``ema.safetensors`` records about its average: the update count and the schedule's constants
+    (readers such as ``levjepa.load`` describe the copy from them)."""
+    return {"ema_updates": ema.updates, "ema_decay": ema.decay, "ema_every": ema.every, "ema_warmup": ema.warmup}
 
 
 def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -97,7 +113,9 @@ def save_checkpoint(
         meta = {"step": state.step, "encoder_config": encoder_config, **(state.extra or {})}
         save_tensors(tmp / "model.safetensors", model.state_dict(), {"step": state.step})
         save_tensors(
-            tmp / "ema.safetensors", {f"encoder.{k}": v for k, v in ema.state_dict().items()}, {"step": state.step}
+            tmp / "ema.safetensors",
+            {f"encoder.{k}": v for k, v in ema.state_dict().items()},
+            {"step": state.step, **ema_metadata(ema)},
         )
         opt_tensors, opt_meta = _optimizer_tensors(optimizer)
         save_tensors(tmp / "trainer.safetensors", {**opt_tensors, **_rng_tensors()})
@@ -130,11 +148,19 @@ def load_checkpoint(
     """Restore a checkpoint into the given objects (in place); returns the trainer state."""
     path = Path(path)
     weights, _ = load_tensors(path / "model.safetensors")
+    expected = model.state_dict()
+    if "encoder.norm.bias" in weights and "encoder.norm.bias" not in expected:
+        raise ConfigError(
+            f"{path} was written by a levjepa whose encoder's final LayerNorm had a bias (it gets an exactly "
+            "zero gradient and is gone now): resume it as it was with the override model.final_norm_bias=true"
+        )
     model.load_state_dict(weights)
-    if ema is not None:
-        ema_tensors, _ = load_tensors(path / "ema.safetensors")
-        ema.load_state_dict(prefixed(ema_tensors, "encoder."))
     trainer = json.loads((path / "trainer.json").read_text())
+    if ema is not None:
+        ema_tensors, ema_meta = load_tensors(path / "ema.safetensors")
+        # written before the EMA counted its updates (no warm-up then): one update every ``every`` steps
+        updates = json.loads(ema_meta["ema_updates"]) if "ema_updates" in ema_meta else trainer["step"] // ema.every
+        ema.load_state_dict(prefixed(ema_tensors, "encoder."), updates=updates)
     tensors, _ = load_tensors(path / "trainer.safetensors")
     if optimizer is not None:
         device = next(model.parameters()).device

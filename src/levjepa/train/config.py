@@ -7,7 +7,12 @@ functions in :mod:`levjepa.presets`; the command line changes any field with ``s
 Batch sizes. ``train.batch_size`` is the *effective* global batch per optimizer step (3072 in the
 paper). ``data.batch_size`` is the micro-batch each rank runs at once. Gradient accumulation makes up the
 rest: ``accum = train.batch_size / (data.batch_size * world_size)``, which must be a whole number.
-SIGReg sees one micro-batch of the global batch at a time (all ranks together), as in the official code.
+With ``train.accumulation="global"`` (the default) the loss — invariance, SIGReg (whose statistic carries
+the factor N = batch) and the projector's BatchNorm — sees the whole effective batch, whatever the split
+into ranks × micro-batches (GradCache, see ``levjepa.train.step``), so a run trains the same objective on
+1 GPU or 24 and can resume on another GPU count. ``"local"`` is the official code's accumulation: one loss
+per micro-batch of ``data.batch_size × world_size`` clips, gradients averaged (N then depends on the
+hardware).
 """
 
 from __future__ import annotations
@@ -61,7 +66,8 @@ class TrainConfig:
     batch_size: int = 3072  # effective global clips per optimizer step
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
-    compile: bool = False  # torch.compile the encoder + projector (activation checkpointing: model.grad_checkpointing)
+    compile: bool = False  # torch.compile each encoder block (GPU fast path; see levjepa.train.loop)
+    accumulation: Literal["global", "local"] = "global"  # one loss on the effective batch, or one per micro-batch
     ema_decay: float = 0.9999  # Polyak copy: theta_bar <- decay * theta_bar + (1 - decay) * theta ...
     ema_every: int = 32  # ... every this many optimizer steps
     checkpoint_every: int = 1000
@@ -83,6 +89,11 @@ class TrainConfig:
         check(self.keep_last >= 1, f"train.keep_last must be >= 1, got {self.keep_last}")
         check(self.log_every > 0, f"train.log_every must be > 0, got {self.log_every}")
         check(self.max_consecutive_skips > 0, "train.max_consecutive_skips must be > 0")
+        check(
+            self.accumulation in ("global", "local"),
+            f"train.accumulation={self.accumulation!r}: valid choices are global (the loss sees the effective "
+            "batch) and local (one loss per micro-batch, the official code's)",
+        )
 
 
 @dataclass(frozen=True)

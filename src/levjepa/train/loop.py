@@ -1,13 +1,15 @@
 """The outer training loop: ``pretrain(cfg, run_dir)`` — the Python API behind ``levjepa pretrain``.
 
-It reads like the recipe: set up ranks and the run directory, build encoder + projector + objective +
-AdamW + EMA, resume if asked, then for each optimizer step fetch ``accum`` micro-batches, call
+It reads like the recipe: set up ranks and the run directory, build encoder + projector + objective + AdamW
++ EMA, resume if asked, then for each optimizer step fetch ``accum`` micro-batches, call
 :func:`levjepa.train.step.train_step`, update the EMA every ``ema_every`` steps, log label-free monitors
 every ``log_every`` steps and checkpoint every ``checkpoint_every`` steps. Only the main rank writes.
 
-Nothing in the step waits for the device; the loop reads device values (losses, skip flags) only on
-logging and skip-check steps. A non-finite loss or gradient skips that update (on the device), is logged
-with its step number, and ``max_consecutive_skips`` skips in a row stop the run with a message.
+Nothing in the step waits for the device; the loop reads device values (losses, skip flags) only on logging
+and skip-check steps. Logged: the loss and its terms as the objective computed them, the gradient norm, and
+the label-free monitors of ``embedding_diagnostics`` on the projections the loss saw (its fixed-direction
+SIGReg as ``monitor/sigreg/view{v}``). A non-finite loss or gradient skips that update (on the device), is
+logged with its step number, and ``max_consecutive_skips`` skips in a row stop the run with a message.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from levjepa import distributed
 from levjepa.config import to_dict
 from levjepa.data import BadFileReport, build_pretrain_loader
 from levjepa.model import Projector, VideoEncoder
-from levjepa.objective import build_objective, embedding_diagnostics
-from levjepa.rng import make_generator
+from levjepa.objective import build_objective, embedding_diagnostics, shift_invariant
+from levjepa.rng import sample_keys
 from levjepa.train import checkpoint as ckpt
 from levjepa.train.config import PretrainConfig
 from levjepa.train.ema import EMA
@@ -58,11 +60,17 @@ class RunSummary:
 
 
 def build_models(cfg: PretrainConfig, seed: int) -> tuple[VideoEncoder, Projector]:
-    """Encoder and projector initialised from ``seed`` (the same weights on every rank)."""
+    """Encoder and projector initialised from ``seed`` (the same weights on every rank).
+
+    Under a shift-invariant objective (LocaLeJEPA) the projector's output bias would get an exactly zero
+    gradient, so it is frozen at zero (``levjepa.objective.shift_invariant``); no trained parameter is dead.
+    """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         encoder = VideoEncoder(cfg.model)
         projector = Projector.from_config(cfg.model)
+    if shift_invariant(cfg.objective):
+        projector.net[-1].bias.requires_grad_(False)
     return encoder, projector
 
 
@@ -99,12 +107,21 @@ def pretrain(
     overwrite: bool = False,
     progress: bool = True,
 ) -> RunSummary:
-    """Pretrain an encoder as ``cfg`` says, writing everything to ``run_dir``; returns a summary."""
+    """Pretrain an encoder as ``cfg`` says, writing everything to ``run_dir``; returns a summary.
+
+    The process is left as it was found: the torch thread count (``train.threads`` changes it for the run),
+    the global RNG state (a resume restores the checkpoint's) and the process group (torn down) are
+    restored on return or error, so a caller (a notebook, a test suite) sees no state leak from the run.
+    """
+    threads = torch.get_num_threads()
     info = distributed.setup(device=_device(cfg))
+    rng_devices = [info.device.index or 0] if info.device.type == "cuda" else []
     try:
-        return _pretrain(cfg, run_dir, info, resume=resume, overwrite=overwrite, progress=progress)
+        with torch.random.fork_rng(devices=rng_devices):
+            return _pretrain(cfg, run_dir, info, resume=resume, overwrite=overwrite, progress=progress)
     finally:
         distributed.teardown()
+        torch.set_num_threads(threads)
 
 
 def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
@@ -123,7 +140,7 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
     encoder, projector = build_models(cfg, tc.seed)
     model = Pretrainer(encoder, projector).to(device)
     if info.world_size > 1:
-        distributed.convert_sync_batchnorm(model)
+        distributed.convert_sync_batchnorm(model)  # the projector's BatchNorm over every rank's rows
     ema = EMA(model.encoder, decay=tc.ema_decay, every=tc.ema_every)
     optimizer = build_optimizer(model, cfg.optim)
     objective = build_objective(cfg.objective).to(device)
@@ -138,9 +155,7 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
             where = f"{latest.name} (step {state.step})" if latest else "the start (no checkpoint was written)"
             print(f"resuming {path} from {where}", file=sys.stderr)
             _truncate_metrics(path, state.step)
-    train_model: torch.nn.Module = distributed.wrap_ddp(model, info)
-    if tc.compile:
-        train_model = torch.compile(train_model)
+    train_model = _training_module(model, info, accum, tc.accumulation, tc.compile)
     autocast_dtype = _autocast_dtype(cfg, device)
 
     bad_files = BadFileReport()
@@ -155,6 +170,7 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
             world_size=info.world_size,
             start_step=state.step * accum,
             bad_files=bad_files,
+            micro_batches=accum,
         )
     )
     logger = MetricsLogger(path) if info.is_main else None
@@ -176,22 +192,18 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
     start_step = state.step
 
     for step in range(start_step, tc.steps):
-        micro = []
-        for _ in range(accum):
-            batch = next(loader)
-            bad_files.extend(batch.bad_files)
-            micro.append(batch.to_device(device))
-        gens = [make_generator(tc.seed, step, info.rank, i, "drop", device=device) for i in range(accum)]
+        micro, drops = _next_micro_batches(loader, accum, tc.seed, device, bad_files)
         out = train_step(
             train_model,
             objective,
             optimizer,
             micro,
-            gens,
+            drops,
             step=step,
             lr=lr_at(step, cfg.optim, tc.steps),
             grad_clip=cfg.optim.grad_clip,
             autocast_dtype=autocast_dtype,
+            accumulation=tc.accumulation,
         )
         consecutive = torch.where(out.skipped, consecutive + 1, torch.zeros_like(consecutive))
         pending_flags.append((step, out.skipped))
@@ -217,7 +229,9 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
         if done % tc.log_every == 0 or done == tc.steps:
             now = time.perf_counter()
             metrics = {"loss": out.loss, "grad_norm": out.grad_norm, **out.terms}
-            metrics.update(embedding_diagnostics(out.z))
+            # the monitors' fixed-direction SIGReg must not overwrite the loss's own sigreg/view{v} terms
+            monitors = embedding_diagnostics(out.z)
+            metrics.update({(f"monitor/{k}" if k in metrics else k): v for k, v in monitors.items()})
             reduced = distributed.reduce_scalars(metrics)
             reduced["lr"] = lr_at(step, cfg.optim, tc.steps)
             reduced["clips_per_s"] = steps_since_log * tc.batch_size / max(now - t_log, 1e-9)
@@ -265,6 +279,39 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
     if info.is_main:
         print(format_summary(summary), file=sys.stderr)
     return summary
+
+
+def _training_module(model: Pretrainer, info, accum: int, accumulation: str, compile_: bool) -> torch.nn.Module:
+    """The module ``train_step`` runs: DDP around ``model`` when each rank runs one pass per micro-batch on
+    several ranks (it averages gradients overlapped with the backward); ``model`` itself for GradCache
+    accumulation, whose gradients ``train_step`` averages over ranks with one explicit all-reduce.
+
+    ``train.compile``: each encoder block is compiled in place (``VideoEncoder.compile_blocks``: the
+    state-dict keys do not change, identical blocks share their graphs — one per view shape and grad mode —
+    and the keyed token dropping, the loop over view groups and the small projector, whose BatchNorm
+    all-reduces over ranks, stay eager).
+    """
+    if compile_:
+        model.encoder.compile_blocks()
+    if info.world_size > 1 and (accum == 1 or accumulation == "local"):
+        return distributed.wrap_ddp(model, info)
+    return model
+
+
+def _next_micro_batches(loader, accum: int, seed: int, device: torch.device, bad_files: BadFileReport):
+    """This rank's ``accum`` micro-batches on ``device`` and their dropping keys, one per clip.
+
+    A clip's key is ``derive_seed(seed, "drop", epoch, position)``: the tokens a view drops depend on the
+    sample alone, not on the rank or micro-batch that holds it, so any split of the effective batch into
+    ranks × micro-batches trains identically (and a run can resume on another number of GPUs).
+    """
+    micro, drops = [], []
+    for _ in range(accum):
+        batch = next(loader)
+        bad_files.extend(batch.bad_files)
+        micro.append(batch.to_device(device))
+        drops.append(sample_keys(seed, "drop", batch.epoch, positions=batch.index, device=device))
+    return micro, drops
 
 
 def _checkpoint(path, info, model, ema, optimizer, cfg, step, consecutive, accum, metrics) -> Path | None:

@@ -1,14 +1,48 @@
 """One optimizer step: views → encoder (dropping on) → projector → objective → AdamW.
 
-``train_step`` is module-level and free of loop state so it can be tested alone (STYLE 5). It runs
-``len(micro_batches)`` forward/backward passes (gradient accumulation; DDP synchronises gradients on the
-last one only), clips the global gradient norm, and steps the fused AdamW — which skips the update on
-the device when the loss or the gradient norm is not finite. Nothing here waits for the device: the
-returned loss, terms, norm and skip flag are device tensors the loop reads on logging steps.
+``train_step`` is module-level and free of loop state so it can be tested alone (STYLE 5). It clips the
+global gradient norm and steps the fused AdamW — which skips the update on the device when the loss or the
+gradient norm is not finite. Nothing here waits for the device: the returned loss, terms, norm and skip
+flag are device tensors the loop reads on logging steps.
+
+**The loss sees the whole effective batch** (``accumulation="global"``, the default). The objective is a
+function of the whole batch, not a mean of per-clip terms: SIGReg's statistic is ``N · Σ w |φ̂ − φ|²`` with
+``N`` the batch, and the projector's BatchNorm normalises with batch statistics. So a loss computed per
+micro-batch (``"local"``, the official code's gradient accumulation) trains a different objective for every
+split of ``train.batch_size`` into ranks × micro-batches. With ``A > 1`` micro-batches per rank the step
+runs GradCache (Gao et al., 2021):
+
+1. encode every micro-batch (the last one with its graph kept, the others under ``no_grad``) and cache
+   its CLS ``[V, B_micro, D]``;
+2. concatenate the caches into the rank's batch, run the projector and the objective **once** on it (its
+   BatchNorm and SIGReg's all-reduce make that the global batch over ranks), and backpropagate into the
+   projector and the cached CLS;
+3. backpropagate the cached CLS gradient through the last micro-batch's kept graph, then re-encode every
+   other micro-batch with grad — the same tokens dropped: dropping is keyed per clip, or a generator is
+   rewound — and backpropagate its slice: ``cls.backward(gradient=grad)``.
+
+Loss and gradients equal those of one pass over the whole batch (``tests/test_accumulation.py``: 4 × 16
+equals 64 to 1e-6 in float64, and 2 gloo ranks × 2 equal 1 × 4). The cost is one extra no-grad encoder
+forward for all micro-batches but the last, ``1 + (A−1)/A · fwd/(fwd+bwd)``; memory stays that of one
+micro-batch plus the projector on the rank's batch. Measured against plain accumulation at A = 4 on the
+CPU (``bench/train.md``, ``bench/accumulation.py``): 1.28× (the demo model, whose no-grad forward is 0.39
+of forward + backward) and 1.18× (ViT-Tiny, 0.33) in step time, +5 % peak activation memory.
+
+Why GradCache rather than accumulating SIGReg's characteristic-function sums in a first pass (the statistic
+depends on the batch only through them): the gradient of every sample depends on the *global* sums, so
+that route also needs a second forward of every micro-batch (encoder and projector: the graphs of all
+micro-batches cannot be kept) — at least the same extra forward measured above, plus a two-pass
+BatchNorm — and it is specific to SIGReg; GradCache re-runs only the encoder and serves every objective
+(LeJEPA, LocaLeJEPA's k-means over the batch) unchanged.
+
+Over ranks, gradients are averaged by DDP in the single-pass and ``"local"`` paths; in the GradCache path
+the projector's backward happens outside any per-micro-batch forward, so DDP's hooks do not apply and one
+explicit ``levjepa.distributed.all_reduce_gradients`` averages them after the last micro-batch (the same
+mean DDP takes; the loop does not wrap the model in DDP then).
 
 Precision: under ``autocast_dtype=torch.bfloat16`` the encoder and projector run in bf16; the
-projections are cast to float32 before the objective, whose characteristic-function statistics are
-float32 anyway.
+projections are cast to float32 (float64 stays float64) before the objective, whose characteristic-function
+statistics are float32 anyway.
 """
 
 from __future__ import annotations
@@ -17,18 +51,25 @@ import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
 
-__all__ = ["Pretrainer", "StepOutput", "train_step"]
+from levjepa import distributed
+from levjepa.objective.losses import loss_dtype
+
+__all__ = ["Accumulation", "DropSource", "Pretrainer", "StepOutput", "train_step"]
+
+Accumulation = Literal["global", "local"]
+DropSource = torch.Tensor | torch.Generator  # per-clip int64 keys [B] (training) or one generator
 
 
 class Pretrainer(nn.Module):
     """Encoder + projector: view groups → projections ``z`` of shape ``[V, B, K]`` (global views first).
 
-    The projector's BatchNorm normalises the CLS embeddings of all ``V·B`` views of the (per-rank)
-    micro-batch together, in one call ([choice]; under DDP the statistics cover the global micro-batch).
+    The projector's BatchNorm normalises the CLS embeddings of all ``V·B`` views of the batch it is given
+    together, in one call ([choice]; under several ranks its statistics cover every rank's rows).
     """
 
     def __init__(self, encoder: nn.Module, projector: nn.Module) -> None:
@@ -36,19 +77,85 @@ class Pretrainer(nn.Module):
         self.encoder = encoder
         self.projector = projector
 
-    def forward(self, views: Sequence[torch.Tensor], generator: torch.Generator) -> torch.Tensor:
-        cls = self.encoder.forward_views(*views, generator=generator)  # [V, B, D]
+    def encode(self, views: Sequence[torch.Tensor], drop: DropSource) -> torch.Tensor:
+        """CLS of every view ``[V, B, D]``; dropping keyed by ``drop`` (see ``VideoEncoder.forward_views``)."""
+        if isinstance(drop, torch.Generator):
+            return self.encoder.forward_views(*views, generator=drop)
+        return self.encoder.forward_views(*views, keys=drop)
+
+    def project(self, cls: torch.Tensor) -> torch.Tensor:
+        """``[V, B, D]`` → ``[V, B, K]``, one projector call over all ``V·B`` rows."""
         v, b, d = cls.shape
         return self.projector(cls.reshape(v * b, d)).reshape(v, b, -1)
+
+    def forward(self, views: Sequence[torch.Tensor], drop: DropSource) -> torch.Tensor:
+        return self.project(self.encode(views, drop))
 
 
 @dataclass
 class StepOutput:
-    loss: torch.Tensor  # mean over micro-batches, detached
-    terms: dict[str, torch.Tensor]  # objective terms, mean over micro-batches, detached
+    loss: torch.Tensor  # the step's loss (local mode: mean over micro-batches), detached
+    terms: dict[str, torch.Tensor]  # objective terms (local mode: means over micro-batches), detached
     grad_norm: torch.Tensor  # global gradient norm before clipping
     skipped: torch.Tensor  # bool: the update was skipped (non-finite loss or gradient)
-    z: torch.Tensor  # projections of the last micro-batch, detached (for label-free monitors)
+    z: torch.Tensor  # projections the loss saw (local mode: the last micro-batch's), detached
+
+
+def _autocast(device_type: str, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    return torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None)
+
+
+def _single_or_local(model, objective, micro_batches, drops, step, autocast_dtype):
+    """One pass per micro-batch, each with its own loss (``1/n`` of it backpropagated); DDP syncs the last."""
+    n = len(micro_batches)
+    loss_sum: torch.Tensor | None = None
+    terms_sum: dict[str, torch.Tensor] = {}
+    z = torch.empty(0)
+    for i, (views, drop) in enumerate(zip(micro_batches, drops, strict=True)):
+        last = i == n - 1
+        no_sync = model.no_sync() if (not last and distributed.is_ddp(model)) else contextlib.nullcontext()
+        with no_sync:
+            with _autocast(views[0].device.type, autocast_dtype):
+                z = model(views, drop)
+            out = objective(loss_dtype(z), step)
+            (out.loss / n).backward()
+        loss = out.loss.detach()
+        loss_sum = loss if loss_sum is None else loss_sum + loss
+        for key, value in out.terms.items():
+            terms_sum[key] = terms_sum[key] + value if key in terms_sum else value
+    assert loss_sum is not None
+    return loss_sum / n, {k: v / n for k, v in terms_sum.items()}, z.detach()
+
+
+def _grad_cache(model, objective, micro_batches, drops, step, autocast_dtype):
+    """GradCache over the rank's micro-batches (module docstring): one loss on the whole batch."""
+    core: Pretrainer = model.module if distributed.is_ddp(model) else model
+    device_type = micro_batches[0][0].device.type
+    rewind: list[torch.Tensor | None] = []  # a generator's state before each cached pass, to replay it
+    cached = []
+    with _autocast(device_type, autocast_dtype):
+        with torch.no_grad():
+            for views, drop in zip(micro_batches[:-1], drops[:-1], strict=True):
+                rewind.append(drop.get_state() if isinstance(drop, torch.Generator) else None)
+                cached.append(core.encode(views, drop))
+        last = core.encode(micro_batches[-1], drops[-1])  # its graph is kept: no re-run for this one
+    sizes = [c.shape[1] for c in (*cached, last)]
+    cls = torch.cat([*cached, last.detach()], dim=1).requires_grad_(True)  # [V, B_rank, D]
+    del cached
+    with _autocast(device_type, autocast_dtype):
+        z = core.project(cls)
+    out = objective(loss_dtype(z), step)
+    out.loss.backward()
+    grads = cls.grad.split(sizes, dim=1)
+    last.backward(grads[-1])
+    del last
+    for i, (views, drop) in enumerate(zip(micro_batches[:-1], drops[:-1], strict=True)):
+        if rewind[i] is not None:
+            drop.set_state(rewind[i])  # the same tokens as in the cached pass
+        with _autocast(device_type, autocast_dtype):
+            again = core.encode(views, drop)
+        again.backward(grads[i])
+    return out.loss.detach(), out.terms, z.detach()
 
 
 def train_step(
@@ -56,48 +163,42 @@ def train_step(
     objective: nn.Module,
     optimizer: torch.optim.Optimizer,
     micro_batches: Sequence[Sequence[torch.Tensor]],
-    generators: Sequence[torch.Generator],
+    drops: Sequence[DropSource],
     *,
     step: int,
     lr: float,
     grad_clip: float | None = None,
     autocast_dtype: torch.dtype | None = None,
+    accumulation: Accumulation = "global",
 ) -> StepOutput:
-    """Accumulate gradients over ``micro_batches`` (each a list of float view groups) and step once."""
-    if len(micro_batches) != len(generators) or not micro_batches:
-        raise ValueError(f"need one generator per micro-batch, got {len(micro_batches)} and {len(generators)}")
+    """Accumulate gradients over ``micro_batches`` (each a list of float view groups) and step once.
+
+    ``drops``: one per micro-batch, the per-clip int64 keys ``[B]`` of its token dropping (what the loop
+    passes: ``levjepa.rng.sample_keys``) or a ``torch.Generator``. ``model``: a :class:`Pretrainer`, or one
+    wrapped in DDP; without DDP on several ranks the gradients are averaged over ranks here.
+    ``accumulation``: ``"global"`` (one loss on the whole batch, GradCache when there are several
+    micro-batches) or ``"local"`` (one loss per micro-batch, gradients averaged); see the module docstring.
+    """
+    if len(micro_batches) != len(drops) or not micro_batches:
+        raise ValueError(f"need one drop source per micro-batch, got {len(micro_batches)} and {len(drops)}")
+    if accumulation not in ("global", "local"):
+        raise ValueError(f"accumulation={accumulation!r}: valid choices are global, local")
     for group in optimizer.param_groups:
         group["lr"] = lr
     optimizer.zero_grad(set_to_none=True)
-    n = len(micro_batches)
-    loss_sum: torch.Tensor | None = None
-    terms_sum: dict[str, torch.Tensor] = {}
-    z = torch.empty(0)
-    for i, (views, gen) in enumerate(zip(micro_batches, generators, strict=True)):
-        last = i == n - 1
-        no_sync = model.no_sync() if (not last and hasattr(model, "no_sync")) else contextlib.nullcontext()
-        device_type = views[0].device.type
-        with no_sync:
-            with torch.autocast(device_type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-                z = model(views, gen)
-            out = objective(z.float(), step)
-            (out.loss / n).backward()
-        loss = out.loss.detach()
-        loss_sum = loss if loss_sum is None else loss_sum + loss
-        for key, value in out.terms.items():
-            terms_sum[key] = terms_sum[key] + value if key in terms_sum else value
-    assert loss_sum is not None
+    if accumulation == "global" and len(micro_batches) > 1:
+        loss, terms, z = _grad_cache(model, objective, micro_batches, drops, step, autocast_dtype)
+        synced_by_ddp = False
+    else:
+        loss, terms, z = _single_or_local(model, objective, micro_batches, drops, step, autocast_dtype)
+        synced_by_ddp = distributed.is_ddp(model)
     params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+    if not synced_by_ddp:
+        distributed.all_reduce_gradients(params)  # mean over ranks; nothing alone
     grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm=grad_clip if grad_clip else math.inf, foreach=True)
-    skipped = ~(torch.isfinite(loss_sum) & torch.isfinite(grad_norm))
+    skipped = ~(torch.isfinite(loss) & torch.isfinite(grad_norm))
     # fused AdamW reads these two attributes and skips the update on the device when found_inf is 1
     optimizer.grad_scale = None  # type: ignore[attr-defined]
     optimizer.found_inf = skipped.to(device=params[0].device, dtype=torch.float32)  # type: ignore[attr-defined]
     optimizer.step()
-    return StepOutput(
-        loss=loss_sum / n,
-        terms={k: v / n for k, v in terms_sum.items()},
-        grad_norm=grad_norm.detach(),
-        skipped=skipped,
-        z=z.detach(),
-    )
+    return StepOutput(loss=loss, terms=terms, grad_norm=grad_norm.detach(), skipped=skipped, z=z)
