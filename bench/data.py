@@ -34,9 +34,10 @@ import numpy as np
 import torch
 
 from levjepa.data import DataConfig, build_pretrain_loader, decode_clip
+from levjepa.data.encode import VideoWriter
 from levjepa.data.prepare import PrepareOptions, prepare_file
 from levjepa.data.sources import MediaItem
-from levjepa.data.video import VideoWriter, probe_video
+from levjepa.data.video import probe_video
 from levjepa.data.views import make_views
 
 

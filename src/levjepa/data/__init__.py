@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from levjepa.data.badfiles import BadFileReport, BadFileWarning, DataError
 from levjepa.data.config import DataConfig, SyntheticConfig
+from levjepa.data.encode import VideoWriter, write_video
 from levjepa.data.loader import PretrainLoader, ViewBatch, build_pretrain_loader
 from levjepa.data.sources import MediaItem, list_media, parse_index
-from levjepa.data.video import VideoFrames, decode_all, decode_clip, load_image, probe_video, write_video
+from levjepa.data.video import VideoFrames, decode_all, decode_clip, load_image, probe_video
 from levjepa.data.views import apply_photometric, normalize
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "PretrainLoader",
     "SyntheticConfig",
     "VideoFrames",
+    "VideoWriter",
     "ViewBatch",
     "apply_photometric",
     "build_pretrain_loader",

@@ -102,7 +102,8 @@ def _partial_name(dst: Path) -> Path:
 def _prepare_video(src: str, dst: Path, opts: PrepareOptions) -> None:
     import av
 
-    from levjepa.data.video import VideoWriter, _fps, _open, resized_shape
+    from levjepa.data.encode import VideoWriter
+    from levjepa.data.video import _fps, _open, resized_shape
 
     tmp = _partial_name(dst)
     written = 0

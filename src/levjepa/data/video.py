@@ -26,8 +26,7 @@ by one frame after a seek and report a wrong duration; rotation metadata (phone 
 pixels are ignored (by ``prepare`` too). ``levjepa data prepare`` turns .mpg files into clean mp4s.
 
 ``decode_clip`` returns ``uint8 [T, H, W, 3]``; ``decode_all`` returns every (strided) frame with its
-timestamp; ``load_image`` reads a jpg/png as ``uint8 [H, W, 3]``. :class:`VideoWriter` / ``write_video``
-encode frames (used by ``prepare``, the tests and the benchmark).
+timestamp; ``load_image`` reads a jpg/png as ``uint8 [H, W, 3]``. Writing videos lives in ``encode.py``.
 """
 
 from __future__ import annotations
@@ -52,14 +51,12 @@ __all__ = [
     "VIDEO_EXTENSIONS",
     "VideoFrames",
     "VideoInfo",
-    "VideoWriter",
     "clip_indices",
     "decode_all",
     "decode_clip",
     "load_image",
     "probe_video",
     "resized_shape",
-    "write_video",
 ]
 
 VIDEO_EXTENSIONS = frozenset(
@@ -567,103 +564,3 @@ def load_image(
         raise
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
         raise DataError(f"unreadable: {path} is not a readable image ({type(exc).__name__}: {exc})") from None
-
-
-# ---------------------------------------------------------------------------------------------- writing
-
-
-class VideoWriter:
-    """Encode RGB frames to a video file (h264 in mp4 by default; width and height even for yuv420p).
-
-    ``options`` are passed to the encoder (e.g. ``{"crf": "23", "preset": "veryfast"}``); ``keyint`` sets
-    the maximum distance between key frames (the GOP size).
-    """
-
-    def __init__(
-        self,
-        path: str | os.PathLike,
-        *,
-        width: int,
-        height: int,
-        fps: float = 30.0,
-        codec: str = "libx264",
-        options: dict[str, str] | None = None,
-        keyint: int | None = None,
-        container_format: str | None = None,
-        pix_fmt: str = "yuv420p",
-    ) -> None:
-        if pix_fmt == "yuv420p" and (width % 2 or height % 2):
-            raise ValueError(f"VideoWriter: width={width}, height={height}: both must be even for yuv420p")
-        self.path = os.fspath(path)
-        self.width, self.height = width, height
-        self.rate = Fraction(fps).limit_denominator(100_000)
-        self._container = av.open(self.path, "w", format=container_format)
-        self._stream = self._container.add_stream(codec, rate=self.rate)
-        self._stream.width, self._stream.height = width, height
-        self._stream.pix_fmt = pix_fmt
-        self._time_base = 1 / self.rate  # frame pts count frames; the muxer may change the stream's time base
-        self._stream.time_base = self._time_base
-        if keyint is not None:
-            self._stream.codec_context.gop_size = keyint
-        if options:
-            self._stream.options = dict(options)
-        self._count = 0
-
-    def write(self, frame: np.ndarray | torch.Tensor | Any) -> None:
-        """Append one frame: uint8 RGB ``[H, W, 3]`` (or an ``av.VideoFrame``)."""
-        if isinstance(frame, torch.Tensor):
-            frame = frame.numpy()
-        if isinstance(frame, np.ndarray):
-            if frame.shape != (self.height, self.width, 3) or frame.dtype != np.uint8:
-                raise ValueError(
-                    f"VideoWriter.write: got {frame.dtype} {frame.shape}, expected uint8 {(self.height, self.width, 3)}"
-                )
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
-        frame.pts = self._count
-        frame.time_base = self._time_base
-        self._count += 1
-        for packet in self._stream.encode(frame):
-            self._container.mux(packet)
-
-    def close(self) -> None:
-        if self._container is None:
-            return
-        try:
-            for packet in self._stream.encode():
-                self._container.mux(packet)
-        finally:
-            self._container.close()
-            self._container = None
-
-    def __enter__(self) -> VideoWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def write_video(
-    path: str | os.PathLike,
-    frames: np.ndarray | torch.Tensor,
-    *,
-    fps: float = 30.0,
-    codec: str = "libx264",
-    options: dict[str, str] | None = None,
-    keyint: int | None = None,
-    pix_fmt: str = "yuv420p",
-) -> None:
-    """Encode uint8 ``[T, H, W, 3]`` frames to ``path`` (even H and W for yuv420p)."""
-    if frames.ndim != 4 or frames.shape[-1] != 3:
-        raise ValueError(f"write_video: frames of shape {tuple(frames.shape)}, expected [T, H, W, 3]")
-    with VideoWriter(
-        path,
-        width=frames.shape[2],
-        height=frames.shape[1],
-        fps=fps,
-        codec=codec,
-        options=options,
-        keyint=keyint,
-        pix_fmt=pix_fmt,
-    ) as writer:
-        for frame in frames:
-            writer.write(frame)
