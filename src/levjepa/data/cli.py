@@ -50,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prep.add_argument("--crf", type=int, default=23, help="x264 constant rate factor, lower = better (default: 23)")
     prep.add_argument("--preset", default="veryfast", help="x264 preset (default: veryfast)")
     prep.add_argument("--no-fastdecode", action="store_true", help="do not use x264's fastdecode tuning")
+    prep.add_argument(
+        "--no-fixed-gop",
+        action="store_true",
+        help="x264's adaptive GOP instead of the fixed one whose odd frames training can skip (see prepare.py)",
+    )
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -87,6 +92,7 @@ def _prepare(args: argparse.Namespace) -> int:
             crf=args.crf,
             preset=args.preset,
             fastdecode=not args.no_fastdecode,
+            fixed_gop=not args.no_fixed_gop,
         )
         result = prepare_folder(args.src, args.dst, opts, workers=args.workers)
     except (DataError, ValueError) as exc:

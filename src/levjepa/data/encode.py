@@ -29,7 +29,7 @@ class VideoWriter:
 
     def __init__(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike | Any,
         *,
         width: int,
         height: int,
@@ -43,7 +43,7 @@ class VideoWriter:
     ) -> None:
         if pix_fmt == "yuv420p" and (width % 2 or height % 2):
             raise ValueError(f"VideoWriter: width={width}, height={height}: both must be even for yuv420p")
-        self.path = os.fspath(path)
+        self.path = path if hasattr(path, "write") else os.fspath(path)  # a path, or a binary file object
         self.width, self.height = width, height
         self.rate = Fraction(fps).limit_denominator(100_000)
         self._container = av.open(self.path, "w", format=container_format)
@@ -94,7 +94,7 @@ class VideoWriter:
 
 
 def write_video(
-    path: str | os.PathLike,
+    path: str | os.PathLike | Any,
     frames: np.ndarray | torch.Tensor,
     *,
     fps: float = 30.0,
@@ -102,6 +102,7 @@ def write_video(
     options: dict[str, str] | None = None,
     keyint: int | None = None,
     pix_fmt: str = "yuv420p",
+    container_format: str | None = None,
 ) -> None:
     """Encode uint8 ``[T, H, W, 3]`` frames to ``path`` (even H and W for yuv420p)."""
     if frames.ndim != 4 or frames.shape[-1] != 3:
@@ -115,6 +116,7 @@ def write_video(
         options=options,
         keyint=keyint,
         pix_fmt=pix_fmt,
+        container_format=container_format,
     ) as writer:
         for frame in frames:
             writer.write(frame)
