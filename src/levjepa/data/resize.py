@@ -58,27 +58,35 @@ def resize_matrices(
 def crop_resize(
     frames: torch.Tensor, boxes: torch.Tensor, size: int, flips: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Cut one view per clip: ``frames`` uint8 (or float) ``[B, T, H, W, C]`` channels last, ``boxes`` int
-    ``[B, 4]`` = ``(top, left, h, w)``, ``flips`` bool ``[B]`` → float32 ``[B, C, T, size, size]`` in the
-    frames' value range (0–255 for uint8: divide by 255 for [0, 1]).
+    """Cut ``N`` views of every clip: ``frames`` uint8 (or float) ``[B, T, H, W, C]`` channels last, ``boxes``
+    int ``[N, B, 4]`` = ``(top, left, h, w)``, ``flips`` bool ``[N, B]`` → float32 (float64 for float64
+    frames) ``[N, B, C, T, size, size]`` in the frames' value range (0–255 for uint8: /255 for [0, 1]).
 
-    Equal to cropping, then ``F.interpolate(..., mode="bilinear", antialias=True)`` in float, then
-    flipping (module docstring). Runs on ``frames.device``; float16 products on CUDA, float32 elsewhere.
+    Equal to cropping, then ``F.interpolate(..., mode="bilinear", antialias=True)``, then flipping (module
+    docstring). Runs on ``frames.device``: float16 products on CUDA, float64 for float64 frames, else float32.
     """
     if frames.dim() != 5:
         raise ValueError(f"crop_resize: frames of shape {tuple(frames.shape)}, expected [B, T, H, W, C]")
     b, t, h, w, c = frames.shape
-    if boxes.shape != (b, 4):
-        raise ValueError(f"crop_resize: boxes of shape {tuple(boxes.shape)}, expected [{b}, 4]")
-    compute = torch.float16 if frames.device.type == "cuda" else torch.float32
+    if boxes.dim() != 3 or boxes.shape[1:] != (b, 4):
+        raise ValueError(f"crop_resize: boxes of shape {tuple(boxes.shape)}, expected [N, {b}, 4]")
+    if frames.dtype == torch.float64:
+        compute = torch.float64
+    else:
+        compute = torch.float16 if frames.device.type == "cuda" else torch.float32
+    out_dtype = torch.float64 if compute == torch.float64 else torch.float32
     boxes = boxes.to(frames.device, torch.int64)
-    a_y = resize_matrices(boxes[:, 0], boxes[:, 2], h, size, dtype=compute)  # [B, S, H]
-    a_x = resize_matrices(boxes[:, 1], boxes[:, 3], w, size, dtype=compute)  # [B, S, W]
-    if flips is not None:
-        flips = flips.to(frames.device, torch.bool)
-        a_x = torch.where(flips[:, None, None], a_x.flip(1), a_x)
     x = frames.to(compute).permute(0, 2, 1, 3, 4).reshape(b, h, t * w * c)  # [B, H, T·W·C]
-    rows = torch.bmm(a_y, x).view(b, size, t, w, c)  # [B, S(y), T, W, C]
-    rows = rows.permute(0, 3, 1, 2, 4).reshape(b, w, size * t * c)  # [B, W, S(y)·T·C]
-    out = torch.bmm(a_x, rows).view(b, size, size, t, c)  # [B, S(x), S(y), T, C]
-    return out.permute(0, 4, 3, 2, 1).to(torch.float32).contiguous()  # [B, C, T, S(y), S(x)]
+    views = []
+    for n in range(boxes.shape[0]):
+        a_y = resize_matrices(boxes[n, :, 0], boxes[n, :, 2], h, size, dtype=compute)  # [B, S, H]
+        a_x = resize_matrices(boxes[n, :, 1], boxes[n, :, 3], w, size, dtype=compute)  # [B, S, W]
+        if flips is not None:
+            a_x = torch.where(flips[n].to(frames.device, torch.bool)[:, None, None], a_x.flip(1), a_x)
+        rows = torch.bmm(a_y, x).view(b, size, t, w, c)  # [B, S(y), T, W, C]
+        rows = rows.permute(0, 3, 1, 2, 4).reshape(b, w, size * t * c)  # [B, W, S(y)·T·C]
+        out = torch.bmm(a_x, rows).view(b, size, size, t, c)  # [B, S(x), S(y), T, C]
+        views.append(out.permute(0, 4, 3, 2, 1).to(out_dtype))  # [B, C, T, S(y), S(x)]
+    if not views:
+        return torch.empty(0, b, c, t, size, size, device=frames.device, dtype=out_dtype)
+    return torch.stack(views)

@@ -759,15 +759,22 @@ def decode_all(
 
 
 def load_image(
-    path: str | os.PathLike, *, short_side: int | None = None, min_side: int = 1, max_side: int = 1 << 30
+    path: Source, *, short_side: int | None = None, min_side: int = 1, max_side: int = 1 << 30
 ) -> torch.Tensor:
-    """Read a jpg/png/... as uint8 ``[H, W, 3]`` (RGB), scaled down to ``short_side`` if larger."""
+    """Read a jpg/png/... (a path or a :class:`MemoryFile`) as uint8 ``[H, W, 3]`` (RGB), scaled down to
+    ``short_side`` if larger."""
     from PIL import Image, UnidentifiedImageError
 
-    path = os.fspath(path)
-    _check_file(path)
+    if isinstance(path, MemoryFile):
+        target: Any = io.BytesIO(path.data)
+        path = path.name
+        if not target.getbuffer().nbytes:
+            raise DataError(f"empty: {path} has 0 bytes")
+    else:
+        path = target = os.fspath(path)
+        _check_file(path)
     try:
-        with Image.open(path) as img:
+        with Image.open(target) as img:
             _check_resolution(path, img.width, img.height, min_side, max_side)
             img.draft("RGB", (img.width, img.height))
             rgb = img.convert("RGB")
