@@ -70,6 +70,7 @@ class VideoWriter:
                     f"VideoWriter.write: got {frame.dtype} {frame.shape}, expected uint8 {(self.height, self.width, 3)}"
                 )
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
+        frame.pict_type = av.video.frame.PictureType.NONE  # a decoded frame's type would force x264's choice
         frame.pts = self._count
         frame.time_base = self._time_base
         self._count += 1

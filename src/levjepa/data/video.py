@@ -467,7 +467,7 @@ def _decode_indices(
         try:
             return _decode_indices_once(path, container, info, indices, convert, strict=True)
         except _NonrefMiss:
-            pass
+            container.seek(0)  # rewind and flush the decoder: the plain pass must not continue this one
         finally:
             container.streams.video[0].codec_context.skip_frame = "DEFAULT"
     return _decode_indices_once(path, container, info, indices, convert, strict=False)
