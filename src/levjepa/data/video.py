@@ -279,7 +279,10 @@ def hwaccel_status(device_type: str = "cuda") -> str | None:
                     next(container.decode(container.streams.video[0]))
                 _HWACCEL_STATUS[device_type] = None
             except Exception as exc:
-                _HWACCEL_STATUS[device_type] = f"{type(exc).__name__}: {exc}"
+                _HWACCEL_STATUS[device_type] = (
+                    f"FFmpeg could not start a {device_type} decoder ({type(exc).__name__}: {exc}): no GPU, no "
+                    "driver, or no driver video library (libnvcuvid) in this machine or container"
+                )
     return _HWACCEL_STATUS[device_type]
 
 
