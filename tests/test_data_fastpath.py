@@ -6,6 +6,7 @@ across a group, nothing else."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -204,3 +205,32 @@ def test_images_ship_one_frame(tmp_path):
     assert batch.frames.shape[1] == 1 and batch.frame_index.eq(0).all()
     glob, _ = batch.to_device("cpu")
     assert glob.shape == (1, 2, 3, 4, 32, 32) and torch.equal(glob[:, :, :, 0], glob[:, :, :, 3])
+
+
+def test_gpu_decoding_falls_back_to_the_cpu_with_a_message(pattern_dir, monkeypatch):
+    import levjepa.data.loader as loader_module
+    from levjepa.data.loader import resolve_devices
+    from levjepa.data.video import hwaccel_status
+
+    cfg = _cfg(pattern_dir, decode_device="cuda")
+    monkeypatch.setattr(loader_module, "hwaccel_status", lambda _: "no NVDEC in this test")
+    with pytest.warns(UserWarning, match=r"decode_device='cuda'.*no NVDEC in this test.*decoding on the CPU"):
+        fallen = build_pretrain_loader(cfg, seed=3)
+    assert fallen.cfg.decode_device == "cpu"
+    plain = build_pretrain_loader(replace(cfg, decode_device="cpu"), seed=3)
+    assert all(torch.equal(x, y) for x, y in zip(next(fallen).views, next(plain).views, strict=True))
+    monkeypatch.undo()
+    here = "cpu" if hwaccel_status("cuda") is not None else "cuda"  # this machine's answer, whichever it is
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fallback warning, on a machine without NVDEC
+        assert resolve_devices(replace(cfg, resize_on="worker")).decode_device == here
+    assert resolve_devices(replace(cfg, decode_device="cpu")).resize_on == (
+        "device" if torch.cuda.is_available() else "worker"
+    )
+
+
+@pytest.mark.gpu
+def test_device_cut_on_cuda_equals_the_cpu_cut(pattern_dir):
+    batch = next(build_pretrain_loader(_cfg(pattern_dir, resize_on="device", jitter_p=0.0, grayscale_p=0.0), seed=1))
+    for cpu, gpu in zip(batch.to_device("cpu"), batch.to_device("cuda"), strict=True):
+        assert (cpu - gpu.cpu()).abs().max() * 255 * 0.225 <= 0.5  # float16 products: well under a level

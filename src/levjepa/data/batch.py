@@ -6,12 +6,13 @@ Two forms, one interface (``to_device``, ``pin_memory``, ``bad_files``, ``index`
   ``[G, B, C, T, Sg, Sg]`` and ``[V, B, C, T, Sl, Sl]``; the device only changes colours and normalises.
   Right for CPU training, where the "device" is the trainer's own core.
 * :class:`FrameBatch` (``"device"``): the worker ships the decoded frames as FFmpeg produced them (uint8,
-  channels last, no transposing copy) plus each view's crop box and flip; the device cuts and resizes
-  every view (``resize.py``), then changes colours and normalises. Clips decoded together (``data.repeats``)
-  share one frame span: ``frames`` holds ``F`` spans, sample ``b`` reads ``frames[span[b], frame_index[b]]``.
-  Bytes per clip of 1 × 224 + 4 × 96 views, 16 frames, 256 × 454 source: 5.6 MB of frames (2.8 MB with
-  2 clips per span) instead of 4.2 MB of views. The worker no longer resizes (6 ms per clip, 40 % of its
-  work in ``bench/data.md``).
+  channels last, no transposing copy), cropped to the union of the view boxes that read them, plus each
+  view's crop box and flip; the device cuts and resizes every view (``resize.py``), then changes colours
+  and normalises. Clips decoded together (``data.repeats``) share one frame span: ``frames`` holds ``F``
+  spans, sample ``b`` reads ``frames[span[b], frame_index[b]]``. Bytes per clip of 1 × 224 + 4 × 96 views,
+  16 frames, 256 × 454 source: at most 5.6 MB of frames (half with 2 clips per span; ``bench/data.md``
+  gives the measured mean) instead of 4.2 MB of views. The worker no longer resizes (6 ms per clip, 40 %
+  of its work in ``bench/data.md``).
 
 Both give ``[global float [G, B, C, T, Sg, Sg], local float [V, B, C, T, Sl, Sl]]``, ImageNet-normalised,
 the same numbers within one uint8 level (the worker rounds its resize to integers).
@@ -138,24 +139,36 @@ def _shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 
 
 def _collate_frames(samples: list[dict[str, Any]]) -> FrameBatch:
+    """Each span is shipped cropped to the union of its samples' view boxes (pixels no view reads stay in the
+    worker; the boxes are shifted to match), then zero-padded to the batch's largest."""
     spans: list[torch.Tensor] = []
     span_of: dict[int, int] = {}
     for s in samples:  # samples decoded together hold the very same tensor
         if id(s["frames"]) not in span_of:
             span_of[id(s["frames"])] = len(spans)
             spans.append(s["frames"])
-    shape = tuple(max(f.shape[d] for f in spans) for d in range(4))
-    frames = _shared_empty((len(spans), *shape), torch.uint8)
-    if any(tuple(f.shape) != shape for f in spans):
+    span = torch.tensor([span_of[id(s["frames"])] for s in samples], dtype=torch.int64)
+    boxes = torch.stack([s["boxes"] for s in samples], 1)  # [G + V, B, 4]
+    crops = []
+    for k in range(len(spans)):
+        mine = boxes[:, span == k].reshape(-1, 4)
+        y0, x0 = int(mine[:, 0].min()), int(mine[:, 1].min())
+        y1, x1 = int((mine[:, 0] + mine[:, 2]).max()), int((mine[:, 1] + mine[:, 3]).max())
+        crops.append(spans[k][:, y0:y1, x0:x1])
+        boxes[:, span == k, 0] -= y0
+        boxes[:, span == k, 1] -= x0
+    shape = tuple(max(f.shape[d] for f in crops) for d in range(4))
+    frames = _shared_empty((len(crops), *shape), torch.uint8)
+    if any(tuple(f.shape) != shape for f in crops):
         frames.zero_()
-    for k, f in enumerate(spans):
+    for k, f in enumerate(crops):
         frames[k, : f.shape[0], : f.shape[1], : f.shape[2], : f.shape[3]] = f
     first = samples[0]
     return FrameBatch(
         frames=frames,
-        span=torch.tensor([span_of[id(s["frames"])] for s in samples], dtype=torch.int64),
+        span=span,
         frame_index=torch.stack([s["frame_index"] for s in samples]),
-        boxes=torch.stack([s["boxes"] for s in samples], 1),
+        boxes=boxes,
         flips=torch.stack([s["flips"] for s in samples], 1),
         photometric=torch.stack([s["photometric"] for s in samples], 1),
         sizes=first["sizes"],

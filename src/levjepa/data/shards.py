@@ -193,17 +193,20 @@ class ShardSource:
             if len(members):
                 shift = int(torch.randint(0, len(members), (1,), generator=g).item())
                 runs.append(torch.roll(members, -shift))
-        return torch.cat(runs) if runs else torch.empty(0, dtype=torch.int64)
+        if not runs:
+            raise DataError(f"missing: shard store {self.name}: the shards of rank {rank} hold no members")
+        return torch.cat(runs)
 
     # -- bytes
     def _read_range(self, shard: int, start: int, length: int) -> bytes:
-        location = _join(self.index.root, self.index.shards[shard])
         if _is_url(self.index.root):
             if self._fs is None:
-                self._fs = _filesystem(self.index.root)[0]
-            return self._fs.cat_file(_filesystem(location)[1], start=start, end=start + length)
+                self._fs = _filesystem(self.index.root)
+            fs, root = self._fs
+            return fs.cat_file(_join(root, self.index.shards[shard]), start=start, end=start + length)
         f = self._files.get(shard)
         if f is None:
+            location = _join(self.index.root, self.index.shards[shard])
             f = self._files[shard] = open(location, "rb")  # noqa: SIM115 (kept open for the worker's life)
         f.seek(start)
         return f.read(length)
