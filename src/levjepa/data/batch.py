@@ -159,10 +159,12 @@ def _collate_frames(samples: list[dict[str, Any]]) -> FrameBatch:
         boxes[:, span == k, 1] -= x0
     shape = tuple(max(f.shape[d] for f in crops) for d in range(4))
     frames = _shared_empty((len(crops), *shape), torch.uint8)
-    if any(tuple(f.shape) != shape for f in crops):
-        frames.zero_()
     for k, f in enumerate(crops):
-        frames[k, : f.shape[0], : f.shape[1], : f.shape[2], : f.shape[3]] = f
+        u, h, w = f.shape[:3]
+        frames[k, :u, :h, :w] = f
+        frames[k, u:] = 0  # zero only the padding (no view reads it; zeros keep batches reproducible)
+        frames[k, :u, h:] = 0
+        frames[k, :u, :h, w:] = 0
     first = samples[0]
     return FrameBatch(
         frames=frames,
