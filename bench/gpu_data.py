@@ -1,7 +1,7 @@
 """GPU side of the data pipeline: to_device (transfer, views cut on the device, photometric change,
 normalisation) and NVDEC decoding.
 
-    python bench/gpu_data.py --out DIR [--batch 64] [--iters 20] [--budget-s 35]
+    python bench/gpu_data.py --out DIR [--batch 64] [--iters 20] [--budget-s 30]
 
 On a paper-sized per-GPU batch (B clips of 16 frames: 1 global 224 view + 4 local 96 views, uint8, pinned)
 it measures, with CUDA events, (1) the host-to-device copy, (2) the batched photometric change of the local
@@ -68,7 +68,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--device", default="cuda", help="cuda (default), or cpu for a dry run")
-    parser.add_argument("--budget-s", type=float, default=35.0, help="skip the sections that would not fit")
+    parser.add_argument("--budget-s", type=float, default=30.0, help="skip the sections that would not fit")
     args = parser.parse_args()
     t_start = time.perf_counter()
     dev = torch.device(args.device)
