@@ -156,7 +156,10 @@ def _open(source: Source, hwaccel: str | None = None) -> Any:
     if hwaccel:
         from av.codec.hwaccel import HWAccel
 
-        kwargs["hwaccel"] = HWAccel(device_type=hwaccel, allow_software_fallback=True)
+        # primary_ctx: share the device's primary CUDA context (the one torch uses) instead of creating a
+        # context per opened file, which costs ~100 ms each
+        options = {"primary_ctx": "1"} if hwaccel == "cuda" else None
+        kwargs["hwaccel"] = HWAccel(device_type=hwaccel, allow_software_fallback=True, options=options)
     try:
         return av.open(target, metadata_errors="ignore", **kwargs)
     except PermissionError as exc:  # av.error.PermissionError subclasses it
