@@ -204,3 +204,12 @@ def test_kill_9_then_resume_over_shards_is_bit_identical(store, tmp_path):
     a, _ = load_tensors(tmp_path / "a" / f"checkpoints/step_{2 * k:06d}" / "model.safetensors")
     b, _ = load_tensors(tmp_path / "b" / f"checkpoints/step_{2 * k:06d}" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+
+
+def test_data_check_lists_a_damaged_member(damaged, capsys):
+    store, member = damaged
+    report = store.parent / f"{store.name}_check.json"
+    assert cli(["data", "check", str(store), "--workers", "1", "--json", str(report)]) == 0
+    rows = json.loads(report.read_text())["files"]
+    assert len(rows) == 12 and [r["path"] for r in rows if not r["ok"]] == [member]
+    assert "shard store: 2 shard(s)" in capsys.readouterr().out
