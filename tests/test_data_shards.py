@@ -78,6 +78,8 @@ def test_shard_reading_is_deterministic_and_resumes_at_any_step(store):
         resumed = build_pretrain_loader(cfg, seed=4, start_step=k)
         assert all(_same(a, next(resumed)) for a in run[k:])
     assert not _same(run[0], next(build_pretrain_loader(cfg, seed=5)))
+    pooled = build_pretrain_loader(DataConfig(**{**cfg.__dict__, "num_workers": 2}), seed=4, start_step=5)
+    assert all(_same(a, next(pooled)) for a in run[5:9])  # worker processes read the same members
 
 
 def test_two_ranks_read_disjoint_shards_and_each_batch_a_run_of_one_shard(store):
