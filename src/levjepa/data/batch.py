@@ -30,6 +30,8 @@ from levjepa.data.views import apply_photometric, normalize
 
 __all__ = ["FrameBatch", "ViewBatch", "collate_views"]
 
+_CHUNK = 16  # clips cut at once on the device
+
 
 def _photometric_and_normalize(
     local: torch.Tensor, photometric: torch.Tensor, dtype: torch.dtype, non_blocking: bool
@@ -119,11 +121,20 @@ class FrameBatch:
         """The same views as :meth:`ViewBatch.to_device`, cut from the frames on ``device``."""
         num_global, global_size, local_size = self.sizes
         frames = self.frames.to(device, non_blocking=non_blocking)
-        clips = frames[self.span.to(frames.device)[:, None], self.frame_index.to(frames.device)]  # [B, T, H, W, C]
-        boxes = self.boxes.to(frames.device)
-        glob = crop_resize(clips, boxes[:num_global], global_size) / 255.0
-        local = crop_resize(clips, boxes[num_global:], local_size, self.flips) / 255.0
-        return [normalize(glob, dtype=dtype), _photometric_and_normalize(local, self.photometric, dtype, non_blocking)]
+        span, frame_index = self.span.to(frames.device), self.frame_index.to(frames.device)
+        boxes, flips = self.boxes.to(frames.device), self.flips.to(frames.device)
+        glob, local = [], []
+        for lo in range(0, span.shape[0], _CHUNK):  # bounded scratch memory: ~0.5 GB per 16 clips of 256x454
+            part = frames[span[lo : lo + _CHUNK, None], frame_index[lo : lo + _CHUNK]]  # [b, T, H, W, C]
+            glob.append(crop_resize(part, boxes[:num_global, lo : lo + _CHUNK], global_size))
+            local.append(
+                crop_resize(part, boxes[num_global:, lo : lo + _CHUNK], local_size, flips[:, lo : lo + _CHUNK])
+            )
+        glob_t, local_t = torch.cat(glob, 1) / 255.0, torch.cat(local, 1) / 255.0
+        return [
+            normalize(glob_t, dtype=dtype),
+            _photometric_and_normalize(local_t, self.photometric, dtype, non_blocking),
+        ]
 
 
 def _shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
