@@ -124,7 +124,7 @@ class FrameBatch:
         span, frame_index = self.span.to(frames.device), self.frame_index.to(frames.device)
         boxes, flips = self.boxes.to(frames.device), self.flips.to(frames.device)
         glob, local = [], []
-        for lo in range(0, span.shape[0], _CHUNK):  # bounded scratch memory: ~0.5 GB per 16 clips of 256x454
+        for lo in range(0, span.shape[0], _CHUNK):  # bounded scratch memory: ~1 GB per 16 clips of 256x454
             part = frames[span[lo : lo + _CHUNK, None], frame_index[lo : lo + _CHUNK]]  # [b, T, H, W, C]
             glob.append(crop_resize(part, boxes[:num_global, lo : lo + _CHUNK], global_size))
             local.append(
