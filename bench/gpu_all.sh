@@ -30,7 +30,7 @@ step() {  # step NAME SECONDS COMMAND...
 step pytest_gpu 40 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py tests/test_sigreg_impl.py
 step sigreg 95 python3 bench/gpu_sigreg.py --out "$OUT" --budget-s 70
 step encoder 120 python3 bench/gpu_encoder.py --out "$OUT" --budget-s 75
-step data 30 python3 bench/gpu_data.py --out "$OUT"
+step data 35 python3 bench/gpu_data.py --out "$OUT" --budget-s 30
 step train 120 python3 bench/gpu_train.py --out "$OUT" --budget-s 100
 step demo_sweep 160 python3 bench/demo_sweep.py --out "$OUT" --device cuda --jobs 4 --workers 3 --budget-s 90
 echo "done $(date +%T)" >>"$LOG"

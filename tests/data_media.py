@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from levjepa.data.video import write_video
+from levjepa.data.encode import write_video
 
 LOSSLESS = {"crf": "0", "preset": "ultrafast"}
 

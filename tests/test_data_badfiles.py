@@ -26,7 +26,7 @@ from levjepa.data import (
     decode_all,
     decode_clip,
 )
-from levjepa.data.video import write_video
+from levjepa.data.encode import write_video
 
 
 def _audio_only(path: Path) -> Path:

@@ -14,7 +14,7 @@ from PIL import Image
 from data_media import read_uniform, uniform_frames, write_uniform
 from levjepa.cli import main as cli
 from levjepa.data import decode_all, probe_video
-from levjepa.data.video import write_video
+from levjepa.data.encode import write_video
 
 
 @pytest.fixture()

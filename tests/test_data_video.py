@@ -12,7 +12,8 @@ import torch
 
 from data_media import read_uniform, uniform_frames, write_uniform
 from levjepa.data import DataError, decode_all, decode_clip, probe_video
-from levjepa.data.video import clip_indices, decode_clip_with_info, resized_shape, write_video
+from levjepa.data.encode import write_video
+from levjepa.data.video import clip_indices, decode_clip_with_info, resized_shape
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """``levjepa data check SOURCE``: what a source holds, and every file in it that cannot be read.
 
-For each item of the source (a folder, an index file, a file, or "synthetic") it reads the container's
+For each item of the source (a folder, an index file, a file, a shard store — every member — or
+"synthetic") it reads the container's
 metadata (resolution, frame rate, duration, frame count, codec) and decodes the first and the last frame,
 which catches files that open but are cut short; ``--deep`` decodes every frame instead and reports the
 true frame count. Images are decoded in full. Items are checked in parallel processes (``--workers``).
@@ -44,7 +45,7 @@ def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int, *
         return list(tqdm(pool.map(fn, items, chunksize=1), total=len(items), desc=desc, disable=None, leave=False))
 
 
-def _count_frames(path: str) -> int:
+def _count_frames(path: Any) -> int:
     import av
 
     from levjepa.data.video import _open
@@ -63,17 +64,21 @@ def _count_frames(path: str) -> int:
     return n
 
 
-def check_item(item: MediaItem, *, deep: bool = False, min_side: int = 1, max_side: int = 1 << 30) -> dict[str, Any]:
-    """One report row: ``{"path", "kind", "ok", ...metadata}`` or ``{..., "ok": False, "reason"}``."""
+def check_item(
+    item: MediaItem, *, deep: bool = False, min_side: int = 1, max_side: int = 1 << 30, media: Any = None
+) -> dict[str, Any]:
+    """One report row: ``{"path", "kind", "ok", ...metadata}`` or ``{..., "ok": False, "reason"}``.
+    ``media`` (a ``MemoryFile``: a shard member) is read instead of ``item.path`` when given."""
     from levjepa.data.video import decode_clip, load_image, probe_video
 
     row: dict[str, Any] = {"path": item.path, "kind": item.kind, "label": item.label}
+    target = media if media is not None else item.path
     try:
         if item.kind == "image":
-            img = load_image(item.path, min_side=min_side, max_side=max_side)
+            img = load_image(target, min_side=min_side, max_side=max_side)
             row.update(ok=True, width=int(img.shape[1]), height=int(img.shape[0]))
             return row
-        info = probe_video(item.path, min_side=min_side, max_side=max_side)
+        info = probe_video(target, min_side=min_side, max_side=max_side)
         row.update(
             width=info.width,
             height=info.height,
@@ -84,12 +89,12 @@ def check_item(item: MediaItem, *, deep: bool = False, min_side: int = 1, max_si
             codec=info.codec,
         )
         if deep:
-            row["frames"], row["frames_exact"] = _count_frames(item.path), True
+            row["frames"], row["frames_exact"] = _count_frames(target), True
             row["duration"] = row["frames"] / info.fps
         else:
             last = max(0, info.num_frames - 1)
             for start in sorted({0, last}):
-                decode_clip(item.path, num_frames=1, frame_stride=1, start_frame=start, short_side=64)
+                decode_clip(target, num_frames=1, frame_stride=1, start_frame=start, short_side=64)
         row["ok"] = True
     except DataError as exc:
         row.update(ok=False, reason=str(exc))
@@ -171,9 +176,41 @@ def check_source(
             )  # fmt: skip
         report.note = f"built-in benchmark, image source: {clips.image_source} (frame rate nominal)"
         return report
+    from levjepa.data.shards import is_shard_store, read_index
+
+    if is_shard_store(source):
+        shards = len(read_index(source).shards)
+        tasks = [(source, i, deep, min_side, max_side) for i in range(shards)]
+        rows = [row for part in parallel_map(_check_shard, tasks, workers, desc="check") for row in part]
+        return CheckReport(source, rows, note=f"shard store: {shards} shard(s)")
     items = list_media(source)
     rows = parallel_map(_check_one, [(it, deep, min_side, max_side) for it in items], workers, desc="check")
     return CheckReport(source, rows)
+
+
+def _check_shard(args: tuple[str, int, bool, int, int]) -> list[dict[str, Any]]:
+    """The rows of every member of one shard (read once, member by member, in stored order)."""
+    from levjepa.data.config import DataConfig
+    from levjepa.data.shards import ShardSource
+    from levjepa.data.sources import media_kind
+    from levjepa.data.video import MemoryFile
+
+    spec, shard, deep, min_side, max_side = args
+    src = ShardSource(spec, DataConfig())
+    members = list(range(src.index.first[shard], src.index.first[shard + 1]))
+    src.prefetch(members)
+    rows = []
+    for j in members:
+        item = MediaItem(src.path(j), src.index.labels[j], media_kind(src.index.names[j]) or "video")
+        try:
+            media = MemoryFile(item.path, src.read(j))
+        except DataError as exc:
+            rows.append({"path": item.path, "kind": item.kind, "label": item.label, "ok": False, "reason": str(exc)})
+            continue
+        row = check_item(item, deep=deep, min_side=min_side, max_side=max_side, media=media)
+        row["packed_from"] = src.index.paths[j]
+        rows.append(row)
+    return rows
 
 
 def format_report(report: CheckReport, *, max_bad: int = 50) -> str:

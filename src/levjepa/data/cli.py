@@ -1,10 +1,15 @@
-"""``levjepa data check|prepare``: scan a source, or re-encode a folder of videos for training.
+"""``levjepa data check|prepare|pack``: scan a source, re-encode a folder of videos for training, or pack it
+into shards.
 
     levjepa data check SOURCE [--workers N] [--deep] [--json PATH]
     levjepa data prepare SRC DST [--short-side 256] [--keyint 16] [--workers N] [--fps F] [--crf 23]
+                                 [--shards N [--keep-files]]
+    levjepa data pack SOURCE DST --shards N [--seed 0] [--no-shuffle] [--workers N]
 
-``check`` exits 1 when nothing in SOURCE is readable; ``prepare`` exits 1 when any file failed (each one
-is named with its reason). See ``check.py`` and ``prepare.py`` for what they do.
+``check`` exits 1 when nothing in SOURCE is readable; ``prepare`` and ``pack`` exit 1 when any file failed
+(each one is named with its reason). ``prepare --shards N`` prepares into ``DST/files`` and packs that into
+``DST`` (deleting ``DST/files`` afterwards unless ``--keep-files``). See ``check.py``, ``prepare.py`` and
+``shards.py`` for what they do.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ def _default_workers() -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="data_command", required=True, metavar="{check,prepare}")
+    sub = parser.add_subparsers(dest="data_command", required=True, metavar="{check,prepare,pack}")
     check = sub.add_parser("check", help="scan a source: counts, durations, resolutions, fps, unreadable files")
     check.add_argument("source", help="a folder, a V-JEPA index file (`path label` rows), a file, or 'synthetic'")
     check.add_argument(
@@ -50,6 +55,62 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prep.add_argument("--crf", type=int, default=23, help="x264 constant rate factor, lower = better (default: 23)")
     prep.add_argument("--preset", default="veryfast", help="x264 preset (default: veryfast)")
     prep.add_argument("--no-fastdecode", action="store_true", help="do not use x264's fastdecode tuning")
+    prep.add_argument(
+        "--shards",
+        type=int,
+        default=0,
+        help="also pack the prepared files into this many tar shards in DST (see `data pack`; default: no shards)",
+    )
+    prep.add_argument("--keep-files", action="store_true", help="with --shards: keep the prepared files in DST/files")
+    prep.add_argument(
+        "--no-fixed-gop",
+        action="store_true",
+        help="x264's adaptive GOP instead of the fixed one whose odd frames training can skip (see prepare.py)",
+    )
+
+    pack = sub.add_parser("pack", help="pack a source's files into WebDataset-style tar shards with an index")
+    pack.add_argument("source", help="a folder (searched recursively) or a V-JEPA index file; prepare it first")
+    pack.add_argument("dst", type=Path, help="output folder: shard-NNNNNN.tar files and shards.json")
+    pack.add_argument("--shards", type=int, required=True, help="number of shards (>= the number of training ranks)")
+    pack.add_argument("--seed", type=int, default=0, help="seed of the shuffle across shards (default: 0)")
+    pack.add_argument("--no-shuffle", action="store_true", help="keep the source's order instead of shuffling")
+    pack.add_argument(
+        "--workers", type=int, default=_default_workers(), help="parallel processes (default: %(default)s)"
+    )
+
+
+def _pack(source: str, dst: Path, args: argparse.Namespace, source_root: str | None) -> int:
+    from levjepa.data.shards import pack
+    from levjepa.data.sources import list_media
+
+    items = list_media(source)
+    result = pack(
+        items,
+        dst,
+        shards=args.shards,
+        seed=getattr(args, "seed", 0),
+        shuffle=not getattr(args, "no_shuffle", False),
+        workers=args.workers,
+        source_root=source_root,
+    )
+    print(
+        f"packed {result.members} file(s) into {result.shards} shard(s) ({result.reused} kept from an earlier run), "
+        f"failed {len(result.failed)}; index: {result.index}"
+    )
+    for _, reason in result.failed:
+        print(f"  failed: {reason}")
+    return 1 if result.failed else 0
+
+
+def _pack_command(args: argparse.Namespace) -> int:
+    from levjepa.data.badfiles import DataError
+
+    try:
+        root = args.source if os.path.isdir(args.source) else os.path.dirname(os.path.abspath(args.source))
+        return _pack(args.source, args.dst, args, root)
+    except (DataError, ValueError) as exc:
+        print(f"levjepa data pack: {exc}", file=sys.stderr)
+        return 1
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -87,21 +148,38 @@ def _prepare(args: argparse.Namespace) -> int:
             crf=args.crf,
             preset=args.preset,
             fastdecode=not args.no_fastdecode,
+            fixed_gop=not args.no_fixed_gop,
         )
-        result = prepare_folder(args.src, args.dst, opts, workers=args.workers)
+        if args.shards < 0:
+            raise ValueError(f"--shards {args.shards}: expected >= 0 (0: no shards)")
+        files = args.dst / "files" if args.shards else args.dst
+        result = prepare_folder(args.src, files, opts, workers=args.workers)
     except (DataError, ValueError) as exc:
         print(f"levjepa data prepare: {exc}", file=sys.stderr)
         return 1
     print(
         f"prepared {len(result.done)} file(s), skipped {len(result.skipped)} already done, "
-        f"failed {len(result.failed)}; report: {args.dst / 'prepare_report.json'}"
+        f"failed {len(result.failed)}; report: {files / 'prepare_report.json'}"
     )
     for _, reason in result.failed:
         print(f"  failed: {reason}")
-    return 1 if result.failed else 0
+    if not args.shards:
+        return 1 if result.failed else 0
+    try:
+        packed = _pack(str(files), args.dst, args, str(files))
+    except (DataError, ValueError) as exc:
+        print(f"levjepa data prepare: packing: {exc}", file=sys.stderr)
+        return 1
+    if packed == 0 and not args.keep_files:
+        import shutil
+
+        shutil.rmtree(files)
+    return 1 if result.failed or packed else 0
 
 
 def main(args: argparse.Namespace) -> int:
     if args.data_command == "check":
         return _check(args)
+    if args.data_command == "pack":
+        return _pack_command(args)
     return _prepare(args)

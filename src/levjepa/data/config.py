@@ -17,6 +17,23 @@ Defaults and where they come from:
 * Short videos are padded by repeating their last frame (``short_videos="pad"``) or skipped ("skip").
 * Files whose short side is under ``min_side`` px or whose long side is over ``max_side`` px are
   rejected as absurd before any frame is decoded [choice: 16 and 8192].
+
+Throughput knobs (measured in ``bench/data.md``; none changes what one sample is, only how it is made):
+
+* ``repeats`` = k clips per decode ("repeated sampling", default 1): the k consecutive positions of a
+  group read the same video and share one decode; each gets its own crops, flips and colours, and its own
+  window when ``repeat_shift`` > 0 (starts within ``repeat_shift`` source frames of the group's; 0 = the
+  same 16 frames). Effect on diversity: a batch of B holds B/k videos instead of B (SIGReg's batch
+  statistics see k near-duplicate global views per video when ``repeat_shift`` = 0), while an epoch still
+  visits every video once (``samples_per_epoch`` defaults to k × items). ``batch_size`` must be a
+  multiple of k so that a group never straddles two batches (or two ranks).
+* ``resize_on``: where views are cut — "worker" (CPU, uint8, the loader worker), "device" (the worker
+  ships decoded frames and crop boxes; the training device resizes, ``resize.py``), "auto" (default:
+  "device" when CUDA is available). The two agree within one uint8 level.
+* ``skip_nonref`` (default on): decode prepare's fixed-GOP files with ``skip_frame=NONREF`` when every
+  wanted frame is even (``video.py``); bit-identical frames.
+* ``decode_device``: "cpu" (default) or "cuda" (NVDEC through FFmpeg; falls back to the CPU with a
+  warning where it is not available).
 """
 
 from __future__ import annotations
@@ -123,6 +140,11 @@ class DataConfig:
     persistent_workers: bool = True
     prefetch_factor: int = 2  # batches prepared ahead per worker
     decode_threads: int = 1  # FFmpeg threads per decode (workers already run in parallel)
+    repeats: int = 1  # k clips per decode (repeated sampling, see the module docstring); batch_size % k == 0
+    repeat_shift: int = 0  # the k windows of a decode start within this many source frames (0: one window)
+    resize_on: Literal["auto", "worker", "device"] = "auto"  # where views are cut (auto: device on CUDA)
+    skip_nonref: bool = True  # fixed-GOP files: skip the non-reference odd frames when no clip uses them
+    decode_device: Literal["cpu", "cuda"] = "cpu"  # "cuda": NVDEC via FFmpeg, CPU fallback with a warning
     # how worker processes start: "forkserver" (default) forks them from a clean single-threaded server, so a
     # lock held by one of the trainer's threads at fork time cannot deadlock a worker; "fork" starts faster
     worker_start: Literal["forkserver", "fork", "spawn"] = "forkserver"
@@ -168,3 +190,15 @@ class DataConfig:
         check(self.num_workers >= 0, f"data.num_workers={self.num_workers}: expected >= 0")
         check(self.prefetch_factor >= 1, f"data.prefetch_factor={self.prefetch_factor}: expected >= 1")
         check(self.decode_threads >= 0, f"data.decode_threads={self.decode_threads}: expected >= 0 (0 = auto)")
+        check(self.repeats >= 1, f"data.repeats={self.repeats}: expected >= 1 (clips per decode)")
+        check(
+            self.batch_size % self.repeats == 0,
+            f"data.repeats={self.repeats} does not divide data.batch_size={self.batch_size}: the clips of one "
+            "decode must fall in one batch; pick a divisor of the batch size",
+        )
+        check(self.repeat_shift >= 0, f"data.repeat_shift={self.repeat_shift}: expected >= 0 (source frames)")
+        check(
+            self.resize_on in ("auto", "worker", "device"),
+            f"data.resize_on={self.resize_on!r}: expected 'auto', 'worker' or 'device'",
+        )
+        check(self.decode_device in ("cpu", "cuda"), f"data.decode_device={self.decode_device!r}: expected cpu/cuda")

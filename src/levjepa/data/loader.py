@@ -1,11 +1,15 @@
 """The pretraining loader: deterministic, resumable, rank-sharded batches of multi-view clips.
 
 **Positions.** An epoch has ``L`` positions (``samples_per_epoch``, default: the number of items over all
-sources). Epoch ``e``'s *plan* maps each position to ``(source, item)``: each source gets a fixed quota of
-positions proportional to its weight (largest remainder), the quotas are shuffled together, and the
+sources, times ``repeats``). Epoch ``e``'s *plan* maps each position to ``(source, item)``: each source gets
+a fixed quota of positions proportional to its weight (largest remainder), the quotas are shuffled together, and the
 k-th position of source ``s`` takes item ``perm_{s,e,⌊k/N_s⌋}[k mod N_s]`` — so with one source an epoch is
 a permutation of its items, and a source smaller than its quota is cycled through fresh permutations.
-Every permutation is a function of ``(seed, e)``.
+Every permutation is a function of ``(seed, e)``. With ``repeats = k`` the plan is drawn over groups of k
+consecutive positions (``⌈L / k⌉`` groups): the k positions of a group read the same item from one decode
+(``__getitems__``), each with its own views. A shard source maps the groups that rank ``r`` reads to rank
+``r``'s own shards, in stored order (``shards.py``): ranks read disjoint shards, each batch a contiguous
+run of members.
 
 **Batches.** With ``G = batch_size · world_size`` clips per global micro-batch and ``A = micro_batches`` of
 them per optimizer step (``E = A·G``, the trainer's effective batch), an epoch holds ``S = L // E`` optimizer
@@ -17,7 +21,8 @@ batch 2B, or 1 rank accumulating 2 micro-batches of B see the same clips per ste
 boundaries), and ``start_step = k`` resumes at global micro-batch ``k``.
 
 **Randomness.** Everything random about position ``i`` of epoch ``e`` — the time window, every crop, flip
-and photometric parameter — comes from generators seeded by ``(seed, e, i, purpose)``. A batch therefore
+and photometric parameter — comes from generators seeded by ``(seed, e, i, purpose)`` (the time window
+by ``(seed, e, ⌊i / k⌋, "time")``, shared by a group). A batch therefore
 depends on neither the number of workers, nor the rank layout, nor which worker built it.
 
 **Bad files.** A file that fails (``DataError``, see ``badfiles.py``) is replaced by the next item of the
@@ -31,29 +36,34 @@ other threads may hold locks. The dataset is pickled to them once; tensors in it
 clips, ~300 MB at the defaults) go through shared memory, like every batch, so ``/dev/shm`` must be large
 (containers: ``--shm-size``), as for any PyTorch DataLoader.
 
-**Transfer.** Workers ship uint8 views and float32 photometric parameters; ``ViewBatch.to_device`` moves
-them (pinned when CUDA is available), applies the photometric change to the local views in batch on the
-device, and normalises every view.
+**Transfer** (``batch.py``). Workers ship uint8 views (``ViewBatch``, ``data.resize_on="worker"``) or the
+decoded frames with each view's crop box (``FrameBatch``, ``"device"``, the default on CUDA) and float32
+photometric parameters; ``to_device`` moves them (pinned when CUDA is available), cuts the views if the
+worker did not, applies the photometric change to the local views in batch on the device, and normalises
+every view.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from levjepa.data.badfiles import BadFileReport, DataError
+from levjepa.data.batch import FrameBatch, ViewBatch, collate_views
 from levjepa.data.config import DataConfig
 from levjepa.data.sources import SYNTHETIC, MediaItem, list_media
-from levjepa.data.video import decode_clip_with_info, load_image
-from levjepa.data.views import apply_photometric, make_views, normalize
+from levjepa.data.video import MemoryFile, decode_windows, hwaccel_status, load_image, window_indices
+from levjepa.data.views import make_views, sample_view_params
 from levjepa.rng import derive_seed
 
 __all__ = [
+    "FrameBatch",
     "PretrainDataset",
     "PretrainLoader",
     "StepBatchSampler",
@@ -75,59 +85,6 @@ def sample_generator(seed: int, epoch: int, position: int, purpose: str) -> torc
 
 
 # ---------------------------------------------------------------------------------------------- batches
-
-
-@dataclass
-class ViewBatch:
-    """One per-rank batch: uint8 view groups, the local views' photometric parameters, and provenance."""
-
-    views: list[torch.Tensor]  # [global uint8 [G, B, C, T, Hg, Wg], local uint8 [V, B, C, T, Hl, Wl]]
-    photometric: torch.Tensor  # float32 [V, B, 6] (PHOTOMETRIC_FIELDS of views.py)
-    index: torch.Tensor  # int64 [B] positions in the epoch
-    epoch: int
-    step: int  # the global batch number
-    bad_files: list[tuple[str, str]] = field(default_factory=list)
-
-    @property
-    def batch_size(self) -> int:
-        return int(self.index.numel())
-
-    def pin_memory(self) -> ViewBatch:
-        return ViewBatch(
-            [v.pin_memory() for v in self.views],
-            self.photometric.pin_memory(),
-            self.index,
-            self.epoch,
-            self.step,
-            self.bad_files,
-        )
-
-    def to_device(
-        self, device: torch.device | str, *, non_blocking: bool = True, dtype: torch.dtype = torch.float32
-    ) -> list[torch.Tensor]:
-        """``[global float [G, B, C, T, H, W], local float [V, B, C, T, h, w]]`` on ``device``: the local group
-        photometrically changed (in batch, by ``photometric``), then every view ImageNet-normalised."""
-        glob, local = (v.to(device, non_blocking=non_blocking) for v in self.views)
-        out_global = normalize(glob, dtype=dtype)
-        if local.shape[0] == 0:
-            return [out_global, normalize(local, dtype=dtype)]
-        v, b = local.shape[:2]
-        params = self.photometric.to(device, non_blocking=non_blocking).reshape(v * b, -1)
-        x = local.reshape(v * b, *local.shape[2:]).to(dtype) / 255.0
-        x = apply_photometric(x, params).reshape(local.shape)
-        return [out_global, normalize(x, dtype=dtype)]
-
-
-def collate_views(samples: list[dict[str, Any]]) -> ViewBatch:
-    """Stack per-sample views along a new batch dim 1: ``[G, C, T, H, W]`` × B → ``[G, B, C, T, H, W]``."""
-    return ViewBatch(
-        views=[torch.stack([s["global"] for s in samples], 1), torch.stack([s["local"] for s in samples], 1)],
-        photometric=torch.stack([s["photometric"] for s in samples], 1),
-        index=torch.tensor([s["position"] for s in samples], dtype=torch.int64),
-        epoch=samples[0]["epoch"],
-        step=samples[0]["step"],
-        bad_files=[pair for s in samples for pair in s["bad_files"]],
-    )
 
 
 class StepBatchSampler(Sampler[list[tuple[int, int, int]]]):
@@ -176,6 +133,42 @@ class StepBatchSampler(Sampler[list[tuple[int, int, int]]]):
 # ---------------------------------------------------------------------------------------------- sources
 
 
+@dataclass
+class Decoded:
+    """What a source yields for one group of ``k`` clips: ``frames`` uint8 ``[U, H, W, C]`` (a span of
+    decoded frames, channels last), clip ``m`` being ``frames[index[m]]`` (``index`` int64 ``[k, T]``), and a
+    note when the video was padded."""
+
+    frames: torch.Tensor
+    index: torch.Tensor
+    note: str | None = None
+
+
+def _decode(source: str | MemoryFile, cfg: DataConfig, generator: torch.Generator, count: int) -> Decoded:
+    out = decode_windows(
+        source,
+        num_frames=cfg.num_frames,
+        frame_stride=cfg.frame_stride,
+        target_fps=cfg.target_fps,
+        count=count,
+        shift=cfg.repeat_shift,
+        short_side=cfg.short_side,
+        short_videos=cfg.short_videos,
+        generator=generator,
+        min_side=cfg.min_side,
+        max_side=cfg.max_side,
+        threads=cfg.decode_threads,
+        skip_nonref=cfg.skip_nonref,
+        hwaccel="cuda" if cfg.decode_device == "cuda" else None,
+    )
+    return Decoded(out.frames, out.index, out.note)
+
+
+def _image(img: torch.Tensor, cfg: DataConfig, count: int) -> Decoded:
+    """An image is a clip of ``num_frames`` copies of itself: one frame, indexed ``T`` times."""
+    return Decoded(img.unsqueeze(0), torch.zeros(count, cfg.num_frames, dtype=torch.int64))
+
+
 class _FileSource:
     def __init__(self, name: str, items: list[MediaItem], cfg: DataConfig) -> None:
         self.name, self.items, self.cfg = name, items, cfg
@@ -186,25 +179,13 @@ class _FileSource:
     def path(self, j: int) -> str:
         return self.items[j].path
 
-    def load(self, j: int, generator: torch.Generator) -> tuple[torch.Tensor, str | None]:
-        """uint8 [T, C, H, W] frames of item ``j`` and a note when padded; raises DataError."""
+    def load(self, j: int, generator: torch.Generator, count: int = 1) -> Decoded:
+        """``count`` clips of item ``j`` from one decode; raises DataError."""
         cfg, item = self.cfg, self.items[j]
         if item.kind == "image":
             img = load_image(item.path, short_side=cfg.short_side, min_side=cfg.min_side, max_side=cfg.max_side)
-            return img.permute(2, 0, 1).unsqueeze(0).expand(cfg.num_frames, -1, -1, -1), None
-        frames, note = decode_clip_with_info(
-            item.path,
-            num_frames=cfg.num_frames,
-            frame_stride=cfg.frame_stride,
-            target_fps=cfg.target_fps,
-            short_side=cfg.short_side,
-            short_videos=cfg.short_videos,
-            generator=generator,
-            min_side=cfg.min_side,
-            max_side=cfg.max_side,
-            threads=cfg.decode_threads,
-        )
-        return frames.permute(0, 3, 1, 2), note
+            return _image(img, cfg, count)
+        return _decode(item.path, cfg, generator, count)
 
 
 class _SyntheticSource:
@@ -224,12 +205,13 @@ class _SyntheticSource:
     def path(self, j: int) -> str:
         return f"synthetic:train/{j}"
 
-    def load(self, j: int, generator: torch.Generator) -> tuple[torch.Tensor, str | None]:
+    def load(self, j: int, generator: torch.Generator, count: int = 1) -> Decoded:
         clip = self.clips[j]  # [C, T, H, W]
-        t_src, t = clip.shape[1], self.cfg.num_frames
-        start = int(torch.randint(0, t_src - t + 1, (1,), generator=generator).item()) if t_src > t else 0
-        idx = torch.clamp(torch.arange(start, start + t), max=t_src - 1)
-        return clip[:, idx].permute(1, 0, 2, 3), None
+        windows, _ = window_indices(
+            clip.shape[1], num_frames=self.cfg.num_frames, step=1, count=count, shift=self.cfg.repeat_shift,
+            generator=generator,
+        )  # fmt: skip
+        return Decoded(clip.permute(1, 2, 3, 0), torch.tensor(windows, dtype=torch.int64))
 
 
 def _largest_remainder(total: int, weights: list[float]) -> list[int]:
@@ -242,24 +224,32 @@ def _largest_remainder(total: int, weights: list[float]) -> list[int]:
 
 
 class PretrainDataset(Dataset):
-    """Map-style dataset keyed by ``(step, epoch, position)``; returns one clip's views (see module doc)."""
+    """Map-style dataset keyed by ``(step, epoch, position)``; returns one clip's views (see module doc).
 
-    def __init__(self, cfg: DataConfig, seed: int, sources: list[Any] | None = None) -> None:
+    ``rank`` / ``world_size`` matter only for shard sources, whose items are rank-sharded (``shards.py``).
+    """
+
+    def __init__(
+        self, cfg: DataConfig, seed: int, sources: list[Any] | None = None, *, rank: int = 0, world_size: int = 1
+    ) -> None:
         self.cfg, self.seed = cfg, seed
+        self.rank, self.world_size = rank, world_size
         self.sources = sources if sources is not None else [_build_source(s, cfg) for s in cfg.sources]
         for src in self.sources:
             if len(src) == 0:
                 raise DataError(f"missing: source {src.name!r} holds no video or image files")
         self.weights = list(cfg.weights) if cfg.weights else [1.0] * len(self.sources)
-        self.samples_per_epoch = cfg.samples_per_epoch or sum(len(s) for s in self.sources)
+        self.repeats = cfg.repeats
+        self.samples_per_epoch = cfg.samples_per_epoch or cfg.repeats * sum(len(s) for s in self.sources)
         self._plans: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._known_bad: list[set[int]] = [set() for _ in self.sources]
         self._reported: set[str] = set()
 
     def plan(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(source [L], item [L])`` of every position of ``epoch`` (cached: the last two epochs)."""
+        """``(source [N], item [N])`` of every group of ``repeats`` positions of ``epoch`` (cached: the last
+        two epochs); with ``repeats = 1`` a group is a position."""
         if epoch not in self._plans:
-            n_pos = self.samples_per_epoch
+            n_pos = -(-self.samples_per_epoch // self.repeats)
             g = torch.Generator().manual_seed(sample_seed(self.seed, "plan", epoch))
             quotas = _largest_remainder(n_pos, self.weights)
             source = torch.repeat_interleave(torch.arange(len(self.sources)), torch.tensor(quotas))
@@ -277,12 +267,21 @@ class PretrainDataset(Dataset):
                     for c in range(-(-quota // n))
                 ]
                 item[source == s] = torch.cat(perms)[:quota]
+                if hasattr(src, "rank_stream"):  # shards: this rank's groups read this rank's shards, in order
+                    mine = (source == s) & (self._group_rank(n_pos) == self.rank)
+                    stream = src.rank_stream(self.seed, epoch, self.rank, self.world_size)
+                    item[mine] = stream[torch.arange(int(mine.sum())) % len(stream)]
             if len(self._plans) >= 2:
                 self._plans.pop(min(self._plans))
             self._plans[epoch] = (source, item)
         return self._plans[epoch]
 
-    def _load(self, s: int, j: int, epoch: int, position: int) -> tuple[torch.Tensor, list[tuple[str, str]]]:
+    def _group_rank(self, n_groups: int) -> torch.Tensor:
+        """The rank that reads each group (StepBatchSampler: rank r takes the r-th batch_size chunk)."""
+        batch = self.cfg.batch_size
+        return (torch.arange(n_groups) * self.repeats) % (batch * self.world_size) // batch
+
+    def _load(self, s: int, j: int, epoch: int, group: int) -> tuple[Decoded, list[tuple[str, str]]]:
         src, bad = self.sources[s], []
         known = self._known_bad[s]
         n = len(src)
@@ -291,7 +290,7 @@ class PretrainDataset(Dataset):
             if jj in known:
                 continue
             try:
-                frames, note = src.load(jj, sample_generator(self.seed, epoch, position, "time"))
+                decoded = src.load(jj, sample_generator(self.seed, epoch, group, "time"), self.repeats)
             except DataError as exc:
                 known.add(jj)
                 bad.append((src.path(jj), str(exc)))
@@ -300,10 +299,10 @@ class PretrainDataset(Dataset):
                 known.add(jj)
                 bad.append((src.path(jj), f"unreadable: {src.path(jj)}: {type(exc).__name__}: {exc}"))
                 continue
-            if note is not None and src.path(jj) not in self._reported:
+            if decoded.note is not None and src.path(jj) not in self._reported:
                 self._reported.add(src.path(jj))
-                bad.append((src.path(jj), note))
-            return frames, bad
+                bad.append((src.path(jj), decoded.note))
+            return decoded, bad
         example = "; ".join(reason for _, reason in bad[:3])
         raise DataError(
             f"source {src.name!r}: every one of its {n} file(s) failed to load, so training "
@@ -314,27 +313,77 @@ class PretrainDataset(Dataset):
     def __len__(self) -> int:
         return self.samples_per_epoch
 
+    def _sample(self, decoded: Decoded, member: int, step: int, epoch: int, position: int) -> dict[str, Any]:
+        cfg, frames, index = self.cfg, decoded.frames, decoded.index[member]
+        g = sample_generator(self.seed, epoch, position, "views")
+        common = {"position": position, "epoch": epoch, "step": step, "bad_files": []}
+        if cfg.resize_on == "device":
+            boxes, flips, photo = sample_view_params(frames.shape[1], frames.shape[2], cfg, g)
+            sizes = (cfg.num_global, cfg.global_size, cfg.local_size)
+            return {"frames": frames, "frame_index": index, "boxes": boxes, "flips": flips, "photometric": photo,
+                    "sizes": sizes, **common}  # fmt: skip
+        if frames.shape[0] == 1:
+            clip = frames.expand(index.numel(), -1, -1, -1)
+        elif frames.shape[0] == index.numel() and torch.equal(index, torch.arange(index.numel())):
+            clip = frames
+        else:
+            clip = frames[index]
+        glob, local, photo = make_views(clip.permute(0, 3, 1, 2), cfg, g)
+        return {"global": glob, "local": local, "photometric": photo, **common}
+
+    def __getitems__(self, keys: list[tuple[int, int, int]]) -> list[dict[str, Any]]:
+        """The samples of a batch; the ``repeats`` positions of a group share one decode."""
+        groups: dict[tuple[int, int], tuple[int, int]] = {}
+        for _, epoch, position in keys:
+            source, item = self.plan(epoch)
+            group = position // self.repeats
+            groups.setdefault((epoch, group), (int(source[group]), int(item[group])))
+        for s, src in enumerate(self.sources):
+            if hasattr(src, "prefetch"):  # shards: read this batch's members in a few large reads
+                src.prefetch([j for ss, j in groups.values() if ss == s])
+        decoded: dict[tuple[int, int], Decoded] = {}
+        out = []
+        for step, epoch, position in keys:
+            group = position // self.repeats
+            bad: list[tuple[str, str]] = []
+            if (epoch, group) not in decoded:
+                s, j = groups[(epoch, group)]
+                decoded[(epoch, group)], bad = self._load(s, j, epoch, group)
+            sample = self._sample(decoded[(epoch, group)], position % self.repeats, step, epoch, position)
+            sample["bad_files"] = bad
+            out.append(sample)
+        return out
+
     def __getitem__(self, key: tuple[int, int, int]) -> dict[str, Any]:
-        step, epoch, position = key
-        source, item = self.plan(epoch)
-        s, j = int(source[position]), int(item[position])
-        frames, bad = self._load(s, j, epoch, position)
-        glob, local, photo = make_views(frames, self.cfg, sample_generator(self.seed, epoch, position, "views"))
-        return {
-            "global": glob,
-            "local": local,
-            "photometric": photo,
-            "position": position,
-            "epoch": epoch,
-            "step": step,
-            "bad_files": bad,
-        }
+        return self.__getitems__([key])[0]
 
 
 def _build_source(spec: str, cfg: DataConfig) -> Any:
     if spec == SYNTHETIC:
         return _SyntheticSource(cfg)
+    from levjepa.data.shards import ShardSource, is_shard_store
+
+    if is_shard_store(spec):
+        return ShardSource(spec, cfg)
     return _FileSource(spec, list_media(spec), cfg)
+
+
+def resolve_devices(cfg: DataConfig) -> DataConfig:
+    """``resize_on="auto"`` → "device" when CUDA is available, else "worker"; ``decode_device="cuda"`` →
+    "cpu", with a warning that says why, when FFmpeg cannot decode on NVDEC here."""
+    resize_on = cfg.resize_on
+    if resize_on == "auto":
+        resize_on = "device" if torch.cuda.is_available() else "worker"
+    decode_device = cfg.decode_device
+    if decode_device == "cuda":
+        reason = hwaccel_status("cuda")
+        if reason is not None:
+            warnings.warn(
+                f"data.decode_device='cuda': FFmpeg cannot decode on NVDEC here ({reason}); decoding on the CPU",
+                stacklevel=2,
+            )
+            decode_device = "cpu"
+    return replace(cfg, resize_on=resize_on, decode_device=decode_device)
 
 
 def _start_context(method: str) -> Any:
@@ -363,8 +412,8 @@ class PretrainLoader:
         bad_files: BadFileReport | None = None,
         micro_batches: int = 1,
     ) -> None:
-        self.cfg = cfg
-        self.dataset = PretrainDataset(cfg, seed)
+        self.cfg = cfg = resolve_devices(cfg)
+        self.dataset = PretrainDataset(cfg, seed, rank=rank, world_size=world_size)
         self.sampler = StepBatchSampler(
             self.dataset.samples_per_epoch, cfg.batch_size, rank, world_size, start_step, micro_batches
         )
@@ -406,7 +455,7 @@ class PretrainLoader:
     def __iter__(self) -> PretrainLoader:
         return self
 
-    def __next__(self) -> ViewBatch:
+    def __next__(self) -> ViewBatch | FrameBatch:
         if self._it is None:
             self._it = iter(self.loader)
         batch = next(self._it)

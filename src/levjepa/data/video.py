@@ -14,6 +14,17 @@ Design:
   is exact for constant-frame-rate files; with variable frame rate a wanted index that does not occur
   takes the nearest earlier frame. Re-encoding with frequent key frames (``levjepa data prepare``,
   ``--keyint 16``) bounds the frames decoded before the window.
+* **Fixed-GOP files skip what no clip uses.** ``levjepa data prepare`` writes H.264 with a key frame
+  every ``keyint`` (even) frames and one non-reference B-frame between reference frames, so that every
+  odd frame except the last of each GOP is a non-reference frame, and marks the file (mp4 comment
+  ``FIXED_GOP_COMMENT``). On such a file, when every wanted frame is even (stride 2 from an even start;
+  windows are then drawn on even starts only), the decoder runs with ``skip_frame="NONREF"``: it never
+  decodes the odd frames, and the frames it does decode are bit-identical (a reference frame never
+  depends on a non-reference one). Should a wanted frame be missing anyway (a file whose marker lies),
+  the window is decoded again without skipping.
+* **Several windows per decode** (:func:`decode_windows`): ``count`` windows whose starts lie within
+  ``shift`` frames of each other are read in one pass over their union of frames (repeated sampling,
+  ``data.repeats``).
 * **Resize early.** Frames whose short side exceeds ``short_side`` are scaled down inside FFmpeg's
   converter (area filter) as they are converted to RGB, so later crops never work on 720p frames.
 * **Errors are data, not crashes.** Every way a file can be unusable raises :class:`DataError` with a
@@ -25,13 +36,17 @@ and MPEG-TS (seeks that land late: retried further back). Known limits: MPEG-PS 
 by one frame after a seek and report a wrong duration; rotation metadata (phone videos) and non-square
 pixels are ignored (by ``prepare`` too). ``levjepa data prepare`` turns .mpg files into clean mp4s.
 
+A source is a path or a :class:`MemoryFile` (bytes, e.g. a shard member, with a name for messages).
+``hwaccel="cuda"`` decodes on NVDEC through FFmpeg when the machine has one (frames are downloaded, then
+converted on the CPU); :func:`hwaccel_status` says whether it works here.
+
 ``decode_clip`` returns ``uint8 [T, H, W, 3]``; ``decode_all`` returns every (strided) frame with its
-timestamp; ``load_image`` reads a jpg/png as ``uint8 [H, W, 3]``. :class:`VideoWriter` / ``write_video``
-encode frames (used by ``prepare``, the tests and the benchmark).
+timestamp; ``load_image`` reads a jpg/png as ``uint8 [H, W, 3]``. Writing videos lives in ``encode.py``.
 """
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
 import os
@@ -48,24 +63,47 @@ import torch
 from levjepa.data.badfiles import DataError
 
 __all__ = [
+    "FIXED_GOP_COMMENT",
     "IMAGE_EXTENSIONS",
     "VIDEO_EXTENSIONS",
+    "DecodedWindows",
+    "MemoryFile",
     "VideoFrames",
     "VideoInfo",
-    "VideoWriter",
     "clip_indices",
     "decode_all",
     "decode_clip",
+    "decode_windows",
+    "hwaccel_status",
     "load_image",
     "probe_video",
     "resized_shape",
-    "write_video",
 ]
 
 VIDEO_EXTENSIONS = frozenset(
     {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".wmv", ".flv", ".ts", ".3gp", ".ogv", ".gif"}
 )
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp"})
+# the mp4 comment of prepare's fixed-GOP files: odd frames (but each GOP's last) are non-reference B-frames
+FIXED_GOP_COMMENT = "levjepa fixed-gop nonref-odd"
+
+
+@dataclass(frozen=True)
+class MemoryFile:
+    """A media file held in memory (a shard member): ``name`` is what messages and reports show."""
+
+    name: str
+    data: bytes
+
+    def __str__(self) -> str:
+        return self.name
+
+
+Source = str | os.PathLike | MemoryFile
+
+
+def _name(source: Source) -> str:
+    return source.name if isinstance(source, MemoryFile) else os.fspath(source)
 
 
 @dataclass(frozen=True)
@@ -105,14 +143,31 @@ def _check_file(path: str) -> None:
         raise DataError(f"empty: {path} has 0 bytes")
 
 
-def _open(path: str) -> Any:
-    _check_file(path)
+def _open(source: Source, hwaccel: str | None = None) -> Any:
+    """Open a path or a MemoryFile with FFmpeg (raises DataError); ``hwaccel`` names a decoding device."""
+    if isinstance(source, MemoryFile):
+        path, target = source.name, io.BytesIO(source.data)
+        if not source.data:
+            raise DataError(f"empty: {path} has 0 bytes")
+    else:
+        path = target = os.fspath(source)
+        _check_file(path)
+    kwargs: dict[str, Any] = {}
+    if hwaccel:
+        from av.codec.hwaccel import HWAccel
+
+        # primary_ctx: share the device's primary CUDA context (the one torch uses) instead of creating a
+        # context for every opened file (a CUDA context costs far more than decoding a clip)
+        options = {"primary_ctx": "1"} if hwaccel == "cuda" else None
+        kwargs["hwaccel"] = HWAccel(device_type=hwaccel, allow_software_fallback=True, options=options)
     try:
-        return av.open(path, metadata_errors="ignore")
+        return av.open(target, metadata_errors="ignore", **kwargs)
     except PermissionError as exc:  # av.error.PermissionError subclasses it
+        if hwaccel:  # FFmpeg reports a missing device (no driver) as EPERM
+            raise
         raise DataError(f"permission: {path} cannot be read ({exc.strerror or exc})") from None
     except (av.error.FFmpegError, OSError, UnicodeDecodeError, ValueError) as exc:
-        if _looks_like_cut_mp4(path):
+        if _looks_like_cut_mp4(source):
             raise DataError(
                 f"truncated: {path} starts like an MP4/MOV file but FFmpeg cannot open it (its index, the moov "
                 f"atom, is missing: cut short while downloading or writing?) ({exc})"
@@ -120,16 +175,21 @@ def _open(path: str) -> Any:
         raise DataError(f"unreadable: {path} is not a readable video ({type(exc).__name__}: {exc})") from None
 
 
-def _looks_like_cut_mp4(path: str) -> bool:
+def _looks_like_cut_mp4(source: Source) -> bool:
     """An ISO-BMFF file ("ftyp" box first) without a "moov" box: an MP4 whose writing or download stopped
     before the index that mp4 writers put at the end."""
     try:
-        with open(path, "rb") as f:
+        if isinstance(source, MemoryFile):
+            opened: Any = io.BytesIO(source.data)
+            size = len(source.data)
+        else:
+            opened, size = open(source, "rb"), os.path.getsize(source)  # noqa: SIM115 (closed by the with)
+        with opened as f:
             head = f.read(12)
             if len(head) < 12 or head[4:8] != b"ftyp":
                 return False
             f.seek(0)
-            offset, size = 0, os.path.getsize(path)
+            offset = 0
             while offset + 8 <= size:  # walk the top-level boxes
                 f.seek(offset)
                 box = f.read(16)
@@ -190,11 +250,43 @@ def _info(path: str, container: Any, min_side: int, max_side: int) -> VideoInfo:
     return VideoInfo(path, cc.width, cc.height, fps, num_frames, duration, cc.name, exact)
 
 
-def probe_video(path: str | os.PathLike, *, min_side: int = 1, max_side: int = 1 << 30) -> VideoInfo:
+def probe_video(path: Source, *, min_side: int = 1, max_side: int = 1 << 30) -> VideoInfo:
     """Read a video's metadata without decoding (raises :class:`DataError`)."""
-    path = os.fspath(path)
     with _open(path) as container:
-        return _info(path, container, min_side, max_side)
+        return _info(_name(path), container, min_side, max_side)
+
+
+def _fixed_gop(container: Any) -> bool:
+    """True for prepare's fixed-GOP files (odd frames non-reference, see the module docstring)."""
+    return container.metadata.get("comment", "") == FIXED_GOP_COMMENT
+
+
+_HWACCEL_STATUS: dict[str, str | None] = {}
+
+
+def hwaccel_status(device_type: str = "cuda") -> str | None:
+    """None when FFmpeg can decode H.264 on ``device_type`` here, else the reason (checked once per process
+    by decoding a tiny in-memory clip)."""
+    if device_type not in _HWACCEL_STATUS:
+        from av.codec.hwaccel import hwdevices_available
+
+        if device_type not in hwdevices_available():
+            _HWACCEL_STATUS[device_type] = f"this FFmpeg build has no {device_type!r} device"
+        else:
+            from levjepa.data.encode import write_video
+
+            buf = io.BytesIO()
+            write_video(buf, np.zeros((2, 64, 64, 3), np.uint8), container_format="mp4")
+            try:
+                with _open(MemoryFile("probe.mp4", buf.getvalue()), hwaccel=device_type) as container:
+                    next(container.decode(container.streams.video[0]))
+                _HWACCEL_STATUS[device_type] = None
+            except Exception as exc:
+                _HWACCEL_STATUS[device_type] = (
+                    f"FFmpeg could not start a {device_type} decoder ({type(exc).__name__}: {exc}): no GPU, no "
+                    "driver, or no driver video library (libnvcuvid) in this machine or container"
+                )
+    return _HWACCEL_STATUS[device_type]
 
 
 def resized_shape(height: int, width: int, short_side: int | None) -> tuple[int, int]:
@@ -222,23 +314,53 @@ def clip_indices(
     over ``0 .. N - 1 - (num_frames - 1) * step`` (drawn from ``generator``); when the window does not fit,
     the start is 0 and indices past the last frame repeat the last frame (``padded=True``).
     """
+    windows, padded = window_indices(
+        num_source_frames, num_frames=num_frames, step=step, start=start, generator=generator
+    )
+    return windows[0], padded
+
+
+def window_indices(
+    num_source_frames: int,
+    *,
+    num_frames: int,
+    step: float,
+    count: int = 1,
+    shift: int = 0,
+    even: bool = False,
+    start: int | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[list[list[int]], bool]:
+    """Source frame indices of ``count`` windows, and whether any had to be padded.
+
+    A base start ``s`` is uniform over ``0 .. max_start - shift`` (``max_start = N - 1 - (num_frames - 1) ·
+    step``), or ``start`` when given; each window starts at ``s + o`` with ``o`` uniform over
+    ``0 .. min(shift, max_start - s)``, drawn in window order (``shift = 0``: every window is the same).
+    ``even`` draws even starts only (fixed-GOP files). With ``count = 1, shift = 0, even = False`` this is
+    exactly :func:`clip_indices`'s draw. A window that does not fit starts at 0 and repeats the last frame.
+    """
     if num_source_frames < 1:
         raise ValueError(f"num_source_frames={num_source_frames}: expected >= 1")
     if step <= 0:
         raise ValueError(f"step={step}: expected > 0")
+    if count < 1 or shift < 0:
+        raise ValueError(f"count={count}, shift={shift}: expected count >= 1 and shift >= 0")
     last = num_source_frames - 1
-    span = (num_frames - 1) * step
+    max_start = max(0, math.floor(last - (num_frames - 1) * step + 1e-9))
+    unit = 2 if even else 1
     if start is None:
-        max_start = math.floor(last - span + 1e-9)
-        if max_start >= 1:
-            start = int(torch.randint(0, max_start + 1, (1,), generator=generator).item())
-        else:
-            start = 0
+        top = max(0, max_start - shift) // unit
+        start = unit * int(torch.randint(0, top + 1, (1,), generator=generator).item()) if top >= 1 else 0
     elif not 0 <= start <= last:
         raise ValueError(f"start_frame={start}: expected in [0, {last}] for a video of {num_source_frames} frames")
-    raw = [round(start + k * step) for k in range(num_frames)]
-    padded = raw[-1] > last
-    return [min(i, last) for i in raw], padded
+    windows, padded = [], False
+    for _ in range(count):
+        room = min(shift, max_start - start) // unit if shift else 0
+        offset = unit * int(torch.randint(0, room + 1, (1,), generator=generator).item()) if room >= 1 else 0
+        raw = [round(start + offset + k * step) for k in range(num_frames)]
+        padded = padded or raw[-1] > last
+        windows.append([min(i, last) for i in raw])
+    return windows, padded
 
 
 # ------------------------------------------------------------------------------------------- decoding
@@ -335,8 +457,31 @@ def _frames_from(container: Any, stream: Any, first: int, start_time: int, fps: 
     return container.decode(stream)
 
 
-def _decode_indices(path: str, container: Any, info: VideoInfo, indices: list[int], convert: _Converter) -> np.ndarray:
-    """Decode the frames at sorted source ``indices`` (repeats allowed) → uint8 [len(indices), H, W, 3]."""
+class _NonrefMiss(Exception):
+    """A wanted frame did not come out while non-reference frames were skipped."""
+
+
+def _decode_indices(
+    path: str, container: Any, info: VideoInfo, indices: list[int], convert: _Converter, skip_nonref: bool = False
+) -> np.ndarray:
+    """Decode the frames at sorted source ``indices`` (repeats allowed) → uint8 [len(indices), H, W, 3].
+
+    ``skip_nonref`` decodes with ``skip_frame="NONREF"`` and falls back to a plain decode when a wanted
+    frame does not come out (the module docstring's fixed-GOP files never need that)."""
+    if skip_nonref:
+        container.streams.video[0].codec_context.skip_frame = "NONREF"
+        try:
+            return _decode_indices_once(path, container, info, indices, convert, strict=True)
+        except _NonrefMiss:
+            container.seek(0)  # rewind and flush the decoder: the plain pass must not continue this one
+        finally:
+            container.streams.video[0].codec_context.skip_frame = "DEFAULT"
+    return _decode_indices_once(path, container, info, indices, convert, strict=False)
+
+
+def _decode_indices_once(
+    path: str, container: Any, info: VideoInfo, indices: list[int], convert: _Converter, strict: bool
+) -> np.ndarray:
     stream = container.streams.video[0]
     tb = stream.time_base
     start_time = _first_pts(container, stream)
@@ -358,6 +503,8 @@ def _decode_indices(path: str, container: Any, info: VideoInfo, indices: list[in
                 prev, prev_idx = frame, idx
                 continue
             while k < len(indices) and indices[k] <= idx:
+                if indices[k] < idx and strict:
+                    raise _NonrefMiss
                 if indices[k] < idx and prev is not None:  # the wanted index never occurred: nearest earlier
                     out[k] = rgb(prev, prev_idx)
                 else:
@@ -369,6 +516,8 @@ def _decode_indices(path: str, container: Any, info: VideoInfo, indices: list[in
     except av.error.FFmpegError as exc:
         if k == 0:
             raise DataError(f"truncated: {path}: decoding failed near frame {first} ({exc})") from None
+    if k < len(indices) and strict:
+        raise _NonrefMiss
     if k < len(indices):
         # The stream ended before the window did. A frame count that was estimated from the duration, or
         # that is off by a few frames, is tolerated (the clip is padded with its last frame); a stream
@@ -393,7 +542,7 @@ def _step(info: VideoInfo, frame_stride: int, target_fps: float | None) -> float
 
 
 def decode_clip(
-    path: str | os.PathLike,
+    path: Source,
     *,
     num_frames: int = 16,
     frame_stride: int = 2,
@@ -405,12 +554,14 @@ def decode_clip(
     min_side: int = 1,
     max_side: int = 1 << 30,
     threads: int = 1,
+    skip_nonref: bool = True,
+    hwaccel: str | None = None,
 ) -> torch.Tensor:
     """Decode one clip: ``num_frames`` frames → uint8 ``[T, H, W, 3]`` (see the module docstring).
 
     ``start_frame`` fixes the first source frame; otherwise the window is drawn from ``generator``.
     A video shorter than the window is padded with its last frame, or raises ``DataError("short: ...")``
-    when ``short_videos="skip"``.
+    when ``short_videos="skip"``. ``skip_nonref=False`` never skips frames, even on fixed-GOP files.
     """
     frames, _ = decode_clip_with_info(
         path,
@@ -424,12 +575,14 @@ def decode_clip(
         min_side=min_side,
         max_side=max_side,
         threads=threads,
+        skip_nonref=skip_nonref,
+        hwaccel=hwaccel,
     )
     return frames
 
 
 def decode_clip_with_info(
-    path: str | os.PathLike,
+    path: Source,
     *,
     num_frames: int = 16,
     frame_stride: int = 2,
@@ -441,31 +594,98 @@ def decode_clip_with_info(
     min_side: int = 1,
     max_side: int = 1 << 30,
     threads: int = 1,
+    skip_nonref: bool = True,
+    hwaccel: str | None = None,
 ) -> tuple[torch.Tensor, str | None]:
     """:func:`decode_clip`, plus a note (``"short: ..."``) when the clip had to be padded, else None."""
+    out = decode_windows(
+        path,
+        num_frames=num_frames,
+        frame_stride=frame_stride,
+        target_fps=target_fps,
+        start_frame=start_frame,
+        short_side=short_side,
+        short_videos=short_videos,
+        generator=generator,
+        min_side=min_side,
+        max_side=max_side,
+        threads=threads,
+        skip_nonref=skip_nonref,
+        hwaccel=hwaccel,
+    )
+    frames = out.frames if out.sequential else out.frames[out.index[0]]
+    return frames, out.note
+
+
+@dataclass
+class DecodedWindows:
+    """The union of the frames of several windows of one video: ``frames`` uint8 [U, H, W, 3] (sorted source
+    indices ``source_index`` [U]); window ``w`` is ``frames[index[w]]`` (``index`` int64 [count, T])."""
+
+    frames: torch.Tensor
+    index: torch.Tensor
+    source_index: list[int]
+    note: str | None  # "short: ..." when a window was padded
+    skipped_nonref: bool  # whether the fixed-GOP fast path decoded it
+
+    @property
+    def sequential(self) -> bool:
+        """True when there is one window and it is ``frames`` itself (no repeated frame)."""
+        return self.index.shape[0] == 1 and bool(torch.equal(self.index[0], torch.arange(self.frames.shape[0])))
+
+
+def decode_windows(
+    path: Source,
+    *,
+    num_frames: int = 16,
+    frame_stride: int = 2,
+    target_fps: float | None = None,
+    count: int = 1,
+    shift: int = 0,
+    start_frame: int | None = None,
+    short_side: int | None = 256,
+    short_videos: Literal["pad", "skip"] = "pad",
+    generator: torch.Generator | None = None,
+    min_side: int = 1,
+    max_side: int = 1 << 30,
+    threads: int = 1,
+    skip_nonref: bool = True,
+    hwaccel: str | None = None,
+) -> DecodedWindows:
+    """Decode ``count`` windows of ``num_frames`` frames (starts within ``shift`` source frames of each other,
+    see :func:`window_indices`) in one pass over their union of frames (module docstring)."""
     if num_frames < 1 or frame_stride < 1:
         raise ValueError(f"num_frames={num_frames}, frame_stride={frame_stride}: expected both >= 1")
     if target_fps is not None and target_fps <= 0:
         raise ValueError(f"target_fps={target_fps}: expected None or > 0")
-    path = os.fspath(path)
-    with _open(path) as container:
-        info = _info(path, container, min_side, max_side)
+    name = _name(path)
+    with _open(path, hwaccel) as container:
+        info = _info(name, container, min_side, max_side)
         _setup_stream(container.streams.video[0], threads)
         convert = _Converter(info.height, info.width, short_side)
         step = _step(info, frame_stride, target_fps)
         everything = None
         if info.num_frames < 0:  # neither a frame count nor a duration is stored: decode everything once
-            everything = _decode_everything(path, container, convert)
+            everything = _decode_everything(name, container, convert)
         n = len(everything) if everything is not None else info.num_frames
-        idx, padded = clip_indices(n, num_frames=num_frames, step=step, start=start_frame, generator=generator)
+        even_step = abs(step - round(step)) < 1e-9 and round(step) % 2 == 0
+        fast = skip_nonref and everything is None and even_step and _fixed_gop(container)
+        windows, padded = window_indices(
+            n, num_frames=num_frames, step=step, count=count, shift=shift, even=fast, start=start_frame,
+            generator=generator,
+        )  # fmt: skip
         if padded and short_videos == "skip":
-            raise DataError(_short_message(path, n, num_frames, step, "skipped"))
+            raise DataError(_short_message(name, n, num_frames, step, "skipped"))
+        union = sorted({i for w in windows for i in w})
+        fast = fast and all(i % 2 == 0 for i in union)
         if everything is not None:
-            frames = np.stack([everything[i] for i in idx])
+            frames = np.stack([everything[i] for i in union])
         else:
-            frames = _decode_indices(path, container, info, idx, convert)
-    note = _short_message(path, n, num_frames, step, "padded with its last frame") if padded else None
-    return torch.from_numpy(frames), note
+            frames = _decode_indices(name, container, info, union, convert, skip_nonref=fast)
+    position = {src: k for k, src in enumerate(union)}
+    index = torch.tensor([[position[i] for i in w] for w in windows], dtype=torch.int64)
+    note = _short_message(name, n, num_frames, step, "padded with its last frame") if padded else None
+    return DecodedWindows(torch.from_numpy(frames), index, union, note, fast)
 
 
 def _short_message(path: str, n: int, num_frames: int, step: float, action: str) -> str:
@@ -503,10 +723,10 @@ def decode_all(
         raise ValueError(f"frame_stride={frame_stride}: expected >= 1")
     if target_fps is not None and target_fps <= 0:
         raise ValueError(f"target_fps={target_fps}: expected None or > 0")
-    path = os.fspath(path)
     frames: list[np.ndarray] = []
     times: list[float] = []
     with _open(path) as container:
+        path = _name(path)
         info = _info(path, container, 1, 1 << 30)
         stream = container.streams.video[0]
         _setup_stream(stream, threads)
@@ -545,15 +765,22 @@ def decode_all(
 
 
 def load_image(
-    path: str | os.PathLike, *, short_side: int | None = None, min_side: int = 1, max_side: int = 1 << 30
+    path: Source, *, short_side: int | None = None, min_side: int = 1, max_side: int = 1 << 30
 ) -> torch.Tensor:
-    """Read a jpg/png/... as uint8 ``[H, W, 3]`` (RGB), scaled down to ``short_side`` if larger."""
+    """Read a jpg/png/... (a path or a :class:`MemoryFile`) as uint8 ``[H, W, 3]`` (RGB), scaled down to
+    ``short_side`` if larger."""
     from PIL import Image, UnidentifiedImageError
 
-    path = os.fspath(path)
-    _check_file(path)
+    if isinstance(path, MemoryFile):
+        target: Any = io.BytesIO(path.data)
+        path = path.name
+        if not target.getbuffer().nbytes:
+            raise DataError(f"empty: {path} has 0 bytes")
+    else:
+        path = target = os.fspath(path)
+        _check_file(path)
     try:
-        with Image.open(path) as img:
+        with Image.open(target) as img:
             _check_resolution(path, img.width, img.height, min_side, max_side)
             img.draft("RGB", (img.width, img.height))
             rgb = img.convert("RGB")
@@ -567,103 +794,3 @@ def load_image(
         raise
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
         raise DataError(f"unreadable: {path} is not a readable image ({type(exc).__name__}: {exc})") from None
-
-
-# ---------------------------------------------------------------------------------------------- writing
-
-
-class VideoWriter:
-    """Encode RGB frames to a video file (h264 in mp4 by default; width and height even for yuv420p).
-
-    ``options`` are passed to the encoder (e.g. ``{"crf": "23", "preset": "veryfast"}``); ``keyint`` sets
-    the maximum distance between key frames (the GOP size).
-    """
-
-    def __init__(
-        self,
-        path: str | os.PathLike,
-        *,
-        width: int,
-        height: int,
-        fps: float = 30.0,
-        codec: str = "libx264",
-        options: dict[str, str] | None = None,
-        keyint: int | None = None,
-        container_format: str | None = None,
-        pix_fmt: str = "yuv420p",
-    ) -> None:
-        if pix_fmt == "yuv420p" and (width % 2 or height % 2):
-            raise ValueError(f"VideoWriter: width={width}, height={height}: both must be even for yuv420p")
-        self.path = os.fspath(path)
-        self.width, self.height = width, height
-        self.rate = Fraction(fps).limit_denominator(100_000)
-        self._container = av.open(self.path, "w", format=container_format)
-        self._stream = self._container.add_stream(codec, rate=self.rate)
-        self._stream.width, self._stream.height = width, height
-        self._stream.pix_fmt = pix_fmt
-        self._time_base = 1 / self.rate  # frame pts count frames; the muxer may change the stream's time base
-        self._stream.time_base = self._time_base
-        if keyint is not None:
-            self._stream.codec_context.gop_size = keyint
-        if options:
-            self._stream.options = dict(options)
-        self._count = 0
-
-    def write(self, frame: np.ndarray | torch.Tensor | Any) -> None:
-        """Append one frame: uint8 RGB ``[H, W, 3]`` (or an ``av.VideoFrame``)."""
-        if isinstance(frame, torch.Tensor):
-            frame = frame.numpy()
-        if isinstance(frame, np.ndarray):
-            if frame.shape != (self.height, self.width, 3) or frame.dtype != np.uint8:
-                raise ValueError(
-                    f"VideoWriter.write: got {frame.dtype} {frame.shape}, expected uint8 {(self.height, self.width, 3)}"
-                )
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
-        frame.pts = self._count
-        frame.time_base = self._time_base
-        self._count += 1
-        for packet in self._stream.encode(frame):
-            self._container.mux(packet)
-
-    def close(self) -> None:
-        if self._container is None:
-            return
-        try:
-            for packet in self._stream.encode():
-                self._container.mux(packet)
-        finally:
-            self._container.close()
-            self._container = None
-
-    def __enter__(self) -> VideoWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def write_video(
-    path: str | os.PathLike,
-    frames: np.ndarray | torch.Tensor,
-    *,
-    fps: float = 30.0,
-    codec: str = "libx264",
-    options: dict[str, str] | None = None,
-    keyint: int | None = None,
-    pix_fmt: str = "yuv420p",
-) -> None:
-    """Encode uint8 ``[T, H, W, 3]`` frames to ``path`` (even H and W for yuv420p)."""
-    if frames.ndim != 4 or frames.shape[-1] != 3:
-        raise ValueError(f"write_video: frames of shape {tuple(frames.shape)}, expected [T, H, W, 3]")
-    with VideoWriter(
-        path,
-        width=frames.shape[2],
-        height=frames.shape[1],
-        fps=fps,
-        codec=codec,
-        options=options,
-        keyint=keyint,
-        pix_fmt=pix_fmt,
-    ) as writer:
-        for frame in frames:
-            writer.write(frame)

@@ -10,7 +10,10 @@ Per clip, from the *same* decoded frames (so every view shares the time window):
   in batch — colour jitter with probability ``jitter_p`` (0.8) and grayscale with probability
   ``grayscale_p`` (0.2).
 
-One crop (and one flip) per view is applied identically to all of its frames. The crop box follows
+One crop (and one flip) per view is applied identically to all of its frames. The random choices of a
+clip (:func:`sample_view_params`) are drawn in the worker either way; the cut happens in the worker
+(:func:`make_views`, ``data.resize_on="worker"``) or on the device from the shipped frames (``resize.py``,
+``"device"``), equal within one uint8 level. The crop box follows
 torchvision's RandomResizedCrop: up to 10 draws of (area, log-aspect) until the box fits, else the
 largest centred box with a clamped aspect ratio. Resizing is bilinear with antialiasing on uint8
 channels-last frames (fast in PyTorch's CPU kernel).
@@ -53,6 +56,7 @@ __all__ = [
     "normalize",
     "rgb_to_hsv",
     "sample_photometric",
+    "sample_view_params",
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -150,24 +154,22 @@ def sample_photometric(
     )
 
 
-def make_views(frames: torch.Tensor, cfg: object, generator: torch.Generator | None) -> tuple[torch.Tensor, ...]:
-    """All views of one clip from uint8 ``[T, C, H, W]`` frames (``cfg``: a ``DataConfig``).
+def sample_view_params(
+    height: int, width: int, cfg: object, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every random choice of one clip's views, for frames of ``height × width`` (``cfg``: a ``DataConfig``).
 
-    Returns ``(global [G, C, T, Sg, Sg] uint8, local [V, C, T, Sl, Sl] uint8, photometric [V, 6] float32)``.
+    Returns ``(boxes int64 [G + V, 4] (top, left, h, w), flips bool [V], photometric float32 [V, 6])``.
     Draw order (fixed, so a sample is reproducible from its generator): every global crop, then per local
-    view its crop, its flip, its photometric parameters.
+    view its crop, its flip, its photometric parameters. The worker path (:func:`make_views`) and the
+    device path (``resize.py``) cut views from these same draws.
     """
-    _, _, height, width = frames.shape
     ratio = cfg.crop_ratio  # type: ignore[attr-defined]
-    glob = [
-        cut_view(frames, crop_box(height, width, cfg.global_scale, ratio, generator), cfg.global_size)  # type: ignore[attr-defined]
-        for _ in range(cfg.num_global)  # type: ignore[attr-defined]
-    ]
-    local, photo = [], []
+    boxes = [crop_box(height, width, cfg.global_scale, ratio, generator) for _ in range(cfg.num_global)]  # type: ignore[attr-defined]
+    flips, photo = [], []
     for _ in range(cfg.num_local):  # type: ignore[attr-defined]
-        box = crop_box(height, width, cfg.local_scale, ratio, generator)  # type: ignore[attr-defined]
-        flip = bool(torch.rand(1, generator=generator, dtype=torch.float64).item() < cfg.flip_p)  # type: ignore[attr-defined]
-        local.append(cut_view(frames, box, cfg.local_size, flip))  # type: ignore[attr-defined]
+        boxes.append(crop_box(height, width, cfg.local_scale, ratio, generator))  # type: ignore[attr-defined]
+        flips.append(bool(torch.rand(1, generator=generator, dtype=torch.float64).item() < cfg.flip_p))  # type: ignore[attr-defined]
         photo.append(
             sample_photometric(
                 generator,
@@ -179,11 +181,27 @@ def make_views(frames: torch.Tensor, cfg: object, generator: torch.Generator | N
                 grayscale_p=cfg.grayscale_p,  # type: ignore[attr-defined]
             )
         )
-    t, c = frames.shape[0], frames.shape[1]
+    photo_t = torch.stack(photo) if photo else torch.empty(0, len(PHOTOMETRIC_FIELDS))
+    return torch.tensor(boxes, dtype=torch.int64), torch.tensor(flips, dtype=torch.bool), photo_t
+
+
+def make_views(frames: torch.Tensor, cfg: object, generator: torch.Generator | None) -> tuple[torch.Tensor, ...]:
+    """All views of one clip from uint8 ``[T, C, H, W]`` frames (``cfg``: a ``DataConfig``), cut in the worker.
+
+    Returns ``(global [G, C, T, Sg, Sg] uint8, local [V, C, T, Sl, Sl] uint8, photometric [V, 6] float32)``,
+    from the draws of :func:`sample_view_params`.
+    """
+    t, c, height, width = frames.shape
+    boxes, flips, photo = sample_view_params(height, width, cfg, generator)
+    g = cfg.num_global  # type: ignore[attr-defined]
+    glob = [cut_view(frames, tuple(box), cfg.global_size) for box in boxes[:g].tolist()]  # type: ignore[attr-defined]
+    local = [
+        cut_view(frames, tuple(box), cfg.local_size, bool(flip))  # type: ignore[attr-defined]
+        for box, flip in zip(boxes[g:].tolist(), flips.tolist(), strict=True)
+    ]
     s = cfg.local_size  # type: ignore[attr-defined]
     local_t = torch.stack(local) if local else torch.empty(0, c, t, s, s, dtype=torch.uint8)
-    photo_t = torch.stack(photo) if photo else torch.empty(0, len(PHOTOMETRIC_FIELDS))
-    return torch.stack(glob), local_t, photo_t
+    return torch.stack(glob), local_t, photo
 
 
 # ------------------------------------------------------------------------------ photometric (device side)
