@@ -81,6 +81,8 @@ class SyntheticConfig:
     background_speed: float = 0.03  # drift speed, fraction of the clip side per frame
     texture_cutoff: float = 0.06  # low-pass cutoff of the background noise, cycles per pixel
     texture_contrast: float = 0.5  # relative std of the background brightness texture
+    background_value: tuple[float, float] = (0.25, 0.6)  # HSV value range of the background colour
+    boundary: Literal["wrap", "inside"] = "wrap"  # object wraps around the edges, or stays wholly inside
     fashion_mnist_dir: str | None = None  # where to look for Fashion-MNIST's idx files; None: Debian's path
 
     def __post_init__(self) -> None:

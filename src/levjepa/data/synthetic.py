@@ -244,9 +244,12 @@ def sample_params(cfg: SyntheticConfig, split: Literal["train", "val", "test"], 
     arrow = torch.randint(0, 2, (n,), generator=g)
     speed = cfg.speed * size * (1.0 + cfg.speed_jitter * (2.0 * torch.rand(n, generator=g, dtype=torch.float64) - 1))
     obj_start = torch.rand(n, 2, generator=g, dtype=torch.float64) * size
+    if cfg.boundary == "inside":
+        obj_start = _inside_start(cfg, obj_start / size, motion, arrow, speed)
     u = torch.rand(n, 6, generator=g)
     obj_colour = _hsv(u[:, 0], 0.6 + 0.4 * u[:, 1], 0.75 + 0.25 * u[:, 2])
-    bg_colour = _hsv(u[:, 3], 0.15 + 0.35 * u[:, 4], 0.25 + 0.35 * u[:, 5])
+    lo, hi = cfg.background_value
+    bg_colour = _hsv(u[:, 3], 0.15 + 0.35 * u[:, 4], lo + (hi - lo) * u[:, 5])
     moves = torch.rand(n, generator=g) < cfg.background_motion_p
     theta = torch.rand(n, generator=g, dtype=torch.float64) * (2 * math.pi)
     bg_speed = cfg.background_speed * size * moves.to(torch.float64)
@@ -292,6 +295,30 @@ def _shifted(maps: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     start = (-torch.round(pos).to(torch.int64)) % s  # [n, T, 2]
     rows = torch.arange(n)[:, None]
     return windows[rows, :, start[..., 0], start[..., 1]]
+
+
+def _travelled(cfg: SyntheticConfig) -> torch.Tensor:
+    """Distance covered after each forward frame at unit initial speed: ``Σ_{i<t} friction^i``, [T]."""
+    t = torch.arange(cfg.num_frames, dtype=torch.float64)
+    f = cfg.friction
+    return t if f == 1.0 else (1.0 - f**t) / (1.0 - f)
+
+
+def _inside_start(
+    cfg: SyntheticConfig, u: torch.Tensor, motion: torch.Tensor, arrow: torch.Tensor, speed: torch.Tensor
+) -> torch.Tensor:
+    """Start positions [n, 2] uniform among those whose whole trajectory keeps the object inside the frame."""
+    side = max(2, round(cfg.object_scale * cfg.size))
+    direction = torch.where(arrow.bool(), (motion + 4) % 8, motion)
+    disp = _unit(direction)[:, None, :] * (speed[:, None] * _travelled(cfg)[None, :])[..., None]  # [n, T, 2]
+    lo = -disp.min(dim=1).values
+    hi = (cfg.size - side) - disp.max(dim=1).values
+    if bool((hi < lo).any()):
+        raise ValueError(
+            f"synthetic.boundary='inside': a {side}-px object moving up to {float((hi - lo).neg().max()):.1f} px too "
+            "far does not fit the frame; lower object_scale or speed, or use boundary='wrap'"
+        )
+    return lo + u * (hi - lo)
 
 
 def _trajectory(cfg: SyntheticConfig, params: ClipParams) -> tuple[torch.Tensor, torch.Tensor]:

@@ -53,7 +53,11 @@ __all__ = [
 ]
 
 TASKS = ("appearance", "motion", "arrow")
-PROBES = ("attentive", "linear", "knn")
+PROBES = ("attentive", "linear", "linear_cls", "knn")
+# what each probe reads and which probe model it trains (kNN trains none)
+PROBE_INPUTS = {"attentive": "tokens", "linear": "mean", "linear_cls": "cls", "knn": "cls"}
+PROBE_KINDS = {"attentive": "attentive", "linear": "linear", "linear_cls": "linear"}
+PROBE_LABELS = {"attentive": "attentive", "linear": "linear (mean)", "linear_cls": "linear (CLS)", "knn": "kNN (CLS)"}
 SPLITS = ("train", "val", "test")
 # split sizes of the "demo" budget for 16x64x64 clips; smaller clips get proportionally more of them (the
 # budget is a fixed number of pixels to encode), up to the whole split
@@ -127,16 +131,17 @@ def _probe_seed(seed: int, task: str, probe: str) -> torch.Generator:
 
 
 def _probe_input(f: Features, probe: str) -> Tensor:
-    """What each probe reads: every token (attentive), mean-pooled patches (linear), CLS (kNN)."""
-    if probe == "attentive":
-        if f.tokens is None:
-            raise ValueError("the attentive probe needs every token: compute the features with keep_tokens=True")
-        return f.tokens
-    if probe == "linear":
-        return f.mean
-    if probe == "knn":
-        return f.cls
-    raise ValueError(f"probe {probe!r}: valid choices are {', '.join(PROBES)}")
+    """What each probe reads: every token (attentive), mean-pooled patches (linear), CLS (linear_cls, kNN).
+
+    The encoder has no absolute position embedding (3D RoPE), so mean-pooled patches cannot say *where* or
+    *in which frame* something is; the CLS, which the pretraining objective trains directly and which attends
+    every patch with relative positions, can. Reporting both linear readouts shows which one carries a task.
+    """
+    if probe not in PROBE_INPUTS:
+        raise ValueError(f"probe {probe!r}: valid choices are {', '.join(PROBES)}")
+    if probe == "attentive" and f.tokens is None:
+        raise ValueError("the attentive probe needs every token: compute the features with keep_tokens=True")
+    return {"tokens": f.tokens, "mean": f.mean, "cls": f.cls}[PROBE_INPUTS[probe]]
 
 
 def evaluate_features(
@@ -161,7 +166,7 @@ def evaluate_features(
             continue
         # every task's grid in one stacked model: the tokens are read once per batch for all tasks
         res = train_probe_grid(
-            probe,  # type: ignore[arg-type]
+            PROBE_KINDS[probe],  # type: ignore[arg-type]
             probe_cfg,
             data["train"],
             data["val"],
@@ -245,7 +250,9 @@ class BenchmarkResult:
         lines = [self.caption(), "", "| " + " | ".join(head) + " |", "| --- | --- |" + " ---: |" * (len(head) - 2)]
         for task in self.tasks:
             for probe in self.probes:
-                label = probe if probe != "attentive" or self.info.get("probe_depth", 1) == 1 else "attentive4"
+                label = PROBE_LABELS.get(probe, probe)
+                if probe == "attentive" and self.info.get("probe_depth", 1) != 1:
+                    label = "attentive4"
                 accs = [f"{self.accuracy(e, task, probe):.1f}" for e in self.encoders]
                 lines.append(f"| {task} | {label} | " + " | ".join(accs) + f" | {self.chance[task]:.1f} |")
         if "seconds" in self.info:

@@ -1,0 +1,205 @@
+"""Does pretraining learn? Diagnostics of the built-in benchmark's three tasks (results: ``bench/quality.md``).
+
+    python bench/quality.py supervised --preset demo-cpu [--steps N] [--budget-s S] --out DIR [k=v ...]
+    python bench/quality.py ssl --preset demo-cpu --out DIR [--eval-at 200,400,...] [--name NAME] [k=v ...]
+    python bench/quality.py table DIR [DIR ...]
+
+``supervised`` — the **supervised ceiling**: the preset's encoder, trained on the same clips (the
+benchmark's train split, the whole clip as one view, tokens dropped at the preset's ρ as in pretraining)
+with the labels: one linear head per task on the CLS, the summed cross-entropies, the preset's AdamW and
+learning-rate schedule. It answers whether this architecture at these sizes can carry appearance, motion
+and the arrow of time at all within the budget. The trained encoder is then frozen and read by the same
+probes as a pretrained one, beside the same encoder at random initialisation.
+
+``ssl`` — the real ``levjepa.train.pretrain`` with the preset and overrides; checkpoints at ``--eval-at``
+steps are each frozen and probed (a learning curve); the random-init column is computed once.
+
+Every run writes ``DIR/quality.json``: the config overrides, train seconds, losses, and the accuracy table
+(test split, probe chosen on val). ``table`` prints the markdown rows of ``bench/quality.md`` from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from levjepa.config import apply_overrides
+from levjepa.data.synthetic import load_split
+from levjepa.data.views import normalize
+from levjepa.eval import evaluate_benchmark
+from levjepa.eval.benchmark import PROBES, TASKS
+from levjepa.presets import preset
+from levjepa.rng import make_generator
+from levjepa.train.loop import build_models, pretrain
+from levjepa.train.optim import build_optimizer, lr_at
+from levjepa.weights import load_tensors, prefixed
+
+
+def _config(name: str, overrides: list[str], threads: int | None):
+    extra = [f"train.threads={threads}"] if threads else []
+    return apply_overrides(preset(name), [*overrides, *extra])
+
+
+def _evaluate(cfg, encoders: dict[str, nn.Module], probes: list[str]) -> dict:
+    res = evaluate_benchmark(encoders, cfg.data.synthetic, budget=cfg.train.eval_budget, seed=cfg.train.seed, probes=probes)
+    print(res.table(), flush=True)
+    data = res.to_json()
+    return {"accuracy": data["accuracy"], "chance": data["chance"], "info": data["info"]}
+
+
+def supervised(args: argparse.Namespace) -> dict:
+    """Train the preset's encoder with the labels (a linear head per task on CLS); then probe it frozen."""
+    cfg = _config(args.preset, args.overrides, args.threads)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    data = load_split(cfg.data.synthetic, "train")
+    encoder, _ = build_models(cfg, seed=cfg.train.seed)
+    heads = nn.ModuleDict({t: nn.Linear(cfg.model.dim, data.num_classes[t]) for t in TASKS})
+    model = nn.ModuleDict({"encoder": encoder, "heads": heads})
+    optimizer = build_optimizer(model, cfg.optim)
+    steps = args.steps or cfg.train.steps
+    batch = cfg.data.batch_size
+    gen = make_generator(cfg.train.seed, "quality-supervised")
+    start, log = time.perf_counter(), []
+    step = 0
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, cfg.optim, steps)
+        idx = torch.randint(0, len(data), (batch,), generator=gen)
+        clips = normalize(data.clips[idx])
+        cls = encoder.forward_features(clips, drop=cfg.model.drop_ratio > 0, generator=gen).cls
+        losses = {t: F.cross_entropy(heads[t](cls), data.labels[t][idx]) for t in TASKS}
+        loss = sum(losses.values())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if step % 50 == 0 or step == steps - 1:
+            log.append({"step": step, **{t: round(float(v), 4) for t, v in losses.items()}})
+            print(f"step {step}  " + "  ".join(f"{t} {float(v):.3f}" for t, v in losses.items()), flush=True)
+        if time.perf_counter() - start > args.budget_s:
+            break
+    train_s = time.perf_counter() - start
+    encoder.eval()
+    random_init, _ = build_models(cfg, seed=cfg.train.seed)
+    out = {
+        "kind": "supervised",
+        "preset": args.preset,
+        "overrides": args.overrides,
+        "steps": step + 1,
+        "train_s": train_s,
+        "log": log,
+    }
+    t0 = time.perf_counter()
+    out.update(_evaluate(cfg, {"supervised": encoder, "random init": random_init}, args.probes))
+    out["eval_s"] = time.perf_counter() - t0
+    return out
+
+
+def _checkpoint_encoder(cfg, ckpt: Path, which: str) -> nn.Module:
+    tensors, _ = load_tensors(ckpt / ("ema.safetensors" if which == "ema" else "model.safetensors"))
+    encoder, _ = build_models(cfg, seed=cfg.train.seed)
+    encoder.load_state_dict(prefixed(tensors, "encoder."))
+    return encoder.eval()
+
+
+def ssl(args: argparse.Namespace) -> dict:
+    """The real pretraining loop; each checkpoint in ``--eval-at`` frozen and probed (EMA weights)."""
+    eval_at = sorted(int(s) for s in args.eval_at.split(",")) if args.eval_at else []
+    cfg = _config(args.preset, args.overrides, args.threads)
+    steps = cfg.train.steps
+    keep = [*eval_at, steps]
+    every = math.gcd(*keep)
+    cfg = apply_overrides(
+        cfg, ["train.eval_at_end=false", f"train.checkpoint_every={every}", f"train.keep_every={every}"]
+    )
+    run = args.out / "run"
+    start = time.perf_counter()
+    summary = pretrain(cfg, run, overwrite=True, progress=False)
+    train_s = time.perf_counter() - start
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    keys = ("loss", "invariance", "sigreg", "effective_rank")
+    out = {
+        "kind": "ssl",
+        "preset": args.preset,
+        "overrides": args.overrides,
+        "steps": steps,
+        "train_s": train_s,
+        "clips_per_s": summary.clips_per_s,
+        "first": {k: metrics[0].get(k) for k in keys},
+        "last": {k: metrics[-1].get(k) for k in keys},
+        "curve": {},
+    }
+    random_init, _ = build_models(cfg, seed=cfg.train.seed)
+    for s in keep:
+        ckpt = run / "checkpoints" / f"step_{s:06d}"
+        encoders = {f"EMA @ {s}": _checkpoint_encoder(cfg, ckpt, "ema")}
+        if s == steps:
+            encoders["online"] = _checkpoint_encoder(cfg, ckpt, "online")
+            encoders["random init"] = random_init
+        t0 = time.perf_counter()
+        out["curve"][s] = _evaluate(cfg, encoders, args.probes)
+        out["curve"][s]["eval_s"] = time.perf_counter() - t0
+    return out
+
+
+def _best(acc: dict[str, float]) -> tuple[str, float]:
+    probe = max(acc, key=acc.get)
+    return probe, acc[probe]
+
+
+def table(dirs: list[Path]) -> None:
+    """Markdown rows: one per evaluated encoder, best probe per task (and which probe it was)."""
+    print("| run | encoder | steps | train s | " + " | ".join(f"{t} (best probe)" for t in TASKS) + " |")
+    print("| --- | --- | ---: | ---: |" + " --- |" * len(TASKS))
+    for d in dirs:
+        res = json.loads((d / "quality.json").read_text())
+        evals = res["curve"].values() if res["kind"] == "ssl" else [res]
+        for ev in evals:
+            for enc, per_task in ev["accuracy"].items():
+                cells = []
+                for t in TASKS:
+                    probe, value = _best(per_task[t])
+                    cells.append(f"{value:.1f} ({probe})")
+                print(f"| {d.name} | {enc} | {res['steps']} | {res['train_s']:.0f} | " + " | ".join(cells) + " |")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name in ("supervised", "ssl"):
+        s = sub.add_parser(name)
+        s.add_argument("--preset", default="demo-cpu")
+        s.add_argument("--out", type=Path, required=True)
+        s.add_argument("--threads", type=int, default=None)
+        s.add_argument("--probes", default=",".join(PROBES))
+        s.add_argument("overrides", nargs="*")
+        if name == "supervised":
+            s.add_argument("--steps", type=int, default=None, help="schedule length (default: the preset's)")
+            s.add_argument("--budget-s", type=float, default=math.inf, help="stop training after this wall time")
+        else:
+            s.add_argument("--eval-at", default="", help="also probe the checkpoints of these steps")
+    t = sub.add_parser("table")
+    t.add_argument("dirs", type=Path, nargs="+")
+    args = p.parse_args()
+    if args.cmd == "table":
+        table(args.dirs)
+        return 0
+    args.probes = args.probes.split(",")
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = supervised(args) if args.cmd == "supervised" else ssl(args)
+    (args.out / "quality.json").write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
