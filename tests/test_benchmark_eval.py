@@ -9,9 +9,9 @@ import json
 import pytest
 import torch
 
+from levjepa.commands import probe as cli_probe
 from levjepa.config import apply_overrides
 from levjepa.data import SyntheticConfig
-from levjepa.eval import cli_probe
 from levjepa.eval.benchmark import evaluate_benchmark
 from levjepa.eval.features import as_clip, cached_features, compute_features, encoder_fingerprint
 from levjepa.eval.load import random_encoder

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import levjepa
+from levjepa.commands import export as export_mod
 from levjepa.config import to_dict
-from levjepa.eval import export as export_mod
 from levjepa.eval.export import export_encoder, load
 from levjepa.eval.load import find_checkpoints, load_encoder, random_encoder
 from levjepa.model import Projector, VideoEncoder, encoder_config

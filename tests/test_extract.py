@@ -13,8 +13,8 @@ import pytest
 import torch
 from PIL import Image
 
+from levjepa.commands import extract as cli_extract
 from levjepa.data import decode_clip, normalize, write_video
-from levjepa.eval import cli_extract
 from levjepa.eval.export import export_encoder
 from levjepa.eval.extract import ExtractConfig, extract, read_index, window_starts
 from levjepa.eval.features import center_square

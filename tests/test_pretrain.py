@@ -122,6 +122,31 @@ def test_cli_rejects_unknown_keys_and_bad_values_with_choices(capsys):
     assert printed["model"]["dim"] == 768 and printed["data"]["num_local"] == 4
 
 
+def test_the_command_ends_the_demo_with_probes_of_the_run_it_wrote(tmp_path, capsys):
+    # train.eval_at_end: the loop knows nothing of evaluation; `levjepa pretrain` reads the final checkpoint
+    # back and probes it beside the random initialisation the run started from
+    from levjepa.cli import main
+    from levjepa.eval import evaluate_benchmark, load_encoder
+
+    run, summary = tmp_path / "run", tmp_path / "summary.json"
+    overrides = [*TINY, "train.steps=2", "train.checkpoint_every=2", "train.eval_at_end=true"]
+    args = ["pretrain", "--preset", "demo-cpu", *overrides, "--run-dir", str(run), "--no-progress"]
+    assert main([*args, "--summary-json", str(summary)]) == 0
+    written = json.loads((run / "probe_results.json").read_text())
+    assert json.loads(summary.read_text())["probe_results"] == written
+    columns = ["pretrained (EMA)", "pretrained (online)", "random init"]
+    assert list(written["accuracy"]) == columns and "| appearance | attentive |" in capsys.readouterr().err
+    cfg = tiny_config(*overrides)
+    direct = {
+        columns[1]: load_encoder(run, weights="online").encoder,
+        columns[2]: build_models(cfg, cfg.train.seed)[0],  # the very weights step 0 trained from
+    }
+    knn = evaluate_benchmark(direct, cfg.data.synthetic, probes=("knn",), seed=cfg.train.seed).to_json()["accuracy"]
+    for name, tasks in knn.items():
+        for task, acc in tasks.items():
+            assert written["accuracy"][name][task]["knn"] == acc["knn"], (name, task)
+
+
 def test_bad_files_in_a_real_video_folder_are_reported_not_fatal(tmp_path):
     from data_media import write_pattern
 

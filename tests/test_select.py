@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from levjepa.eval import select as select_mod
+from levjepa.commands import select as select_mod
 from levjepa.eval.select import loss_near, run_lambda, spearman_report
 from test_export import make_run_dir
 

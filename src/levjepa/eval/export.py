@@ -1,4 +1,4 @@
-"""``levjepa export RUN_DIR --out DIR``: an encoder-only release, and ``levjepa.load(path)`` to read it back.
+"""An encoder-only release (``levjepa export RUN_DIR --out DIR``), and ``levjepa.load(path)`` to read it back.
 
 An export holds exactly what inference needs, nothing that can run code::
 
@@ -19,7 +19,6 @@ its ``weights_info`` says which copy was read; a pickle-bearing file is refused 
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -32,7 +31,7 @@ from levjepa.config import to_dict
 from levjepa.eval.load import LoadedEncoder, WeightsKind, load_encoder
 from levjepa.weights import atomic_write_text, save_tensors
 
-__all__ = ["EXPORT_FORMAT", "add_arguments", "export_encoder", "load", "main", "model_card", "read_metrics"]
+__all__ = ["EXPORT_FORMAT", "export_encoder", "load", "model_card", "read_metrics"]
 
 EXPORT_FORMAT = "levjepa-encoder/1"
 
@@ -199,15 +198,3 @@ def export_encoder(
     metrics = read_metrics(loaded.run_dir) if loaded.run_dir else []
     atomic_write_text(out / "MODEL_CARD.md", model_card(loaded, metrics))
     return loaded
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", help="run directory, checkpoint directory or checkpoint file")
-    parser.add_argument("--out", required=True, help="output folder (created)")
-    parser.add_argument("--weights", choices=("ema", "online"), default="ema", help="which weights (default: ema)")
-
-
-def main(args: argparse.Namespace) -> int:
-    loaded = export_encoder(args.run, args.out, weights=args.weights)
-    print(f"exported {loaded.describe()} -> {args.out}/encoder.safetensors (+ config.json, MODEL_CARD.md)")
-    return 0

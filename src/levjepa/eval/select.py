@@ -1,4 +1,4 @@
-"""``levjepa select RUN_DIR [RUN_DIR ...]``: label-free model selection from the training loss.
+"""Label-free model selection from the training loss (``levjepa select RUN_DIR [RUN_DIR ...]``).
 
 The LeJEPA paper finds that its training loss tracks frozen-probe accuracy: over its runs the Spearman
 rank correlation ``ρ_s(train_loss, accuracy)`` is ≈ 0.85 in magnitude, and ≈ 0.99 with the loss rescaled
@@ -24,9 +24,7 @@ models. With fewer than 3 checkpoints, or a constant loss or accuracy, ρ is und
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import math
 import statistics
 from dataclasses import dataclass
@@ -39,9 +37,7 @@ from levjepa.eval.load import WEIGHTS_MEANING, checkpoint_step, find_checkpoints
 __all__ = [
     "DEFAULT_LAMBDA",
     "SelectionResult",
-    "add_arguments",
     "loss_near",
-    "main",
     "run_lambda",
     "select",
     "spearman_report",
@@ -237,43 +233,3 @@ def select(
         task=task, probe=probe, weights=weights, budget=budget, alpha=alpha, window=windows[0] if windows else None
     )
     return SelectionResult(rows, report, info)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", help="run directories (several: compare runs with different λ)")
-    parser.add_argument("--task", default="appearance", choices=("appearance", "motion", "arrow"))
-    parser.add_argument("--probe", default="linear", choices=("linear", "knn", "attentive"))
-    parser.add_argument("--alpha", type=float, default=0.4, help="exponent of the loss / λ^α scaling (0.4)")
-    parser.add_argument("--window", type=int, default=None, help="steps of loss averaged before each checkpoint")
-    parser.add_argument("--weights", choices=("ema", "online"), default="ema")
-    parser.add_argument("--budget", choices=("demo", "full"), default="demo", help="probe grid / split sizes")
-    parser.add_argument(
-        "--synthetic", action="append", default=[], metavar="KEY=VALUE", help="override the benchmark config"
-    )
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cache", default=None, help="feature cache folder (reused across calls)")
-    parser.add_argument("--out", default=None, help="write the JSON result here")
-
-
-def main(args: argparse.Namespace) -> int:
-    result = select(
-        args.runs,
-        task=args.task,
-        probe=args.probe,
-        alpha=args.alpha,
-        window=args.window,
-        weights=args.weights,
-        budget=args.budget,
-        synthetic_overrides=args.synthetic,
-        device=args.device,
-        seed=args.seed,
-        cache_dir=args.cache,
-        progress=True,
-    )
-    print(result.table())
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result.to_json(), indent=2) + "\n")
-        print(f"wrote {args.out}")
-    return 0

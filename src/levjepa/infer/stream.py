@@ -31,13 +31,16 @@ Design:
 
 from __future__ import annotations
 
+import time
+
 import torch
 from torch import Tensor
 
+from levjepa.data.views import normalize
 from levjepa.model.attention import TokenMeta, build_attn_mask
 from levjepa.model.vit import VideoEncoder
 
-__all__ = ["StreamingEncoder"]
+__all__ = ["StreamingEncoder", "stream_video"]
 
 
 class _LayerCache:
@@ -140,3 +143,25 @@ class StreamingEncoder:
         for blk, cache in zip(enc.blocks, self._caches, strict=True):
             x = blk(x, rope, attn_mask, cache.peek)
         return enc.norm(x)[:, 0]
+
+
+@torch.inference_mode()
+def stream_video(encoder, frames: torch.Tensor, *, window: int | None, every: int, device: str = "cpu") -> dict:
+    """Push uint8 frames ``[F, H, W, 3]`` one tubelet at a time; returns readouts and per-push latencies."""
+    tau = encoder.cfg.tubelet
+    streamer = StreamingEncoder(encoder, window=window)
+    cls, at, latency = [], [], []
+    usable = (frames.shape[0] // tau) * tau
+    for start in range(0, usable, tau):
+        clip = frames[start : start + tau].permute(3, 0, 1, 2).unsqueeze(0)  # [1, C, tau, H, W]
+        x = normalize(clip.to(device))
+        t0 = time.perf_counter()
+        streamer.push(x)
+        seen = start + tau
+        if seen % every == 0 or seen == usable:
+            cls.append(streamer.cls()[0].float().cpu())
+            at.append(seen - 1)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        latency.append((time.perf_counter() - t0) * 1e3)
+    return {"cls": torch.stack(cls), "frame": torch.tensor(at), "latency_ms": torch.tensor(latency)}

@@ -56,7 +56,8 @@ class RunSummary:
     skipped_steps: list[int] = field(default_factory=list)
     bad_files: int = 0
     checkpoint: Path | None = None
-    probe_results: dict[str, Any] | None = None
+    rank: int = 0  # the process that returned this summary (only rank 0 writes the run directory)
+    probe_results: dict[str, Any] | None = None  # filled by `levjepa pretrain` when train.eval_at_end
 
 
 def build_models(cfg: PretrainConfig, seed: int) -> tuple[VideoEncoder, Projector]:
@@ -271,9 +272,8 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
         skipped_steps=skipped_steps,
         bad_files=bad_total,
         checkpoint=last_ckpt,
+        rank=info.rank,
     )
-    if tc.eval_at_end and info.is_main:
-        summary.probe_results = _evaluate(cfg, model, ema, path)
     if logger is not None:
         logger.close()
     if info.is_main:
@@ -340,22 +340,6 @@ def _checkpoint(path, info, model, ema, optimizer, cfg, step, consecutive, accum
                 raise
     distributed.barrier()
     return saved
-
-
-def _evaluate(cfg: PretrainConfig, model: Pretrainer, ema: EMA, path: Path) -> dict[str, Any]:
-    """The demo's ending: frozen probes on the built-in benchmark, pretrained vs random init."""
-    from levjepa.eval import evaluate_benchmark
-
-    online = VideoEncoder(cfg.model)
-    online.load_state_dict(model.encoder.state_dict())
-    averaged = ema.copy_to(VideoEncoder(cfg.model))
-    random_init, _ = build_models(cfg, cfg.train.seed)
-    encoders = {"pretrained (EMA)": averaged, "pretrained (online)": online, "random init": random_init}
-    result = evaluate_benchmark(encoders, cfg.data.synthetic, budget=cfg.train.eval_budget, seed=cfg.train.seed)
-    data = result.to_json()
-    (path / "probe_results.json").write_text(json.dumps(data, indent=2))
-    print(result.table(), file=sys.stderr)
-    return data
 
 
 def format_summary(s: RunSummary) -> str:

@@ -1,0 +1,71 @@
+"""The ``index:TRAIN,VAL[,TEST]`` task: a user's labelled V-JEPA index files as :class:`LabelledSplits`.
+
+Each row ``path label`` of an index file (videos or images; ``levjepa.data.sources.parse_index``) becomes one
+clip: the centre window of ``frames`` frames at ``frame_stride`` of a video, resized to a short side of
+``size`` and centre-cropped to a square multiple of the patch size, or an image repeated along time (the
+evaluation transform). Unreadable files are skipped and reported in a :class:`levjepa.data.BadFileReport`;
+a split with no readable clip, or a row without an integer label, is an error. The task is named ``labels``
+and has ``max(label) + 1`` classes (at least 2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import torch
+
+from levjepa.data import BadFileReport, DataError
+from levjepa.data.sources import MediaItem, parse_index
+from levjepa.data.video import decode_clip, load_image, probe_video
+from levjepa.eval.benchmark import LabelledSplits
+from levjepa.eval.features import center_square
+
+__all__ = ["load_index_splits"]
+
+
+def _decode_item(item: MediaItem, *, frames: int, frame_stride: int, size: int, patch: int) -> torch.Tensor:
+    """uint8 [C, T, S, S]: the centre window of a video, or an image repeated along time."""
+    if item.kind == "image":
+        img = center_square(load_image(item.path, short_side=size)[None], size, patch)
+        return img.expand(frames, -1, -1, -1).permute(3, 0, 1, 2).contiguous()
+    n = probe_video(item.path).num_frames
+    span = (frames - 1) * frame_stride + 1
+    start = max(0, (n - span) // 2) if n > 0 else 0
+    clip = decode_clip(item.path, num_frames=frames, frame_stride=frame_stride, start_frame=start, short_side=size)
+    return center_square(clip, size, patch).permute(3, 0, 1, 2).contiguous()
+
+
+def load_index_splits(
+    paths: list[str],
+    *,
+    frames: int = 16,
+    frame_stride: int = 2,
+    size: int = 224,
+    patch: int = 16,
+    bad_files: BadFileReport | None = None,
+) -> LabelledSplits:
+    """Clips and labels of V-JEPA index files ``[train, val(, test)]`` as one task named ``labels``."""
+    if len(paths) not in (2, 3):
+        raise ValueError(f"index task: expected TRAIN,VAL[,TEST] index files, got {len(paths)}: {paths}")
+    report = bad_files if bad_files is not None else BadFileReport()
+    clips, labels = {}, {}
+    for split, path in zip(("train", "val", "test"), paths, strict=False):
+        items = parse_index(path)
+        unlabeled = [it.path for it in items if it.label is None]
+        if unlabeled:
+            raise ValueError(f"{path}: {len(unlabeled)} row(s) have no integer label, e.g. {unlabeled[0]!r}")
+        xs, ys = [], []
+        for it in items:
+            try:
+                xs.append(_decode_item(it, frames=frames, frame_stride=frame_stride, size=size, patch=patch))
+                ys.append(it.label)
+            except (DataError, OSError, RuntimeError) as err:
+                report.add(it.path, str(err))
+        if not xs:
+            raise ValueError(f"{path}: no readable clip ({report.total} bad file(s) so far)")
+        clips[split] = torch.stack(xs)
+        labels[split] = {"labels": torch.tensor(ys, dtype=torch.long)}
+    num_classes = int(max(int(v["labels"].max()) for v in labels.values())) + 1
+    key = hashlib.sha1(json.dumps([paths, frames, frame_stride, size, patch]).encode()).hexdigest()[:12]
+    return LabelledSplits(clips, labels, {"labels": max(2, num_classes)}, f"index {paths[0]}", key=f"index-{key}")
