@@ -203,7 +203,7 @@ def test_objective_switch_logs_what_the_objective_computes(tmp_path, overrides, 
         if step > 0:
             model.load_state_dict(load_tensors(tmp_path / "checkpoints" / f"step_{step:06d}" / "model.safetensors")[0])
         batches = [next(loader), next(loader)]
-        views = [torch.cat([b.to_device("cpu")[g] for b in batches], dim=1) for g in range(2)]
+        views = [torch.cat([b.augment_to_device("cpu")[g] for b in batches], dim=1) for g in range(2)]
         keys = torch.cat([sample_keys(cfg.train.seed, "drop", b.epoch, positions=b.index) for b in batches])
         with torch.no_grad():
             out = objective(model(views, keys), step)

@@ -38,9 +38,9 @@ clips, ~300 MB at the defaults) go through shared memory, like every batch, so `
 
 **Transfer** (``batch.py``). Workers ship uint8 views (``ViewBatch``, ``data.resize_on="worker"``) or the
 decoded frames with each view's crop box (``FrameBatch``, ``"device"``, the default on CUDA) and float32
-photometric parameters; ``to_device`` moves them (pinned when CUDA is available), cuts the views if the
-worker did not, applies the photometric change to the local views in batch on the device, and normalises
-every view.
+photometric parameters; ``augment_to_device`` moves them (pinned when CUDA is available), cuts the views if
+the worker did not, applies the photometric change to the local views in batch on the device, and
+normalises every view.
 """
 
 from __future__ import annotations

@@ -309,7 +309,7 @@ def _next_micro_batches(loader, accum: int, seed: int, device: torch.device, bad
     for _ in range(accum):
         batch = next(loader)
         bad_files.extend(batch.bad_files)
-        micro.append(batch.to_device(device))
+        micro.append(batch.augment_to_device(device))
         drops.append(sample_keys(seed, "drop", batch.epoch, positions=batch.index, device=device))
     return micro, drops
 
