@@ -12,8 +12,9 @@ import torch
 from levjepa.commands import probe as cli_probe
 from levjepa.config import apply_overrides
 from levjepa.data import SyntheticConfig
+from levjepa.data.eval_clip import as_clip
 from levjepa.eval.benchmark import evaluate_benchmark
-from levjepa.eval.features import as_clip, cached_features, compute_features, encoder_fingerprint
+from levjepa.eval.features import cached_features, compute_features, encoder_fingerprint
 from levjepa.eval.load import random_encoder
 from levjepa.eval.probes import probe_config
 from levjepa.model import encoder_config

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import torch
 
-from levjepa.data import decode_all
-from levjepa.eval.features import center_square
+from levjepa.data.eval_clip import load_eval_video
 from levjepa.eval.load import load_encoder
 from levjepa.infer.stream import stream_video
 from levjepa.weights import save_tensors
@@ -45,9 +44,10 @@ def main(args: argparse.Namespace) -> int:
         print("levjepa stream: --every and --window must be >= 1", file=sys.stderr)
         return 2
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
-    video = decode_all(args.video, frame_stride=args.frame_stride, short_side=args.size)
+    video = load_eval_video(
+        args.video, size=args.size, patch=loaded.encoder.cfg.patch_size, frame_stride=args.frame_stride
+    )
     frames = video.frames[: args.max_frames] if args.max_frames else video.frames
-    frames = center_square(frames, args.size, loaded.encoder.cfg.patch_size)
     out = stream_video(loaded.encoder, frames, window=args.window, every=args.every, device=args.device)
     lat = out["latency_ms"]
     summary = {

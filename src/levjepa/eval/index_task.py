@@ -1,11 +1,11 @@
 """The ``index:TRAIN,VAL[,TEST]`` task: a user's labelled V-JEPA index files as :class:`LabelledSplits`.
 
 Each row ``path label`` of an index file (videos or images; ``levjepa.data.sources.parse_index``) becomes one
-clip: the centre window of ``frames`` frames at ``frame_stride`` of a video, resized to a short side of
-``size`` and centre-cropped to a square multiple of the patch size, or an image repeated along time (the
-evaluation transform). Unreadable files are skipped and reported in a :class:`levjepa.data.BadFileReport`;
-a split with no readable clip, or a row without an integer label, is an error. The task is named ``labels``
-and has ``max(label) + 1`` classes (at least 2).
+clip through the evaluation transform (``levjepa.data.eval_clip.load_eval_clip``): the centre window of
+``frames`` frames at ``frame_stride`` of a video, resized to a short side of ``size`` and centre-cropped to a
+square multiple of the patch size, or an image repeated along time. Unreadable files are skipped and
+reported in a :class:`levjepa.data.BadFileReport`; a split with no readable clip, or a row without an
+integer label, is an error. The task is named ``labels`` and has ``max(label) + 1`` classes (at least 2).
 """
 
 from __future__ import annotations
@@ -16,24 +16,11 @@ import json
 import torch
 
 from levjepa.data import BadFileReport, DataError
-from levjepa.data.sources import MediaItem, parse_index
-from levjepa.data.video import decode_clip, load_image, probe_video
+from levjepa.data.eval_clip import load_eval_clip
+from levjepa.data.sources import parse_index
 from levjepa.eval.benchmark import LabelledSplits
-from levjepa.eval.features import center_square
 
 __all__ = ["load_index_splits"]
-
-
-def _decode_item(item: MediaItem, *, frames: int, frame_stride: int, size: int, patch: int) -> torch.Tensor:
-    """uint8 [C, T, S, S]: the centre window of a video, or an image repeated along time."""
-    if item.kind == "image":
-        img = center_square(load_image(item.path, short_side=size)[None], size, patch)
-        return img.expand(frames, -1, -1, -1).permute(3, 0, 1, 2).contiguous()
-    n = probe_video(item.path).num_frames
-    span = (frames - 1) * frame_stride + 1
-    start = max(0, (n - span) // 2) if n > 0 else 0
-    clip = decode_clip(item.path, num_frames=frames, frame_stride=frame_stride, start_frame=start, short_side=size)
-    return center_square(clip, size, patch).permute(3, 0, 1, 2).contiguous()
 
 
 def load_index_splits(
@@ -58,7 +45,10 @@ def load_index_splits(
         xs, ys = [], []
         for it in items:
             try:
-                xs.append(_decode_item(it, frames=frames, frame_stride=frame_stride, size=size, patch=patch))
+                clip = load_eval_clip(
+                    it.path, num_frames=frames, frame_stride=frame_stride, size=size, patch=patch, kind=it.kind
+                )
+                xs.append(clip.permute(3, 0, 1, 2).contiguous())  # [C, T, S, S]
                 ys.append(it.label)
             except (DataError, OSError, RuntimeError) as err:
                 report.add(it.path, str(err))

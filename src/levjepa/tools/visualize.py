@@ -1,4 +1,4 @@
-"""``levjepa visualize CKPT VIDEO|IMAGE|synthetic[:i] --out DIR``: what the patch features of one clip look like.
+"""What the patch features of one clip look like (``levjepa visualize CKPT VIDEO|IMAGE|synthetic[:i] --out DIR``).
 
 Two qualitative readouts (SPEC §5; LeJEPA / LeVJEPA figures):
 
@@ -18,9 +18,10 @@ maps (bottom), each map upsampled (nearest) to the frame size; ``DIR/visualize.g
 side by side, one GIF frame per video frame (Pillow, cheap); ``DIR/visualize.json`` — the explained
 variance of the three components, the query, the token grid, the source. Pillow only: no matplotlib.
 
-The clip: a video is decoded with ``levjepa.data.decode_clip`` (``--frames`` at ``--frame-stride`` from
-``--start``), resized to a short side of ``--size`` and centre-cropped to a square multiple of the patch
-size; an image is repeated along time; ``synthetic:i`` is clip ``i`` of the built-in benchmark's test split.
+The clip (``levjepa.data.eval_clip.load_eval_clip``, the evaluation transform): ``--frames`` frames of a
+video at ``--frame-stride`` from ``--start``, or an image repeated along time, resized to a short side of
+``--size`` and centre-cropped to a square multiple of the patch size; ``synthetic:i`` is clip ``i`` of the
+built-in benchmark's test split.
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from levjepa.data.config import SyntheticConfig
+from levjepa.data.eval_clip import center_square, load_eval_clip
+from levjepa.data.synthetic import load_split
+from levjepa.data.views import normalize
+from levjepa.eval.features import frozen_eval
 
 __all__ = [
     "cosine_map",
@@ -135,9 +142,6 @@ def visualize(
 
     ``scale`` enlarges every tile (nearest) for small clips. Returns the summary written to JSON.
     """
-    from levjepa.data import normalize
-    from levjepa.eval.features import frozen_eval
-
     if clip.dim() != 4 or clip.dtype != torch.uint8:
         raise ValueError(
             f"visualize: clip must be uint8 [C, T, H, W] or [T, H, W, 3], got {clip.dtype} {list(clip.shape)}"
@@ -195,25 +199,9 @@ def visualize(
 
 def load_clip(source: str, *, num_frames: int, frame_stride: int, start: int, size: int, patch: int) -> Tensor:
     """uint8 [T, H, W, 3] from a video, an image or ``synthetic[:i]`` (see the module doc)."""
-    from levjepa.eval.features import center_square
-
     if source == "synthetic" or source.startswith("synthetic:"):
-        from levjepa.data import SyntheticConfig
-        from levjepa.data.synthetic import load_split
-
         i = int(source.split(":", 1)[1]) if ":" in source else 0
         cfg = SyntheticConfig(num_train=1, num_val=1, num_test=max(1, i + 1))
-        data = load_split(cfg, "test")
-        clip = data.clips[i].permute(1, 2, 3, 0)
+        clip = load_split(cfg, "test").clips[i].permute(1, 2, 3, 0)
         return center_square(clip, min(clip.shape[1], clip.shape[2]), patch)
-    from levjepa.data.sources import media_kind
-
-    if media_kind(source) == "image":
-        from levjepa.data.video import load_image
-
-        img = load_image(source)
-        return center_square(img[None].expand(num_frames, -1, -1, -1), size, patch)
-    from levjepa.data import decode_clip
-
-    frames = decode_clip(source, num_frames=num_frames, frame_stride=frame_stride, start_frame=start, short_side=size)
-    return center_square(frames, size, patch)
+    return load_eval_clip(source, num_frames=num_frames, frame_stride=frame_stride, start=start, size=size, patch=patch)
