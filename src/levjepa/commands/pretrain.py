@@ -33,7 +33,7 @@ from levjepa.presets import PRESETS, needs_sources, preset
 from levjepa.train.config import PretrainConfig
 from levjepa.train.loop import TrainingStopped, pretrain, summary_json
 from levjepa.train.run_dir import RunDirError
-from levjepa.weights import atomic_write_text
+from levjepa.weights import CONFIG, PROBE_RESULTS, read_json, write_json
 
 __all__ = ["add_arguments", "evaluate_run", "main", "resolve_config"]
 
@@ -54,10 +54,9 @@ def resolve_config(preset_name: str | None, overrides: list[str], resume: Path |
     if resume is not None:
         if preset_name:
             raise ConfigError("--resume continues a run with its own config; drop --preset")
-        path = resume / "config.json"
-        if not path.is_file():
+        if not (resume / CONFIG).is_file():
             raise ConfigError(f"{resume}: no config.json here, so there is no run to resume")
-        cfg = from_dict(PretrainConfig, json.loads(path.read_text()))
+        cfg = from_dict(PretrainConfig, read_json(resume / CONFIG))
     elif preset_name:
         cfg = preset(preset_name)
     else:
@@ -81,7 +80,7 @@ def evaluate_run(cfg: PretrainConfig, run_dir: Path) -> dict[str, Any]:
     }
     result = evaluate_benchmark(encoders, cfg.data.synthetic, budget=cfg.train.eval_budget, seed=cfg.train.seed)
     data = result.to_json()
-    atomic_write_text(run_dir / "probe_results.json", json.dumps(data, indent=2))
+    write_json(run_dir / PROBE_RESULTS, data)
     print(result.table(), file=sys.stderr)
     return data
 

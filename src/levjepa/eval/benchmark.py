@@ -35,9 +35,12 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from levjepa.config import apply_overrides
+from levjepa.data.config import SyntheticConfig
 from levjepa.eval.features import Features, cached_features
 from levjepa.eval.knn import KnnResult, knn_evaluate
 from levjepa.eval.probes import GridResult, ProbeConfig, probe_config, train_probe_grid
+from levjepa.train.config import PretrainConfig
 
 __all__ = [
     "BUDGET_LIMITS",
@@ -87,13 +90,9 @@ class LabelledSplits:
         return f"{c.shape[2]}×{c.shape[3]}×{c.shape[4]} (T×H×W)"
 
 
-def synthetic_config_for(run_config: Mapping[str, Any] | None, overrides: Sequence[str] = ()) -> Any:
-    """The benchmark config a run trained with (``config.json`` → ``data.synthetic``), else the default."""
-    from levjepa.config import apply_overrides, from_dict
-    from levjepa.data import SyntheticConfig
-
-    section = ((run_config or {}).get("data") or {}).get("synthetic")
-    cfg = from_dict(SyntheticConfig, section) if isinstance(section, dict) else SyntheticConfig()
+def synthetic_config_for(run_config: PretrainConfig | None, overrides: Sequence[str] = ()) -> SyntheticConfig:
+    """The benchmark config a run trained with (``data.synthetic`` of its config), else the default."""
+    cfg = run_config.data.synthetic if run_config is not None else SyntheticConfig()
     return apply_overrides(cfg, list(overrides))
 
 

@@ -8,8 +8,9 @@ This command measures that signal on *our* runs:
 * for every complete checkpoint of every run given, the **training loss near that step**: the mean of
   ``loss`` over the ``metrics.jsonl`` rows with ``step - window < s ≤ step`` (default ``window``: half the
   median spacing between checkpoints, at least one step);
-* ``loss / λ^α`` with the run's λ (``config.json`` → ``objective.lam``; null means the objective's
-  default: 0.02 levjepa, 0.05 lejepa, 0.1 localejepa);
+* ``loss / λ^α`` with the run's λ (its ``config.json`` parsed into a ``PretrainConfig``:
+  ``objective.lam_value``, the objective's default when ``lam`` is null: 0.02 levjepa, 0.05 lejepa, 0.1
+  localejepa);
 * a **cheap probe accuracy** of that checkpoint's frozen encoder (EMA weights by default) on a built-in
   benchmark task (default: appearance, linear probe on mean-pooled tokens, the ``demo`` budget);
 * the Spearman correlations of ``−loss`` and ``−loss/λ^α`` with accuracy (the sign is flipped so that
@@ -31,34 +32,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from levjepa.eval.export import read_metrics
-from levjepa.eval.load import WEIGHTS_MEANING, checkpoint_step, find_checkpoints, load_encoder, read_json
+from levjepa.eval.benchmark import benchmark_splits, evaluate_encoder_on_splits, synthetic_config_for
+from levjepa.eval.load import WEIGHTS_MEANING, load_encoder, read_run_config
+from levjepa.train.config import PretrainConfig
+from levjepa.weights import CONFIG, checkpoint_step, list_checkpoints, read_metrics
 
 __all__ = [
-    "DEFAULT_LAMBDA",
     "SelectionResult",
     "loss_near",
-    "run_lambda",
     "select",
     "spearman_report",
 ]
-
-try:  # one source of truth when the objective package is present
-    from levjepa.objective.config import DEFAULT_LAMBDA
-except ImportError:  # pragma: no cover - evaluation works without the training objectives installed
-    DEFAULT_LAMBDA = {"levjepa": 0.02, "lejepa": 0.05, "localejepa": 0.1}
-
-
-def run_lambda(run_config: dict[str, Any] | None) -> float:
-    """The run's λ: ``objective.lam``, or the objective's default when it is null/absent."""
-    obj = (run_config or {}).get("objective") or {}
-    lam = obj.get("lam")
-    if lam is not None:
-        return float(lam)
-    name = obj.get("name", "levjepa")
-    if name not in DEFAULT_LAMBDA:
-        raise ValueError(f"objective.name={name!r}: unknown; valid choices are {', '.join(DEFAULT_LAMBDA)}")
-    return DEFAULT_LAMBDA[name]
 
 
 def loss_near(rows: list[dict[str, Any]], step: int, window: int, key: str = "loss") -> float | None:
@@ -173,18 +157,16 @@ def select(
     progress: bool = False,
 ) -> SelectionResult:
     """Loss near each checkpoint, its probe accuracy, and their Spearman correlations (see the module doc)."""
-    from levjepa.eval.benchmark import benchmark_splits, evaluate_encoder_on_splits, synthetic_config_for
-
     rows: list[dict[str, Any]] = []
     info: dict[str, Any] = {}
     windows = []
     for run in map(Path, run_dirs):
-        run_cfg = read_json(run / "config.json") if (run / "config.json").is_file() else {}
-        lam = run_lambda(run_cfg)
+        run_cfg = read_run_config(run) if (run / CONFIG).is_file() else PretrainConfig()
+        lam = run_cfg.objective.lam_value
         metrics = read_metrics(run)
         if not metrics:
             raise ValueError(f"{run}: no training losses (metrics.jsonl is missing or has no rows with 'step')")
-        ckpts = find_checkpoints(run)
+        ckpts = list_checkpoints(run)
         if not ckpts:
             raise ValueError(f"{run}: no complete checkpoint (checkpoints/step_*/meta.json)")
         steps = [checkpoint_step(c) for c in ckpts]

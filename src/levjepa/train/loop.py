@@ -15,7 +15,6 @@ logged with its step number, and ``max_consecutive_skips`` skips in a row stop t
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import resource
 import sys
@@ -38,6 +37,7 @@ from levjepa.train.ema import EMA
 from levjepa.train.optim import build_optimizer, lr_at
 from levjepa.train.run_dir import MetricsLogger, default_run_dir, prepare_run_dir, write_run_info
 from levjepa.train.step import Pretrainer, train_step
+from levjepa.weights import BAD_FILES, truncate_metrics
 
 __all__ = ["pretrain", "RunSummary", "TrainingStopped", "build_models"]
 
@@ -90,14 +90,6 @@ def _peak_memory_gb(device: torch.device) -> float:
         return torch.cuda.max_memory_allocated(device) / 2**30
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss_kb / 2**20  # Linux reports KiB
-
-
-def _truncate_metrics(run_dir: Path, step: int) -> None:
-    """On resume, drop metric lines logged after the checkpoint (they will be logged again)."""
-    path = run_dir / "metrics.jsonl"
-    if path.is_file():
-        keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-        path.write_text("".join(line + "\n" for line in keep))
 
 
 def pretrain(
@@ -155,14 +147,13 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
         if info.is_main:
             where = f"{latest.name} (step {state.step})" if latest else "the start (no checkpoint was written)"
             print(f"resuming {path} from {where}", file=sys.stderr)
-            _truncate_metrics(path, state.step)
+            truncate_metrics(path, state.step)
     train_model = _training_module(model, info, accum, tc.accumulation, tc.compile)
     autocast_dtype = _autocast_dtype(cfg, device)
 
     bad_files = BadFileReport()
-    if resume and (path / "bad_files.json").is_file():  # what the run met before it stopped stays reported
-        for entry in json.loads((path / "bad_files.json").read_text())["files"]:
-            bad_files.files.setdefault(entry["path"], entry["reason"])
+    if resume and (path / BAD_FILES).is_file():  # what the run met before it stopped stays reported
+        bad_files.merge(BadFileReport.read(path / BAD_FILES))
     loader = iter(
         build_pretrain_loader(
             cfg.data,
@@ -258,7 +249,7 @@ def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
             every_rank = bad_files.gather()  # a collective: all ranks call it
             bad_total = every_rank.total
             if info.is_main:
-                every_rank.write(path / "bad_files.json")
+                every_rank.write(path / BAD_FILES)
 
     if bar is not None:
         bar.close()
@@ -317,12 +308,7 @@ def _next_micro_batches(loader, accum: int, seed: int, device: torch.device, bad
 def _checkpoint(path, info, model, ema, optimizer, cfg, step, consecutive, accum, metrics) -> Path | None:
     saved = None
     if info.is_main:
-        state = ckpt.TrainerState(
-            step=step,
-            consecutive_skips=consecutive,
-            data_position=step * accum,
-            extra={"metrics": metrics},
-        )
+        state = ckpt.TrainerState(step=step, consecutive_skips=consecutive, extra={"metrics": metrics})
         try:
             saved = ckpt.save_checkpoint(
                 path, model=model, ema=ema, optimizer=optimizer, state=state, encoder_config=to_dict(cfg.model)
