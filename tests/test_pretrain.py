@@ -126,7 +126,7 @@ def test_the_command_ends_the_demo_with_probes_of_the_run_it_wrote(tmp_path, cap
     # train.eval_at_end: the loop knows nothing of evaluation; `levjepa pretrain` reads the final checkpoint
     # back and probes it beside the random initialisation the run started from
     from levjepa.cli import main
-    from levjepa.eval import evaluate_benchmark, load_encoder
+    from levjepa.eval import EvalConfig, evaluate_benchmark, load_encoder
 
     run, summary = tmp_path / "run", tmp_path / "summary.json"
     overrides = [*TINY, "train.steps=2", "train.checkpoint_every=2", "train.eval_at_end=true"]
@@ -141,7 +141,8 @@ def test_the_command_ends_the_demo_with_probes_of_the_run_it_wrote(tmp_path, cap
         columns[1]: load_encoder(run, weights="online").encoder,
         columns[2]: build_models(cfg, cfg.train.seed)[0],  # the very weights step 0 trained from
     }
-    knn = evaluate_benchmark(direct, cfg.data.synthetic, probes=("knn",), seed=cfg.train.seed).to_json()["accuracy"]
+    evaluation = EvalConfig(probes=("knn",), seed=cfg.train.seed)
+    knn = evaluate_benchmark(direct, cfg.data.synthetic, evaluation).to_json()["accuracy"]
     for name, tasks in knn.items():
         for task, acc in tasks.items():
             assert written["accuracy"][name][task]["knn"] == acc["knn"], (name, task)

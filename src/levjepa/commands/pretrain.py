@@ -27,7 +27,7 @@ from typing import Any
 
 from levjepa.config import ConfigError, apply_overrides, from_dict, to_dict
 from levjepa.data import DataError
-from levjepa.eval.benchmark import evaluate_benchmark
+from levjepa.eval.benchmark import EvalConfig, evaluate_benchmark
 from levjepa.eval.load import load_encoder, random_encoder
 from levjepa.presets import PRESETS, needs_sources, preset
 from levjepa.train.config import PretrainConfig
@@ -78,7 +78,8 @@ def evaluate_run(cfg: PretrainConfig, run_dir: Path) -> dict[str, Any]:
         "pretrained (online)": load_encoder(run_dir, weights="online").encoder,
         "random init": random_encoder(cfg.model, seed=cfg.train.seed).encoder,
     }
-    result = evaluate_benchmark(encoders, cfg.data.synthetic, budget=cfg.train.eval_budget, seed=cfg.train.seed)
+    evaluation = EvalConfig(budget=cfg.train.eval_budget, seed=cfg.train.seed)
+    result = evaluate_benchmark(encoders, cfg.data.synthetic, evaluation)
     data = result.to_json()
     write_json(run_dir / PROBE_RESULTS, data)
     print(result.table(), file=sys.stderr)

@@ -26,7 +26,15 @@ from pathlib import Path
 
 from levjepa.config import apply_overrides
 from levjepa.data import BadFileReport
-from levjepa.eval.benchmark import PROBES, TASKS, benchmark_splits, evaluate_splits, synthetic_config_for
+from levjepa.eval.benchmark import (
+    BENCHMARK_TITLE,
+    PROBES,
+    TASKS,
+    EvalConfig,
+    benchmark_splits,
+    evaluate_splits,
+    synthetic_config_for,
+)
 from levjepa.eval.index_task import load_index_splits
 from levjepa.eval.load import LoadedEncoder, load_encoder, random_encoder
 from levjepa.eval.probes import probe_config
@@ -77,7 +85,7 @@ def main(args: argparse.Namespace) -> int:
     first = next(iter(loaded.values()))
     if not args.no_baseline:
         loaded["random-init"] = random_encoder(first.config, seed=args.baseline_seed, device=args.device)
-    cfg = apply_overrides(probe_config(args.budget, depth=args.probe_depth), args.set)
+    probe_cfg = apply_overrides(probe_config(args.budget, depth=args.probe_depth), args.set)
     bad = None
     if args.task.startswith("index:"):
         bad = BadFileReport()
@@ -94,21 +102,20 @@ def main(args: argparse.Namespace) -> int:
         tasks = _split_list(args.task, TASKS, "task")
         syn = synthetic_config_for(first.run_config, args.synthetic)
         splits = benchmark_splits(syn, args.budget)
-        title = "built-in benchmark (moving image over texture: appearance, motion direction, arrow of time)"
-    result = evaluate_splits(
-        {name: le.encoder for name, le in loaded.items()},
-        splits,
-        tasks=tasks,
-        probes=probes,
+        title = BENCHMARK_TITLE
+    evaluation = EvalConfig(
+        tasks=tuple(tasks),
+        probes=tuple(probes),
         budget=args.budget,
-        probe_cfg=cfg,
-        device=args.device,
+        probe=probe_cfg,
         seed=args.seed,
+        device=args.device,
+        batch_size=args.batch_size,
         cache_dir=args.cache,
         progress=True,
         title=title,
-        batch_size=args.batch_size,
     )
+    result = evaluate_splits({name: le.encoder for name, le in loaded.items()}, splits, evaluation)
     result.info["encoders"] = {name: le.describe() for name, le in loaded.items()}
     for name, le in loaded.items():  # which copy each column is (the EMA copy by default)
         print(f"{name}: {le.describe()}")

@@ -9,7 +9,7 @@ files). ``load.py`` reads run directories, checkpoints and exports (``levjepa.lo
 
 from __future__ import annotations
 
-from levjepa.eval.benchmark import BenchmarkResult, evaluate_benchmark
+from levjepa.eval.benchmark import BenchmarkResult, EvalConfig, evaluate_benchmark
 from levjepa.eval.features import Features, compute_features
 from levjepa.eval.knn import knn_evaluate, knn_predict
 from levjepa.eval.load import LoadedEncoder, load_encoder, random_encoder
@@ -18,6 +18,7 @@ from levjepa.eval.probes import AttentiveProbeGrid, LinearProbeGrid, ProbeConfig
 __all__ = [
     "AttentiveProbeGrid",
     "BenchmarkResult",
+    "EvalConfig",
     "Features",
     "LinearProbeGrid",
     "LoadedEncoder",

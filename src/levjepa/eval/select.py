@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from levjepa.eval.benchmark import benchmark_splits, evaluate_encoder_on_splits, synthetic_config_for
+from levjepa.eval.benchmark import EvalConfig, benchmark_splits, evaluate_encoder_on_splits, synthetic_config_for
 from levjepa.eval.load import WEIGHTS_MEANING, load_encoder, read_run_config
 from levjepa.train.config import PretrainConfig
 from levjepa.weights import CONFIG, checkpoint_step, list_checkpoints, read_metrics
@@ -157,6 +157,15 @@ def select(
     progress: bool = False,
 ) -> SelectionResult:
     """Loss near each checkpoint, its probe accuracy, and their Spearman correlations (see the module doc)."""
+    evaluation = EvalConfig(
+        tasks=(task,),
+        probes=(probe,),
+        budget=budget,
+        seed=seed,
+        device=device,
+        cache_dir=None if cache_dir is None else str(cache_dir),
+        progress=progress,
+    )
     rows: list[dict[str, Any]] = []
     info: dict[str, Any] = {}
     windows = []
@@ -185,17 +194,7 @@ def select(
                 print(f"warning: {ckpt}: no logged loss in steps ({step - win}, {step}]; checkpoint skipped")
                 continue
             enc = load_encoder(ckpt, weights=weights, device=device)
-            res = evaluate_encoder_on_splits(
-                enc.encoder,
-                splits,
-                tasks=(task,),
-                probes=(probe,),
-                budget=budget,
-                seed=seed,
-                device=device,
-                cache_dir=cache_dir,
-                progress=progress,
-            )[task][probe]
+            res = evaluate_encoder_on_splits(enc.encoder, splits, evaluation)[0][task][probe]
             rows.append(
                 {
                     "run": str(run),
