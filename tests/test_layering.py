@@ -1,6 +1,7 @@
 """The floors of the package stay apart (STYLE 4, 16): every import of every module under ``src/levjepa`` —
 function-local and ``TYPE_CHECKING`` ones included, read from the ``ast`` — goes down the layer table
 below or stays inside its own unit, and ``torch.distributed`` is touched by ``levjepa/distributed.py`` only.
+Likewise every seed goes through ``levjepa/rng.py`` (STYLE 10): nothing else seeds a generator.
 
 Two units on the same floor may not import each other either (that is how cycles start), so the table is
 also the proof that the package graph has no cycle.
@@ -147,3 +148,26 @@ def test_the_check_catches_upward_sideways_and_distributed_imports():
     assert one("levjepa.newthing", "")  # a module the table does not place
     assert not one("levjepa.eval.load", "from levjepa.train.loop import build_models\nfrom . import features\n")
     assert not one("levjepa.distributed", "import torch.distributed as dist\n")
+
+
+RNG_OWNER = "levjepa.rng"
+SEEDING = ("manual_seed", "seed", "Generator", "set_rng_state")  # calls that seed or build a generator
+
+
+def seeding_outside_rng(sources: dict[str, tuple[bool, str]]) -> list[str]:
+    """Every ``torch.manual_seed`` / ``g.manual_seed`` / ``torch.Generator(...)`` / ``set_rng_state`` call outside
+    ``levjepa.rng`` (restoring a checkpoint's saved RNG state is the checkpoint's business: allowed there)."""
+    found = []
+    for module, (_, text) in sorted(sources.items()):
+        if module in (RNG_OWNER, "levjepa.train.checkpoint"):
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SEEDING:
+                found.append(f"{module}:{node.lineno} calls .{node.func.attr}(): seed through levjepa.rng")
+    return found
+
+
+def test_every_seed_goes_through_rng():
+    assert seeding_outside_rng(_package_sources()) == []
+    caught = seeding_outside_rng({"levjepa.data.x": (False, "import torch\ng = torch.Generator().manual_seed(3)\n")})
+    assert len(caught) == 2  # the Generator and its manual_seed

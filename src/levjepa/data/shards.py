@@ -53,6 +53,7 @@ import torch
 
 from levjepa.data.badfiles import DataError
 from levjepa.data.sources import MediaItem, media_kind
+from levjepa.rng import make_generator
 
 __all__ = ["INDEX_NAME", "PackResult", "ShardIndex", "ShardSource", "is_shard_store", "pack", "read_index"]
 
@@ -177,15 +178,13 @@ class ShardSource:
     # -- which members a rank reads
     def rank_stream(self, seed: int, epoch: int, rank: int, world_size: int) -> torch.Tensor:
         """Member ids in the order rank ``rank`` reads them in ``epoch`` (module docstring)."""
-        from levjepa.rng import derive_seed
-
         n_shards = len(self.index.shards)
         if n_shards < world_size:
             raise DataError(
                 f"missing: shard store {self.name} has {n_shards} shard(s) for {world_size} ranks; every rank "
                 f"reads its own shards: repack with --shards >= {world_size} (a multiple of it balances them)"
             )
-        g = torch.Generator().manual_seed(derive_seed(seed, "shards", epoch))
+        g = make_generator(seed, "shards", epoch)
         order = torch.randperm(n_shards, generator=g)[rank::world_size].tolist()
         runs = []
         for i in order:
@@ -372,7 +371,7 @@ def pack(
         stale.unlink(missing_ok=True)
     order = list(range(len(items)))
     if shuffle:
-        order = torch.randperm(len(items), generator=torch.Generator().manual_seed(seed)).tolist()
+        order = torch.randperm(len(items), generator=make_generator("pack", seed)).tolist()
     bounds = [round(i * len(items) / shards) for i in range(shards + 1)]
     names = [f"shard-{i:06d}.tar" for i in range(shards)]
     tasks = [

@@ -46,6 +46,7 @@ from levjepa.data.synthetic import load_split
 from levjepa.eval.features import Features, cached_features
 from levjepa.eval.knn import KnnResult, knn_evaluate
 from levjepa.eval.probes import GridResult, ProbeConfig, probe_config, train_probe_grid
+from levjepa.rng import make_generator
 from levjepa.train.config import PretrainConfig
 
 __all__ = [
@@ -152,11 +153,6 @@ def benchmark_splits(cfg: SyntheticConfig, budget: Literal["demo", "full"] = "de
     return LabelledSplits(clips, labels, num_classes, source, key=f"synthetic-{digest}-{sizes}")
 
 
-def _probe_seed(seed: int, task: str, probe: str) -> torch.Generator:
-    digest = hashlib.sha1(f"{seed}/{task}/{probe}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
-
-
 def _probe_input(f: Features, probe: str) -> Tensor:
     """What each probe reads: every token (attentive), mean-pooled patches (linear), CLS (kNN)."""
     if probe == "attentive":
@@ -192,7 +188,7 @@ def evaluate_features(
             data["val"],
             data.get("test"),
             num_classes=classes,
-            generator=_probe_seed(cfg.seed, ",".join(tasks), probe),
+            generator=make_generator("probe", cfg.seed, ",".join(tasks), probe),
             device=cfg.device,
         )
         assert isinstance(res, dict)

@@ -45,6 +45,7 @@ import torch
 
 from levjepa.config import ConfigError, from_dict
 from levjepa.model import EncoderConfig, VideoEncoder
+from levjepa.rng import seeded_init
 from levjepa.train.config import PretrainConfig
 from levjepa.weights import (
     CHECKPOINTS,
@@ -323,8 +324,7 @@ def load(path: str | Path, weights: WeightsKind = "ema", device: str | torch.dev
 
 def random_encoder(config: EncoderConfig, *, seed: int = 0, device: str | torch.device = "cpu") -> LoadedEncoder:
     """The same architecture at random initialisation (seeded; the global RNG state is left as it was)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded_init(seed):
         encoder = VideoEncoder(config)
     return LoadedEncoder(
         encoder=freeze(encoder.to(device)),

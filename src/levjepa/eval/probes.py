@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from levjepa.config import check
+from levjepa.rng import make_generator
 
 __all__ = [
     "AttentiveProbeGrid",
@@ -651,7 +652,7 @@ def train_probe_grid(
             f"train_probe_grid: {len(train[0])} inputs for labels of lengths {[len(v) for v in ys_train.values()]}"
         )
     classes = _class_counts(num_classes, ys_train, ys_val)
-    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    gen = generator if generator is not None else make_generator("probe", 0)
     model, slices = fit_probe_grid(kind, cfg, train[0], ys_train, classes, generator=gen, device=device)
     val_res = evaluate_grid(model, val[0], ys_val, slices, device=str(device))
     test_res = None if test is None else evaluate_grid(model, test[0], _label_map(test[1]), slices, device=str(device))

@@ -40,7 +40,7 @@ class _Objective(nn.Module):
         self.check_finite: bool | None = None
 
     def generator(self, step: int, device: torch.device, purpose: str) -> torch.Generator:
-        return make_generator(purpose, self.cfg.seed, step, device=device)  # = derive_seed(seed, step, purpose)
+        return make_generator(purpose, self.cfg.seed, step, device=device)  # derive_seed(purpose, seed, step)
 
     def directions(self, dim: int, step: int, device: torch.device, num: int) -> torch.Tensor:
         """The ``[dim, num]`` unit directions of ``step`` (float32, on ``device``)."""

@@ -35,7 +35,7 @@ from levjepa.config import to_dict
 from levjepa.data import BadFileReport, FrameBatch, ViewBatch, build_pretrain_loader
 from levjepa.model import Projector, VideoEncoder
 from levjepa.objective import build_objective, embedding_diagnostics, shift_invariant
-from levjepa.rng import sample_keys
+from levjepa.rng import sample_keys, seeded_init
 from levjepa.train import checkpoint as ckpt
 from levjepa.train.config import PretrainConfig
 from levjepa.train.ema import EMA
@@ -71,8 +71,7 @@ def build_models(cfg: PretrainConfig, seed: int) -> tuple[VideoEncoder, Projecto
     Under a shift-invariant objective (LocaLeJEPA) the projector's output bias would get an exactly zero
     gradient, so it is frozen at zero (``levjepa.objective.shift_invariant``); no trained parameter is dead.
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded_init(seed):
         encoder = VideoEncoder(cfg.model)
         projector = Projector.from_config(cfg.model)
     if shift_invariant(cfg.objective):
