@@ -146,7 +146,10 @@ def _shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     for d in shape:
         numel *= d
     storage = torch.UntypedStorage._new_shared(numel * torch.empty((), dtype=dtype).element_size())
-    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
+    strides = [1] * len(shape)  # contiguous
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    return torch.empty(0, dtype=dtype).set_(storage, 0, shape, strides)
 
 
 def _collate_frames(samples: list[dict[str, Any]]) -> FrameBatch:

@@ -219,11 +219,12 @@ class ShardSource:
         for shard, ids in by_shard.items():
             ids.sort(key=lambda j: int(self.index.offset[j]))
             run = [ids[0]]
-            for j in [*ids[1:], None]:
-                if j is not None:
+            following: list[int | None] = [*ids[1:], None]  # None closes the last run
+            for nxt in following:
+                if nxt is not None:
                     end = int(self.index.offset[run[-1]] + self.index.size[run[-1]])
-                    if int(self.index.offset[j]) - end <= _MERGE_GAP:
-                        run.append(j)
+                    if int(self.index.offset[nxt]) - end <= _MERGE_GAP:
+                        run.append(nxt)
                         continue
                 start = int(self.index.offset[run[0]])
                 stop = int(self.index.offset[run[-1]] + self.index.size[run[-1]])
@@ -236,7 +237,7 @@ class ShardSource:
                     chunk = data[lo : lo + int(self.index.size[m])]
                     if len(chunk) == int(self.index.size[m]):
                         self._cache[m] = chunk
-                run = [j] if j is not None else []
+                run = [nxt] if nxt is not None else []
 
     def read(self, j: int) -> bytes:
         """The bytes of member ``j`` (from the last prefetch when there); raises DataError."""
@@ -382,7 +383,7 @@ def pack(
     for reused, failed in parallel_map(_write_shard, tasks, workers, desc="pack"):
         result.reused += reused
         result.failed += failed
-    doc = {"format": FORMAT, "version": 1, "shards": []}
+    doc: dict[str, Any] = {"format": FORMAT, "version": 1, "shards": []}
     for name in names:
         cols = _scan(dst / name)
         result.members += len(cols["name"])

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from levjepa.config import apply_overrides, check, to_dict
 from levjepa.data.config import SyntheticConfig
@@ -46,6 +46,7 @@ from levjepa.data.synthetic import load_split
 from levjepa.eval.features import Features, cached_features
 from levjepa.eval.knn import KnnResult, knn_evaluate
 from levjepa.eval.probes import GridResult, ProbeConfig, probe_config, train_probe_grid
+from levjepa.model.vit import VideoEncoder
 from levjepa.rng import make_generator
 from levjepa.train.config import PretrainConfig
 
@@ -198,7 +199,7 @@ def evaluate_features(
 
 
 def evaluate_encoder_on_splits(
-    encoder: nn.Module, splits: LabelledSplits, cfg: EvalConfig
+    encoder: VideoEncoder, splits: LabelledSplits, cfg: EvalConfig
 ) -> tuple[dict[str, dict[str, Result]], dict[str, float]]:
     """Features of every split once (cached when ``cfg.cache_dir``), then every probe of every task; returns
     task -> probe -> result and the seconds spent on features and on probes."""
@@ -282,7 +283,7 @@ def chance_levels(splits: LabelledSplits, tasks: Sequence[str]) -> dict[str, flo
     return out
 
 
-def evaluate_splits(encoders: Mapping[str, nn.Module], splits: LabelledSplits, cfg: EvalConfig) -> BenchmarkResult:
+def evaluate_splits(encoders: Mapping[str, VideoEncoder], splits: LabelledSplits, cfg: EvalConfig) -> BenchmarkResult:
     """Every encoder through :func:`evaluate_encoder_on_splits`; one table."""
     for t in cfg.tasks:
         if t not in splits.num_classes:
@@ -315,7 +316,7 @@ BENCHMARK_TITLE = "built-in benchmark (moving image over texture: appearance, mo
 
 
 def evaluate_benchmark(
-    encoders: Mapping[str, nn.Module], synthetic: SyntheticConfig, cfg: EvalConfig = EvalConfig()
+    encoders: Mapping[str, VideoEncoder], synthetic: SyntheticConfig, cfg: EvalConfig = EvalConfig()
 ) -> BenchmarkResult:
     """The built-in benchmark (``synthetic``: its config) for each named encoder: the table the CPU demo
     prints for pretrained (EMA and online) vs random-init encoders. Encoders are left as they were found

@@ -25,12 +25,14 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from levjepa.data.eval_clip import as_clip
 from levjepa.data.views import normalize
+from levjepa.model.vit import VideoEncoder
 from levjepa.weights import WeightsError, load_tensors, save_tensors
 
 __all__ = [
@@ -82,7 +84,7 @@ def _normalize(x: Tensor) -> Tensor:
 
 
 def compute_features(
-    encoder: nn.Module,
+    encoder: VideoEncoder,
     clips: Tensor,
     *,
     batch_size: int = 8,
@@ -125,13 +127,13 @@ def encoder_fingerprint(encoder: nn.Module) -> str:
 
 
 def cached_features(
-    encoder: nn.Module,
+    encoder: VideoEncoder,
     clips: Tensor,
     *,
     key: str,
     cache_dir: str | Path | None,
     keep_tokens: bool = True,
-    **kwargs,
+    **kwargs: Any,
 ) -> Features:
     """:func:`compute_features`, stored under ``cache_dir/<fingerprint>-<key>.safetensors`` and reused.
 

@@ -143,7 +143,9 @@ class StreamingEncoder:
 
 
 @torch.inference_mode()
-def stream_video(encoder, frames: torch.Tensor, *, window: int | None, every: int, device: str = "cpu") -> dict:
+def stream_video(
+    encoder: VideoEncoder, frames: torch.Tensor, *, window: int | None, every: int, device: str = "cpu"
+) -> dict[str, torch.Tensor]:
     """Push uint8 frames ``[F, H, W, 3]`` one tubelet at a time; returns readouts and per-push latencies."""
     tau = encoder.cfg.tubelet
     streamer = StreamingEncoder(encoder, window=window)

@@ -83,6 +83,8 @@ class Block(nn.Module):
 
 
 class VideoEncoder(nn.Module):
+    weights_info: str = ""  # which copy of which weights these are, when read by ``levjepa.load``
+
     def __init__(self, cfg: EncoderConfig | None = None) -> None:
         super().__init__()
         self.cfg = cfg = cfg if cfg is not None else EncoderConfig()
@@ -109,6 +111,7 @@ class VideoEncoder(nn.Module):
                     nn.init.zeros_(m.bias)
         nn.init.trunc_normal_(self.cls_token, std=std)
         for layer, blk in enumerate(self.blocks, start=1):
+            assert isinstance(blk, Block)
             blk.attn.proj.weight.div_(math.sqrt(2.0 * layer))
             blk.mlp.fc2.weight.div_(math.sqrt(2.0 * layer))
 
@@ -123,8 +126,9 @@ class VideoEncoder(nn.Module):
         """``ValueError`` naming ``name``, its shape and what was expected, for anything the encoder cannot take."""
         c = self.cfg
         check_video(video, in_chans=c.in_chans, patch_size=c.patch_size, tubelet=c.tubelet, name=name)
+        assert isinstance(video, Tensor)  # check_video raised otherwise
         device = self.cls_token.device
-        if video.device != device:  # type: ignore[union-attr]
+        if video.device != device:
             raise ValueError(
                 f"{name}: tensor of shape {tuple(video.shape)} is on {video.device}, the encoder on {device}"
             )

@@ -37,6 +37,7 @@ and long attention at different efficiencies, and per-step costs (optimizer, dat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from levjepa.model.config import EncoderConfig
 from levjepa.model.tokens import num_kept
@@ -147,12 +148,12 @@ def training_flops_per_clip(
     return ClipFlops(forward=fwd, training=training, tokens=tokens)
 
 
-def run_flops(cfg: EncoderConfig, *, clips: int = K710_20PCT_CLIPS, epochs: int = 240, **view_kwargs) -> float:
+def run_flops(cfg: EncoderConfig, *, clips: int = K710_20PCT_CLIPS, epochs: int = 240, **view_kwargs: Any) -> float:
     """Training FLOPs of a run: ``clips × epochs × training_flops_per_clip(cfg, **view_kwargs)``."""
     return clips * epochs * training_flops_per_clip(cfg, **view_kwargs).training_total
 
 
-def rho_sweep(cfg: EncoderConfig, rhos: tuple[float, ...], **view_kwargs) -> list[dict[str, float]]:
+def rho_sweep(cfg: EncoderConfig, rhos: tuple[float, ...], **view_kwargs: Any) -> list[dict[str, float]]:
     """Training FLOPs per clip at each ρ, per term group, with the ratio ``cost(ρ = first) / cost(ρ)``."""
     rows = []
     for rho in rhos:

@@ -32,13 +32,15 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from PIL import Image, ImageDraw
+from torch import Tensor
 
 from levjepa.data.config import SyntheticConfig
 from levjepa.data.eval_clip import center_square, load_eval_clip
 from levjepa.data.synthetic import load_split
 from levjepa.data.views import normalize
 from levjepa.eval.features import frozen_eval
+from levjepa.model.vit import VideoEncoder
 
 __all__ = [
     "cosine_map",
@@ -92,13 +94,13 @@ def _to_frames(maps: Tensor, tubelet: int, size: tuple[int, int]) -> Tensor:
     return (up.permute(0, 2, 3, 1) * 255).round().clamp(0, 255).to(torch.uint8)
 
 
-def render_panels(frames: Tensor, pca: Tensor, sim: Tensor, query: tuple[int, int, int], patch: int, tubelet: int):
+def render_panels(
+    frames: Tensor, pca: Tensor, sim: Tensor, query: tuple[int, int, int], patch: int, tubelet: int
+) -> tuple[Image.Image, list[Image.Image]]:
     """PIL images: the grid (frames / PCA / similarity rows) and the GIF frames (one per video frame).
 
     ``frames`` uint8 [T, H, W, 3]; ``pca`` [T', h, w, 3] in [0, 1]; ``sim`` [T', h, w] in [−1, 1].
     """
-    from PIL import Image, ImageDraw
-
     t_len, h, w, _ = frames.shape
     pca_f = _to_frames(pca, tubelet, (h, w))
     sim_f = _to_frames(_ramp(sim), tubelet, (h, w))
@@ -128,7 +130,7 @@ def render_panels(frames: Tensor, pca: Tensor, sim: Tensor, query: tuple[int, in
 
 @torch.no_grad()
 def visualize(
-    encoder: nn.Module,
+    encoder: VideoEncoder,
     clip: Tensor,
     out_dir: str | Path,
     *,

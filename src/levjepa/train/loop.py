@@ -34,7 +34,7 @@ from levjepa import distributed
 from levjepa.config import to_dict
 from levjepa.data import BadFileReport, FrameBatch, ViewBatch, build_pretrain_loader
 from levjepa.model import Projector, VideoEncoder
-from levjepa.objective import build_objective, embedding_diagnostics, shift_invariant
+from levjepa.objective import Objective, build_objective, embedding_diagnostics, shift_invariant
 from levjepa.rng import sample_keys, seeded_init
 from levjepa.train import checkpoint as ckpt
 from levjepa.train.config import PretrainConfig
@@ -107,7 +107,7 @@ class Trainer:
     module: torch.nn.Module  # what train_step runs: the model, or DDP around it
     ema: EMA
     optimizer: torch.optim.Optimizer
-    objective: torch.nn.Module
+    objective: Objective
     accum: int  # micro-batches per optimizer step on each rank
     autocast_dtype: torch.dtype | None
 
