@@ -86,7 +86,7 @@ class Setup:
         self.opt = build_optimizer(self.model, self.cfg.optim)
         self.autocast = torch.bfloat16 if autocast else None
         batches = [_batch(self.cfg, self.micro, device, i) for i in range(self.accum)]
-        self.views = [b.to_device(device) for b in batches]
+        self.views = [b.augment_to_device(device) for b in batches]
         self.keys = [sample_keys(0, "drop", 0, positions=b.index, device=device) for b in batches]
 
     def step(self, mode: str, step: int) -> None:

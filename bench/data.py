@@ -151,7 +151,7 @@ def device_tolerance(folders: dict[str, Path]) -> dict[str, float]:
     worker = next(build_pretrain_loader(cfg, seed=7))
     frames = next(build_pretrain_loader(replace(cfg, resize_on="device"), seed=7))
     diffs = []
-    for w, d in zip(worker.views, [*frames.to_device("cpu")], strict=True):
+    for w, d in zip(worker.views, [*frames.augment_to_device("cpu")], strict=True):
         mean = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1, 1)
         std = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1, 1)
         diffs.append((w.float() - (d * std + mean) * 255).abs())

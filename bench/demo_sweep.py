@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from levjepa.config import apply_overrides
-from levjepa.eval import evaluate_benchmark
+from levjepa.eval import EvalConfig, evaluate_benchmark
 from levjepa.presets import preset
 from levjepa.train.loop import build_models, pretrain
 from levjepa.weights import load_tensors, prefixed
@@ -121,9 +121,8 @@ def run_variant(name: str, overrides: list[str], device: str, extra: list[str], 
         encoders[label].load_state_dict(prefixed(tensors, "encoder."))
     encoders["random"], _ = build_models(cfg, seed=cfg.train.seed)
     t1 = time.perf_counter()
-    res = evaluate_benchmark(
-        encoders, cfg.data.synthetic, device=device, budget="demo", seed=0, batch_size=64 if device == "cuda" else 8
-    )
+    evaluation = EvalConfig(device=device, budget="demo", seed=0, batch_size=64 if device == "cuda" else 8)
+    res = evaluate_benchmark(encoders, cfg.data.synthetic, evaluation)
     keys = ("loss", "invariance", "sigreg", "effective_rank", "std/mean")
     return {
         "overrides": overrides,

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import torch
 
 from levjepa.data import SyntheticConfig
-from levjepa.eval import compute_features, evaluate_benchmark, random_encoder
+from levjepa.eval import EvalConfig, compute_features, evaluate_benchmark, random_encoder
 from levjepa.model import encoder_config
 
 
@@ -49,7 +49,7 @@ def main() -> None:
         return
     encoders = {f"random-{s}": random_encoder(cfg, seed=s).encoder for s in range(args.encoders)}
     start = time.perf_counter()
-    res = evaluate_benchmark(encoders, SyntheticConfig(), budget=args.budget, progress=True)
+    res = evaluate_benchmark(encoders, SyntheticConfig(), EvalConfig(budget=args.budget, progress=True))
     total = time.perf_counter() - start
     print(res.table())
     for name, t in res.info["timings_s"].items():

@@ -1,4 +1,4 @@
-"""GPU side of the data pipeline: to_device (transfer, views cut on the device, photometric change,
+"""GPU side of the data pipeline: augment_to_device (transfer, views cut on the device, photometric change,
 normalisation) and NVDEC decoding.
 
     python bench/gpu_data.py --out DIR [--batch 64] [--iters 20] [--budget-s 30]
@@ -6,11 +6,11 @@ normalisation) and NVDEC decoding.
 On a paper-sized per-GPU batch (B clips of 16 frames: 1 global 224 view + 4 local 96 views, uint8, pinned)
 it measures, with CUDA events, (1) the host-to-device copy, (2) the batched photometric change of the local
 views (colour jitter + grayscale, ``views.apply_photometric``) and normalisation, (3) the whole
-``to_device``; and, for comparison, the same photometric change on one CPU core for one clip's 4 local
+``augment_to_device``; and, for comparison, the same photometric change on one CPU core for one clip's 4 local
 views (what a loader worker would pay per clip if it did it there). It checks that the GPU result equals
 the CPU one (max abs difference).
 
-Then (issue 15) the fast path's device side: ``FrameBatch.to_device`` on the same batch size, from
+Then (issue 15) the fast path's device side: ``FrameBatch.augment_to_device`` on the same batch size, from
 16 × 256 × 454 frames with the paper's crop boxes (crop + antialiased resize as float16 matrix products,
 ``data/resize.py``), its time per clip, and its agreement with the worker's uint8 cut of the same boxes
 (max and mean difference in uint8 levels). Last, NVDEC through PyAV (``data.decode_device=cuda``): whether
@@ -91,7 +91,7 @@ def main() -> int:
         normalize(apply_photometric(x, params_dev))
 
     def whole() -> None:
-        batch.to_device(dev)
+        batch.augment_to_device(dev)
 
     results = {
         "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu (dry run)",
@@ -142,7 +142,7 @@ def save(out: Path, results: dict) -> None:
 
 
 def frame_batch_section(b: int, iters: int, dev: torch.device) -> dict:
-    """FrameBatch.to_device (views cut on the device) vs the worker's uint8 cut of the same boxes."""
+    """FrameBatch.augment_to_device (views cut on the device) vs the worker's uint8 cut of the same boxes."""
     from levjepa.data import DataConfig
     from levjepa.data.views import sample_view_params
 
@@ -161,7 +161,7 @@ def frame_batch_section(b: int, iters: int, dev: torch.device) -> dict:
     batch = batch.pin_memory() if dev.type == "cuda" else batch
     out = {
         "frame_batch_mb": frames.numel() / 1e6,
-        "frame_batch_to_device_ms": device_ms(lambda: batch.to_device(dev), iters, dev),
+        "frame_batch_to_device_ms": device_ms(lambda: batch.augment_to_device(dev), iters, dev),
     }
     out["frame_batch_to_device_ms_per_clip"] = out["frame_batch_to_device_ms"] / b
     # agreement with the worker path on 2 clips, colours untouched: undo the normalisation, compare levels
@@ -169,7 +169,7 @@ def frame_batch_section(b: int, iters: int, dev: torch.device) -> dict:
     std = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1, 1)
     small = FrameBatch(batch.frames[:2].cpu(), torch.arange(2), batch.frame_index[:2], batch.boxes[:, :2],
                        batch.flips[:, :2], torch.zeros(4, 2, 6), (1, 224, 96), torch.arange(2), 0, 0)  # fmt: skip
-    glob, local = (v.cpu() * std + mean for v in small.to_device(dev))
+    glob, local = (v.cpu() * std + mean for v in small.augment_to_device(dev))
     worst, total, count = 0.0, 0.0, 0
     for n, (view, size) in enumerate([(glob, 224)] + [(local[v : v + 1], 96) for v in range(4)]):
         for k in range(2):

@@ -6,7 +6,7 @@ Sections, each saved as soon as it ends (a failure is recorded and the next sect
 
 1. ``vit_b_step``: the ``vit-b-paper`` step exactly as ``levjepa pretrain`` runs it — uint8 clips already on
    the GPU (B = 256: 1 × 16×224² global view + 4 × 16×96² local views), photometric change + normalisation
-   (``ViewBatch.to_device``), patch embedding of the kept patches, uniform dropping (ρ = 0.95: 157 + 4 × 29
+   (``ViewBatch.augment_to_device``), patch embedding of the kept patches, uniform dropping (ρ = 0.95: 157 + 4 × 29
    tokens), 3D RoPE, block-causal attention, projector, SIGReg (M = 1024) + invariance, fused AdamW, bf16
    autocast. Eager, then with ``encoder.compile_blocks()``. Reports clips/s, model TFLOP/s and MFU against
    the H200's dense bf16 peak (989 TFLOP/s datasheet; ~790 measured for a large GEMM here).
@@ -81,7 +81,7 @@ def _step_bench(cfg, b: int, iters: int, compile_blocks: bool) -> dict:
     batch = _batch(cfg, b, device)
 
     def one(step: int):
-        views = batch.to_device(device)
+        views = batch.augment_to_device(device)
         return train_step(
             model,
             objective,

@@ -36,13 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from levjepa.config import apply_overrides
 from levjepa.data.synthetic import load_split
 from levjepa.data.views import normalize
-from levjepa.eval import evaluate_benchmark
-from levjepa.eval.benchmark import PROBES, TASKS
+from levjepa.eval.benchmark import PROBES, TASKS, EvalConfig, evaluate_benchmark
+from levjepa.eval.load import load_encoder
 from levjepa.presets import preset
 from levjepa.rng import make_generator
 from levjepa.train.loop import build_models, pretrain
 from levjepa.train.optim import build_optimizer, lr_at
-from levjepa.weights import load_tensors, prefixed
+from levjepa.weights import checkpoint_name
 
 
 def _config(name: str, overrides: list[str], threads: int | None):
@@ -51,7 +51,8 @@ def _config(name: str, overrides: list[str], threads: int | None):
 
 
 def _evaluate(cfg, encoders: dict[str, nn.Module], probes: list[str]) -> dict:
-    res = evaluate_benchmark(encoders, cfg.data.synthetic, budget=cfg.train.eval_budget, seed=cfg.train.seed, probes=probes)
+    evaluation = EvalConfig(budget=cfg.train.eval_budget, seed=cfg.train.seed, probes=tuple(probes))
+    res = evaluate_benchmark(encoders, cfg.data.synthetic, evaluation)
     print(res.table(), flush=True)
     data = res.to_json()
     return {"accuracy": data["accuracy"], "chance": data["chance"], "info": data["info"]}
@@ -69,7 +70,7 @@ def supervised(args: argparse.Namespace) -> dict:
     optimizer = build_optimizer(model, cfg.optim)
     steps = args.steps or cfg.train.steps
     batch = cfg.data.batch_size
-    gen = make_generator(cfg.train.seed, "quality-supervised")
+    gen = make_generator("quality-supervised", cfg.train.seed)
     start, log = time.perf_counter(), []
     step = 0
     for step in range(steps):
@@ -105,11 +106,8 @@ def supervised(args: argparse.Namespace) -> dict:
     return out
 
 
-def _checkpoint_encoder(cfg, ckpt: Path, which: str) -> nn.Module:
-    tensors, _ = load_tensors(ckpt / ("ema.safetensors" if which == "ema" else "model.safetensors"))
-    encoder, _ = build_models(cfg, seed=cfg.train.seed)
-    encoder.load_state_dict(prefixed(tensors, "encoder."))
-    return encoder.eval()
+def _checkpoint_encoder(ckpt: Path, which: str) -> nn.Module:
+    return load_encoder(ckpt, weights=which).encoder  # type: ignore[arg-type]
 
 
 def ssl(args: argparse.Namespace) -> dict:
@@ -141,10 +139,10 @@ def ssl(args: argparse.Namespace) -> dict:
     }
     random_init, _ = build_models(cfg, seed=cfg.train.seed)
     for s in keep:
-        ckpt = run / "checkpoints" / f"step_{s:06d}"
-        encoders = {f"EMA @ {s}": _checkpoint_encoder(cfg, ckpt, "ema")}
+        ckpt = run / "checkpoints" / checkpoint_name(s)
+        encoders = {f"EMA @ {s}": _checkpoint_encoder(ckpt, "ema")}
         if s == steps:
-            encoders["online"] = _checkpoint_encoder(cfg, ckpt, "online")
+            encoders["online"] = _checkpoint_encoder(ckpt, "online")
             encoders["random init"] = random_init
         t0 = time.perf_counter()
         out["curve"][s] = _evaluate(cfg, encoders, args.probes)

@@ -34,7 +34,7 @@ def _micro_batches(cfg, batch: int, micro: int, rank: int = 0, world: int = 1):
     views, keys = [], []
     for _ in range(micro):
         b = next(loader)
-        views.append([v.double() for v in b.to_device("cpu")])
+        views.append([v.double() for v in b.augment_to_device("cpu")])
         keys.append(sample_keys(0, "drop", b.epoch, positions=b.index))
     return views, keys
 

@@ -9,11 +9,12 @@ import json
 import pytest
 import torch
 
+from levjepa.commands import probe as cli_probe
 from levjepa.config import apply_overrides
 from levjepa.data import SyntheticConfig
-from levjepa.eval import cli_probe
-from levjepa.eval.benchmark import evaluate_benchmark
-from levjepa.eval.features import as_clip, cached_features, compute_features, encoder_fingerprint
+from levjepa.data.eval_clip import as_clip
+from levjepa.eval.benchmark import EvalConfig, evaluate_benchmark
+from levjepa.eval.features import cached_features, compute_features, encoder_fingerprint
 from levjepa.eval.load import random_encoder
 from levjepa.eval.probes import probe_config
 from levjepa.model import encoder_config
@@ -63,7 +64,7 @@ def test_probing_leaves_the_encoder_bit_identical_and_runs_it_frozen():
     seen = []
     enc.blocks[0].register_forward_hook(lambda m, i, o: seen.append((m.training, torch.is_grad_enabled())))
     cfg = probe_config("demo", epochs=2, linear_epochs=2)
-    res = evaluate_benchmark({"enc": enc}, _tiny_cfg(), budget="demo", probe_cfg=cfg)
+    res = evaluate_benchmark({"enc": enc}, _tiny_cfg(), EvalConfig(budget="demo", probe=cfg))
     assert seen and all(mode == (False, False) for mode in seen)  # eval() and no grad at every forward
     after = enc.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -78,7 +79,8 @@ def test_probing_leaves_the_encoder_bit_identical_and_runs_it_frozen():
 def test_benchmark_table_and_json_name_source_clip_and_keep_the_grid():
     encs = {n: random_encoder(encoder_config("vit-test"), seed=s).encoder for n, s in (("a", 0), ("b", 1))}
     cfg = probe_config("demo", epochs=2, linear_epochs=2)
-    res = evaluate_benchmark(encs, _tiny_cfg(), tasks=("motion", "arrow"), probes=("linear", "knn"), probe_cfg=cfg)
+    evaluation = EvalConfig(tasks=("motion", "arrow"), probes=("linear", "knn"), probe=cfg)
+    res = evaluate_benchmark(encs, _tiny_cfg(), evaluation)
     table = res.table()
     assert res.info["image_source"] in table and "4×16×16 (T×H×W)" in table and "64/24/32" in table
     assert "| motion | linear |" in table and "| arrow | knn |" in table and "chance" in table
@@ -88,7 +90,9 @@ def test_benchmark_table_and_json_name_source_clip_and_keep_the_grid():
     assert len(grid) == len(cfg.grid("linear")) and all("test_acc" in g for g in grid)
     assert 0 <= js["accuracy"]["b"]["arrow"]["knn"] <= 100
     with pytest.raises(ValueError, match="valid tasks"):
-        evaluate_benchmark(encs, _tiny_cfg(), tasks=("colour",))
+        evaluate_benchmark(encs, _tiny_cfg(), EvalConfig(tasks=("colour",)))
+    with pytest.raises(ValueError, match="valid choices are attentive, linear, knn"):
+        EvalConfig(probes=("svm",))
 
 
 def test_probe_command_with_baseline_and_both_weights(tmp_path, capsys):

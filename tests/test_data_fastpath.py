@@ -156,12 +156,12 @@ def test_device_views_equal_worker_views_within_one_level(pattern_dir, repeats, 
     worker = next(build_pretrain_loader(cfg, seed=5))
     frames = next(build_pretrain_loader(replace(cfg, resize_on="device"), seed=5))
     assert type(frames).__name__ == "FrameBatch" and frames.frames.shape[0] == 4 // repeats  # one span per decode
-    for w, d in zip(_pixels(worker.to_device("cpu")), _pixels(frames.to_device("cpu")), strict=True):
+    for w, d in zip(_pixels(worker.augment_to_device("cpu")), _pixels(frames.augment_to_device("cpu")), strict=True):
         assert (w - d).abs().max() <= 1.01
     with_colour = replace(cfg, resize_on="device", jitter_p=1.0, grayscale_p=0.5)
     a = build_pretrain_loader(replace(with_colour, resize_on="worker"), seed=5)
     b = build_pretrain_loader(with_colour, seed=5)
-    for w, d in zip(next(a).to_device("cpu"), next(b).to_device("cpu"), strict=True):
+    for w, d in zip(next(a).augment_to_device("cpu"), next(b).augment_to_device("cpu"), strict=True):
         assert (w - d).abs().max() * 255 * 0.225 <= 2.0  # one level in, amplified by contrast at most 1.4x
 
 
@@ -203,7 +203,7 @@ def test_images_ship_one_frame(tmp_path):
     cfg = _cfg(tmp_path, resize_on="device", batch_size=2, samples_per_epoch=2)
     batch = next(build_pretrain_loader(cfg, seed=0))
     assert batch.frames.shape[1] == 1 and batch.frame_index.eq(0).all()
-    glob, _ = batch.to_device("cpu")
+    glob, _ = batch.augment_to_device("cpu")
     assert glob.shape == (1, 2, 3, 4, 32, 32) and torch.equal(glob[:, :, :, 0], glob[:, :, :, 3])
 
 
@@ -232,5 +232,5 @@ def test_gpu_decoding_falls_back_to_the_cpu_with_a_message(pattern_dir, monkeypa
 @pytest.mark.gpu
 def test_device_cut_on_cuda_equals_the_cpu_cut(pattern_dir):
     batch = next(build_pretrain_loader(_cfg(pattern_dir, resize_on="device", jitter_p=0.0, grayscale_p=0.0), seed=1))
-    for cpu, gpu in zip(batch.to_device("cpu"), batch.to_device("cuda"), strict=True):
+    for cpu, gpu in zip(batch.augment_to_device("cpu"), batch.augment_to_device("cuda"), strict=True):
         assert (cpu - gpu.cpu()).abs().max() * 255 * 0.225 <= 0.5  # float16 products: well under a level

@@ -79,7 +79,7 @@ def test_views_share_the_time_window_and_crops_hold_across_frames(video_dir):
 
 def test_photometric_change_only_on_local_views():
     batch = next(build_pretrain_loader(_syn_cfg(num_local=6, jitter_p=0.5, grayscale_p=0.5), seed=0))
-    glob, local = batch.to_device("cpu")
+    glob, local = batch.augment_to_device("cpu")
     assert torch.equal(glob, normalize(batch.views[0]))  # global: normalised, never changed
     params = batch.photometric  # [V, B, 6]
     untouched = (params[..., 0] == 0) & (params[..., 5] == 0)

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from levjepa.config import apply_overrides
-from levjepa.eval import evaluate_benchmark
+from levjepa.eval import EvalConfig, evaluate_benchmark
 from levjepa.eval.load import load_encoder
 from levjepa.presets import preset
 from levjepa.train.loop import build_models, pretrain
@@ -26,7 +26,9 @@ def test_demo_preset_learns_appearance_beyond_random_init(tmp_path):
     trained = load_encoder(summary.run_dir, weights="online").encoder
     random_init, _ = build_models(cfg, seed=cfg.train.seed)
     res = evaluate_benchmark(
-        {"pretrained": trained, "random": random_init}, cfg.data.synthetic, tasks=("appearance",), probes=("linear",)
+        {"pretrained": trained, "random": random_init},
+        cfg.data.synthetic,
+        EvalConfig(tasks=("appearance",), probes=("linear",)),
     )
     gain = res.accuracy("pretrained", "appearance", "linear") - res.accuracy("random", "appearance", "linear")
     assert gain > 5.0, res.table()

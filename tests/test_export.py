@@ -13,17 +13,18 @@ import pytest
 import torch
 
 import levjepa
+from levjepa.commands import export as export_mod
 from levjepa.config import to_dict
-from levjepa.eval import export as export_mod
-from levjepa.eval.export import export_encoder, load
-from levjepa.eval.load import find_checkpoints, load_encoder, random_encoder
+from levjepa.eval.export import export_encoder
+from levjepa.eval.load import load, load_encoder, random_encoder
 from levjepa.model import Projector, VideoEncoder, encoder_config
-from levjepa.weights import WeightsError, atomic_write_text, save_tensors
+from levjepa.weights import WeightsError, atomic_write_text, list_checkpoints, save_tensors
 
 
 def make_run_dir(root: Path, steps=(10, 20), *, preset="vit-test", lam=None, losses=None, seed=0) -> Path:
     """A run directory in the trainer's layout (levjepa.weights), with encoders that differ per step and
-    between online and EMA weights; metrics.jsonl has a loss at every step up to the last checkpoint."""
+    between online and EMA weights (the EMA's metadata as the trainer writes it); metrics.jsonl has a loss at
+    every step up to the last checkpoint."""
     cfg = encoder_config(preset)
     run = root / "run"
     (run / "checkpoints").mkdir(parents=True)
@@ -49,7 +50,8 @@ def make_run_dir(root: Path, steps=(10, 20), *, preset="vit-test", lam=None, los
         tensors = {f"encoder.{k}": v for k, v in online.state_dict().items()}
         tensors.update({f"projector.{k}": v for k, v in proj.state_dict().items()})
         save_tensors(ckpt / "model.safetensors", tensors)
-        save_tensors(ckpt / "ema.safetensors", {f"encoder.{k}": v for k, v in ema.state_dict().items()})
+        ema_meta = {"step": step, "ema_updates": step, "ema_decay": 0.99, "ema_every": 1, "ema_warmup": 10.0}
+        save_tensors(ckpt / "ema.safetensors", {f"encoder.{k}": v for k, v in ema.state_dict().items()}, ema_meta)
         atomic_write_text(ckpt / "meta.json", json.dumps({"step": step, "encoder_config": to_dict(cfg)}))
         atomic_write_text(run / "checkpoints" / "latest", ckpt.name)
     return run
@@ -87,7 +89,7 @@ def test_load_run_checkpoint_and_files_pick_the_right_weights(tmp_path):
     by_file = load_encoder(ckpt / "ema.safetensors", weights="online")  # the file decides
     assert by_file.weights == "ema"
     assert torch.equal(by_file.encoder(x), load_encoder(ckpt).encoder(x))
-    assert [p.name for p in find_checkpoints(run)] == ["step_000010", "step_000020"]
+    assert [p.name for p in list_checkpoints(run)] == ["step_000010", "step_000020"]
 
 
 def test_export_then_load_gives_identical_outputs_and_a_model_card(tmp_path):
@@ -100,12 +102,14 @@ def test_export_then_load_gives_identical_outputs_and_a_model_card(tmp_path):
     source = load_encoder(run, weights="online").encoder
     x = _clip(source.cfg, seed=3)
     for path in (out, out / "encoder.safetensors"):
-        enc = levjepa.load(path)  # the package's lazy `load`, = levjepa.eval.export.load
+        enc = levjepa.load(path)  # the package's lazy `load`, = levjepa.eval.load.load
         assert not enc.training and not any(p.requires_grad for p in enc.parameters())
         a, b = source.forward_features(x), enc.forward_features(x)
         assert torch.equal(a.cls, b.cls) and torch.equal(a.patches, b.patches)
     loaded = load_encoder(out)
     assert loaded.kind == "export" and loaded.weights == "online" and loaded.step == 20
+    # the export's config.json is its typed record: the run's config comes back as the run's own
+    assert loaded.run_config == load_encoder(run).run_config and loaded.run_config.objective.lam_value == 0.02
     card = (out / "MODEL_CARD.md").read_text()
     for needle in ("levjepa", "online", "| training steps | 20 |", "synthetic", "loss", "dim 32"):
         assert needle in card, needle

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
+from levjepa.commands import flops
 from levjepa.model import VideoEncoder, encoder_config
-from levjepa.tools import flops
 from levjepa.tools.flops import (
     K710_20PCT_CLIPS,
     encoder_flops,

@@ -16,7 +16,7 @@ from levjepa.objective import (
     localejepa_loss,
     sigreg,
 )
-from levjepa.objective.sigreg import derive_seed
+from levjepa.rng import make_generator
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -139,7 +139,7 @@ def test_objective_module_uses_the_directions_of_its_step(name):
     elif name == "lejepa":
         expected = lejepa_loss(z, 0.05, num_global_views=2, directions=a)
     else:
-        gen = torch.Generator().manual_seed(derive_seed(5, 11, "kmeans"))
+        gen = make_generator("kmeans", 5, 11)
         from levjepa.objective import cosine_kmeans
 
         labels = cosine_kmeans(z.mean(0), 4, 10, generator=gen)

@@ -122,6 +122,32 @@ def test_cli_rejects_unknown_keys_and_bad_values_with_choices(capsys):
     assert printed["model"]["dim"] == 768 and printed["data"]["num_local"] == 4
 
 
+def test_the_command_ends_the_demo_with_probes_of_the_run_it_wrote(tmp_path, capsys):
+    # train.eval_at_end: the loop knows nothing of evaluation; `levjepa pretrain` reads the final checkpoint
+    # back and probes it beside the random initialisation the run started from
+    from levjepa.cli import main
+    from levjepa.eval import EvalConfig, evaluate_benchmark, load_encoder
+
+    run, summary = tmp_path / "run", tmp_path / "summary.json"
+    overrides = [*TINY, "train.steps=2", "train.checkpoint_every=2", "train.eval_at_end=true"]
+    args = ["pretrain", "--preset", "demo-cpu", *overrides, "--run-dir", str(run), "--no-progress"]
+    assert main([*args, "--summary-json", str(summary)]) == 0
+    written = json.loads((run / "probe_results.json").read_text())
+    assert json.loads(summary.read_text())["probe_results"] == written
+    columns = ["pretrained (EMA)", "pretrained (online)", "random init"]
+    assert list(written["accuracy"]) == columns and "| appearance | attentive |" in capsys.readouterr().err
+    cfg = tiny_config(*overrides)
+    direct = {
+        columns[1]: load_encoder(run, weights="online").encoder,
+        columns[2]: build_models(cfg, cfg.train.seed)[0],  # the very weights step 0 trained from
+    }
+    evaluation = EvalConfig(probes=("knn",), seed=cfg.train.seed)
+    knn = evaluate_benchmark(direct, cfg.data.synthetic, evaluation).to_json()["accuracy"]
+    for name, tasks in knn.items():
+        for task, acc in tasks.items():
+            assert written["accuracy"][name][task]["knn"] == acc["knn"], (name, task)
+
+
 def test_bad_files_in_a_real_video_folder_are_reported_not_fatal(tmp_path):
     from data_media import write_pattern
 
@@ -178,7 +204,7 @@ def test_objective_switch_logs_what_the_objective_computes(tmp_path, overrides, 
         if step > 0:
             model.load_state_dict(load_tensors(tmp_path / "checkpoints" / f"step_{step:06d}" / "model.safetensors")[0])
         batches = [next(loader), next(loader)]
-        views = [torch.cat([b.to_device("cpu")[g] for b in batches], dim=1) for g in range(2)]
+        views = [torch.cat([b.augment_to_device("cpu")[g] for b in batches], dim=1) for g in range(2)]
         keys = torch.cat([sample_keys(cfg.train.seed, "drop", b.epoch, positions=b.index) for b in batches])
         with torch.no_grad():
             out = objective(model(views, keys), step)

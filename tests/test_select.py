@@ -9,8 +9,10 @@ import statistics
 
 import pytest
 
-from levjepa.eval import select as select_mod
-from levjepa.eval.select import loss_near, run_lambda, spearman_report
+from levjepa.commands import select as select_mod
+from levjepa.eval.load import read_run_config
+from levjepa.eval.select import loss_near, spearman_report
+from levjepa.weights import WeightsError
 from test_export import make_run_dir
 
 TINY = ["size=16", "num_frames=4", "num_train=48", "num_val=24", "num_test=24"]
@@ -24,14 +26,24 @@ def test_loss_near_averages_the_window_before_the_step():
     assert loss_near(rows, 0, 5) is None
 
 
-def test_run_lambda_uses_the_objective_default_when_null():
-    assert run_lambda({"objective": {"name": "levjepa", "lam": None}}) == 0.02
-    assert run_lambda({"objective": {"name": "lejepa"}}) == 0.05
-    assert run_lambda({"objective": {"name": "localejepa", "lam": None}}) == 0.1
-    assert run_lambda({"objective": {"name": "lejepa", "lam": 0.3}}) == 0.3
-    assert run_lambda({}) == 0.02
-    with pytest.raises(ValueError, match="valid choices"):
-        run_lambda({"objective": {"name": "byol"}})
+def test_the_run_config_is_read_back_typed_with_the_objectives_default_lambda(tmp_path):
+    # select reads λ through the run's PretrainConfig (objective.lam_value), never through a table of its own
+    run = make_run_dir(tmp_path)
+    cases = [({"name": "levjepa", "lam": None}, 0.02), ({"name": "lejepa"}, 0.05), ({"name": "localejepa"}, 0.1)]
+    cases += [({"name": "lejepa", "lam": 0.3}, 0.3), ({}, 0.02)]
+    for objective, lam in cases:
+        config = json.loads((run / "config.json").read_text())
+        config["objective"] = objective
+        (run / "config.json").write_text(json.dumps(config))
+        assert read_run_config(run).objective.lam_value == lam, objective
+    config["objective"] = {"name": "byol"}
+    (run / "config.json").write_text(json.dumps(config))
+    with pytest.raises(WeightsError, match=r"config.json.*valid choices are levjepa, lejepa, localejepa"):
+        read_run_config(run)
+    config["objective"] = {"name": "levjepa", "lamda": 0.1}  # a typo is an error, not a silent default
+    (run / "config.json").write_text(json.dumps(config))
+    with pytest.raises(WeightsError, match="unknown config key"):
+        read_run_config(run)
 
 
 def test_spearman_scaling_recovers_a_loss_over_lambda_power_law():

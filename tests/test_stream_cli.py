@@ -7,10 +7,10 @@ import argparse
 import torch
 
 from data_media import write_pattern
+from levjepa.commands import stream as cli
 from levjepa.data import decode_all, normalize
-from levjepa.eval.features import center_square
+from levjepa.data.eval_clip import center_square
 from levjepa.eval.load import load_encoder
-from levjepa.infer import cli
 from levjepa.weights import load_tensors
 from test_export import make_run_dir
 

@@ -29,7 +29,7 @@ def _setup(*overrides: str):
 
 def _batches(cfg, n: int):
     it = iter(build_pretrain_loader(cfg.data, seed=0))
-    return [next(it).to_device("cpu") for _ in range(n)]
+    return [next(it).augment_to_device("cpu") for _ in range(n)]
 
 
 def test_one_step_lowers_the_loss_by_what_the_gradient_predicts():
@@ -131,7 +131,7 @@ def test_every_trainable_parameter_gets_a_gradient(overrides):
     micro, keys = [], []
     for _ in range(2):  # two micro-batches: the GradCache path
         batch = next(it)
-        micro.append([v.double() for v in batch.to_device("cpu")])
+        micro.append([v.double() for v in batch.augment_to_device("cpu")])
         keys.append(sample_keys(0, "drop", batch.epoch, positions=batch.index))
     train_step(model, objective, opt, micro, keys, step=0, lr=1e-3)
     trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}

@@ -16,11 +16,11 @@ import pytest
 import torch
 
 import levjepa
+from levjepa.commands import export as export_mod
+from levjepa.commands import probe as cli_probe
+from levjepa.commands.pretrain import resolve_config
 from levjepa.config import ConfigError, apply_overrides, from_dict
-from levjepa.eval import cli_probe
-from levjepa.eval import export as export_mod
 from levjepa.eval.load import load_encoder
-from levjepa.train.cli import resolve_config
 from levjepa.train.config import PretrainConfig
 from levjepa.train.loop import pretrain
 from levjepa.weights import load_tensors, prefixed, save_tensors

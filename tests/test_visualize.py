@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from levjepa.commands import visualize as visualize_cmd
 from levjepa.eval.export import export_encoder
 from levjepa.eval.load import random_encoder
 from levjepa.model import encoder_config
@@ -58,9 +59,9 @@ def test_visualize_command_on_a_benchmark_clip(tmp_path, capsys):
     run = make_run_dir(tmp_path, steps=(5,))
     export_encoder(run, tmp_path / "export")
     parser = argparse.ArgumentParser()
-    vis.add_arguments(parser)
+    visualize_cmd.add_arguments(parser)
     args = parser.parse_args([str(tmp_path / "export"), "synthetic:1", "--out", str(tmp_path / "v"), "--no-gif"])
-    assert vis.main(args) == 0
+    assert visualize_cmd.main(args) == 0
     png = Image.open(tmp_path / "v" / "visualize.png")
     # 16 frames of 64 px shown at scale 2 (clips below 128 px are enlarged)
     assert png.size == (16 * (128 + 2) - 2, 3 * (128 + 2) - 2)

@@ -13,7 +13,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "load": "levjepa.eval.export",
+    "load": "levjepa.eval.load",
     "sigreg": "levjepa.objective",
     "SIGReg": "levjepa.objective",
     "VideoEncoder": "levjepa.model",

@@ -1,5 +1,5 @@
 """``python -m levjepa ...`` (also what ``torchrun -m levjepa pretrain ...`` runs)."""
 
-from levjepa.cli import main
+from levjepa.commands import main
 
 raise SystemExit(main())

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 __all__ = [
     "DistInfo",
@@ -167,7 +169,7 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def reduce_scalars(values: dict[str, float | torch.Tensor], op: str = "mean") -> dict[str, float]:
+def reduce_scalars(values: Mapping[str, float | torch.Tensor], op: str = "mean") -> dict[str, float]:
     """Reduce a dict of scalars over ranks for logging, in one collective; returns Python floats.
 
     This synchronises with the device: call it only on logging steps.
@@ -229,6 +231,7 @@ class SyncBatchNorm1d(nn.BatchNorm1d):
         mean = stats[:c] / n
         var = (stats[c : 2 * c] / n - mean * mean).clamp_min(0.0)
         if self.track_running_stats and self.running_mean is not None and self.running_var is not None:
+            assert self.num_batches_tracked is not None  # tracked with the running statistics
             with torch.no_grad():
                 self.num_batches_tracked.add_(1)
                 momentum = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
@@ -292,10 +295,8 @@ def all_reduce_gradients(params: list[torch.Tensor], bucket_elements: int = 1 <<
     flush()
 
 
-def is_ddp(module: nn.Module) -> bool:
+def is_ddp(module: nn.Module) -> TypeGuard[DistributedDataParallel]:
     """Whether ``module`` is wrapped in DistributedDataParallel (its gradients are averaged by DDP)."""
-    from torch.nn.parallel import DistributedDataParallel
-
     return isinstance(module, DistributedDataParallel)
 
 
@@ -303,7 +304,5 @@ def wrap_ddp(module: nn.Module, info: DistInfo, **kwargs: Any) -> nn.Module:
     """DistributedDataParallel when running on several ranks; the module itself otherwise."""
     if info.world_size == 1:
         return module
-    from torch.nn.parallel import DistributedDataParallel
-
     device_ids = [info.device.index] if info.device.type == "cuda" else None
     return DistributedDataParallel(module, device_ids=device_ids, **kwargs)

@@ -1,9 +1,12 @@
-"""Explicit randomness: every stochastic choice draws from a generator derived from named parts.
+"""Explicit randomness, the one source of every seed in levjepa: each stochastic choice draws from a
+generator derived from named parts.
 
 ``derive_seed(seed, "drop", step, rank)`` hashes its parts (BLAKE2b) into a 63-bit seed, so generators
 for different purposes, steps, ranks and samples are independent and reproducible, nearby tuples give
 unrelated streams, and no library code touches the global RNG (STYLE 10). SIGReg's directions, k-means,
-the data order and every augmentation draw from such generators.
+the data order, every augmentation, the built-in benchmark's clips and the probes' initialisations draw
+from such generators (``make_generator``). Building a module is the one place torch's global RNG is used
+(its initialisers draw from it): :func:`seeded_init` seeds it for the duration and restores it after.
 
 **Per-sample keys and counter hashes** (token dropping). A sample's randomness must not depend on which rank
 or micro-batch holds it, or a run could not change its GPU count. ``sample_keys(seed, purpose, epoch,
@@ -21,11 +24,13 @@ see the docstring of :func:`levjepa.model.tokens.sample_keep_idx`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import Iterator
 
 import torch
 
-__all__ = ["counter_hash", "derive_seed", "fold_keys", "make_generator", "sample_keys"]
+__all__ = ["counter_hash", "derive_seed", "fold_keys", "make_generator", "sample_keys", "seeded_init"]
 
 
 def derive_seed(*parts: object) -> int:
@@ -35,9 +40,20 @@ def derive_seed(*parts: object) -> int:
 
 
 def make_generator(*parts: object, device: str | torch.device = "cpu") -> torch.Generator:
+    """A ``torch.Generator`` on ``device`` seeded with ``derive_seed(*parts)``."""
     gen = torch.Generator(device=device)
     gen.manual_seed(derive_seed(*parts))
     return gen
+
+
+@contextlib.contextmanager
+def seeded_init(seed: int) -> Iterator[None]:
+    """torch's global (CPU) RNG seeded with ``seed`` for the duration, then restored: for building modules,
+    whose initialisers draw from it. The seed is used as given, so a model built here equals one built after
+    ``torch.manual_seed(seed)`` (every rank builds the same initial weights from ``train.seed``)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
 
 
 def sample_keys(

@@ -1,18 +1,29 @@
-"""The on-disk format of levjepa weights: safetensors only, written atomically, never unpickled.
+"""The run-directory contract: what levjepa leaves on disk, and the one module that reads and writes it.
 
-Layout (the contract between training, evaluation, extraction and export)::
+Layout (the contract between training, evaluation, extraction and export; the names below are constants of
+this module, so writers and readers cannot drift apart)::
 
     RUN_DIR/
-      config.json                      resolved run config; its "model" section is the EncoderConfig
+      config.json                      the resolved PretrainConfig (readers parse it back with from_dict)
+      env.json, git.json (+ git_diff.patch)   where and from what source the run ran
+      metrics.jsonl                    one JSON object per logging step: {"step": ..., "loss": ..., ...}
+      tb/                              TensorBoard event files
+      bad_files.json                   unreadable inputs met by the data pipeline, with reasons
+      probe_results.json               frozen-probe evaluation (when the run ends with one)
       checkpoints/latest               text: the name of the newest complete checkpoint, e.g. step_000500
       checkpoints/step_000500/
         model.safetensors              online weights: "encoder.<param>", "projector.<param>"
-        ema.safetensors                Polyak/EMA copy (fp32): "encoder.<param>"
-        meta.json                      {"step": 500, "encoder_config": {...}, ...}
-        trainer.safetensors, trainer.json   optimizer, schedules, RNG states, data position (training only)
+        ema.safetensors                Polyak/EMA copy (fp32): "encoder.<param>"; metadata: its update count
+        meta.json                      {"step": 500, "encoder_config": {...}, "metrics": {...}}, written last
+        trainer.safetensors, trainer.json   optimizer, RNG states, step, skip count (training only)
     EXPORT_DIR/
       encoder.safetensors              "<param>" of the VideoEncoder; metadata carries the encoder config
       config.json, MODEL_CARD.md
+
+A checkpoint is *complete* when its ``meta.json`` exists (it is written last, then the directory is
+renamed into place): :func:`list_checkpoints` is the one lister and ``step_N`` the one name pattern.
+:func:`read_json` / :func:`read_metrics` read the JSON files; typed readers (``levjepa.eval.load``,
+``levjepa.train.checkpoint``) parse config sections into their dataclasses with ``levjepa.config.from_dict``.
 
 Why safetensors: a ``.pt`` file is a pickle, and unpickling runs code. Every loader here reads with
 ``safetensors`` and refuses anything else *before* touching its contents (:func:`refuse_pickle`).
@@ -36,17 +47,52 @@ from safetensors import safe_open
 from safetensors.torch import save as _st_save
 
 __all__ = [
+    "BAD_FILES",
+    "CHECKPOINTS",
+    "CONFIG",
+    "EMA_WEIGHTS",
+    "EXPORT_WEIGHTS",
+    "LATEST",
+    "META",
+    "METRICS",
+    "MODEL_CARD",
+    "ONLINE_WEIGHTS",
+    "PROBE_RESULTS",
+    "TRAINER_STATE",
+    "TRAINER_TENSORS",
     "WeightsError",
     "atomic_write_bytes",
     "atomic_write_text",
-    "save_tensors",
-    "load_tensors",
-    "refuse_pickle",
-    "prefixed",
     "checkpoint_name",
-    "list_checkpoints",
+    "checkpoint_step",
     "latest_checkpoint",
+    "list_checkpoints",
+    "load_tensors",
+    "prefixed",
+    "read_json",
+    "read_metrics",
+    "refuse_pickle",
+    "save_tensors",
+    "truncate_metrics",
+    "write_json",
 ]
+
+# run directory
+CONFIG = "config.json"
+METRICS = "metrics.jsonl"
+BAD_FILES = "bad_files.json"
+PROBE_RESULTS = "probe_results.json"
+CHECKPOINTS = "checkpoints"
+LATEST = "latest"
+# checkpoint directory
+META = "meta.json"
+ONLINE_WEIGHTS = "model.safetensors"
+EMA_WEIGHTS = "ema.safetensors"
+TRAINER_TENSORS = "trainer.safetensors"
+TRAINER_STATE = "trainer.json"
+# export directory (its config.json is CONFIG)
+EXPORT_WEIGHTS = "encoder.safetensors"
+MODEL_CARD = "MODEL_CARD.md"
 
 
 class WeightsError(ValueError):
@@ -137,29 +183,88 @@ def prefixed(tensors: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torc
     return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
-_CHECKPOINT = re.compile(r"^step_(\d{6,})$")
+# ------------------------------------------------------------------------------------------------- JSON
+
+
+def read_json(path: str | os.PathLike) -> dict[str, Any]:
+    """A JSON object from ``path``; :class:`WeightsError` naming the file when it is unreadable or not an object."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise WeightsError(f"{path}: not a readable JSON file ({err})") from err
+    if not isinstance(data, dict):
+        raise WeightsError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def write_json(path: str | os.PathLike, data: Mapping[str, Any], indent: int | None = 2) -> None:
+    """Write a JSON object atomically (a crash never leaves half a file)."""
+    atomic_write_text(path, json.dumps(data, indent=indent) + "\n")
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The JSON objects of ``metrics.jsonl`` that carry a numeric ``step`` (malformed lines are skipped)."""
+    path = Path(run_dir) / METRICS
+    rows: list[dict[str, Any]] = []
+    if not path.is_file():
+        return rows
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int | float):
+            rows.append(row)
+    return rows
+
+
+def truncate_metrics(run_dir: str | os.PathLike, step: int) -> None:
+    """Drop the ``metrics.jsonl`` lines logged after ``step`` (a resumed run logs them again)."""
+    path = Path(run_dir) / METRICS
+    if path.is_file():
+        keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+        path.write_text("".join(line + "\n" for line in keep))
+
+
+# ------------------------------------------------------------------------------------------ checkpoints
+
+_CHECKPOINT = re.compile(r"^step_(\d+)$")
 
 
 def checkpoint_name(step: int) -> str:
     return f"step_{step:06d}"
 
 
+def checkpoint_step(ckpt_dir: str | os.PathLike) -> int:
+    """The step of a checkpoint directory: its ``meta.json`` ``step``, else the ``step_N`` in its name."""
+    ckpt_dir = Path(ckpt_dir)
+    if (ckpt_dir / META).is_file():
+        step = read_json(ckpt_dir / META).get("step")
+        if isinstance(step, int):
+            return step
+    m = _CHECKPOINT.match(ckpt_dir.name)
+    if m:
+        return int(m.group(1))
+    raise WeightsError(f"{ckpt_dir}: cannot tell the checkpoint's step (no meta.json 'step', name not step_N)")
+
+
 def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
     """The complete checkpoints of a run (``checkpoints/step_N/`` holding ``meta.json``), oldest first."""
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and _CHECKPOINT.match(p.name) and (p / "meta.json").is_file()]
-    return sorted(found, key=lambda p: int(_CHECKPOINT.match(p.name).group(1)))  # type: ignore[union-attr]
+    found = [p for p in root.iterdir() if p.is_dir() and _CHECKPOINT.match(p.name) and (p / META).is_file()]
+    return sorted(found, key=lambda p: int(p.name[len("step_") :]))
 
 
 def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     """The checkpoint ``checkpoints/latest`` names, or the newest complete one; None when there is none."""
-    root = Path(run_dir) / "checkpoints"
-    pointer = root / "latest"
+    root = Path(run_dir) / CHECKPOINTS
+    pointer = root / LATEST
     if pointer.is_file():
         candidate = root / pointer.read_text().strip()
-        if (candidate / "meta.json").is_file():
+        if (candidate / META).is_file():
             return candidate
     found = list_checkpoints(run_dir)
     return found[-1] if found else None

@@ -6,8 +6,8 @@ photometric parameters in the worker, photometric change and normalisation on de
 cut on the device), ``batch.py`` (what a worker ships: views or frames + boxes), ``loader.py``
 (deterministic, resumable, rank-sharded batches, repeated sampling), ``shards.py`` (tar shard stores),
 ``badfiles.py`` (how broken files are skipped and reported), ``synthetic.py`` (the appearance/motion
-benchmark), ``encode.py`` (writing videos), ``prepare.py`` / ``check.py`` / ``cli.py`` (the
-``levjepa data`` command).
+benchmark), ``encode.py`` (writing videos), ``prepare.py`` / ``check.py`` (what the ``levjepa data``
+command runs).
 """
 
 from __future__ import annotations

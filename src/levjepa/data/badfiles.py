@@ -32,6 +32,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from levjepa import distributed
+from levjepa.weights import atomic_write_text, read_json
+
 __all__ = ["BAD_FILE_KINDS", "BadFileReport", "BadFileWarning", "DataError", "bad_file_kind"]
 
 BAD_FILE_KINDS = (
@@ -96,8 +99,6 @@ class BadFileReport:
 
     def gather(self) -> BadFileReport:
         """The report of every rank merged (a collective: call it on all ranks; itself when alone)."""
-        from levjepa import distributed
-
         merged = BadFileReport(warn=False)
         for files in distributed.all_gather_objects(dict(self.files)):
             for path, reason in files.items():
@@ -123,10 +124,16 @@ class BadFileReport:
             "files": [{"path": p, "kind": bad_file_kind(r), "reason": r} for p, r in sorted(self.files.items())],
         }
 
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> BadFileReport:
+        """A report as :meth:`write` wrote it (no warnings: these files were reported when met)."""
+        report = cls(warn=False)
+        for entry in read_json(path)["files"]:
+            report.files.setdefault(entry["path"], entry["reason"])
+        return report
+
     def write(self, path: str | os.PathLike) -> Path:
         """Write the report as JSON (atomically: a crash never leaves half a file)."""
-        from levjepa.weights import atomic_write_text
-
         path = Path(path)
         atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
         return path

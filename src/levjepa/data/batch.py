@@ -1,6 +1,6 @@
 """What a loader worker ships per batch, and how it becomes views on the training device.
 
-Two forms, one interface (``to_device``, ``pin_memory``, ``bad_files``, ``index``, ``epoch``, ``step``):
+Two forms, one interface (``augment_to_device``, ``pin_memory``, ``bad_files``, ``index``, ``epoch``, ``step``):
 
 * :class:`ViewBatch` (``data.resize_on="worker"``): the views are cut in the worker, uint8
   ``[G, B, C, T, Sg, Sg]`` and ``[V, B, C, T, Sl, Sl]``; the device only changes colours and normalises.
@@ -70,7 +70,7 @@ class ViewBatch:
             self.bad_files,
         )
 
-    def to_device(
+    def augment_to_device(
         self, device: torch.device | str, *, non_blocking: bool = True, dtype: torch.dtype = torch.float32
     ) -> list[torch.Tensor]:
         """``[global float [G, B, C, T, H, W], local float [V, B, C, T, h, w]]`` on ``device``: the local group
@@ -115,10 +115,10 @@ class FrameBatch:
             self.bad_files,
         )
 
-    def to_device(
+    def augment_to_device(
         self, device: torch.device | str, *, non_blocking: bool = True, dtype: torch.dtype = torch.float32
     ) -> list[torch.Tensor]:
-        """The same views as :meth:`ViewBatch.to_device`, cut from the frames on ``device``."""
+        """The same views as :meth:`ViewBatch.augment_to_device`, cut from the frames on ``device``."""
         num_global, global_size, local_size = self.sizes
         frames = self.frames.to(device, non_blocking=non_blocking)
         span, frame_index = self.span.to(frames.device), self.frame_index.to(frames.device)
@@ -146,7 +146,10 @@ def _shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     for d in shape:
         numel *= d
     storage = torch.UntypedStorage._new_shared(numel * torch.empty((), dtype=dtype).element_size())
-    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
+    strides = [1] * len(shape)  # contiguous
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    return torch.empty(0, dtype=dtype).set_(storage, 0, shape, strides)
 
 
 def _collate_frames(samples: list[dict[str, Any]]) -> FrameBatch:

@@ -46,10 +46,12 @@ class VideoWriter:
         self.path = path if hasattr(path, "write") else os.fspath(path)  # a path, or a binary file object
         self.width, self.height = width, height
         self.rate = Fraction(fps).limit_denominator(100_000)
-        self._container = av.open(self.path, "w", format=container_format)
+        self._container: av.container.OutputContainer | None = av.open(self.path, "w", format=container_format)
         for key, value in (metadata or {}).items():
             self._container.metadata[key] = value
-        self._stream = self._container.add_stream(codec, rate=self.rate)
+        stream = self._container.add_stream(codec, rate=self.rate)
+        assert isinstance(stream, av.VideoStream), f"{codec} is not a video codec"
+        self._stream = stream
         self._stream.width, self._stream.height = width, height
         self._stream.pix_fmt = pix_fmt
         self._time_base = 1 / self.rate  # frame pts count frames; the muxer may change the stream's time base
@@ -74,6 +76,8 @@ class VideoWriter:
         frame.pts = self._count
         frame.time_base = self._time_base
         self._count += 1
+        if self._container is None:
+            raise ValueError("VideoWriter.write: the writer is closed")
         for packet in self._stream.encode(frame):
             self._container.mux(packet)
 

@@ -38,9 +38,9 @@ clips, ~300 MB at the defaults) go through shared memory, like every batch, so `
 
 **Transfer** (``batch.py``). Workers ship uint8 views (``ViewBatch``, ``data.resize_on="worker"``) or the
 decoded frames with each view's crop box (``FrameBatch``, ``"device"``, the default on CUDA) and float32
-photometric parameters; ``to_device`` moves them (pinned when CUDA is available), cuts the views if the
-worker did not, applies the photometric change to the local views in batch on the device, and normalises
-every view.
+photometric parameters; ``augment_to_device`` moves them (pinned when CUDA is available), cuts the views if
+the worker did not, applies the photometric change to the local views in batch on the device, and
+normalises every view.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from levjepa.data.config import DataConfig
 from levjepa.data.sources import SYNTHETIC, MediaItem, list_media
 from levjepa.data.video import MemoryFile, decode_windows, hwaccel_status, load_image, window_indices
 from levjepa.data.views import make_views, sample_view_params
-from levjepa.rng import derive_seed
+from levjepa.rng import make_generator
 
 __all__ = [
     "FrameBatch",
@@ -74,14 +74,9 @@ __all__ = [
 ]
 
 
-def sample_seed(seed: int, *parts: object) -> int:
-    """A 63-bit seed from ``(seed, *parts)`` (stable across processes and Python versions)."""
-    return derive_seed(seed, *parts)
-
-
 def sample_generator(seed: int, epoch: int, position: int, purpose: str) -> torch.Generator:
     """The generator of one random purpose (``"time"``, ``"views"``) of position ``position`` of ``epoch``."""
-    return torch.Generator().manual_seed(sample_seed(seed, "sample", epoch, position, purpose))
+    return make_generator(seed, "sample", epoch, position, purpose)
 
 
 # ---------------------------------------------------------------------------------------------- batches
@@ -250,7 +245,7 @@ class PretrainDataset(Dataset):
         two epochs); with ``repeats = 1`` a group is a position."""
         if epoch not in self._plans:
             n_pos = -(-self.samples_per_epoch // self.repeats)
-            g = torch.Generator().manual_seed(sample_seed(self.seed, "plan", epoch))
+            g = make_generator(self.seed, "plan", epoch)
             quotas = _largest_remainder(n_pos, self.weights)
             source = torch.repeat_interleave(torch.arange(len(self.sources)), torch.tensor(quotas))
             if len(self.sources) > 1:
@@ -261,9 +256,7 @@ class PretrainDataset(Dataset):
                     continue
                 n = len(src)
                 perms = [
-                    torch.randperm(
-                        n, generator=torch.Generator().manual_seed(sample_seed(self.seed, "perm", epoch, s, c))
-                    )
+                    torch.randperm(n, generator=make_generator(self.seed, "perm", epoch, s, c))
                     for c in range(-(-quota // n))
                 ]
                 item[source == s] = torch.cat(perms)[:quota]

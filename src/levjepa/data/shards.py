@@ -53,6 +53,7 @@ import torch
 
 from levjepa.data.badfiles import DataError
 from levjepa.data.sources import MediaItem, media_kind
+from levjepa.rng import make_generator
 
 __all__ = ["INDEX_NAME", "PackResult", "ShardIndex", "ShardSource", "is_shard_store", "pack", "read_index"]
 
@@ -177,15 +178,13 @@ class ShardSource:
     # -- which members a rank reads
     def rank_stream(self, seed: int, epoch: int, rank: int, world_size: int) -> torch.Tensor:
         """Member ids in the order rank ``rank`` reads them in ``epoch`` (module docstring)."""
-        from levjepa.rng import derive_seed
-
         n_shards = len(self.index.shards)
         if n_shards < world_size:
             raise DataError(
                 f"missing: shard store {self.name} has {n_shards} shard(s) for {world_size} ranks; every rank "
                 f"reads its own shards: repack with --shards >= {world_size} (a multiple of it balances them)"
             )
-        g = torch.Generator().manual_seed(derive_seed(seed, "shards", epoch))
+        g = make_generator(seed, "shards", epoch)
         order = torch.randperm(n_shards, generator=g)[rank::world_size].tolist()
         runs = []
         for i in order:
@@ -220,11 +219,12 @@ class ShardSource:
         for shard, ids in by_shard.items():
             ids.sort(key=lambda j: int(self.index.offset[j]))
             run = [ids[0]]
-            for j in [*ids[1:], None]:
-                if j is not None:
+            following: list[int | None] = [*ids[1:], None]  # None closes the last run
+            for nxt in following:
+                if nxt is not None:
                     end = int(self.index.offset[run[-1]] + self.index.size[run[-1]])
-                    if int(self.index.offset[j]) - end <= _MERGE_GAP:
-                        run.append(j)
+                    if int(self.index.offset[nxt]) - end <= _MERGE_GAP:
+                        run.append(nxt)
                         continue
                 start = int(self.index.offset[run[0]])
                 stop = int(self.index.offset[run[-1]] + self.index.size[run[-1]])
@@ -237,7 +237,7 @@ class ShardSource:
                     chunk = data[lo : lo + int(self.index.size[m])]
                     if len(chunk) == int(self.index.size[m]):
                         self._cache[m] = chunk
-                run = [j] if j is not None else []
+                run = [nxt] if nxt is not None else []
 
     def read(self, j: int) -> bytes:
         """The bytes of member ``j`` (from the last prefetch when there); raises DataError."""
@@ -372,7 +372,7 @@ def pack(
         stale.unlink(missing_ok=True)
     order = list(range(len(items)))
     if shuffle:
-        order = torch.randperm(len(items), generator=torch.Generator().manual_seed(seed)).tolist()
+        order = torch.randperm(len(items), generator=make_generator("pack", seed)).tolist()
     bounds = [round(i * len(items) / shards) for i in range(shards + 1)]
     names = [f"shard-{i:06d}.tar" for i in range(shards)]
     tasks = [
@@ -383,7 +383,7 @@ def pack(
     for reused, failed in parallel_map(_write_shard, tasks, workers, desc="pack"):
         result.reused += reused
         result.failed += failed
-    doc = {"format": FORMAT, "version": 1, "shards": []}
+    doc: dict[str, Any] = {"format": FORMAT, "version": 1, "shards": []}
     for name in names:
         cols = _scan(dst / name)
         result.members += len(cols["name"])

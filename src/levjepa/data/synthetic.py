@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gzip
-import hashlib
 import math
 import os
 from collections.abc import Iterator
@@ -51,6 +50,7 @@ import torch.nn.functional as F
 
 from levjepa.data.badfiles import DataError
 from levjepa.data.config import SyntheticConfig
+from levjepa.rng import make_generator
 
 __all__ = [
     "DIRECTION_NAMES",
@@ -200,19 +200,10 @@ def load_image_pool(cfg: SyntheticConfig) -> ImagePool:
 # --------------------------------------------------------------------------------------------- sampling
 
 
-def _seed(*parts: object) -> int:
-    digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
-
-
-def _generator(*parts: object) -> torch.Generator:
-    return torch.Generator().manual_seed(_seed(*parts))
-
-
 def _split_images(num_images: int, seed: int, split: str) -> torch.Tensor:
     if num_images < 3:
         raise DataError(f"unreadable: the image pool has {num_images} image(s); the benchmark needs >= 3")
-    perm = torch.randperm(num_images, generator=_generator("synthetic-images", seed))
+    perm = torch.randperm(num_images, generator=make_generator("synthetic-images", seed))
     n_train = max(1, int(_SPLIT_FRACTIONS[0] * num_images))
     n_val = max(1, int(_SPLIT_FRACTIONS[1] * num_images))
     bounds = {"train": (0, n_train), "val": (n_train, n_train + n_val), "test": (n_train + n_val, num_images)}
@@ -235,7 +226,7 @@ def _hsv(h: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 def sample_params(cfg: SyntheticConfig, split: Literal["train", "val", "test"], pool: ImagePool) -> ClipParams:
     """The random choices of every clip of ``split`` (a function of ``cfg`` and ``split`` only)."""
     n = {"train": cfg.num_train, "val": cfg.num_val, "test": cfg.num_test}[split]
-    g = _generator("synthetic-split", cfg.seed, split)
+    g = make_generator("synthetic-split", cfg.seed, split)
     images = _split_images(pool.images.shape[0], cfg.seed, split)
     reps = -(-n // images.numel())
     order = torch.cat([torch.randperm(images.numel(), generator=g) for _ in range(reps)])[:n]
@@ -276,7 +267,7 @@ def sample_params(cfg: SyntheticConfig, split: Literal["train", "val", "test"], 
 def _textures(cfg: SyntheticConfig, seeds: torch.Tensor) -> torch.Tensor:
     """Periodic smooth noise, zero mean and unit std per clip: float [n, 1, S, S] (one clip seed each)."""
     s = cfg.size
-    noise = torch.stack([torch.randn(1, s, s, generator=torch.Generator().manual_seed(int(x))) for x in seeds])
+    noise = torch.stack([torch.randn(1, s, s, generator=make_generator("synthetic-texture", int(x))) for x in seeds])
     freq = torch.fft.fftfreq(s)
     radius2 = freq[:, None] ** 2 + freq[None, :] ** 2
     spectrum = torch.fft.fft2(noise) * torch.exp(-radius2 / (2 * cfg.texture_cutoff**2))

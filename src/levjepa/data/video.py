@@ -145,6 +145,7 @@ def _check_file(path: str) -> None:
 
 def _open(source: Source, hwaccel: str | None = None) -> Any:
     """Open a path or a MemoryFile with FFmpeg (raises DataError); ``hwaccel`` names a decoding device."""
+    target: io.BytesIO | str
     if isinstance(source, MemoryFile):
         path, target = source.name, io.BytesIO(source.data)
         if not source.data:
@@ -158,7 +159,7 @@ def _open(source: Source, hwaccel: str | None = None) -> Any:
 
         # primary_ctx: share the device's primary CUDA context (the one torch uses) instead of creating a
         # context for every opened file (a CUDA context costs far more than decoding a clip)
-        options = {"primary_ctx": "1"} if hwaccel == "cuda" else None
+        options: dict[str, object] | None = {"primary_ctx": "1"} if hwaccel == "cuda" else None
         kwargs["hwaccel"] = HWAccel(device_type=hwaccel, allow_software_fallback=True, options=options)
     try:
         return av.open(target, metadata_errors="ignore", **kwargs)

@@ -43,6 +43,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from levjepa.data.config import DataConfig
+
 __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
@@ -155,51 +157,53 @@ def sample_photometric(
 
 
 def sample_view_params(
-    height: int, width: int, cfg: object, generator: torch.Generator | None
+    height: int, width: int, cfg: DataConfig, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Every random choice of one clip's views, for frames of ``height × width`` (``cfg``: a ``DataConfig``).
+    """Every random choice of one clip's views, for frames of ``height × width``.
 
     Returns ``(boxes int64 [G + V, 4] (top, left, h, w), flips bool [V], photometric float32 [V, 6])``.
     Draw order (fixed, so a sample is reproducible from its generator): every global crop, then per local
     view its crop, its flip, its photometric parameters. The worker path (:func:`make_views`) and the
     device path (``resize.py``) cut views from these same draws.
     """
-    ratio = cfg.crop_ratio  # type: ignore[attr-defined]
-    boxes = [crop_box(height, width, cfg.global_scale, ratio, generator) for _ in range(cfg.num_global)]  # type: ignore[attr-defined]
+    ratio = cfg.crop_ratio
+    boxes = [crop_box(height, width, cfg.global_scale, ratio, generator) for _ in range(cfg.num_global)]
     flips, photo = [], []
-    for _ in range(cfg.num_local):  # type: ignore[attr-defined]
-        boxes.append(crop_box(height, width, cfg.local_scale, ratio, generator))  # type: ignore[attr-defined]
-        flips.append(bool(torch.rand(1, generator=generator, dtype=torch.float64).item() < cfg.flip_p))  # type: ignore[attr-defined]
+    for _ in range(cfg.num_local):
+        boxes.append(crop_box(height, width, cfg.local_scale, ratio, generator))
+        flips.append(bool(torch.rand(1, generator=generator, dtype=torch.float64).item() < cfg.flip_p))
         photo.append(
             sample_photometric(
                 generator,
-                jitter_p=cfg.jitter_p,  # type: ignore[attr-defined]
-                brightness=cfg.brightness,  # type: ignore[attr-defined]
-                contrast=cfg.contrast,  # type: ignore[attr-defined]
-                saturation=cfg.saturation,  # type: ignore[attr-defined]
-                hue=cfg.hue,  # type: ignore[attr-defined]
-                grayscale_p=cfg.grayscale_p,  # type: ignore[attr-defined]
+                jitter_p=cfg.jitter_p,
+                brightness=cfg.brightness,
+                contrast=cfg.contrast,
+                saturation=cfg.saturation,
+                hue=cfg.hue,
+                grayscale_p=cfg.grayscale_p,
             )
         )
     photo_t = torch.stack(photo) if photo else torch.empty(0, len(PHOTOMETRIC_FIELDS))
     return torch.tensor(boxes, dtype=torch.int64), torch.tensor(flips, dtype=torch.bool), photo_t
 
 
-def make_views(frames: torch.Tensor, cfg: object, generator: torch.Generator | None) -> tuple[torch.Tensor, ...]:
-    """All views of one clip from uint8 ``[T, C, H, W]`` frames (``cfg``: a ``DataConfig``), cut in the worker.
+def make_views(
+    frames: torch.Tensor, cfg: DataConfig, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """All views of one clip from uint8 ``[T, C, H, W]`` frames, cut in the worker.
 
     Returns ``(global [G, C, T, Sg, Sg] uint8, local [V, C, T, Sl, Sl] uint8, photometric [V, 6] float32)``,
     from the draws of :func:`sample_view_params`.
     """
     t, c, height, width = frames.shape
     boxes, flips, photo = sample_view_params(height, width, cfg, generator)
-    g = cfg.num_global  # type: ignore[attr-defined]
-    glob = [cut_view(frames, tuple(box), cfg.global_size) for box in boxes[:g].tolist()]  # type: ignore[attr-defined]
+    g = cfg.num_global
+    glob = [cut_view(frames, tuple(box), cfg.global_size) for box in boxes[:g].tolist()]
     local = [
-        cut_view(frames, tuple(box), cfg.local_size, bool(flip))  # type: ignore[attr-defined]
+        cut_view(frames, tuple(box), cfg.local_size, bool(flip))
         for box, flip in zip(boxes[g:].tolist(), flips.tolist(), strict=True)
     ]
-    s = cfg.local_size  # type: ignore[attr-defined]
+    s = cfg.local_size
     local_t = torch.stack(local) if local else torch.empty(0, c, t, s, s, dtype=torch.uint8)
     return torch.stack(glob), local_t, photo
 

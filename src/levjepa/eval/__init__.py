@@ -2,14 +2,14 @@
 
 Read ``probes.py`` first (the attentive and linear probes and their parallel lr × wd grid), then
 ``features.py`` (features computed once, frozen, nothing dropped) and ``benchmark.py`` (the built-in
-appearance / motion / arrow-of-time benchmark). ``load.py`` reads run directories, checkpoints and
-exports; ``export.py``, ``cli_probe.py``, ``cli_extract.py`` / ``extract.py`` and ``select.py`` are the
-``levjepa export | probe | extract | select`` commands.
+appearance / motion / arrow-of-time benchmark; ``index_task.py`` the same for a user's labelled index
+files). ``load.py`` reads run directories, checkpoints and exports (``levjepa.load``); ``export.py``,
+``extract.py`` and ``select.py`` are what the ``levjepa export | extract | select`` commands run.
 """
 
 from __future__ import annotations
 
-from levjepa.eval.benchmark import BenchmarkResult, evaluate_benchmark
+from levjepa.eval.benchmark import BenchmarkResult, EvalConfig, evaluate_benchmark
 from levjepa.eval.features import Features, compute_features
 from levjepa.eval.knn import knn_evaluate, knn_predict
 from levjepa.eval.load import LoadedEncoder, load_encoder, random_encoder
@@ -18,6 +18,7 @@ from levjepa.eval.probes import AttentiveProbeGrid, LinearProbeGrid, ProbeConfig
 __all__ = [
     "AttentiveProbeGrid",
     "BenchmarkResult",
+    "EvalConfig",
     "Features",
     "LinearProbeGrid",
     "LoadedEncoder",

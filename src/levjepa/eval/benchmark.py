@@ -21,10 +21,15 @@ tokens per clip) fit in about three minutes on 2 idle CPU cores. The encoder's f
 of CPU time per clip (≈ 3.7 GFLOPs, attention over 1025 tokens being most of it), so 3 × 896 clips cost
 ≈ 2 minutes; the probes of all three tasks add ≈ 10–15 s per encoder (``bench/eval.md``).
 The table's caption states the clip counts, the image source and the clip size.
+
+What is evaluated and how — tasks, probes, budget, probe config, seed, device, batch size, feature cache —
+is one frozen :class:`EvalConfig`, passed unchanged from ``evaluate_benchmark`` / ``evaluate_splits`` down to
+the probes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -33,17 +38,25 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from levjepa.config import apply_overrides, check, to_dict
+from levjepa.data.config import SyntheticConfig
+from levjepa.data.synthetic import load_split
 from levjepa.eval.features import Features, cached_features
 from levjepa.eval.knn import KnnResult, knn_evaluate
 from levjepa.eval.probes import GridResult, ProbeConfig, probe_config, train_probe_grid
+from levjepa.model.vit import VideoEncoder
+from levjepa.rng import make_generator
+from levjepa.train.config import PretrainConfig
 
 __all__ = [
+    "BENCHMARK_TITLE",
     "BUDGET_LIMITS",
     "PROBES",
     "TASKS",
     "BenchmarkResult",
+    "EvalConfig",
     "LabelledSplits",
     "benchmark_splits",
     "evaluate_benchmark",
@@ -91,21 +104,41 @@ class LabelledSplits:
         return f"{c.shape[2]}×{c.shape[3]}×{c.shape[4]} (T×H×W)"
 
 
-def synthetic_config_for(run_config: Mapping[str, Any] | None, overrides: Sequence[str] = ()) -> Any:
-    """The benchmark config a run trained with (``config.json`` → ``data.synthetic``), else the default."""
-    from levjepa.config import apply_overrides, from_dict
-    from levjepa.data import SyntheticConfig
+@dataclass(frozen=True)
+class EvalConfig:
+    """How frozen encoders are evaluated on labelled splits: the one object every function below takes."""
 
-    section = ((run_config or {}).get("data") or {}).get("synthetic")
-    cfg = from_dict(SyntheticConfig, section) if isinstance(section, dict) else SyntheticConfig()
+    tasks: tuple[str, ...] = TASKS  # which labels of the splits to probe
+    probes: tuple[str, ...] = PROBES  # attentive (every token), linear (mean-pooled patches), knn (CLS)
+    budget: Literal["demo", "full"] = "demo"  # the probe grid and (built-in benchmark) the split sizes
+    probe: ProbeConfig | None = None  # how probes train; None: probe_config(budget)
+    seed: int = 0  # probe initialisation and batch order, the same for every encoder (columns differ by it only)
+    device: str = "cpu"
+    batch_size: int = 8  # clips per encoder forward
+    cache_dir: str | None = None  # feature cache, keyed by the weights and the data
+    progress: bool = False
+    title: str = ""  # what the table's caption calls the evaluation
+
+    def __post_init__(self) -> None:
+        check(self.budget in BUDGET_LIMITS, f"budget={self.budget!r}: valid choices are {', '.join(BUDGET_LIMITS)}")
+        check(len(self.tasks) > 0, "eval: at least one task")
+        for p in self.probes:
+            check(p in PROBES, f"probe {p!r}: valid choices are {', '.join(PROBES)}")
+        check(self.batch_size >= 1, f"eval.batch_size={self.batch_size}: must be >= 1")
+
+    @property
+    def probe_cfg(self) -> ProbeConfig:
+        return self.probe if self.probe is not None else probe_config(self.budget)
+
+
+def synthetic_config_for(run_config: PretrainConfig | None, overrides: Sequence[str] = ()) -> SyntheticConfig:
+    """The benchmark config a run trained with (``data.synthetic`` of its config), else the default."""
+    cfg = run_config.data.synthetic if run_config is not None else SyntheticConfig()
     return apply_overrides(cfg, list(overrides))
 
 
-def benchmark_splits(cfg: Any, budget: Literal["demo", "full"] = "demo") -> LabelledSplits:
+def benchmark_splits(cfg: SyntheticConfig, budget: Literal["demo", "full"] = "demo") -> LabelledSplits:
     """The built-in benchmark's splits (``levjepa.data.synthetic.load_split``), cut to the budget's sizes."""
-    from levjepa.config import to_dict
-    from levjepa.data.synthetic import load_split
-
     if budget not in BUDGET_LIMITS:
         raise ValueError(f"budget={budget!r}: valid choices are {', '.join(BUDGET_LIMITS)}")
     limits = BUDGET_LIMITS[budget]
@@ -125,11 +158,6 @@ def benchmark_splits(cfg: Any, budget: Literal["demo", "full"] = "demo") -> Labe
     return LabelledSplits(clips, labels, num_classes, source, key=f"synthetic-{digest}-{sizes}")
 
 
-def _probe_seed(seed: int, task: str, probe: str) -> torch.Generator:
-    digest = hashlib.sha1(f"{seed}/{task}/{probe}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
-
-
 def _probe_input(f: Features, probe: str) -> Tensor:
     """What each probe reads: every token (attentive), mean-pooled patches (linear), CLS (linear_cls, kNN).
 
@@ -145,16 +173,10 @@ def _probe_input(f: Features, probe: str) -> Tensor:
 
 
 def evaluate_features(
-    feats: Mapping[str, Features],
-    splits: LabelledSplits,
-    *,
-    tasks: Sequence[str],
-    probes: Sequence[str],
-    probe_cfg: ProbeConfig,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
+    feats: Mapping[str, Features], splits: LabelledSplits, cfg: EvalConfig
 ) -> dict[str, dict[str, Result]]:
     """task -> probe -> result, from cached features of each split (probes never see the encoder)."""
+    tasks, probes = cfg.tasks, cfg.probes
     out: dict[str, dict[str, Result]] = {t: {} for t in tasks}
     classes = {t: splits.num_classes[t] for t in tasks}
     for probe in probes:
@@ -167,13 +189,13 @@ def evaluate_features(
         # every task's grid in one stacked model: the tokens are read once per batch for all tasks
         res = train_probe_grid(
             PROBE_KINDS[probe],  # type: ignore[arg-type]
-            probe_cfg,
+            cfg.probe_cfg,
             data["train"],
             data["val"],
             data.get("test"),
             num_classes=classes,
-            generator=_probe_seed(seed, ",".join(tasks), probe),
-            device=device,
+            generator=make_generator("probe", cfg.seed, ",".join(tasks), probe),
+            device=cfg.device,
         )
         assert isinstance(res, dict)
         for t in tasks:
@@ -182,43 +204,28 @@ def evaluate_features(
 
 
 def evaluate_encoder_on_splits(
-    encoder: nn.Module,
-    splits: LabelledSplits,
-    *,
-    tasks: Sequence[str],
-    probes: Sequence[str],
-    budget: Literal["demo", "full"] = "demo",
-    probe_cfg: ProbeConfig | None = None,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-    batch_size: int = 8,
-    cache_dir: str | None = None,
-    progress: bool = False,
-    timings: dict[str, float] | None = None,
-) -> dict[str, dict[str, Result]]:
-    """Features of every split once (cached when ``cache_dir``), then every probe of every task."""
-    cfg = probe_cfg or probe_config(budget)
+    encoder: VideoEncoder, splits: LabelledSplits, cfg: EvalConfig
+) -> tuple[dict[str, dict[str, Result]], dict[str, float]]:
+    """Features of every split once (cached when ``cfg.cache_dir``), then every probe of every task; returns
+    task -> probe -> result and the seconds spent on features and on probes."""
     t0 = time.perf_counter()
     feats = {
         s: cached_features(
             encoder,
             clips,
             key=f"{splits.key}-{s}",
-            cache_dir=cache_dir,
-            keep_tokens="attentive" in probes,
-            batch_size=batch_size,
-            device=device,
-            progress=progress,
+            cache_dir=cfg.cache_dir,
+            keep_tokens="attentive" in cfg.probes,
+            batch_size=cfg.batch_size,
+            device=cfg.device,
+            progress=cfg.progress,
             desc=f"features {s}",
         )
         for s, clips in splits.clips.items()
     }
     t1 = time.perf_counter()
-    res = evaluate_features(feats, splits, tasks=tasks, probes=probes, probe_cfg=cfg, seed=seed, device=device)
-    if timings is not None:
-        timings["features_s"] = t1 - t0
-        timings["probes_s"] = time.perf_counter() - t1
-    return res
+    res = evaluate_features(feats, splits, cfg)
+    return res, {"features_s": t1 - t0, "probes_s": time.perf_counter() - t1}
 
 
 @dataclass
@@ -283,97 +290,46 @@ def chance_levels(splits: LabelledSplits, tasks: Sequence[str]) -> dict[str, flo
     return out
 
 
-def evaluate_splits(
-    encoders: Mapping[str, nn.Module],
-    splits: LabelledSplits,
-    *,
-    tasks: Sequence[str],
-    probes: Sequence[str],
-    budget: Literal["demo", "full"] = "demo",
-    probe_cfg: ProbeConfig | None = None,
-    device: str | torch.device = "cpu",
-    seed: int = 0,
-    cache_dir: str | None = None,
-    progress: bool = False,
-    title: str = "",
-    batch_size: int = 8,
-) -> BenchmarkResult:
+def evaluate_splits(encoders: Mapping[str, VideoEncoder], splits: LabelledSplits, cfg: EvalConfig) -> BenchmarkResult:
     """Every encoder through :func:`evaluate_encoder_on_splits`; one table."""
-    for t in tasks:
+    for t in cfg.tasks:
         if t not in splits.num_classes:
             raise ValueError(f"task {t!r}: valid tasks here are {', '.join(splits.num_classes)}")
-    for p in probes:
-        if p not in PROBES:
-            raise ValueError(f"probe {p!r}: valid choices are {', '.join(PROBES)}")
-    cfg = probe_cfg or probe_config(budget)
     start = time.perf_counter()
     results, timings = {}, {}
     for name, enc in encoders.items():
         enc = getattr(enc, "encoder", enc)  # a LoadedEncoder or the module itself
-        timings[name] = {}
-        results[name] = evaluate_encoder_on_splits(
-            enc,
-            splits,
-            tasks=tasks,
-            probes=probes,
-            budget=budget,
-            probe_cfg=cfg,
-            seed=seed,
-            device=device,
-            cache_dir=cache_dir,
-            progress=progress,
-            timings=timings[name],
-            batch_size=batch_size,
-        )
+        results[name], timings[name] = evaluate_encoder_on_splits(enc, splits, cfg)
+    probe_cfg = cfg.probe_cfg
     info = {
-        "title": title,
+        "title": cfg.title,
         "image_source": splits.image_source,
         "clip": splits.clip_text,
         "split_sizes": splits.sizes,
         "has_test": "test" in splits.clips,
-        "budget": budget,
-        "probe_depth": cfg.depth,
-        "probe_config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.__dict__.items()},
-        "device": str(device),
-        "seed": seed,
+        "budget": cfg.budget,
+        "probe_depth": probe_cfg.depth,
+        "probe_config": {k: list(v) if isinstance(v, tuple) else v for k, v in probe_cfg.__dict__.items()},
+        "device": str(cfg.device),
+        "seed": cfg.seed,
         "timings_s": timings,
         "seconds": time.perf_counter() - start,
     }
-    return BenchmarkResult(list(encoders), list(tasks), list(probes), results, chance_levels(splits, tasks), info)
+    tasks, probes = list(cfg.tasks), list(cfg.probes)
+    return BenchmarkResult(list(encoders), tasks, probes, results, chance_levels(splits, tasks), info)
+
+
+BENCHMARK_TITLE = "built-in benchmark (moving image over texture: appearance, motion direction, arrow of time)"
 
 
 def evaluate_benchmark(
-    encoders: Mapping[str, nn.Module],
-    cfg: Any,
-    *,
-    tasks: Sequence[str] = TASKS,
-    probes: Sequence[str] = PROBES,
-    device: str | torch.device = "cpu",
-    seed: int = 0,
-    budget: Literal["demo", "full"] = "demo",
-    probe_cfg: ProbeConfig | None = None,
-    cache_dir: str | None = None,
-    progress: bool = False,
-    batch_size: int = 8,
+    encoders: Mapping[str, VideoEncoder], synthetic: SyntheticConfig, cfg: EvalConfig = EvalConfig()
 ) -> BenchmarkResult:
-    """The built-in benchmark (``cfg``: a ``SyntheticConfig``) for each named encoder: the table the CPU demo
+    """The built-in benchmark (``synthetic``: its config) for each named encoder: the table the CPU demo
     prints for pretrained (EMA and online) vs random-init encoders. Encoders are left as they were found
     (their train/eval mode is restored, their parameters untouched)."""
-    for t in tasks:
+    for t in cfg.tasks:
         if t not in TASKS:
             raise ValueError(f"task {t!r}: valid tasks are {', '.join(TASKS)}")
-    splits = benchmark_splits(cfg, budget)
-    return evaluate_splits(
-        encoders,
-        splits,
-        tasks=tasks,
-        probes=probes,
-        budget=budget,
-        probe_cfg=probe_cfg,
-        device=device,
-        seed=seed,
-        cache_dir=cache_dir,
-        progress=progress,
-        batch_size=batch_size,
-        title="built-in benchmark (moving image over texture: appearance, motion direction, arrow of time)",
-    )
+    splits = benchmark_splits(synthetic, cfg.budget)
+    return evaluate_splits(encoders, splits, cfg if cfg.title else dataclasses.replace(cfg, title=BENCHMARK_TITLE))

@@ -1,12 +1,13 @@
-"""``levjepa export RUN_DIR --out DIR``: an encoder-only release, and ``levjepa.load(path)`` to read it back.
+"""An encoder-only release (``levjepa export RUN_DIR --out DIR``), and ``levjepa.load(path)`` to read it back.
 
 An export holds exactly what inference needs, nothing that can run code::
 
     DIR/encoder.safetensors   the VideoEncoder's state dict ("<param>"); metadata: encoder_config (JSON),
                               weights ("ema" | "online") and weights_note (what the copy averages), step,
                               format "levjepa-encoder/1", levjepa version
-    DIR/config.json           {"format", "model": EncoderConfig, "weights", "weights_note", "step", "source",
-                               "run_config"}
+    DIR/config.json           an ExportRecord (``levjepa.eval.load``): {"model": EncoderConfig, "format",
+                              "weights", "weights_note", "step", "source", "exported_at", "run_config":
+                              the run's PretrainConfig}; read back with from_dict
     DIR/MODEL_CARD.md         how it was trained: architecture, objective and λ, data sources, steps,
                               final losses from metrics.jsonl, how to load it
 
@@ -19,8 +20,6 @@ its ``weights_info`` says which copy was read; a pickle-bearing file is refused 
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import time
 from pathlib import Path
@@ -28,40 +27,20 @@ from typing import Any
 
 import torch
 
+from levjepa import __version__
 from levjepa.config import to_dict
-from levjepa.eval.load import LoadedEncoder, WeightsKind, load_encoder
-from levjepa.weights import atomic_write_text, save_tensors
+from levjepa.eval.load import EXPORT_FORMAT, ExportRecord, LoadedEncoder, WeightsKind, load_encoder
+from levjepa.weights import (
+    CONFIG,
+    EXPORT_WEIGHTS,
+    MODEL_CARD,
+    atomic_write_text,
+    read_metrics,
+    save_tensors,
+    write_json,
+)
 
-__all__ = ["EXPORT_FORMAT", "add_arguments", "export_encoder", "load", "main", "model_card", "read_metrics"]
-
-EXPORT_FORMAT = "levjepa-encoder/1"
-
-
-def load(path: str | Path, weights: WeightsKind = "ema", device: str | torch.device = "cpu") -> torch.nn.Module:
-    """A ready, frozen ``VideoEncoder`` from an export, a checkpoint or a run directory (``levjepa.load``).
-
-    Its ``weights_info`` attribute says which copy was read and what it is (``LoadedEncoder.describe``), e.g.
-    ``"ema weights step 800 (EMA: weighted average of the online weights over 800 update(s), …) from …"``.
-    """
-    loaded = load_encoder(path, weights=weights, device=device)
-    loaded.encoder.weights_info = loaded.describe()
-    return loaded.encoder
-
-
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The JSON objects of ``metrics.jsonl`` that carry a ``step`` (malformed lines are skipped)."""
-    path = Path(run_dir) / "metrics.jsonl"
-    rows: list[dict[str, Any]] = []
-    if not path.is_file():
-        return rows
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int | float):
-            rows.append(row)
-    return rows
+__all__ = ["export_encoder", "model_card"]
 
 
 def _final_losses(rows: list[dict[str, Any]], upto: int | None) -> dict[str, float]:
@@ -84,63 +63,52 @@ def _count_params(encoder: torch.nn.Module) -> int:
     return sum(p.numel() for p in encoder.parameters())
 
 
+def _fields(section: Any) -> str:
+    """``key value, ...`` of a config section's plain fields (nested sections left out)."""
+    return ", ".join(f"{k} {v}" for k, v in to_dict(section).items() if not isinstance(v, dict))
+
+
 def model_card(loaded: LoadedEncoder, metrics: list[dict[str, Any]]) -> str:
     """A short Markdown model card: what the encoder is and how it was trained."""
-    cfg = to_dict(loaded.config)
-    run = loaded.run_config or {}
-    obj = run.get("objective") or {}
-    data = run.get("data") or {}
-    optim = run.get("optim") or {}
-    train = run.get("train") or {}
-    lam = obj.get("lam")
-    lam_text = "default for the objective" if lam is None else f"{lam}"
+    cfg, run = loaded.config, loaded.run_config
     arch = (
-        f"ViT, dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}, patch {cfg['patch_size']}, "
-        f"tubelet {cfg['tubelet']}, {cfg['attention']} attention, "
-        f"final LayerNorm {'on' if cfg['final_norm'] else 'off'}, "
+        f"ViT, dim {cfg.dim}, depth {cfg.depth}, heads {cfg.heads}, patch {cfg.patch_size}, "
+        f"tubelet {cfg.tubelet}, {cfg.attention} attention, "
+        f"final LayerNorm {'on' if cfg.final_norm else 'off'}, "
         f"3D RoPE, {_count_params(loaded.encoder) / 1e6:.2f} M parameters"
     )
     losses = _final_losses(metrics, loaded.step)
     loss_text = ", ".join(f"{k} {v:.4g}" for k, v in losses.items()) or "not recorded (no metrics.jsonl)"
-    sources = data.get("sources", "unknown")
-    source_list = [str(s) for s in sources] if isinstance(sources, list | tuple) else [str(sources)]
-    sources = ", ".join(source_list)
-    # the synthetic section is always in the config; it describes the data only when a source uses it
-    uses_synthetic = "synthetic" in source_list
-    synth = data.get("synthetic") if uses_synthetic and isinstance(data.get("synthetic"), dict) else None
+    objective = "unknown" if run is None else run.objective.name
+    lam = "unknown" if run is None else f"{run.objective.lam_value}"
     lines = [
         "# LeVJEPA encoder",
         "",
-        "A video encoder pretrained by levjepa with self-supervision (no labels), "
-        f"objective `{obj.get('name', 'unknown')}`.",
+        f"A video encoder pretrained by levjepa with self-supervision (no labels), objective `{objective}`.",
         "",
         "| | |",
         "| --- | --- |",
         f"| architecture | {arch} |",
         f"| weights | {loaded.weights}{f' ({loaded.note})' if loaded.note else ''} |",
         f"| training steps | {loaded.step if loaded.step is not None else 'unknown'} |",
-        f"| objective | {obj.get('name', 'unknown')}, λ = {lam_text} |",
-        f"| data sources | {sources} |",
+        f"| objective | {objective}, λ = {lam} |",
     ]
-    if synth:
-        lines.append(
-            f"| built-in benchmark clips | image source {synth.get('image_source')}, "
-            f"{synth.get('num_frames')}×{synth.get('size')}×{synth.get('size')} |"
-        )
-    if data:
-        lines.append(
-            f"| views | {data.get('num_global', '?')} global @ {data.get('global_size', '?')} px + "
-            f"{data.get('num_local', '?')} local @ {data.get('local_size', '?')} px, "
-            f"{data.get('num_frames', '?')} frames |"
-        )
-    if optim:
-        lines.append(
-            "| optimiser | " + ", ".join(f"{k} {v}" for k, v in optim.items() if not isinstance(v, dict)) + " |"
-        )
-    if train:
-        lines.append(
-            "| training | " + ", ".join(f"{k} {v}" for k, v in train.items() if not isinstance(v, dict)) + " |"
-        )
+    if run is not None:
+        data, synth = run.data, run.data.synthetic
+        lines.append(f"| data sources | {', '.join(data.sources)} |")
+        if "synthetic" in data.sources:  # the synthetic section is always there; it describes the data only then
+            lines.append(
+                f"| built-in benchmark clips | image source {synth.image_source}, "
+                f"{synth.num_frames}×{synth.size}×{synth.size} |"
+            )
+        lines += [
+            f"| views | {data.num_global} global @ {data.global_size} px + {data.num_local} local @ "
+            f"{data.local_size} px, {data.num_frames} frames |",
+            f"| optimiser | {_fields(run.optim)} |",
+            f"| training | {_fields(run.train)} |",
+        ]
+    else:
+        lines.append("| data sources | unknown |")
     lines += [
         f"| final losses (mean of the last 10 % of logged steps) | {loss_text} |",
         f"| exported from | `{loaded.source}` |",
@@ -170,44 +138,25 @@ def export_encoder(
     loaded = load_encoder(source, weights=weights, device=device)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = to_dict(loaded.config)
+    record = ExportRecord(
+        model=loaded.config,
+        weights=loaded.weights,
+        weights_note=loaded.note,
+        step=loaded.step,
+        source=loaded.source,
+        exported_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        run_config=loaded.run_config,
+    )
     meta = {
         "format": EXPORT_FORMAT,
-        "encoder_config": cfg,
+        "encoder_config": to_dict(loaded.config),
         "weights": loaded.weights,
         "weights_note": loaded.note,
         "step": loaded.step,
+        "levjepa_version": __version__,
     }
-    try:
-        from levjepa import __version__
-
-        meta["levjepa_version"] = __version__
-    except ImportError:  # pragma: no cover
-        pass
-    save_tensors(out / "encoder.safetensors", loaded.encoder.state_dict(), meta)
-    side = {
-        "format": EXPORT_FORMAT,
-        "model": cfg,
-        "weights": loaded.weights,
-        "weights_note": loaded.note,
-        "step": loaded.step,
-        "source": loaded.source,
-        "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "run_config": loaded.run_config,
-    }
-    atomic_write_text(out / "config.json", json.dumps(side, indent=2) + "\n")
+    save_tensors(out / EXPORT_WEIGHTS, loaded.encoder.state_dict(), meta)
+    write_json(out / CONFIG, to_dict(record))
     metrics = read_metrics(loaded.run_dir) if loaded.run_dir else []
-    atomic_write_text(out / "MODEL_CARD.md", model_card(loaded, metrics))
+    atomic_write_text(out / MODEL_CARD, model_card(loaded, metrics))
     return loaded
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", help="run directory, checkpoint directory or checkpoint file")
-    parser.add_argument("--out", required=True, help="output folder (created)")
-    parser.add_argument("--weights", choices=("ema", "online"), default="ema", help="which weights (default: ema)")
-
-
-def main(args: argparse.Namespace) -> int:
-    loaded = export_encoder(args.run, args.out, weights=args.weights)
-    print(f"exported {loaded.describe()} -> {args.out}/encoder.safetensors (+ config.json, MODEL_CARD.md)")
-    return 0

@@ -8,9 +8,9 @@ last frame — so every frame of the video lies in at least one window (:func:`w
 with fewer than ``window`` kept frames gives one window padded by repeating its last frame
 (``padded: true`` in the index). An image is one row, its frame repeated ``window`` times.
 
-**Frames.** Decoded with ``levjepa.data.decode_all`` (scaled down to a short side of ``size`` inside
-FFmpeg), then resized to short side ``size`` and centre-cropped to a square multiple of the patch size
-(the evaluation transform; every row then has the same token count). Note: a whole video is decoded into
+**Frames.** Decoded with ``levjepa.data.eval_clip.load_eval_video`` (scaled down to a short side of
+``size`` inside FFmpeg), then resized to short side ``size`` and centre-cropped to a square multiple of the
+patch size (the evaluation transform; every row then has the same token count). Note: a whole video is decoded into
 memory at that size (about 10 minutes of 15 fps video at stride 2 and 224 px ≈ 1.2 GB).
 
 **Features.** ``cls`` [R, D] and ``mean`` (patch tokens averaged) [R, D] in float32; with ``patches``,
@@ -41,10 +41,17 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
+from tqdm import tqdm
 
 from levjepa.config import check, to_dict
-from levjepa.eval.features import center_square, frozen_eval
+from levjepa.data import BadFileReport, DataError, list_media, normalize
+from levjepa.data.eval_clip import load_eval_clip, load_eval_video
+from levjepa.data.sources import MediaItem
+from levjepa.eval.features import frozen_eval
+from levjepa.infer.stream import StreamingEncoder
+from levjepa.model.vit import VideoEncoder
+from levjepa.weights import atomic_write_text, save_tensors
 
 __all__ = ["ExtractConfig", "ExtractResult", "extract", "read_index", "window_starts"]
 
@@ -131,8 +138,6 @@ class _Writer:
         k = len(self.shards)
         tensors = {name: torch.stack(v) for name, v in self.buf.items() if v}
         if self.cfg.format == "safetensors":
-            from levjepa.weights import save_tensors
-
             name = f"features-{k:05d}.safetensors"
             save_tensors(self.out / name, tensors, {"rows": len(self.meta), "first_row": self.rows})
             self.shards.append(name)
@@ -186,12 +191,9 @@ def _pad_time(clip: Tensor, multiple: int) -> Tensor:
 
 
 def _stream_rows(
-    encoder: nn.Module, frames: Tensor, timestamps: Tensor, source_fps: float, cfg: ExtractConfig, device: str
+    encoder: VideoEncoder, frames: Tensor, timestamps: Tensor, source_fps: float, cfg: ExtractConfig, device: str
 ) -> Iterator[tuple[dict[str, Any], Tensor, Tensor, Tensor | None]]:
     """Rows of one video through the KV-cache streaming encoder (see the module doc)."""
-    from levjepa.data import normalize
-    from levjepa.infer import StreamingEncoder
-
     tau = encoder.cfg.tubelet
     n = len(frames)
     padded = n < cfg.window
@@ -218,8 +220,75 @@ def _stream_rows(
         yield meta, stream.cls()[0].float().cpu(), patches.float().mean(0).cpu(), patches if cfg.patches else None
 
 
+class _Batcher:
+    """Windows of any number of files, encoded ``batch_size`` at a time by the frozen encoder (nothing dropped)
+    and handed to the writer in the order they came."""
+
+    def __init__(self, encoder: VideoEncoder, writer: _Writer, cfg: ExtractConfig, device: str) -> None:
+        self.encoder, self.writer, self.cfg, self.device = encoder, writer, cfg, device
+        self.pending: list[tuple[dict[str, Any], Tensor]] = []
+
+    def add(self, meta: dict[str, Any], clip: Tensor) -> None:
+        """One window: its index fields and uint8 frames ``[T, S, S, 3]``."""
+        self.pending.append((meta, _pad_time(clip, self.encoder.cfg.tubelet)))
+        if len(self.pending) == self.cfg.batch_size:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        metas = [m for m, _ in self.pending]
+        clips = torch.stack([c for _, c in self.pending]).permute(0, 4, 1, 2, 3)  # [B, C, T, S, S]
+        out = self.encoder.forward_features(normalize(clips.to(self.device)))
+        patches = out.patches.to(torch.float16).cpu() if self.cfg.patches else None
+        self.writer.add(metas, out.cls.float().cpu(), out.patches.float().mean(1).cpu(), patches)
+        self.pending.clear()
+
+
+def _load(item: MediaItem, cfg: ExtractConfig, patch: int) -> tuple[Tensor, Tensor, float]:
+    """``(frames uint8 [N, S, S, 3], timestamps [N], source fps)`` of one file, through the evaluation
+    transform; an image is ``window`` copies of itself. Raises ``DataError`` (and what decoders raise)."""
+    if item.kind == "image":
+        image = load_eval_clip(item.path, num_frames=cfg.window, size=cfg.size, patch=patch, kind="image")
+        return image, torch.zeros(cfg.window), 1.0
+    video = load_eval_video(
+        item.path, size=cfg.size, patch=patch, frame_stride=cfg.frame_stride, target_fps=cfg.target_fps
+    )
+    if len(video.frames) == 0:
+        raise DataError(f"truncated: {item.path} decoded to no frame")
+    return video.frames, video.timestamps, video.source_fps
+
+
+def _add_rows(
+    item: MediaItem, frames: Tensor, timestamps: Tensor, fps: float, cfg: ExtractConfig, batcher: _Batcher
+) -> None:
+    """Every row of one loaded file: its windows to the batcher, or (``stream``) the streaming encoder's rows
+    straight to the writer."""
+    base = {"path": item.path, "kind": item.kind, "label": item.label}
+    if item.kind == "image":
+        batcher.add({**base, **_window_meta(0, 0, 0, [0], torch.zeros(1), cfg.window, False)}, frames)
+    elif cfg.stream:
+        for meta, cls, mean, patches in _stream_rows(batcher.encoder, frames, timestamps, fps, cfg, batcher.device):
+            half = None if patches is None else patches[None].half()
+            batcher.writer.add([{**base, **meta}], cls[None], mean[None], half)
+    else:
+        for meta, clip in _video_windows(frames, timestamps, fps, cfg):
+            batcher.add({**base, **meta}, clip)
+
+
+def _check_encoder(encoder: VideoEncoder, cfg: ExtractConfig) -> None:
+    if cfg.stream and encoder.cfg.attention != "block_causal":
+        raise ValueError("extract: --stream needs a block-causal encoder (its past features must not see the future)")
+    tau = encoder.cfg.tubelet
+    if cfg.window % tau or (cfg.stream and cfg.stride % tau):
+        raise ValueError(
+            f"extract: window={cfg.window} (and stride={cfg.stride} with stream) must be multiples of the encoder's "
+            f"tubelet={tau}"
+        )
+
+
 def extract(
-    encoder: nn.Module,
+    encoder: VideoEncoder,
     source: str | list[str],
     out_dir: str | Path,
     cfg: ExtractConfig = ExtractConfig(),
@@ -229,83 +298,29 @@ def extract(
 ) -> ExtractResult:
     """Extract features of every video/image of ``source`` (a folder, an index file, a file, or a list of
     paths) into ``out_dir`` (see the module doc). Bad files are reported in ``bad_files.json``."""
-    from levjepa.data import BadFileReport, DataError, decode_all, list_media, normalize
-    from levjepa.data.video import load_image
-
     start = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     items = [m for s in source for m in list_media(s)] if isinstance(source, list) else list_media(str(source))
     if not items:
         raise ValueError(f"extract: no video or image found in {source!r}")
-    p = encoder.cfg.patch_size
-    if cfg.stream and encoder.cfg.attention != "block_causal":
-        raise ValueError("extract: --stream needs a block-causal encoder (its past features must not see the future)")
-    tau = encoder.cfg.tubelet
-    if cfg.window % tau or (cfg.stream and cfg.stride % tau):
-        raise ValueError(
-            f"extract: window={cfg.window} (and stride={cfg.stride} with stream) must be multiples of the encoder's "
-            f"tubelet={tau}"
-        )
-    writer = _Writer(out, cfg)
-    report = BadFileReport(warn=False)
-    pending: list[tuple[dict[str, Any], Tensor]] = []
-
-    def run_batch() -> None:
-        metas = [m for m, _ in pending]
-        clips = torch.stack([c for _, c in pending]).permute(0, 4, 1, 2, 3)  # [B, C, T, S, S]
-        o = encoder.forward_features(normalize(clips.to(device)))
-        patches = o.patches.to(torch.float16).cpu() if cfg.patches else None
-        writer.add(metas, o.cls.float().cpu(), o.patches.float().mean(1).cpu(), patches)
-        pending.clear()
-
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(items), desc="extract", unit="file", disable=None)  # none when not a terminal
+    _check_encoder(encoder, cfg)
+    writer, report = _Writer(out, cfg), BadFileReport(warn=False)
+    batcher = _Batcher(encoder, writer, cfg, device)
+    bar = tqdm(total=len(items), desc="extract", unit="file", disable=None if progress else True)  # None: tty only
     good = 0
     with frozen_eval(encoder):
         for item in items:
-            base = {"path": item.path, "kind": item.kind, "label": item.label}
             try:
-                if item.kind == "image":
-                    img = center_square(load_image(item.path, short_side=cfg.size)[None], cfg.size, p)
-                    frames, ts, fps = img.expand(cfg.window, -1, -1, -1), torch.zeros(cfg.window), 1.0
-                else:
-                    vf = decode_all(
-                        item.path, frame_stride=cfg.frame_stride, target_fps=cfg.target_fps, short_side=cfg.size
-                    )
-                    if len(vf.frames) == 0:
-                        raise DataError(f"truncated: {item.path} decoded to no frame")
-                    frames, ts, fps = center_square(vf.frames, cfg.size, p), vf.timestamps, vf.source_fps
+                frames, timestamps, fps = _load(item, cfg, encoder.cfg.patch_size)
             except (DataError, OSError, RuntimeError, ValueError) as err:
                 report.add(item.path, str(err))
-                if bar is not None:
-                    bar.update(1)
-                continue
-            good += 1
-            if item.kind == "image":
-                meta = {"window": 0, "start_frame": 0, "end_frame": 0, "start_time": 0.0, "end_time": 0.0}
-                pending.append(({**base, **meta, "num_frames": cfg.window, "padded": False}, frames))
-            elif cfg.stream:
-                for meta, cls, mean, patches in _stream_rows(encoder, frames, ts, fps, cfg, device):
-                    writer.add(
-                        [{**base, **meta}], cls[None], mean[None], None if patches is None else patches[None].half()
-                    )
             else:
-                for meta, clip in _video_windows(frames, ts, fps, cfg):
-                    pending.append(({**base, **meta}, _pad_time(clip, encoder.cfg.tubelet)))
-                    if len(pending) == cfg.batch_size:
-                        run_batch()
-            if len(pending) >= cfg.batch_size:
-                run_batch()
-            if bar is not None:
-                bar.update(1)
-        if pending:
-            run_batch()
-    if bar is not None:
-        bar.close()
+                good += 1
+                _add_rows(item, frames, timestamps, fps, cfg, batcher)
+            bar.update(1)
+        batcher.flush()
+    bar.close()
     writer.close()
     report.write(out / "bad_files.json")
     result = ExtractResult(
@@ -317,8 +332,7 @@ def extract(
         out_dir=str(out),
         info={"config": to_dict(cfg), "bad_file_counts": report.counts},
     )
-    summary = dict(vars(result))
-    (out / "extract.json").write_text(json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(out / "extract.json", json.dumps(dict(vars(result)), indent=2) + "\n")
     return result
 
 

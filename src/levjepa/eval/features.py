@@ -2,8 +2,8 @@
 
 Evaluation protocol (SPEC §5): the encoder runs in ``eval()`` mode under ``torch.inference_mode`` (no
 gradient, no autograd graph), **no token is dropped** (``forward_features(drop=False)``), and an image is
-a clip whose frame is repeated along time (:func:`as_clip`; the paper repeats ImageNet images 8 or 16
-times). uint8 clips are normalised with the ImageNet mean/std on the device, batch by batch.
+a clip whose frame is repeated along time (``levjepa.data.eval_clip.as_clip``; the paper repeats ImageNet
+images 8 or 16 times). uint8 clips are normalised with the ImageNet mean/std on the device, batch by batch.
 
 Stored per clip (:class:`Features`):
 
@@ -25,18 +25,19 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from levjepa.data.eval_clip import as_clip
+from levjepa.data.views import normalize
+from levjepa.model.vit import VideoEncoder
 from levjepa.weights import WeightsError, load_tensors, save_tensors
 
 __all__ = [
     "Features",
-    "as_clip",
     "cached_features",
-    "center_square",
     "compute_features",
     "encoder_fingerprint",
     "frozen_eval",
@@ -74,36 +75,8 @@ def frozen_eval(encoder: nn.Module) -> Iterator[nn.Module]:
         encoder.train(was_training)
 
 
-def as_clip(x: Tensor, num_frames: int) -> Tensor:
-    """An image batch [N, C, H, W] as clips [N, C, T, H, W] (the frame repeated T times); clips pass through."""
-    if x.dim() == 4:
-        return x.unsqueeze(2).expand(-1, -1, num_frames, -1, -1)
-    if x.dim() == 5:
-        return x
-    raise ValueError(f"as_clip: expected images [N, C, H, W] or clips [N, C, T, H, W], got {list(x.shape)}")
-
-
-def center_square(frames: Tensor, size: int, patch: int) -> Tensor:
-    """uint8 frames [T, H, W, 3] -> short side ``size`` (bilinear, antialiased), then the centred square
-    whose side is the largest multiple of ``patch`` (the usual evaluation transform: resize + centre crop)."""
-    if frames.dim() != 4 or frames.shape[-1] != 3 or frames.dtype != torch.uint8:
-        raise ValueError(f"center_square: expected uint8 frames [T, H, W, 3], got {frames.dtype} {list(frames.shape)}")
-    h, w = frames.shape[1:3]
-    x = frames.permute(0, 3, 1, 2).float()
-    scale = size / min(h, w)
-    nh, nw = max(patch, round(h * scale)), max(patch, round(w * scale))
-    if (nh, nw) != (h, w):
-        x = F.interpolate(x, size=(nh, nw), mode="bilinear", antialias=True, align_corners=False)
-    side = (min(nh, nw) // patch) * patch
-    top, left = (nh - side) // 2, (nw - side) // 2
-    x = x[:, :, top : top + side, left : left + side]
-    return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
-
-
 def _normalize(x: Tensor) -> Tensor:
     if x.dtype == torch.uint8:
-        from levjepa.data import normalize
-
         return normalize(x)
     if not x.is_floating_point():
         raise ValueError(f"clips must be uint8 (raw) or float (normalised), got {x.dtype}")
@@ -111,7 +84,7 @@ def _normalize(x: Tensor) -> Tensor:
 
 
 def compute_features(
-    encoder: nn.Module,
+    encoder: VideoEncoder,
     clips: Tensor,
     *,
     batch_size: int = 8,
@@ -154,13 +127,13 @@ def encoder_fingerprint(encoder: nn.Module) -> str:
 
 
 def cached_features(
-    encoder: nn.Module,
+    encoder: VideoEncoder,
     clips: Tensor,
     *,
     key: str,
     cache_dir: str | Path | None,
     keep_tokens: bool = True,
-    **kwargs,
+    **kwargs: Any,
 ) -> Features:
     """:func:`compute_features`, stored under ``cache_dir/<fingerprint>-<key>.safetensors`` and reused.
 

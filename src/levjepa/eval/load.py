@@ -17,13 +17,17 @@ and every command prints it. Checkpoints written before the warm-up hold an EMA 
 initialisation with the full decay: loading one says how much of it is still the initialisation, with a
 ``UserWarning`` (use ``weights="online"``) when that is more than half. The encoder config comes from
 the checkpoint's ``meta.json`` (``encoder_config``), the run's ``config.json`` (``model``) or the export's
-metadata. Every weights file goes through :func:`levjepa.weights.load_tensors`, which refuses a pickle
-(``.pt``/``.pth``, ``torch.save`` zips) *before* reading it: nothing is ever unpickled. The state dict
-must match the architecture exactly (``strict``): a missing or unexpected key is an error, not a warning
-(one exception: weights written before the final LayerNorm lost its bias carry ``norm.bias`` and are
-rebuilt with ``final_norm_bias=True``, so older runs and exports load exactly as they were trained).
+metadata. Files beside the weights are parsed into the typed configs that wrote them: a run's ``config.json``
+into its ``PretrainConfig`` (:func:`read_run_config`, ``LoadedEncoder.run_config``), an export's into its
+:class:`ExportRecord`; an unknown key is an error naming the file. Every weights file goes through
+:func:`levjepa.weights.load_tensors`, which refuses a pickle (``.pt``/``.pth``, ``torch.save`` zips)
+*before* reading it: nothing is ever unpickled. The state dict must match the architecture exactly
+(``strict``): a missing or unexpected key is an error, not a warning (one exception: weights written
+before the final LayerNorm lost its bias carry ``norm.bias`` and are rebuilt with ``final_norm_bias=True``,
+so older runs and exports load exactly as they were trained).
 
-The returned encoder is **frozen**: ``eval()`` mode and ``requires_grad=False`` on every parameter.
+The returned encoder is **frozen**: ``eval()`` mode and ``requires_grad=False`` on every parameter;
+:func:`load` (``levjepa.load``) returns it alone, with a ``weights_info`` string.
 :func:`random_encoder` builds the same architecture at random initialisation (the baseline every probe
 table shows), seeded without touching the global RNG state.
 """
@@ -32,50 +36,85 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 
-from levjepa.config import from_dict, to_dict
-from levjepa.weights import WeightsError, latest_checkpoint, list_checkpoints, load_tensors, prefixed, refuse_pickle
+from levjepa.config import ConfigError, from_dict
+from levjepa.model import EncoderConfig, VideoEncoder
+from levjepa.rng import seeded_init
+from levjepa.train.config import PretrainConfig
+from levjepa.weights import (
+    CHECKPOINTS,
+    CONFIG,
+    EMA_WEIGHTS,
+    EXPORT_WEIGHTS,
+    META,
+    ONLINE_WEIGHTS,
+    WeightsError,
+    checkpoint_step,
+    latest_checkpoint,
+    load_tensors,
+    prefixed,
+    read_json,
+    refuse_pickle,
+)
 
 __all__ = [
+    "EXPORT_FORMAT",
+    "ExportRecord",
     "LoadedEncoder",
     "WEIGHTS_MEANING",
-    "ema_note",
     "WeightsKind",
-    "checkpoint_step",
-    "find_checkpoints",
+    "ema_note",
     "freeze",
+    "load",
     "load_encoder",
     "random_encoder",
-    "read_json",
+    "read_export_record",
+    "read_run_config",
 ]
 
 WeightsKind = Literal["ema", "online"]
+SourceKind = Literal["run", "checkpoint", "export", "file", "random"]
+M = TypeVar("M", bound=torch.nn.Module)
 WEIGHTS_MEANING = {
     "ema": "the EMA copy, a weighted average of the online weights trained so far",
     "online": "the weights the optimizer trained",
 }
-_STEP_DIR = re.compile(r"^step_(\d+)$")
+EXPORT_FORMAT = "levjepa-encoder/1"
+
+
+@dataclass(frozen=True)
+class ExportRecord:
+    """An export's ``config.json``: the encoder config, which copy of the weights it holds and where they came
+    from (``levjepa.eval.export`` writes it with ``to_dict``; readers parse it back with ``from_dict``)."""
+
+    model: EncoderConfig
+    format: str = EXPORT_FORMAT
+    weights: str = "unknown"  # "ema" or "online"
+    weights_note: str = ""  # what the copy averages (LoadedEncoder.note)
+    step: int | None = None
+    source: str = ""  # the weights file exported
+    exported_at: str = ""
+    run_config: PretrainConfig | None = None  # the config of the run it came from, when known
 
 
 @dataclass
 class LoadedEncoder:
     """A frozen encoder and where it came from."""
 
-    encoder: Any  # levjepa.model.VideoEncoder (imported lazily: `import levjepa.eval` stays light)
-    config: Any  # levjepa.model.EncoderConfig
+    encoder: VideoEncoder
+    config: EncoderConfig
     source: str  # the weights file read
-    kind: Literal["run", "checkpoint", "export", "file", "random"]
+    kind: SourceKind
     weights: str  # "ema", "online" or "random"
     step: int | None = None
     run_dir: str | None = None
-    run_config: dict[str, Any] | None = field(default=None, repr=False)
+    run_config: PretrainConfig | None = field(default=None, repr=False)  # the run's config.json, parsed
     note: str = ""  # what the copy is, e.g. "EMA: weighted average of the online weights over 25 updates"
 
     def describe(self) -> str:
@@ -84,16 +123,16 @@ class LoadedEncoder:
         return f"{self.weights} weights{step}{note} from {self.source}"
 
 
-def ema_note(meta: dict[str, str], step: int | None, run_cfg: dict[str, Any] | None, where: str) -> str:
-    """What an ``ema.safetensors`` holds, from its metadata (warns when it is mostly the initialisation)."""
+def ema_note(meta: dict[str, str], step: int | None, run_cfg: PretrainConfig | None, where: str) -> str:
+    """What an ``ema.safetensors`` holds, from its metadata (the checkpoint writes ``ema_updates`` and
+    ``ema_decay`` beside the tensors); older copies are described from the run's ``train`` section, with a
+    warning when they are mostly the initialisation."""
     if "ema_updates" in meta:
-        updates = int(json.loads(meta["ema_updates"]))
-        decay = json.loads(meta.get("ema_decay", "null"))
+        updates, decay = int(meta["ema_updates"]), float(meta["ema_decay"])
         return f"EMA: weighted average of the online weights over {updates} update(s), decay warming up to {decay}"
-    train = (run_cfg or {}).get("train", {}) if isinstance(run_cfg, dict) else {}
-    decay, every = train.get("ema_decay"), train.get("ema_every")
-    if not isinstance(decay, float | int) or not isinstance(every, int) or step is None:
+    if run_cfg is None or step is None:
         return "EMA written before the decay warm-up; how much of it is still the initialisation is unknown"
+    decay, every = run_cfg.train.ema_decay, run_cfg.train.ema_every
     initial = float(decay) ** (step // every)
     if initial > 0.5:
         warnings.warn(
@@ -106,33 +145,14 @@ def ema_note(meta: dict[str, str], step: int | None, run_cfg: dict[str, Any] | N
     return f"EMA written before the decay warm-up: {initial:.0%} of it is still the random initialisation"
 
 
-def read_json(path: Path) -> dict[str, Any]:
+def read_run_config(run_dir: str | Path) -> PretrainConfig:
+    """A run's ``config.json`` parsed into the :class:`PretrainConfig` that wrote it (missing keys take their
+    defaults; an unknown key or a bad value is a :class:`WeightsError` naming the file and the key)."""
+    path = Path(run_dir) / CONFIG
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise WeightsError(f"{path}: not a readable JSON file ({err})") from err
-    if not isinstance(data, dict):
-        raise WeightsError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
-
-
-def checkpoint_step(ckpt_dir: Path) -> int:
-    meta = ckpt_dir / "meta.json"
-    if meta.is_file():
-        step = read_json(meta).get("step")
-        if isinstance(step, int):
-            return step
-    m = _STEP_DIR.match(ckpt_dir.name)
-    if m:
-        return int(m.group(1))
-    raise WeightsError(f"{ckpt_dir}: cannot tell the checkpoint's step (no meta.json 'step', name not step_N)")
-
-
-def find_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Every complete checkpoint of a run (a ``step_*`` dir with ``meta.json``), sorted by step."""
-    if not (Path(run_dir) / "checkpoints").is_dir():
-        raise WeightsError(f"{run_dir}: not a run directory (no checkpoints/ folder)")
-    return list_checkpoints(run_dir)
+        return from_dict(PretrainConfig, read_json(path))
+    except ConfigError as err:
+        raise WeightsError(f"{path}: not a levjepa run config: {err}") from err
 
 
 def _latest_checkpoint(run_dir: Path) -> Path:
@@ -142,16 +162,14 @@ def _latest_checkpoint(run_dir: Path) -> Path:
     return found
 
 
-def freeze(encoder: torch.nn.Module) -> torch.nn.Module:
+def freeze(encoder: M) -> M:
     """``eval()`` and ``requires_grad=False`` on every parameter (frozen evaluation)."""
     encoder.eval()
     encoder.requires_grad_(False)
     return encoder
 
 
-def _encoder_config(data: dict[str, Any] | str, where: str) -> Any:
-    from levjepa.model import EncoderConfig
-
+def _encoder_config(data: dict[str, Any] | str, where: str) -> EncoderConfig:
     if isinstance(data, str):
         try:
             data = json.loads(data)
@@ -165,7 +183,7 @@ def _encoder_config(data: dict[str, Any] | str, where: str) -> Any:
         raise WeightsError(f"{where}: bad encoder config: {err}") from err
 
 
-def _legacy_norm_bias(cfg: Any, state: dict[str, torch.Tensor]) -> Any:
+def _legacy_norm_bias(cfg: EncoderConfig, state: dict[str, torch.Tensor]) -> EncoderConfig:
     """Weights written before the final LayerNorm lost its bias hold ``norm.bias``: rebuild them with it.
 
     Their configs predate ``final_norm_bias`` (it defaults to ``False``), so the weights decide: such an
@@ -176,9 +194,9 @@ def _legacy_norm_bias(cfg: Any, state: dict[str, torch.Tensor]) -> Any:
     return cfg
 
 
-def _build(cfg: Any, state: dict[str, torch.Tensor], source: Path, device: str | torch.device) -> torch.nn.Module:
-    from levjepa.model import VideoEncoder
-
+def _build(
+    cfg: EncoderConfig, state: dict[str, torch.Tensor], source: Path, device: str | torch.device
+) -> VideoEncoder:
     encoder = VideoEncoder(cfg)
     expected = set(encoder.state_dict())
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
@@ -194,19 +212,19 @@ def _build(cfg: Any, state: dict[str, torch.Tensor], source: Path, device: str |
     return freeze(encoder.to(device))
 
 
-def _from_checkpoint(ckpt: Path, weights: str, device: str | torch.device, kind: str) -> LoadedEncoder:
+def _from_checkpoint(ckpt: Path, weights: str, device: str | torch.device, kind: SourceKind) -> LoadedEncoder:
     if weights not in ("ema", "online"):
         raise ValueError(f"weights={weights!r}: valid choices are ema, online")
-    run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
-    run_cfg = read_json(run_dir / "config.json") if run_dir and (run_dir / "config.json").is_file() else None
-    meta = read_json(ckpt / "meta.json") if (ckpt / "meta.json").is_file() else {}
+    run_dir = ckpt.parent.parent if ckpt.parent.name == CHECKPOINTS else None
+    run_cfg = read_run_config(run_dir) if run_dir and (run_dir / CONFIG).is_file() else None
+    meta = read_json(ckpt / META) if (ckpt / META).is_file() else {}
     if "encoder_config" in meta:
-        cfg = _encoder_config(meta["encoder_config"], str(ckpt / "meta.json"))
-    elif run_cfg is not None and "model" in run_cfg:
-        cfg = _encoder_config(run_cfg["model"], f"{run_dir}/config.json")
+        cfg = _encoder_config(meta["encoder_config"], str(ckpt / META))
+    elif run_cfg is not None:
+        cfg = run_cfg.model
     else:
         raise WeightsError(f"{ckpt}: no encoder config (neither meta.json 'encoder_config' nor the run's config.json)")
-    file = ckpt / ("ema.safetensors" if weights == "ema" else "model.safetensors")
+    file = ckpt / (EMA_WEIGHTS if weights == "ema" else ONLINE_WEIGHTS)
     if not file.is_file():
         hint = " (this checkpoint has no EMA copy: use weights='online')" if weights == "ema" else ""
         raise WeightsError(f"{file}: missing{hint}")
@@ -216,13 +234,16 @@ def _from_checkpoint(ckpt: Path, weights: str, device: str | torch.device, kind:
         raise WeightsError(f"{file}: no 'encoder.*' tensors (keys start with {sorted(tensors)[:3]})")
     cfg = _legacy_norm_bias(cfg, state)
     encoder = _build(cfg, state, file, device)
-    step = checkpoint_step(ckpt) if (ckpt / "meta.json").is_file() or _STEP_DIR.match(ckpt.name) else None
+    try:
+        step: int | None = checkpoint_step(ckpt)
+    except WeightsError:  # a loose checkpoint folder without meta.json and not named step_N
+        step = None
     note = ema_note(file_meta, step, run_cfg, str(file)) if weights == "ema" else WEIGHTS_MEANING["online"]
     return LoadedEncoder(
         encoder=encoder,
         config=cfg,
         source=str(file),
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
         weights=weights,
         step=step,
         run_dir=str(run_dir) if run_dir else None,
@@ -231,28 +252,38 @@ def _from_checkpoint(ckpt: Path, weights: str, device: str | torch.device, kind:
     )
 
 
-def _from_export_file(file: Path, device: str | torch.device, kind: str) -> LoadedEncoder:
+def read_export_record(export_dir: str | Path) -> ExportRecord:
+    """An export's ``config.json`` parsed into its :class:`ExportRecord`."""
+    path = Path(export_dir) / CONFIG
+    try:
+        return from_dict(ExportRecord, read_json(path))
+    except ConfigError as err:
+        raise WeightsError(f"{path}: not a levjepa export record: {err}") from err
+
+
+def _from_export_file(file: Path, device: str | torch.device, kind: SourceKind) -> LoadedEncoder:
+    """An export's weights file; what it is comes from its metadata (the file travels alone) or, for what the
+    metadata lacks, from the ``config.json`` beside it."""
     tensors, meta = load_tensors(file)
-    side = file.parent / "config.json"
-    side_cfg = read_json(side) if side.is_file() else {}
+    record = read_export_record(file.parent) if (file.parent / CONFIG).is_file() else None
     if "encoder_config" in meta:
         cfg = _encoder_config(meta["encoder_config"], f"{file} metadata")
-    elif "model" in side_cfg:
-        cfg = _encoder_config(side_cfg["model"], str(side))
+    elif record is not None:
+        cfg = record.model
     else:
         raise WeightsError(f"{file}: no encoder config in its metadata ('encoder_config') or beside it (config.json)")
     cfg = _legacy_norm_bias(cfg, tensors)
     encoder = _build(cfg, tensors, file, device)
-    step = meta.get("step")
+    record = record or ExportRecord(model=cfg)  # a bare weights file: what its metadata lacks is unknown
     return LoadedEncoder(
         encoder=encoder,
         config=cfg,
         source=str(file),
-        kind=kind,  # type: ignore[arg-type]
-        weights=meta.get("weights", side_cfg.get("weights", "unknown")),
-        step=int(step) if step not in (None, "null", "") else None,
-        run_config=side_cfg.get("run_config"),
-        note=meta.get("weights_note", side_cfg.get("weights_note", "")),
+        kind=kind,
+        weights=meta.get("weights", record.weights),
+        step=json.loads(meta["step"]) if "step" in meta else record.step,
+        run_config=record.run_config,
+        note=meta.get("weights_note", record.weights_note),
     )
 
 
@@ -264,28 +295,36 @@ def load_encoder(
     if not p.exists():
         raise WeightsError(f"{p}: no such run directory, checkpoint or export")
     if p.is_dir():
-        if (p / "checkpoints").is_dir():
+        if (p / CHECKPOINTS).is_dir():
             return _from_checkpoint(_latest_checkpoint(p), weights, device, "run")
-        if (p / "encoder.safetensors").is_file():
-            return _from_export_file(p / "encoder.safetensors", device, "export")
-        if (p / "meta.json").is_file() or (p / "model.safetensors").is_file() or (p / "ema.safetensors").is_file():
+        if (p / EXPORT_WEIGHTS).is_file():
+            return _from_export_file(p / EXPORT_WEIGHTS, device, "export")
+        if any((p / name).is_file() for name in (META, ONLINE_WEIGHTS, EMA_WEIGHTS)):
             return _from_checkpoint(p, weights, device, "checkpoint")
         raise WeightsError(
             f"{p}: not a run directory (checkpoints/), a checkpoint (meta.json, model.safetensors) or an export "
             "(encoder.safetensors)"
         )
     refuse_pickle(p)  # before looking at anything else in the file
-    if p.name in ("model.safetensors", "ema.safetensors"):
-        return _from_checkpoint(p.parent, "ema" if p.name == "ema.safetensors" else "online", device, "checkpoint")
-    return _from_export_file(p, device, "export" if p.name == "encoder.safetensors" else "file")
+    if p.name in (ONLINE_WEIGHTS, EMA_WEIGHTS):
+        return _from_checkpoint(p.parent, "ema" if p.name == EMA_WEIGHTS else "online", device, "checkpoint")
+    return _from_export_file(p, device, "export" if p.name == EXPORT_WEIGHTS else "file")
 
 
-def random_encoder(config: Any, *, seed: int = 0, device: str | torch.device = "cpu") -> LoadedEncoder:
+def load(path: str | Path, weights: WeightsKind = "ema", device: str | torch.device = "cpu") -> VideoEncoder:
+    """A ready, frozen ``VideoEncoder`` from an export, a checkpoint or a run directory (``levjepa.load``).
+
+    Its ``weights_info`` attribute says which copy was read and what it is (``LoadedEncoder.describe``), e.g.
+    ``"ema weights step 800 (EMA: weighted average of the online weights over 800 update(s), …) from …"``.
+    """
+    loaded = load_encoder(path, weights=weights, device=device)
+    loaded.encoder.weights_info = loaded.describe()
+    return loaded.encoder
+
+
+def random_encoder(config: EncoderConfig, *, seed: int = 0, device: str | torch.device = "cpu") -> LoadedEncoder:
     """The same architecture at random initialisation (seeded; the global RNG state is left as it was)."""
-    from levjepa.model import VideoEncoder
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded_init(seed):
         encoder = VideoEncoder(config)
     return LoadedEncoder(
         encoder=freeze(encoder.to(device)),
@@ -293,5 +332,4 @@ def random_encoder(config: Any, *, seed: int = 0, device: str | torch.device = "
         source=f"random init (seed {seed})",
         kind="random",
         weights="random",
-        run_config={"model": to_dict(config)},
     )

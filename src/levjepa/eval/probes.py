@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from levjepa.config import check
+from levjepa.rng import make_generator
 
 __all__ = [
     "AttentiveProbeGrid",
@@ -63,7 +64,9 @@ __all__ = [
     "LinearProbeGrid",
     "ProbeConfig",
     "build_probe_grid",
+    "choose_probes",
     "evaluate_grid",
+    "fit_probe_grid",
     "probe_config",
     "train_probe_grid",
 ]
@@ -532,6 +535,93 @@ def evaluate_grid(
     return {t: ((100.0 * c / len(x)).cpu(), (lo / len(x)).cpu()) for t, (c, lo) in sums.items()}
 
 
+def _label_map(y: Labels) -> dict[Any, Tensor]:
+    return {t: v.long() for t, v in y.items()} if isinstance(y, Mapping) else {None: y.long()}
+
+
+def _class_counts(num_classes: int | Mapping[str, int] | None, ys_train: dict[Any, Tensor], ys_val: dict[Any, Tensor]):
+    if isinstance(num_classes, Mapping):
+        return {t: int(num_classes[t]) for t in ys_train}
+    if num_classes is not None:
+        return {t: int(num_classes) for t in ys_train}
+    return {t: int(max(ys_train[t].max(), ys_val[t].max())) + 1 for t in ys_train}
+
+
+def fit_probe_grid(
+    kind: ProbeKind,
+    cfg: ProbeConfig,
+    x: Tensor,
+    ys: Mapping[Any, Tensor],
+    classes: Mapping[Any, int],
+    *,
+    generator: torch.Generator,
+    device: str | torch.device = "cpu",
+) -> tuple[nn.Module, dict[Any, tuple[slice, int]]]:
+    """Train the (lr × wd) grid of ``kind`` probes of every task on the training inputs ``x`` and labels ``ys``
+    (task -> [N]) as one stacked model: each task owns ``len(cfg.grid(kind))`` probes and its first
+    ``classes[task]`` logits. ``generator`` draws the initialisation, then each epoch's order. Returns the
+    model and each task's (probe rows, classes)."""
+    grid = cfg.grid(kind)
+    slices = _task_slices(classes, len(grid))
+    model = build_probe_grid(
+        kind, cfg, x.shape[-1], max(classes.values()), generator=generator, num_probes=len(grid) * len(classes)
+    ).to(device)
+    if isinstance(model, LinearProbeGrid):
+        model.fit_standardizer(x.to(device))
+    params, decay = _param_decay(model)
+    lrs, wds = [lr for lr, _ in grid] * len(classes), [wd for _, wd in grid] * len(classes)
+    opt = GridAdamW(params, lrs, wds, decay=decay, betas=(cfg.beta1, cfg.beta2))
+    epochs = cfg.epochs if kind == "attentive" else cfg.linear_epochs
+    n, bs = len(x), min(cfg.batch_size, len(x))
+    steps_per_epoch = math.ceil(n / bs)
+    total, warmup = epochs * steps_per_epoch, int(cfg.warmup_epochs * steps_per_epoch)
+    step = 0
+    for _ in range(epochs):
+        model.train()
+        order = torch.randperm(n, generator=generator)
+        for i in range(0, n, bs):
+            idx = order[i : i + bs]
+            loss = _grid_loss(
+                model(x[idx].to(device, non_blocking=True)), {t: y[idx].to(device) for t, y in ys.items()}, slices
+            )
+            opt.zero_grad()
+            loss.backward()
+            opt.step(lr_factor(step, total, warmup))
+            step += 1
+    return model, slices
+
+
+def choose_probes(
+    kind: ProbeKind,
+    cfg: ProbeConfig,
+    val: Mapping[Any, tuple[Tensor, Tensor]],
+    test: Mapping[Any, tuple[Tensor, Tensor]] | None,
+    *,
+    seconds: float,
+    extra: dict[str, Any] | None = None,
+) -> dict[Any, GridResult]:
+    """Per task, the probe of the grid with the best validation accuracy (ties: the lower validation loss),
+    reported with its test accuracy; the whole grid is kept in the result. ``val`` / ``test``: task ->
+    (accuracy %, loss) per probe, as :func:`evaluate_grid` returns them."""
+    grid = cfg.grid(kind)
+    results = {}
+    for t, (val_acc, val_loss) in val.items():
+        best = min(range(len(grid)), key=lambda i, va=val_acc, vl=val_loss: (-float(va[i]), float(vl[i])))
+        results[t] = GridResult(
+            kind=kind if kind == "linear" or cfg.depth == 1 else f"attentive{cfg.depth}",
+            lrs=[lr for lr, _ in grid],
+            weight_decays=[wd for _, wd in grid],
+            val_acc=[float(a) for a in val_acc],
+            val_loss=[float(v) for v in val_loss],
+            test_acc=None if test is None else [float(a) for a in test[t][0]],
+            best=best,
+            epochs=cfg.epochs if kind == "attentive" else cfg.linear_epochs,
+            seconds=seconds,
+            extra=dict(extra or {}),
+        )
+    return results
+
+
 def train_probe_grid(
     kind: ProbeKind,
     cfg: ProbeConfig,
@@ -543,7 +633,8 @@ def train_probe_grid(
     generator: torch.Generator | None = None,
     device: str | torch.device = "cpu",
 ) -> GridResult | dict[str, GridResult]:
-    """Train the (lr × wd) grid of ``kind`` probes on cached features; choose on ``val``, report on ``test``.
+    """Train the (lr × wd) grid of ``kind`` probes on cached features (:func:`fit_probe_grid`); choose on
+    ``val``, report on ``test`` (:func:`choose_probes`).
 
     ``train``/``val``/``test``: (inputs, labels). Inputs are tokens [N, L, D] (attentive) or pooled features
     [N, D] (linear); labels int64 [N]. The features are frozen tensors: nothing here touches an encoder.
@@ -554,74 +645,17 @@ def train_probe_grid(
     trains exactly as it would alone (its loss term depends only on its parameters).
     """
     start = time.perf_counter()
-    x_tr, y_tr = train
-    multi = isinstance(y_tr, Mapping)
-
-    def as_map(y: Labels) -> dict[Any, Tensor]:
-        return {t: v.long() for t, v in y.items()} if isinstance(y, Mapping) else {None: y.long()}
-
-    ys_tr, ys_val = as_map(y_tr), as_map(val[1])
-    ys_test = as_map(test[1]) if test is not None else None
-    if len(x_tr) == 0 or any(len(v) != len(x_tr) for v in ys_tr.values()):
+    multi = isinstance(train[1], Mapping)
+    ys_train, ys_val = _label_map(train[1]), _label_map(val[1])
+    if len(train[0]) == 0 or any(len(v) != len(train[0]) for v in ys_train.values()):
         raise ValueError(
-            f"train_probe_grid: {len(x_tr)} inputs for labels of lengths {[len(v) for v in ys_tr.values()]}"
+            f"train_probe_grid: {len(train[0])} inputs for labels of lengths {[len(v) for v in ys_train.values()]}"
         )
-    if isinstance(num_classes, Mapping):
-        classes = {t: int(num_classes[t]) for t in ys_tr}
-    elif num_classes is not None:
-        classes = {t: int(num_classes) for t in ys_tr}
-    else:
-        classes = {t: int(max(ys_tr[t].max(), ys_val[t].max())) + 1 for t in ys_tr}
-    gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    grid = cfg.grid(kind)
-    g = len(grid)
-    slices = _task_slices(classes, g)
-    model = build_probe_grid(
-        kind, cfg, x_tr.shape[-1], max(classes.values()), generator=gen, num_probes=g * len(classes)
-    ).to(device)
-    if isinstance(model, LinearProbeGrid):
-        model.fit_standardizer(x_tr.to(device))
-    params, decay = _param_decay(model)
-    lrs = [lr for lr, _ in grid] * len(classes)
-    wds = [wd for _, wd in grid] * len(classes)
-    opt = GridAdamW(params, lrs, wds, decay=decay, betas=(cfg.beta1, cfg.beta2))
-    epochs = cfg.epochs if kind == "attentive" else cfg.linear_epochs
-    n, bs = len(x_tr), min(cfg.batch_size, len(x_tr))
-    steps_per_epoch = math.ceil(n / bs)
-    total, warmup = epochs * steps_per_epoch, int(cfg.warmup_epochs * steps_per_epoch)
-    step = 0
-    for _ in range(epochs):
-        model.train()
-        order = torch.randperm(n, generator=gen)
-        for i in range(0, n, bs):
-            idx = order[i : i + bs]
-            xb = x_tr[idx].to(device, non_blocking=True)
-            loss = _grid_loss(model(xb), {t: y[idx].to(device) for t, y in ys_tr.items()}, slices)
-            opt.zero_grad()
-            loss.backward()
-            opt.step(lr_factor(step, total, warmup))
-            step += 1
+    classes = _class_counts(num_classes, ys_train, ys_val)
+    gen = generator if generator is not None else make_generator("probe", 0)
+    model, slices = fit_probe_grid(kind, cfg, train[0], ys_train, classes, generator=gen, device=device)
     val_res = evaluate_grid(model, val[0], ys_val, slices, device=str(device))
-    test_res = (
-        None if test is None or ys_test is None else evaluate_grid(model, test[0], ys_test, slices, device=str(device))
-    )
-    seconds = time.perf_counter() - start
-    results = {}
-    for t in classes:
-        val_acc, val_loss = val_res[t]
-        test_acc = None if test_res is None else test_res[t][0]
-        # best validation accuracy; ties broken by the lower validation loss
-        best = min(range(g), key=lambda i, va=val_acc, vl=val_loss: (-float(va[i]), float(vl[i])))
-        results[t] = GridResult(
-            kind=kind if kind == "linear" or cfg.depth == 1 else f"attentive{cfg.depth}",
-            lrs=[lr for lr, _ in grid],
-            weight_decays=[wd for _, wd in grid],
-            val_acc=[float(a) for a in val_acc],
-            val_loss=[float(v) for v in val_loss],
-            test_acc=None if test_acc is None else [float(a) for a in test_acc],
-            best=best,
-            epochs=epochs,
-            seconds=seconds,
-            extra={"trained_with_tasks": [str(k) for k in classes]} if multi else {},
-        )
+    test_res = None if test is None else evaluate_grid(model, test[0], _label_map(test[1]), slices, device=str(device))
+    extra = {"trained_with_tasks": [str(k) for k in classes]} if multi else None
+    results = choose_probes(kind, cfg, val_res, test_res, seconds=time.perf_counter() - start, extra=extra)
     return results if multi else results[None]

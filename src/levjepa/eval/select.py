@@ -1,4 +1,4 @@
-"""``levjepa select RUN_DIR [RUN_DIR ...]``: label-free model selection from the training loss.
+"""Label-free model selection from the training loss (``levjepa select RUN_DIR [RUN_DIR ...]``).
 
 The LeJEPA paper finds that its training loss tracks frozen-probe accuracy: over its runs the Spearman
 rank correlation ``ρ_s(train_loss, accuracy)`` is ≈ 0.85 in magnitude, and ≈ 0.99 with the loss rescaled
@@ -8,8 +8,9 @@ This command measures that signal on *our* runs:
 * for every complete checkpoint of every run given, the **training loss near that step**: the mean of
   ``loss`` over the ``metrics.jsonl`` rows with ``step - window < s ≤ step`` (default ``window``: half the
   median spacing between checkpoints, at least one step);
-* ``loss / λ^α`` with the run's λ (``config.json`` → ``objective.lam``; null means the objective's
-  default: 0.02 levjepa, 0.05 lejepa, 0.1 localejepa);
+* ``loss / λ^α`` with the run's λ (its ``config.json`` parsed into a ``PretrainConfig``:
+  ``objective.lam_value``, the objective's default when ``lam`` is null: 0.02 levjepa, 0.05 lejepa, 0.1
+  localejepa);
 * a **cheap probe accuracy** of that checkpoint's frozen encoder (EMA weights by default) on a built-in
   benchmark task (default: appearance, linear probe on mean-pooled tokens, the ``demo`` budget);
 * the Spearman correlations of ``−loss`` and ``−loss/λ^α`` with accuracy (the sign is flipped so that
@@ -24,45 +25,24 @@ models. With fewer than 3 checkpoints, or a constant loss or accuracy, ρ is und
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from levjepa.eval.export import read_metrics
-from levjepa.eval.load import WEIGHTS_MEANING, checkpoint_step, find_checkpoints, load_encoder, read_json
+from levjepa.eval.benchmark import EvalConfig, benchmark_splits, evaluate_encoder_on_splits, synthetic_config_for
+from levjepa.eval.load import WEIGHTS_MEANING, load_encoder, read_run_config
+from levjepa.train.config import PretrainConfig
+from levjepa.weights import CONFIG, checkpoint_step, list_checkpoints, read_metrics
 
 __all__ = [
-    "DEFAULT_LAMBDA",
     "SelectionResult",
-    "add_arguments",
     "loss_near",
-    "main",
-    "run_lambda",
     "select",
     "spearman_report",
 ]
-
-try:  # one source of truth when the objective package is present
-    from levjepa.objective.config import DEFAULT_LAMBDA
-except ImportError:  # pragma: no cover - evaluation works without the training objectives installed
-    DEFAULT_LAMBDA = {"levjepa": 0.02, "lejepa": 0.05, "localejepa": 0.1}
-
-
-def run_lambda(run_config: dict[str, Any] | None) -> float:
-    """The run's λ: ``objective.lam``, or the objective's default when it is null/absent."""
-    obj = (run_config or {}).get("objective") or {}
-    lam = obj.get("lam")
-    if lam is not None:
-        return float(lam)
-    name = obj.get("name", "levjepa")
-    if name not in DEFAULT_LAMBDA:
-        raise ValueError(f"objective.name={name!r}: unknown; valid choices are {', '.join(DEFAULT_LAMBDA)}")
-    return DEFAULT_LAMBDA[name]
 
 
 def loss_near(rows: list[dict[str, Any]], step: int, window: int, key: str = "loss") -> float | None:
@@ -177,18 +157,25 @@ def select(
     progress: bool = False,
 ) -> SelectionResult:
     """Loss near each checkpoint, its probe accuracy, and their Spearman correlations (see the module doc)."""
-    from levjepa.eval.benchmark import benchmark_splits, evaluate_encoder_on_splits, synthetic_config_for
-
+    evaluation = EvalConfig(
+        tasks=(task,),
+        probes=(probe,),
+        budget=budget,
+        seed=seed,
+        device=device,
+        cache_dir=None if cache_dir is None else str(cache_dir),
+        progress=progress,
+    )
     rows: list[dict[str, Any]] = []
     info: dict[str, Any] = {}
     windows = []
     for run in map(Path, run_dirs):
-        run_cfg = read_json(run / "config.json") if (run / "config.json").is_file() else {}
-        lam = run_lambda(run_cfg)
+        run_cfg = read_run_config(run) if (run / CONFIG).is_file() else PretrainConfig()
+        lam = run_cfg.objective.lam_value
         metrics = read_metrics(run)
         if not metrics:
             raise ValueError(f"{run}: no training losses (metrics.jsonl is missing or has no rows with 'step')")
-        ckpts = find_checkpoints(run)
+        ckpts = list_checkpoints(run)
         if not ckpts:
             raise ValueError(f"{run}: no complete checkpoint (checkpoints/step_*/meta.json)")
         steps = [checkpoint_step(c) for c in ckpts]
@@ -207,17 +194,7 @@ def select(
                 print(f"warning: {ckpt}: no logged loss in steps ({step - win}, {step}]; checkpoint skipped")
                 continue
             enc = load_encoder(ckpt, weights=weights, device=device)
-            res = evaluate_encoder_on_splits(
-                enc.encoder,
-                splits,
-                tasks=(task,),
-                probes=(probe,),
-                budget=budget,
-                seed=seed,
-                device=device,
-                cache_dir=cache_dir,
-                progress=progress,
-            )[task][probe]
+            res = evaluate_encoder_on_splits(enc.encoder, splits, evaluation)[0][task][probe]
             rows.append(
                 {
                     "run": str(run),
@@ -237,43 +214,3 @@ def select(
         task=task, probe=probe, weights=weights, budget=budget, alpha=alpha, window=windows[0] if windows else None
     )
     return SelectionResult(rows, report, info)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", help="run directories (several: compare runs with different λ)")
-    parser.add_argument("--task", default="appearance", choices=("appearance", "motion", "arrow"))
-    parser.add_argument("--probe", default="linear", choices=("linear", "knn", "attentive"))
-    parser.add_argument("--alpha", type=float, default=0.4, help="exponent of the loss / λ^α scaling (0.4)")
-    parser.add_argument("--window", type=int, default=None, help="steps of loss averaged before each checkpoint")
-    parser.add_argument("--weights", choices=("ema", "online"), default="ema")
-    parser.add_argument("--budget", choices=("demo", "full"), default="demo", help="probe grid / split sizes")
-    parser.add_argument(
-        "--synthetic", action="append", default=[], metavar="KEY=VALUE", help="override the benchmark config"
-    )
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cache", default=None, help="feature cache folder (reused across calls)")
-    parser.add_argument("--out", default=None, help="write the JSON result here")
-
-
-def main(args: argparse.Namespace) -> int:
-    result = select(
-        args.runs,
-        task=args.task,
-        probe=args.probe,
-        alpha=args.alpha,
-        window=args.window,
-        weights=args.weights,
-        budget=args.budget,
-        synthetic_overrides=args.synthetic,
-        device=args.device,
-        seed=args.seed,
-        cache_dir=args.cache,
-        progress=True,
-    )
-    print(result.table())
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result.to_json(), indent=2) + "\n")
-        print(f"wrote {args.out}")
-    return 0

@@ -14,8 +14,8 @@ Design:
   layer's cache as extra keys/values, appends their rotated keys/values to the cache, and returns their
   patch features ``[B, t/τ·H'·W', D]`` after the final norm, in time-major order.
 * ``cls()`` runs the CLS token alone through the blocks; at each layer it reads the cached patch keys/values
-  of that layer and itself (nothing is stored), at RoPE position ``(newest slot, 0, 0)`` as in the full
-  forward. Cost: ``depth`` single-query attentions.
+  of that layer and itself (nothing is stored), placed where the full forward places it
+  (``VideoEncoder.cls_meta`` of the newest pushed slot). Cost: ``depth`` single-query attentions.
 * For every prefix, patch features and CLS equal ``encoder.forward_features`` on the same frames
   (float32, ≤ 1e-5; ``tests/test_stream.py``).
 * ``window = W`` frames (a multiple of the tubelet) bounds memory and per-frame cost: the cache keeps only
@@ -24,6 +24,8 @@ Design:
   block-causal mask); a window covering the whole stream equals the plain forward. RoPE is relative for
   patch-patch scores and CLS sits at the newest slot, so a long stream with a window sees the same relative
   offsets as training clips of ``W`` frames.
+* :func:`stream_video` pushes a decoded video one tubelet at a time, reading CLS every ``every`` frames and
+  timing every push (``levjepa stream``).
 * The cache grows by concatenation (one copy of the cached keys/values per push and layer); the
   attention of a new frame is already linear in the cache size, so this does not change the order of the
   per-frame cost.
@@ -31,13 +33,16 @@ Design:
 
 from __future__ import annotations
 
+import time
+
 import torch
 from torch import Tensor
 
+from levjepa.data.views import normalize
 from levjepa.model.attention import TokenMeta, build_attn_mask
 from levjepa.model.vit import VideoEncoder
 
-__all__ = ["StreamingEncoder"]
+__all__ = ["StreamingEncoder", "stream_video"]
 
 
 class _LayerCache:
@@ -72,7 +77,7 @@ class StreamingEncoder:
             )
         self.encoder = encoder
         self.window = window
-        self._window_slots = encoder._window_slots(window)  # validates: frames, a multiple of the tubelet
+        self._window_slots = encoder.window_slots(window)  # validates: frames, a multiple of the tubelet
         self.reset()
 
     def reset(self) -> None:
@@ -105,8 +110,7 @@ class StreamingEncoder:
         x, positions = enc.patch_embed(frames, t_offset=self._next_slot)  # [B, L, D], [B, L, 3]
         new = positions[0, :, 0]  # [L] temporal slots (same for every clip)
         keys = new if self._frames is None else torch.cat([self._frames, new])  # [L_cache + L]
-        q = TokenMeta(new[None], torch.zeros(1, new.numel(), dtype=torch.bool, device=new.device))
-        k = TokenMeta(keys[None], torch.zeros(1, keys.numel(), dtype=torch.bool, device=new.device))
+        q, k = TokenMeta.patches(new[None]), TokenMeta.patches(keys[None])
         attn_mask = build_attn_mask("block_causal", q, k, self._window_slots)  # [1, 1, L, L_cache + L]
         rope = enc.rope(positions[:1])  # [1, 1, L, hd], broadcast over the batch
         for blk, cache in zip(enc.blocks, self._caches, strict=True):
@@ -128,15 +132,35 @@ class StreamingEncoder:
             raise RuntimeError("StreamingEncoder.cls(): no frames pushed since the last reset()")
         enc = self.encoder
         dev = self._frames.device
-        t_last = self._next_slot - 1
         x = enc.cls_token.expand(self._shape[0], 1, -1)  # [B, 1, D]
-        q = TokenMeta(torch.full((1, 1), t_last, device=dev), torch.ones(1, 1, dtype=torch.bool, device=dev))
-        k = TokenMeta(
-            torch.cat([self._frames, self._frames.new_tensor([t_last])])[None],
-            torch.cat([torch.zeros_like(self._frames, dtype=torch.bool), q.is_cls[0]])[None],
-        )
+        position, q = enc.cls_meta(self._next_slot - 1, dev)  # at the newest pushed slot, as in the full forward
+        k = TokenMeta.patches(self._frames[None]).cat(q)  # the cached patches, then CLS (cache.peek's order)
         attn_mask = build_attn_mask("block_causal", q, k, self._window_slots)  # [1, 1, 1, L_cache + 1]
-        rope = enc.rope(torch.tensor([[[t_last, 0, 0]]], device=dev))
+        rope = enc.rope(position)
         for blk, cache in zip(enc.blocks, self._caches, strict=True):
             x = blk(x, rope, attn_mask, cache.peek)
         return enc.norm(x)[:, 0]
+
+
+@torch.inference_mode()
+def stream_video(
+    encoder: VideoEncoder, frames: torch.Tensor, *, window: int | None, every: int, device: str = "cpu"
+) -> dict[str, torch.Tensor]:
+    """Push uint8 frames ``[F, H, W, 3]`` one tubelet at a time; returns readouts and per-push latencies."""
+    tau = encoder.cfg.tubelet
+    streamer = StreamingEncoder(encoder, window=window)
+    cls, at, latency = [], [], []
+    usable = (frames.shape[0] // tau) * tau
+    for start in range(0, usable, tau):
+        clip = frames[start : start + tau].permute(3, 0, 1, 2).unsqueeze(0)  # [1, C, tau, H, W]
+        x = normalize(clip.to(device))
+        t0 = time.perf_counter()
+        streamer.push(x)
+        seen = start + tau
+        if seen % every == 0 or seen == usable:
+            cls.append(streamer.cls()[0].float().cpu())
+            at.append(seen - 1)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        latency.append((time.perf_counter() - t0) * 1e3)
+    return {"cls": torch.stack(cls), "frame": torch.tensor(at), "latency_ms": torch.tensor(latency)}

@@ -48,6 +48,19 @@ class TokenMeta(NamedTuple):
     frame: Tensor
     is_cls: Tensor
 
+    @classmethod
+    def patches(cls, frame: Tensor) -> TokenMeta:
+        """Patch tokens at temporal slots ``frame`` ``[B, L]`` (long)."""
+        return cls(frame, torch.zeros_like(frame, dtype=torch.bool))
+
+    def cat(self, other: TokenMeta) -> TokenMeta:
+        """These tokens followed by ``other``'s (a batch dimension of 1 broadcasts)."""
+        b = max(self.frame.shape[0], other.frame.shape[0])
+        return TokenMeta(
+            torch.cat([self.frame.expand(b, -1), other.frame.expand(b, -1)], dim=1),
+            torch.cat([self.is_cls.expand(b, -1), other.is_cls.expand(b, -1)], dim=1),
+        )
+
 
 def block_causal(q: TokenMeta, k: TokenMeta, window: int | None = None) -> Tensor:
     """``[B, Lq, Lk]``: a patch reads patches of its own or earlier slots (within ``window``), never CLS;

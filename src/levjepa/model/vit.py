@@ -14,7 +14,8 @@ Data flow of one call (``B`` clips, ``N`` grid tokens, ``L`` kept tokens, ``D`` 
 * Token dropping only when asked (``drop=True``: training); evaluation and extraction see every token.
   Dropping happens *before* the patch embedding (same tokens as after it, 6.4 GFLOPs/clip cheaper at
   ViT-B; see ``tokens.py``).
-* CLS sits at RoPE position ``(T/τ − 1, 0, 0)`` (see ``rope.py``) and is masked as in ``attention.py``.
+* CLS sits at RoPE position ``(T/τ − 1, 0, 0)`` (see ``rope.py``; :meth:`VideoEncoder.cls_meta`, which the
+  streaming encoder uses too) and is masked as in ``attention.py``.
 * No absolute position embedding: one set of weights runs any resolution and clip length.
 * ``forward_views`` runs each *group* of same-shaped views (the global group at 224, the local group at 96)
   as one transformer call with its ``V_g·B`` clips batched: two calls per step, never a loop over clips or
@@ -82,6 +83,8 @@ class Block(nn.Module):
 
 
 class VideoEncoder(nn.Module):
+    weights_info: str = ""  # which copy of which weights these are, when read by ``levjepa.load``
+
     def __init__(self, cfg: EncoderConfig | None = None) -> None:
         super().__init__()
         self.cfg = cfg = cfg if cfg is not None else EncoderConfig()
@@ -108,6 +111,7 @@ class VideoEncoder(nn.Module):
                     nn.init.zeros_(m.bias)
         nn.init.trunc_normal_(self.cls_token, std=std)
         for layer, blk in enumerate(self.blocks, start=1):
+            assert isinstance(blk, Block)
             blk.attn.proj.weight.div_(math.sqrt(2.0 * layer))
             blk.mlp.fc2.weight.div_(math.sqrt(2.0 * layer))
 
@@ -122,19 +126,30 @@ class VideoEncoder(nn.Module):
         """``ValueError`` naming ``name``, its shape and what was expected, for anything the encoder cannot take."""
         c = self.cfg
         check_video(video, in_chans=c.in_chans, patch_size=c.patch_size, tubelet=c.tubelet, name=name)
+        assert isinstance(video, Tensor)  # check_video raised otherwise
         device = self.cls_token.device
-        if video.device != device:  # type: ignore[union-attr]
+        if video.device != device:
             raise ValueError(
                 f"{name}: tensor of shape {tuple(video.shape)} is on {video.device}, the encoder on {device}"
             )
 
-    def _window_slots(self, window: int | None) -> int | None:
+    def window_slots(self, window: int | None) -> int | None:
+        """A sliding window of ``window`` frames in temporal slots (``None``: unbounded); ``ValueError`` unless
+        it is a positive multiple of the tubelet."""
         if window is None:
             return None
         tau = self.cfg.tubelet
         if not isinstance(window, int) or window < tau or window % tau:
             raise ValueError(f"window={window!r}: expected a positive number of frames, a multiple of tubelet={tau}")
         return window // tau
+
+    def cls_meta(self, newest_slot: int, device: torch.device | str | None = None) -> tuple[Tensor, TokenMeta]:
+        """Where CLS sits: its RoPE position ``(newest_slot, 0, 0)`` ``[1, 1, 3]`` (long) and its metadata for the
+        attention masks ``[1, 1]``. ``newest_slot`` is the newest temporal slot of the tokens it reads (``T/τ −
+        1`` for a clip; the last pushed slot when streaming), so under block-causal attention CLS reads the
+        whole clip (or the window ending there) and RoPE sees it where a readout of that moment belongs."""
+        position = torch.tensor([[[newest_slot, 0, 0]]], dtype=torch.long, device=device)
+        return position, TokenMeta(position[..., 0], torch.ones(1, 1, dtype=torch.bool, device=device))
 
     def _prepare(
         self,
@@ -159,12 +174,10 @@ class VideoEncoder(nn.Module):
             c = self.cfg
             keep_idx = sample_keep_idx(b, grid, c.drop_ratio, c.drop_mode, generator, video.device, keys=keys)
         patches, positions = self.patch_embed(video, keep_idx)  # [B, L, D], [B, L, 3]
-        cls_pos = positions.new_tensor([grid[0] - 1, 0, 0]).expand(b, 1, 3)  # CLS at the newest slot
-        all_pos = torch.cat([cls_pos, positions], dim=1)  # [B, 1+L, 3]
-        is_cls = torch.zeros(1, all_pos.shape[1], dtype=torch.bool, device=video.device)
-        is_cls[:, 0] = True
-        meta = TokenMeta(frame=all_pos[..., 0], is_cls=is_cls)
-        attn_mask = build_attn_mask(self.cfg.attention, meta, meta, self._window_slots(window))
+        cls_pos, cls_meta = self.cls_meta(grid[0] - 1, video.device)  # CLS at the newest slot
+        all_pos = torch.cat([cls_pos.expand(b, 1, 3), positions], dim=1)  # [B, 1+L, 3]
+        meta = cls_meta.cat(TokenMeta.patches(positions[..., 0]))  # [B, 1+L]
+        attn_mask = build_attn_mask(self.cfg.attention, meta, meta, self.window_slots(window))
         x = torch.cat([self.cls_token.expand(b, -1, -1).to(patches.dtype), patches], dim=1)  # [B, 1+L, D]
         return x, positions, self.rope(all_pos), attn_mask
 

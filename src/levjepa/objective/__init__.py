@@ -8,7 +8,14 @@ implementations: ``reference``, ``chunked`` in :mod:`._chunked`, ``triton`` in :
 
 from __future__ import annotations
 
-from .build import LeJEPAObjective, LeVJEPAObjective, LocaLeJEPAObjective, build_objective, shift_invariant
+from .build import (
+    LeJEPAObjective,
+    LeVJEPAObjective,
+    LocaLeJEPAObjective,
+    Objective,
+    build_objective,
+    shift_invariant,
+)
 from .config import DEFAULT_LAMBDA, ObjectiveConfig
 from .diagnostics import effective_rank, embedding_diagnostics
 from .localreg import cosine_kmeans, local_ball_reg, localejepa_loss, uniform_ball_cf
@@ -20,6 +27,7 @@ __all__ = [
     "LeJEPAObjective",
     "LeVJEPAObjective",
     "LocaLeJEPAObjective",
+    "Objective",
     "ObjectiveConfig",
     "ObjectiveOutput",
     "SIGReg",

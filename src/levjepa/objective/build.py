@@ -28,10 +28,20 @@ from .localreg import cosine_kmeans, localejepa_loss
 from .losses import ObjectiveOutput, check_views, lejepa_loss, levjepa_loss
 from .sigreg import draw_directions
 
-__all__ = ["LeJEPAObjective", "LeVJEPAObjective", "LocaLeJEPAObjective", "build_objective", "shift_invariant"]
+__all__ = [
+    "LeJEPAObjective",
+    "LeVJEPAObjective",
+    "LocaLeJEPAObjective",
+    "Objective",
+    "build_objective",
+    "shift_invariant",
+]
 
 
-class _Objective(nn.Module):
+class Objective(nn.Module):
+    """The base of the objectives: ``module(z [V, B, K], step) -> ObjectiveOutput`` with that step's seeded
+    directions (see the module doc)."""
+
     shift_invariant = False  # whether z -> z + c (one constant vector) leaves the loss unchanged
 
     def __init__(self, cfg: ObjectiveConfig) -> None:
@@ -40,7 +50,7 @@ class _Objective(nn.Module):
         self.check_finite: bool | None = None
 
     def generator(self, step: int, device: torch.device, purpose: str) -> torch.Generator:
-        return make_generator(purpose, self.cfg.seed, step, device=device)  # = derive_seed(seed, step, purpose)
+        return make_generator(purpose, self.cfg.seed, step, device=device)  # derive_seed(purpose, seed, step)
 
     def directions(self, dim: int, step: int, device: torch.device, num: int) -> torch.Tensor:
         """The ``[dim, num]`` unit directions of ``step`` (float32, on ``device``)."""
@@ -56,7 +66,7 @@ class _Objective(nn.Module):
         return f"lam={self.cfg.lam_value}, cfg={self.cfg}"
 
 
-class LeVJEPAObjective(_Objective):
+class LeVJEPAObjective(Objective):
     """``L_inv + λ·SIGReg`` (λ = 0.02) on ``z`` ``[V+1, B, K]``, ``z[0]`` the global view."""
 
     def forward(self, z: torch.Tensor, step: int) -> ObjectiveOutput:
@@ -73,7 +83,7 @@ class LeVJEPAObjective(_Objective):
         )
 
 
-class LeJEPAObjective(_Objective):
+class LeJEPAObjective(Objective):
     """``(1−λ)·L_pred + λ·SIGReg`` (λ = 0.05), ``μ`` = mean of the first ``num_global_views`` views."""
 
     def forward(self, z: torch.Tensor, step: int) -> ObjectiveOutput:
@@ -91,7 +101,7 @@ class LeJEPAObjective(_Objective):
         )
 
 
-class LocaLeJEPAObjective(_Objective):
+class LocaLeJEPAObjective(Objective):
     """``(1−λ)·mean (z − z̄)² + λ·LocaLeReg`` (λ = 0.1), cosine k-means with Q = ``num_clusters``.
 
     Shift-invariant: ``z − z̄`` and the per-cluster re-centring both remove a constant shift of ``z``.
@@ -119,7 +129,7 @@ class LocaLeJEPAObjective(_Objective):
         )
 
 
-_OBJECTIVES: dict[str, type[_Objective]] = {
+_OBJECTIVES: dict[str, type[Objective]] = {
     "levjepa": LeVJEPAObjective,
     "lejepa": LeJEPAObjective,
     "localejepa": LocaLeJEPAObjective,
@@ -131,7 +141,7 @@ def shift_invariant(cfg: ObjectiveConfig) -> bool:
     return _OBJECTIVES[cfg.name].shift_invariant
 
 
-def build_objective(cfg: ObjectiveConfig) -> nn.Module:
+def build_objective(cfg: ObjectiveConfig) -> Objective:
     """The objective module named by ``cfg.name``; call it as ``module(z, step) -> ObjectiveOutput``."""
     if not isinstance(cfg, ObjectiveConfig):
         raise ValueError(f"build_objective expects an ObjectiveConfig, got {type(cfg).__name__}")

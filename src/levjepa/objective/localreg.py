@@ -37,6 +37,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from levjepa.rng import make_generator
+
 from .losses import ObjectiveOutput, check_views, loss_dtype
 from .sigreg import draw_directions, epps_pulley_from_stats, epps_pulley_nodes, reference_ecf_stats
 
@@ -165,15 +167,14 @@ def localejepa_loss(
 ) -> ObjectiveOutput:
     """LocaLeJEPA: ``(1−λ)·mean (z − z̄)² + λ·LocaLeReg`` on ``z`` ``[V, B, K]`` (module docstring).
 
-    ``generator`` draws the directions (when not given) and the k-means initialisation (seed 0 on ``z``'s
-    device if ``None``); ``labels`` skips k-means. Terms: ``pred``, ``localreg``, ``kmeans_fallback``,
-    ``clusters_used``.
+    ``generator`` draws the directions (when not given) and the k-means initialisation
+    (``levjepa.rng.make_generator("localejepa", 0)`` on ``z``'s device if ``None``); ``labels`` skips k-means.
+    Terms: ``pred``, ``localreg``, ``kmeans_fallback``, ``clusters_used``.
     """
     check_views(z, check_finite=check_finite)
     zf = loss_dtype(z)
     if generator is None:
-        generator = torch.Generator(device=z.device)
-        generator.manual_seed(0)
+        generator = make_generator("localejepa", 0, device=z.device)
     if directions is None:
         directions = draw_directions(z.shape[-1], num_directions, generator=generator, device=z.device)
     zbar = zf.mean(0)  # [B, K]

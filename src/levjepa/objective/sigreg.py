@@ -61,7 +61,6 @@ from . import _chunked
 __all__ = [
     "SIGReg",
     "check_embeddings",
-    "derive_seed",
     "draw_directions",
     "ecf_stats",
     "epps_pulley_from_stats",
@@ -118,11 +117,6 @@ def null_value(num_nodes: int = 17, t_max: float = 3.0) -> float:
 
 
 # --------------------------------------------------------------------------------------------- randomness
-def derive_seed(seed: int, step: int, purpose: str = "sigreg") -> int:
-    """The seed of step ``step``'s generator for ``purpose`` (``levjepa.rng.derive_seed``)."""
-    return rng.derive_seed(purpose, int(seed), int(step))
-
-
 def draw_directions(
     dim: int,
     num_directions: int,
@@ -135,12 +129,12 @@ def draw_directions(
     """``[dim, num_directions]`` Gaussian directions, columns normalised (with an epsilon).
 
     Drawn in float32 on the generator's device (so float32 and float64 runs see the same directions), then
-    moved to ``device``/``dtype``. Give a ``generator`` or a ``seed`` (a generator on ``device`` is made);
-    with neither, seed 0 is used: library code never touches the global RNG.
+    moved to ``device``/``dtype``. Give a ``generator`` or a ``seed`` (``levjepa.rng.make_generator("directions",
+    seed)`` on ``device`` is used); with neither, seed 0: library code never touches the global RNG.
     """
     if generator is None:
-        generator = torch.Generator(device=torch.device(device) if device is not None else "cpu")
-        generator.manual_seed(0 if seed is None else int(seed))
+        dev = torch.device(device) if device is not None else torch.device("cpu")
+        generator = rng.make_generator("directions", 0 if seed is None else int(seed), device=dev)
     a = torch.randn(dim, num_directions, generator=generator, device=generator.device, dtype=torch.float32)
     a = F.normalize(a, dim=0, eps=_DIRECTION_EPS)
     return a.to(device=device if device is not None else a.device, dtype=dtype)
@@ -272,11 +266,11 @@ def sigreg(
 
     ``z``: ``[N, K]`` or ``[V, N, K]`` (each view slot tested separately over its N samples).
     ``directions``: ``[K, M]`` (columns unit-normalised, then used as given) or ``None`` to draw
-    ``num_directions`` from ``generator`` (seed 0 if ``None``). ``reduction="mean"``: scalar, mean over
-    directions and view slots; ``"none"``: per-direction values ``[M]`` or ``[V, M]``. ``impl``: see the
-    module docstring. ``check_finite``: ``None`` checks values on CPU only (free there), ``True`` always
-    (synchronises on a GPU), ``False`` never. ``all_reduce=False``: this rank's samples only (no collective;
-    for monitors that not every rank runs).
+    ``num_directions`` from ``generator`` (``draw_directions``' seed 0 if ``None``). ``reduction="mean"``:
+    scalar, mean over directions and view slots; ``"none"``: per-direction values ``[M]`` or ``[V, M]``.
+    ``impl``: see the module docstring. ``check_finite``: ``None`` checks values on CPU only (free there),
+    ``True`` always (synchronises on a GPU), ``False`` never. ``all_reduce=False``: this rank's samples only
+    (no collective; for monitors that not every rank runs).
     """
     check_embeddings(z, "z", check_finite=check_finite)
     if reduction not in ("mean", "none"):
@@ -340,8 +334,7 @@ class SIGReg(nn.Module):
     def directions(self, dim: int, step: int, device: torch.device | str | None = None) -> torch.Tensor:
         """The ``[dim, num_directions]`` directions used at ``step`` (float32)."""
         dev = torch.device(device) if device is not None else torch.device("cpu")
-        gen = torch.Generator(device=dev)
-        gen.manual_seed(derive_seed(self.seed, step))
+        gen = rng.make_generator("sigreg", int(self.seed), int(step), device=dev)
         return draw_directions(dim, self.num_directions, generator=gen, device=dev)
 
     def forward(self, z: torch.Tensor, step: int | None = None) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""``levjepa visualize CKPT VIDEO|IMAGE|synthetic[:i] --out DIR``: what the patch features of one clip look like.
+"""What the patch features of one clip look like (``levjepa visualize CKPT VIDEO|IMAGE|synthetic[:i] --out DIR``).
 
 Two qualitative readouts (SPEC §5; LeJEPA / LeVJEPA figures):
 
@@ -18,27 +18,33 @@ maps (bottom), each map upsampled (nearest) to the frame size; ``DIR/visualize.g
 side by side, one GIF frame per video frame (Pillow, cheap); ``DIR/visualize.json`` — the explained
 variance of the three components, the query, the token grid, the source. Pillow only: no matplotlib.
 
-The clip: a video is decoded with ``levjepa.data.decode_clip`` (``--frames`` at ``--frame-stride`` from
-``--start``), resized to a short side of ``--size`` and centre-cropped to a square multiple of the patch
-size; an image is repeated along time; ``synthetic:i`` is clip ``i`` of the built-in benchmark's test split.
+The clip (``levjepa.data.eval_clip.load_eval_clip``, the evaluation transform): ``--frames`` frames of a
+video at ``--frame-stride`` from ``--start``, or an image repeated along time, resized to a short side of
+``--size`` and centre-cropped to a square multiple of the patch size; ``synthetic:i`` is clip ``i`` of the
+built-in benchmark's test split.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from PIL import Image, ImageDraw
+from torch import Tensor
+
+from levjepa.data.config import SyntheticConfig
+from levjepa.data.eval_clip import center_square, load_eval_clip
+from levjepa.data.synthetic import load_split
+from levjepa.data.views import normalize
+from levjepa.eval.features import frozen_eval
+from levjepa.model.vit import VideoEncoder
 
 __all__ = [
-    "add_arguments",
     "cosine_map",
     "load_clip",
-    "main",
     "pca_rgb",
     "render_panels",
     "visualize",
@@ -88,13 +94,13 @@ def _to_frames(maps: Tensor, tubelet: int, size: tuple[int, int]) -> Tensor:
     return (up.permute(0, 2, 3, 1) * 255).round().clamp(0, 255).to(torch.uint8)
 
 
-def render_panels(frames: Tensor, pca: Tensor, sim: Tensor, query: tuple[int, int, int], patch: int, tubelet: int):
+def render_panels(
+    frames: Tensor, pca: Tensor, sim: Tensor, query: tuple[int, int, int], patch: int, tubelet: int
+) -> tuple[Image.Image, list[Image.Image]]:
     """PIL images: the grid (frames / PCA / similarity rows) and the GIF frames (one per video frame).
 
     ``frames`` uint8 [T, H, W, 3]; ``pca`` [T', h, w, 3] in [0, 1]; ``sim`` [T', h, w] in [−1, 1].
     """
-    from PIL import Image, ImageDraw
-
     t_len, h, w, _ = frames.shape
     pca_f = _to_frames(pca, tubelet, (h, w))
     sim_f = _to_frames(_ramp(sim), tubelet, (h, w))
@@ -124,7 +130,7 @@ def render_panels(frames: Tensor, pca: Tensor, sim: Tensor, query: tuple[int, in
 
 @torch.no_grad()
 def visualize(
-    encoder: nn.Module,
+    encoder: VideoEncoder,
     clip: Tensor,
     out_dir: str | Path,
     *,
@@ -138,9 +144,6 @@ def visualize(
 
     ``scale`` enlarges every tile (nearest) for small clips. Returns the summary written to JSON.
     """
-    from levjepa.data import normalize
-    from levjepa.eval.features import frozen_eval
-
     if clip.dim() != 4 or clip.dtype != torch.uint8:
         raise ValueError(
             f"visualize: clip must be uint8 [C, T, H, W] or [T, H, W, 3], got {clip.dtype} {list(clip.shape)}"
@@ -198,76 +201,9 @@ def visualize(
 
 def load_clip(source: str, *, num_frames: int, frame_stride: int, start: int, size: int, patch: int) -> Tensor:
     """uint8 [T, H, W, 3] from a video, an image or ``synthetic[:i]`` (see the module doc)."""
-    from levjepa.eval.features import center_square
-
     if source == "synthetic" or source.startswith("synthetic:"):
-        from levjepa.data import SyntheticConfig
-        from levjepa.data.synthetic import load_split
-
         i = int(source.split(":", 1)[1]) if ":" in source else 0
         cfg = SyntheticConfig(num_train=1, num_val=1, num_test=max(1, i + 1))
-        data = load_split(cfg, "test")
-        clip = data.clips[i].permute(1, 2, 3, 0)
+        clip = load_split(cfg, "test").clips[i].permute(1, 2, 3, 0)
         return center_square(clip, min(clip.shape[1], clip.shape[2]), patch)
-    from levjepa.data.sources import media_kind
-
-    if media_kind(source) == "image":
-        from levjepa.data.video import load_image
-
-        img = load_image(source)
-        return center_square(img[None].expand(num_frames, -1, -1, -1), size, patch)
-    from levjepa.data import decode_clip
-
-    frames = decode_clip(source, num_frames=num_frames, frame_stride=frame_stride, start_frame=start, short_side=size)
-    return center_square(frames, size, patch)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="run directory, checkpoint or export")
-    parser.add_argument("source", help="a video, an image, or synthetic[:i] (clip i of the benchmark's test split)")
-    parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--query", default=None, help="query patch t,y,x in token-grid units (default: centre)")
-    parser.add_argument("--weights", choices=("ema", "online"), default="ema")
-    parser.add_argument("--frames", type=int, default=16, help="frames of the clip (default 16)")
-    parser.add_argument("--frame-stride", type=int, default=2, help="keep every n-th frame (default 2)")
-    parser.add_argument("--start", type=int, default=0, help="first source frame (default 0)")
-    parser.add_argument("--size", type=int, default=224, help="short side, then centre crop (default 224)")
-    parser.add_argument("--scale", type=int, default=0, help="tile enlargement (default: 1, or 2 below 128 px)")
-    parser.add_argument("--no-gif", action="store_true", help="only the PNG")
-    parser.add_argument("--device", default="cpu")
-
-
-def main(args: argparse.Namespace) -> int:
-    from levjepa.eval.load import load_encoder
-
-    loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
-    cfg = loaded.config
-    frames = load_clip(
-        args.source,
-        num_frames=args.frames,
-        frame_stride=args.frame_stride,
-        start=args.start,
-        size=args.size,
-        patch=cfg.patch_size,
-    )
-    if frames.shape[0] % cfg.tubelet:
-        frames = frames[: frames.shape[0] - frames.shape[0] % cfg.tubelet]
-    query = None
-    if args.query:
-        parts = [int(v) for v in args.query.split(",")]
-        if len(parts) != 3:
-            raise ValueError(f"--query {args.query!r}: expected t,y,x (three integers)")
-        query = (parts[0], parts[1], parts[2])
-    scale = args.scale or (2 if frames.shape[1] < 128 else 1)
-    summary = visualize(
-        loaded.encoder,
-        frames,
-        args.out,
-        query=query,
-        scale=scale,
-        device=args.device,
-        gif=not args.no_gif,
-        source=f"{args.source} ({loaded.describe()})",
-    )
-    print(json.dumps(summary, indent=2))
-    return 0
+    return load_eval_clip(source, num_frames=num_frames, frame_stride=frame_stride, start=start, size=size, patch=patch)

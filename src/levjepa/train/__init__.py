@@ -1,11 +1,18 @@
 """Pretraining: configs, the step, the loop, EMA, optimiser, checkpoints and the run directory."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from levjepa.train.config import OptimConfig, PretrainConfig, TrainConfig
+
+if TYPE_CHECKING:
+    from levjepa.train.loop import RunSummary
 
 __all__ = ["OptimConfig", "PretrainConfig", "TrainConfig", "pretrain"]
 
 
-def pretrain(*args, **kwargs):
+def pretrain(*args: Any, **kwargs: Any) -> RunSummary:
     """``levjepa.train.loop.pretrain`` (imported lazily): run a pretraining job from a PretrainConfig."""
     from levjepa.train.loop import pretrain as _pretrain
 

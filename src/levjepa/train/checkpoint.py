@@ -2,8 +2,8 @@
 
 A checkpoint is a directory ``checkpoints/step_NNNNNN/`` (layout in :mod:`levjepa.weights`): online weights
 (encoder, projector, BatchNorm buffers included), the EMA copy (its update count and schedule in the file's
-metadata), the optimizer state, the step, the RNG states (torch CPU and CUDA), the consecutive-skip count
-and the data position, plus the encoder config. It is written into a temporary sibling directory, fsynced,
+metadata), the optimizer state, the step, the RNG states (torch CPU and CUDA) and the consecutive-skip
+count, plus the encoder config. It is written into a temporary sibling directory, fsynced,
 renamed into place, and only then does ``checkpoints/latest`` (itself replaced atomically) name it. A crash
 or a full disk at any point leaves the previous checkpoint, and ``latest``, intact. Nothing is unpickled on
 load: tensors come from safetensors, the rest from JSON.
@@ -11,12 +11,13 @@ load: tensors come from safetensors, the rest from JSON.
 The learning-rate schedule is a function of the step and every stochastic choice is seeded from the step or
 the sample (SIGReg directions and k-means from ``(seed, step)``; data order, augmentation and token dropping
 from ``(seed, epoch, position)``), so the step *is* the schedule and sampler state — whatever the number of
-ranks the run resumes on.
+ranks the run resumes on: the data stream restarts at global micro-batch ``step × micro-batches per step`` of
+the layout it resumes with (checkpoints written before this version also hold a ``data_position``, in the
+micro-batches of the layout that wrote them; it is ignored).
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -29,13 +30,23 @@ from torch import nn
 from levjepa.config import ConfigError
 from levjepa.train.ema import EMA
 from levjepa.weights import (
+    CHECKPOINTS,
+    EMA_WEIGHTS,
+    LATEST,
+    META,
+    ONLINE_WEIGHTS,
+    TRAINER_STATE,
+    TRAINER_TENSORS,
     atomic_write_text,
     checkpoint_name,
+    checkpoint_step,
     latest_checkpoint,
     list_checkpoints,
     load_tensors,
     prefixed,
+    read_json,
     save_tensors,
+    write_json,
 )
 
 __all__ = [
@@ -51,9 +62,10 @@ __all__ = [
 
 @dataclass
 class TrainerState:
+    """What a checkpoint records of the loop besides weights: the step is also the data position (see above)."""
+
     step: int  # optimizer steps done
     consecutive_skips: int = 0
-    data_position: int = 0  # micro-batches of the global batch consumed
     extra: dict[str, Any] | None = None  # JSON-able: last losses, wall time so far, ...
 
 
@@ -105,35 +117,30 @@ def save_checkpoint(
     encoder_config: dict[str, Any],
 ) -> Path:
     """Write ``checkpoints/step_NNNNNN`` completely, then point ``latest`` at it. Returns its path."""
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     final = root / checkpoint_name(state.step)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
     try:
         meta = {"step": state.step, "encoder_config": encoder_config, **(state.extra or {})}
-        save_tensors(tmp / "model.safetensors", model.state_dict(), {"step": state.step})
+        save_tensors(tmp / ONLINE_WEIGHTS, model.state_dict(), {"step": state.step})
         save_tensors(
-            tmp / "ema.safetensors",
+            tmp / EMA_WEIGHTS,
             {f"encoder.{k}": v for k, v in ema.state_dict().items()},
             {"step": state.step, **ema_metadata(ema)},
         )
         opt_tensors, opt_meta = _optimizer_tensors(optimizer)
-        save_tensors(tmp / "trainer.safetensors", {**opt_tensors, **_rng_tensors()})
-        trainer_json = {
-            "step": state.step,
-            "consecutive_skips": state.consecutive_skips,
-            "data_position": state.data_position,
-            "optimizer": opt_meta,
-        }
-        atomic_write_text(tmp / "trainer.json", json.dumps(trainer_json))
-        atomic_write_text(tmp / "meta.json", json.dumps(meta, indent=1))  # written last: marks completeness
+        save_tensors(tmp / TRAINER_TENSORS, {**opt_tensors, **_rng_tensors()})
+        trainer_json = {"step": state.step, "consecutive_skips": state.consecutive_skips, "optimizer": opt_meta}
+        write_json(tmp / TRAINER_STATE, trainer_json, indent=None)
+        write_json(tmp / META, meta, indent=1)  # written last: marks completeness
         if final.exists():  # a checkpoint of the same step from an earlier attempt: replace it
             shutil.rmtree(final)
         tmp.rename(final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    atomic_write_text(root / "latest", final.name)
+    atomic_write_text(root / LATEST, final.name)
     return final
 
 
@@ -147,7 +154,7 @@ def load_checkpoint(
 ) -> TrainerState:
     """Restore a checkpoint into the given objects (in place); returns the trainer state."""
     path = Path(path)
-    weights, _ = load_tensors(path / "model.safetensors")
+    weights, _ = load_tensors(path / ONLINE_WEIGHTS)
     expected = model.state_dict()
     if "encoder.norm.bias" in weights and "encoder.norm.bias" not in expected:
         raise ConfigError(
@@ -155,13 +162,13 @@ def load_checkpoint(
             "zero gradient and is gone now): resume it as it was with the override model.final_norm_bias=true"
         )
     model.load_state_dict(weights)
-    trainer = json.loads((path / "trainer.json").read_text())
+    trainer = read_json(path / TRAINER_STATE)
     if ema is not None:
-        ema_tensors, ema_meta = load_tensors(path / "ema.safetensors")
+        ema_tensors, ema_meta = load_tensors(path / EMA_WEIGHTS)
         # written before the EMA counted its updates (no warm-up then): one update every ``every`` steps
-        updates = json.loads(ema_meta["ema_updates"]) if "ema_updates" in ema_meta else trainer["step"] // ema.every
+        updates = int(ema_meta["ema_updates"]) if "ema_updates" in ema_meta else trainer["step"] // ema.every
         ema.load_state_dict(prefixed(ema_tensors, "encoder."), updates=updates)
-    tensors, _ = load_tensors(path / "trainer.safetensors")
+    tensors, _ = load_tensors(path / TRAINER_TENSORS)
     if optimizer is not None:
         device = next(model.parameters()).device
         _load_optimizer(optimizer, {k: v.to(device) for k, v in tensors.items()}, trainer["optimizer"])
@@ -170,14 +177,9 @@ def load_checkpoint(
         cuda = [tensors[f"rng.cuda.{i}"] for i in range(torch.cuda.device_count()) if f"rng.cuda.{i}" in tensors]
         if cuda and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(cuda)
-    meta = json.loads((path / "meta.json").read_text())
+    meta = read_json(path / META)
     extra = {k: v for k, v in meta.items() if k not in ("step", "encoder_config")}
-    return TrainerState(
-        step=trainer["step"],
-        consecutive_skips=trainer["consecutive_skips"],
-        data_position=trainer["data_position"],
-        extra=extra,
-    )
+    return TrainerState(step=trainer["step"], consecutive_skips=trainer["consecutive_skips"], extra=extra)
 
 
 def prune(run_dir: str | Path, keep_last: int, keep_every: int | None) -> list[Path]:
@@ -185,8 +187,7 @@ def prune(run_dir: str | Path, keep_last: int, keep_every: int | None) -> list[P
     found = list_checkpoints(run_dir)
     removed = []
     for p in found[:-keep_last] if keep_last > 0 else found:
-        step = int(p.name.split("_")[1])
-        if keep_every and step % keep_every == 0:
+        if keep_every and checkpoint_step(p) % keep_every == 0:
             continue
         shutil.rmtree(p, ignore_errors=True)
         removed.append(p)

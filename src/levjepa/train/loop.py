@@ -1,9 +1,12 @@
 """The outer training loop: ``pretrain(cfg, run_dir)`` — the Python API behind ``levjepa pretrain``.
 
-It reads like the recipe: set up ranks and the run directory, build encoder + projector + objective + AdamW
-+ EMA, resume if asked, then for each optimizer step fetch ``accum`` micro-batches, call
-:func:`levjepa.train.step.train_step`, update the EMA every ``ema_every`` steps, log label-free monitors
-every ``log_every`` steps and checkpoint every ``checkpoint_every`` steps. Only the main rank writes.
+``_pretrain`` reads like the recipe: set up the run directory, build encoder + projector + objective + AdamW
++ EMA (a :class:`Trainer`: what is fixed for the run), resume if asked, then for each optimizer step fetch
+``accum`` micro-batches and call :func:`levjepa.train.step.train_step` (``_step``, which also updates the
+EMA every ``ema_every`` steps), read the skip flags (``_check_skips``), log label-free monitors every
+``log_every`` steps (``_log``) and checkpoint every ``checkpoint_every`` steps (``_checkpoint``). What
+changes from step to step is a small :class:`TrainState`. Only the main rank writes. The loop knows nothing
+of evaluation: ``levjepa pretrain`` reads the run back to evaluate it (``train.eval_at_end``).
 
 Nothing in the step waits for the device; the loop reads device values (losses, skip flags) only on logging
 and skip-check steps. Logged: the loss and its terms as the objective computed them, the gradient norm, and
@@ -15,31 +18,33 @@ logged with its step number, and ``max_consecutive_skips`` skips in a row stop t
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import resource
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 from levjepa import distributed
 from levjepa.config import to_dict
-from levjepa.data import BadFileReport, build_pretrain_loader
+from levjepa.data import BadFileReport, FrameBatch, ViewBatch, build_pretrain_loader
 from levjepa.model import Projector, VideoEncoder
-from levjepa.objective import build_objective, embedding_diagnostics, shift_invariant
-from levjepa.rng import sample_keys
+from levjepa.objective import Objective, build_objective, embedding_diagnostics, shift_invariant
+from levjepa.rng import sample_keys, seeded_init
 from levjepa.train import checkpoint as ckpt
 from levjepa.train.config import PretrainConfig
 from levjepa.train.ema import EMA
 from levjepa.train.optim import build_optimizer, lr_at
 from levjepa.train.run_dir import MetricsLogger, default_run_dir, prepare_run_dir, write_run_info
-from levjepa.train.step import Pretrainer, train_step
+from levjepa.train.step import Pretrainer, StepOutput, train_step
+from levjepa.weights import BAD_FILES, truncate_metrics
 
-__all__ = ["pretrain", "RunSummary", "TrainingStopped", "build_models"]
+__all__ = ["RunSummary", "TrainState", "Trainer", "TrainingStopped", "build_models", "pretrain", "summary_json"]
 
 
 class TrainingStopped(RuntimeError):
@@ -56,7 +61,8 @@ class RunSummary:
     skipped_steps: list[int] = field(default_factory=list)
     bad_files: int = 0
     checkpoint: Path | None = None
-    probe_results: dict[str, Any] | None = None
+    rank: int = 0  # the process that returned this summary (only rank 0 writes the run directory)
+    probe_results: dict[str, Any] | None = None  # filled by `levjepa pretrain` when train.eval_at_end
 
 
 def build_models(cfg: PretrainConfig, seed: int) -> tuple[VideoEncoder, Projector]:
@@ -65,8 +71,7 @@ def build_models(cfg: PretrainConfig, seed: int) -> tuple[VideoEncoder, Projecto
     Under a shift-invariant objective (LocaLeJEPA) the projector's output bias would get an exactly zero
     gradient, so it is frozen at zero (``levjepa.objective.shift_invariant``); no trained parameter is dead.
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded_init(seed):
         encoder = VideoEncoder(cfg.model)
         projector = Projector.from_config(cfg.model)
     if shift_invariant(cfg.objective):
@@ -91,12 +96,35 @@ def _peak_memory_gb(device: torch.device) -> float:
     return rss_kb / 2**20  # Linux reports KiB
 
 
-def _truncate_metrics(run_dir: Path, step: int) -> None:
-    """On resume, drop metric lines logged after the checkpoint (they will be logged again)."""
-    path = run_dir / "metrics.jsonl"
-    if path.is_file():
-        keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-        path.write_text("".join(line + "\n" for line in keep))
+@dataclass
+class Trainer:
+    """What one run trains, and with what: the objects fixed for the whole run."""
+
+    cfg: PretrainConfig
+    info: distributed.DistInfo
+    path: Path  # the run directory
+    model: Pretrainer  # encoder + projector (what checkpoints hold)
+    module: torch.nn.Module  # what train_step runs: the model, or DDP around it
+    ema: EMA
+    optimizer: torch.optim.Optimizer
+    objective: Objective
+    accum: int  # micro-batches per optimizer step on each rank
+    autocast_dtype: torch.dtype | None
+
+
+@dataclass
+class TrainState:
+    """What the loop carries from one step to the next; device values are read only on check / log steps."""
+
+    step: int  # optimizer steps done
+    consecutive: torch.Tensor  # non-finite steps in a row (a device scalar)
+    pending: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (step, skip flag) not yet read
+    skipped: list[int] = field(default_factory=list)  # steps whose update was skipped
+    metrics: dict[str, float] = field(default_factory=dict)  # the last logged metrics
+    checkpoint: Path | None = None  # the last checkpoint written
+    bad_files: int = 0  # unreadable files met by every rank, as of the last checkpoint
+    t_log: float = 0.0  # when the last log was written (clips/s over the steps since)
+    steps_since_log: int = 0
 
 
 def pretrain(
@@ -124,164 +152,203 @@ def pretrain(
         torch.set_num_threads(threads)
 
 
-def _pretrain(cfg, run_dir, info, *, resume, overwrite, progress) -> RunSummary:
+def _pretrain(
+    cfg: PretrainConfig,
+    run_dir: str | Path | None,
+    info: distributed.DistInfo,
+    *,
+    resume: bool,
+    overwrite: bool,
+    progress: bool,
+) -> RunSummary:
+    """The recipe: a run directory, the models, the state to start from, then for every optimizer step one
+    train step (and EMA update), a skip check, a log line and a checkpoint when each is due."""
     tc = cfg.train
     if tc.threads:
         torch.set_num_threads(tc.threads)
+    path = _start_run_dir(cfg, run_dir, info, resume=resume, overwrite=overwrite)
+    trainer, state = _build(cfg, info, path, resume=resume)
+    bad_files = _bad_files(path, resume)
+    state.bad_files = bad_files.total
+    batches = iter(
+        build_pretrain_loader(
+            cfg.data,
+            seed=tc.seed,
+            rank=info.rank,
+            world_size=info.world_size,
+            start_step=state.step * trainer.accum,  # the step is the data position (train/checkpoint.py)
+            bad_files=bad_files,
+            micro_batches=trainer.accum,
+        )
+    )
+    logger = MetricsLogger(path) if info.is_main else None
+    bar = tqdm(total=tc.steps, initial=state.step, desc="pretrain", unit="step", dynamic_ncols=True,
+               disable=not (progress and info.is_main))  # fmt: skip
+    check_every = min(tc.log_every, tc.max_consecutive_skips)
+    start, state.t_log = state.step, time.perf_counter()
+    t_start = state.t_log
+    while state.step < tc.steps:
+        out = _step(trainer, state, batches)
+        if _due(state.step, check_every, tc.steps):
+            _check_skips(trainer, state)
+        if _due(state.step, tc.log_every, tc.steps):
+            _log(trainer, state, out, logger, bar)
+        bar.update(1)
+        if _due(state.step, tc.checkpoint_every, tc.steps):
+            _checkpoint(trainer, state, bad_files)
+    bar.close()
+    if logger is not None:
+        logger.close()
+    return _finish(trainer, state, start, time.perf_counter() - t_start)
+
+
+def _start_run_dir(
+    cfg: PretrainConfig, run_dir: str | Path | None, info: distributed.DistInfo, *, resume: bool, overwrite: bool
+) -> Path:
+    """The run directory every rank writes to (the main rank's choice), prepared and holding the run's trail."""
     path = Path(run_dir) if run_dir is not None else default_run_dir(cfg.preset)
     path = Path(distributed.broadcast_object(str(path)))
     if info.is_main:
         prepare_run_dir(path, resume=resume, overwrite=overwrite)
         write_run_info(path, to_dict(cfg), info.world_size)
     distributed.barrier()
-    device = info.device
-    accum = cfg.accumulation(info.world_size)
+    return path
 
-    encoder, projector = build_models(cfg, tc.seed)
-    model = Pretrainer(encoder, projector).to(device)
+
+def _build(cfg: PretrainConfig, info: distributed.DistInfo, path: Path, *, resume: bool) -> tuple[Trainer, TrainState]:
+    """Encoder + projector (the same initial weights on every rank), EMA copy, AdamW and objective, restored
+    from the latest checkpoint when resuming, then wrapped for training (DDP, compiled blocks)."""
+    accum = cfg.accumulation(info.world_size)  # fails early on a batch that does not split over the ranks
+    model = Pretrainer(*build_models(cfg, cfg.train.seed)).to(info.device)
     if info.world_size > 1:
         distributed.convert_sync_batchnorm(model)  # the projector's BatchNorm over every rank's rows
-    ema = EMA(model.encoder, decay=tc.ema_decay, every=tc.ema_every)
+    ema = EMA(model.encoder, decay=cfg.train.ema_decay, every=cfg.train.ema_every)
     optimizer = build_optimizer(model, cfg.optim)
-    objective = build_objective(cfg.objective).to(device)
-    objective.check_finite = False  # a non-finite batch skips its step (below) instead of raising
-
-    state = ckpt.TrainerState(step=0)
-    if resume:
-        latest = ckpt.latest_checkpoint(path)
-        if latest is not None:
-            state = ckpt.load_checkpoint(latest, model=model, ema=ema, optimizer=optimizer)
-        if info.is_main:
-            where = f"{latest.name} (step {state.step})" if latest else "the start (no checkpoint was written)"
-            print(f"resuming {path} from {where}", file=sys.stderr)
-            _truncate_metrics(path, state.step)
-    train_model = _training_module(model, info, accum, tc.accumulation, tc.compile)
-    autocast_dtype = _autocast_dtype(cfg, device)
-
-    bad_files = BadFileReport()
-    if resume and (path / "bad_files.json").is_file():  # what the run met before it stopped stays reported
-        for entry in json.loads((path / "bad_files.json").read_text())["files"]:
-            bad_files.files.setdefault(entry["path"], entry["reason"])
-    loader = iter(
-        build_pretrain_loader(
-            cfg.data,
-            seed=tc.seed,
-            rank=info.rank,
-            world_size=info.world_size,
-            start_step=state.step * accum,
-            bad_files=bad_files,
-            micro_batches=accum,
-        )
+    objective = build_objective(cfg.objective).to(info.device)
+    objective.check_finite = False  # a non-finite batch skips its step instead of raising
+    saved = _resume(path, info, model, ema, optimizer) if resume else ckpt.TrainerState(step=0)
+    module = _training_module(model, info, accum, cfg.train.accumulation, cfg.train.compile)
+    trainer = Trainer(
+        cfg, info, path, model, module, ema, optimizer, objective, accum, _autocast_dtype(cfg, info.device)
     )
-    logger = MetricsLogger(path) if info.is_main else None
-    bar = None
-    if progress and info.is_main:
-        from tqdm import tqdm
+    return trainer, TrainState(step=saved.step, consecutive=torch.tensor(saved.consecutive_skips, device=info.device))
 
-        bar = tqdm(total=tc.steps, initial=state.step, desc="pretrain", unit="step", dynamic_ncols=True)
 
-    consecutive = torch.tensor(state.consecutive_skips, device=device)
-    pending_flags: list[tuple[int, torch.Tensor]] = []
-    skipped_steps: list[int] = []
-    last_metrics: dict[str, float] = {}
-    last_ckpt: Path | None = None
-    bad_total = bad_files.total
-    check_every = min(tc.log_every, tc.max_consecutive_skips)
-    t_start = time.perf_counter()
-    t_log, steps_since_log = t_start, 0
-    start_step = state.step
+def _resume(
+    path: Path, info: distributed.DistInfo, model: Pretrainer, ema: EMA, optimizer: torch.optim.Optimizer
+) -> ckpt.TrainerState:
+    """Restore the latest checkpoint in place (weights, EMA, optimizer, RNG) and return its state, or the start
+    when none was written; metric lines logged after it are dropped (they will be logged again)."""
+    latest = ckpt.latest_checkpoint(path)
+    saved = ckpt.TrainerState(step=0)
+    if latest is not None:
+        saved = ckpt.load_checkpoint(latest, model=model, ema=ema, optimizer=optimizer)
+    if info.is_main:
+        where = f"{latest.name} (step {saved.step})" if latest else "the start (no checkpoint was written)"
+        print(f"resuming {path} from {where}", file=sys.stderr)
+        truncate_metrics(path, saved.step)
+    return saved
 
-    for step in range(start_step, tc.steps):
-        micro, drops = _next_micro_batches(loader, accum, tc.seed, device, bad_files)
-        out = train_step(
-            train_model,
-            objective,
-            optimizer,
-            micro,
-            drops,
-            step=step,
-            lr=lr_at(step, cfg.optim, tc.steps),
-            grad_clip=cfg.optim.grad_clip,
-            autocast_dtype=autocast_dtype,
-            accumulation=tc.accumulation,
+
+def _bad_files(path: Path, resume: bool) -> BadFileReport:
+    """The run's report of unreadable files; on resume, what the run met before it stopped stays reported."""
+    report = BadFileReport()
+    if resume and (path / BAD_FILES).is_file():
+        report.merge(BadFileReport.read(path / BAD_FILES))
+    return report
+
+
+def _due(done: int, every: int, total: int) -> bool:
+    return done % every == 0 or done == total
+
+
+def _step(trainer: Trainer, state: TrainState, batches: Iterator[ViewBatch | FrameBatch]) -> StepOutput:
+    """One optimizer step on this rank's micro-batches, then the EMA update when it is due."""
+    cfg, step = trainer.cfg, state.step
+    micro, drops = _next_micro_batches(batches, trainer.accum, cfg.train.seed, trainer.info.device)
+    out = train_step(
+        trainer.module,
+        trainer.objective,
+        trainer.optimizer,
+        micro,
+        drops,
+        step=step,
+        lr=lr_at(step, cfg.optim, cfg.train.steps),
+        grad_clip=cfg.optim.grad_clip,
+        autocast_dtype=trainer.autocast_dtype,
+        accumulation=cfg.train.accumulation,
+    )
+    state.consecutive = torch.where(out.skipped, state.consecutive + 1, torch.zeros_like(state.consecutive))
+    state.pending.append((step, out.skipped))
+    state.step, state.steps_since_log = step + 1, state.steps_since_log + 1
+    if trainer.ema.due(state.step):
+        trainer.ema.update(trainer.model.encoder)
+    return out
+
+
+def _check_skips(trainer: Trainer, state: TrainState) -> None:
+    """Read the skip flags since the last check (one sync), report them, and stop the run after
+    ``max_consecutive_skips`` non-finite steps in a row."""
+    flags = torch.stack([f for _, f in state.pending]).tolist()
+    newly = [s for (s, _), bad in zip(state.pending, flags, strict=True) if bad]
+    state.pending.clear()
+    if newly and trainer.info.is_main:
+        print(f"step(s) {newly}: non-finite loss or gradient, update skipped", file=sys.stderr)
+    state.skipped.extend(newly)
+    if int(state.consecutive) >= trainer.cfg.train.max_consecutive_skips:
+        raise TrainingStopped(
+            f"{int(state.consecutive)} consecutive optimizer steps (up to step {state.step - 1}) had a non-finite "
+            f"loss or gradient; stopping. The last good checkpoint is {ckpt.latest_checkpoint(trainer.path)}. "
+            "Lower optim.lr, check the data (bad_files.json) or use train.precision=fp32."
         )
-        consecutive = torch.where(out.skipped, consecutive + 1, torch.zeros_like(consecutive))
-        pending_flags.append((step, out.skipped))
-        done = step + 1
-        steps_since_log += 1
-        if ema.due(done):
-            ema.update(model.encoder)
 
-        if done % check_every == 0 or done == tc.steps:
-            flags = torch.stack([f for _, f in pending_flags]).tolist()  # the one sync per check
-            newly = [s for (s, _), bad in zip(pending_flags, flags, strict=True) if bad]
-            pending_flags.clear()
-            if newly and info.is_main:
-                print(f"step(s) {newly}: non-finite loss or gradient, update skipped", file=sys.stderr)
-            skipped_steps.extend(newly)
-            if int(consecutive) >= tc.max_consecutive_skips:
-                raise TrainingStopped(
-                    f"{int(consecutive)} consecutive optimizer steps (up to step {step}) had a non-finite loss "
-                    f"or gradient; stopping. The last good checkpoint is {ckpt.latest_checkpoint(path)}. "
-                    "Lower optim.lr, check the data (bad_files.json) or use train.precision=fp32."
-                )
 
-        if done % tc.log_every == 0 or done == tc.steps:
-            now = time.perf_counter()
-            metrics = {"loss": out.loss, "grad_norm": out.grad_norm, **out.terms}
-            # the monitors' fixed-direction SIGReg must not overwrite the loss's own sigreg/view{v} terms
-            monitors = embedding_diagnostics(out.z)
-            metrics.update({(f"monitor/{k}" if k in metrics else k): v for k, v in monitors.items()})
-            reduced = distributed.reduce_scalars(metrics)
-            reduced["lr"] = lr_at(step, cfg.optim, tc.steps)
-            reduced["clips_per_s"] = steps_since_log * tc.batch_size / max(now - t_log, 1e-9)
-            reduced["peak_mem_gb"] = _peak_memory_gb(device)
-            reduced["skipped_total"] = float(len(skipped_steps))
-            t_log, steps_since_log = now, 0
-            last_metrics = reduced
-            if logger is not None:
-                logger.log(done, reduced)
-            if bar is not None:
-                bar.set_postfix(
-                    loss=f"{reduced['loss']:.4f}",
-                    inv=f"{reduced.get('invariance', reduced.get('pred', math.nan)):.4f}",
-                    sigreg=f"{reduced.get('sigreg', reduced.get('localreg', math.nan)):.3f}",
-                    clips_s=f"{reduced['clips_per_s']:.1f}",
-                    refresh=False,
-                )
-        if bar is not None:
-            bar.update(1)
+def _log(trainer: Trainer, state: TrainState, out: StepOutput, logger: MetricsLogger | None, bar: tqdm) -> None:
+    """The loss and its terms as the objective computed them, the gradient norm and the label-free monitors of
+    the projections the loss saw, averaged over ranks; the learning rate, clips/s, peak memory, skips."""
+    cfg, now = trainer.cfg, time.perf_counter()
+    metrics = {"loss": out.loss, "grad_norm": out.grad_norm, **out.terms}
+    # the monitors' fixed-direction SIGReg must not overwrite the loss's own sigreg/view{v} terms
+    monitors = embedding_diagnostics(out.z)
+    metrics.update({(f"monitor/{k}" if k in metrics else k): v for k, v in monitors.items()})
+    reduced = distributed.reduce_scalars(metrics)
+    reduced["lr"] = lr_at(state.step - 1, cfg.optim, cfg.train.steps)
+    reduced["clips_per_s"] = state.steps_since_log * cfg.train.batch_size / max(now - state.t_log, 1e-9)
+    reduced["peak_mem_gb"] = _peak_memory_gb(trainer.info.device)
+    reduced["skipped_total"] = float(len(state.skipped))
+    state.t_log, state.steps_since_log, state.metrics = now, 0, reduced
+    if logger is not None:
+        logger.log(state.step, reduced)
+    bar.set_postfix(
+        loss=f"{reduced['loss']:.4f}",
+        inv=f"{reduced.get('invariance', reduced.get('pred', math.nan)):.4f}",
+        sigreg=f"{reduced.get('sigreg', reduced.get('localreg', math.nan)):.3f}",
+        clips_s=f"{reduced['clips_per_s']:.1f}",
+        refresh=False,
+    )
 
-        if done % tc.checkpoint_every == 0 or done == tc.steps:
-            last_ckpt = _checkpoint(path, info, model, ema, optimizer, cfg, done, int(consecutive), accum, last_metrics)
-            every_rank = bad_files.gather()  # a collective: all ranks call it
-            bad_total = every_rank.total
-            if info.is_main:
-                every_rank.write(path / "bad_files.json")
 
-    if bar is not None:
-        bar.close()
-    wall = time.perf_counter() - t_start
+def _finish(trainer: Trainer, state: TrainState, start: int, wall: float) -> RunSummary:
+    tc = trainer.cfg.train
     summary = RunSummary(
-        run_dir=path,
+        run_dir=trainer.path,
         steps=tc.steps,
         wall_s=wall,
-        clips_per_s=(tc.steps - start_step) * tc.batch_size / max(wall, 1e-9),
-        final=last_metrics,
-        skipped_steps=skipped_steps,
-        bad_files=bad_total,
-        checkpoint=last_ckpt,
+        clips_per_s=(tc.steps - start) * tc.batch_size / max(wall, 1e-9),
+        final=state.metrics,
+        skipped_steps=state.skipped,
+        bad_files=state.bad_files,
+        checkpoint=state.checkpoint,
+        rank=trainer.info.rank,
     )
-    if tc.eval_at_end and info.is_main:
-        summary.probe_results = _evaluate(cfg, model, ema, path)
-    if logger is not None:
-        logger.close()
-    if info.is_main:
+    if trainer.info.is_main:
         print(format_summary(summary), file=sys.stderr)
     return summary
 
 
-def _training_module(model: Pretrainer, info, accum: int, accumulation: str, compile_: bool) -> torch.nn.Module:
+def _training_module(
+    model: Pretrainer, info: distributed.DistInfo, accum: int, accumulation: str, compile_: bool
+) -> torch.nn.Module:
     """The module ``train_step`` runs: DDP around ``model`` when each rank runs one pass per micro-batch on
     several ranks (it averages gradients overlapped with the backward); ``model`` itself for GradCache
     accumulation, whose gradients ``train_step`` averages over ranks with one explicit all-reduce.
@@ -298,34 +365,38 @@ def _training_module(model: Pretrainer, info, accum: int, accumulation: str, com
     return model
 
 
-def _next_micro_batches(loader, accum: int, seed: int, device: torch.device, bad_files: BadFileReport):
-    """This rank's ``accum`` micro-batches on ``device`` and their dropping keys, one per clip.
+def _next_micro_batches(
+    batches: Iterator[ViewBatch | FrameBatch], accum: int, seed: int, device: torch.device
+) -> tuple[list[list[torch.Tensor]], list[torch.Tensor]]:
+    """This rank's ``accum`` micro-batches on ``device`` (augmented there) and their dropping keys, one per clip.
 
     A clip's key is ``derive_seed(seed, "drop", epoch, position)``: the tokens a view drops depend on the
     sample alone, not on the rank or micro-batch that holds it, so any split of the effective batch into
-    ranks × micro-batches trains identically (and a run can resume on another number of GPUs).
+    ranks × micro-batches trains identically (and a run can resume on another number of GPUs). The loader
+    adds each batch's unreadable files to the run's report.
     """
     micro, drops = [], []
     for _ in range(accum):
-        batch = next(loader)
-        bad_files.extend(batch.bad_files)
-        micro.append(batch.to_device(device))
+        batch = next(batches)
+        micro.append(batch.augment_to_device(device))
         drops.append(sample_keys(seed, "drop", batch.epoch, positions=batch.index, device=device))
     return micro, drops
 
 
-def _checkpoint(path, info, model, ema, optimizer, cfg, step, consecutive, accum, metrics) -> Path | None:
-    saved = None
-    if info.is_main:
-        state = ckpt.TrainerState(
-            step=step,
-            consecutive_skips=consecutive,
-            data_position=step * accum,
-            extra={"metrics": metrics},
-        )
+def _checkpoint(trainer: Trainer, state: TrainState, bad_files: BadFileReport) -> None:
+    """Write a checkpoint and prune old ones (main rank), then every rank's bad files. A failed write is
+    reported and retried at the next checkpoint, except at the last step."""
+    cfg, path, step = trainer.cfg, trainer.path, state.step
+    if trainer.info.is_main:
+        saved = ckpt.TrainerState(step=step, consecutive_skips=int(state.consecutive), extra={"metrics": state.metrics})
         try:
-            saved = ckpt.save_checkpoint(
-                path, model=model, ema=ema, optimizer=optimizer, state=state, encoder_config=to_dict(cfg.model)
+            state.checkpoint = ckpt.save_checkpoint(
+                path,
+                model=trainer.model,
+                ema=trainer.ema,
+                optimizer=trainer.optimizer,
+                state=saved,
+                encoder_config=to_dict(cfg.model),
             )
             ckpt.prune(path, cfg.train.keep_last, cfg.train.keep_every)
         except OSError as err:
@@ -339,23 +410,10 @@ def _checkpoint(path, info, model, ema, optimizer, cfg, step, consecutive, accum
             if step == cfg.train.steps:
                 raise
     distributed.barrier()
-    return saved
-
-
-def _evaluate(cfg: PretrainConfig, model: Pretrainer, ema: EMA, path: Path) -> dict[str, Any]:
-    """The demo's ending: frozen probes on the built-in benchmark, pretrained vs random init."""
-    from levjepa.eval import evaluate_benchmark
-
-    online = VideoEncoder(cfg.model)
-    online.load_state_dict(model.encoder.state_dict())
-    averaged = ema.copy_to(VideoEncoder(cfg.model))
-    random_init, _ = build_models(cfg, cfg.train.seed)
-    encoders = {"pretrained (EMA)": averaged, "pretrained (online)": online, "random init": random_init}
-    result = evaluate_benchmark(encoders, cfg.data.synthetic, budget=cfg.train.eval_budget, seed=cfg.train.seed)
-    data = result.to_json()
-    (path / "probe_results.json").write_text(json.dumps(data, indent=2))
-    print(result.table(), file=sys.stderr)
-    return data
+    every_rank = bad_files.gather()  # a collective: all ranks call it
+    state.bad_files = every_rank.total
+    if trainer.info.is_main:
+        every_rank.write(path / BAD_FILES)
 
 
 def format_summary(s: RunSummary) -> str:

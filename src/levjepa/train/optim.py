@@ -27,7 +27,8 @@ def _no_decay(name: str, param: nn.Parameter) -> bool:
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for name, p in model.named_parameters():
         if p.requires_grad:
             (no_decay if _no_decay(name, p) else decay).append(p)

@@ -1,17 +1,13 @@
-"""The run directory: every run leaves a trail (STYLE 11).
-
-::
+"""Starting a run directory: every run leaves a trail (STYLE 11). The layout is :mod:`levjepa.weights`'s;
+this module writes the files a run starts with and its metrics as it goes::
 
     RUN_DIR/
       config.json        the resolved PretrainConfig (what `--resume` reads back)
       env.json           python / torch / CUDA / devices / host / world size / command line
       git.json           the levjepa source's commit, branch and whether it was dirty
       git_diff.patch     the uncommitted changes, when there are any
-      metrics.jsonl      one JSON object per logging step
+      metrics.jsonl      one JSON object per logging step (MetricsLogger; read back by weights.read_metrics)
       tb/                TensorBoard event files (`tensorboard --logdir RUN_DIR/tb`)
-      bad_files.json     unreadable inputs met by the data pipeline, with reasons
-      checkpoints/       see levjepa.train.checkpoint
-      probe_results.json frozen-probe evaluation (when the run ends with one)
 
 An existing, non-empty run directory is never overwritten silently: pass ``resume=True`` (continue it) or
 ``overwrite=True`` (delete it first).
@@ -31,7 +27,7 @@ from typing import Any
 
 import torch
 
-from levjepa.weights import atomic_write_text
+from levjepa.weights import CONFIG, METRICS, atomic_write_text, write_json
 
 __all__ = ["RunDirError", "prepare_run_dir", "write_run_info", "MetricsLogger", "default_run_dir"]
 
@@ -51,7 +47,7 @@ def prepare_run_dir(path: str | Path, *, resume: bool, overwrite: bool) -> Path:
     if resume and overwrite:
         raise RunDirError("choose one of --resume and --overwrite, not both")
     if resume:
-        if not (path / "config.json").is_file():
+        if not (path / CONFIG).is_file():
             raise RunDirError(f"{path}: nothing to resume (no config.json); start a new run without --resume")
         return path
     if path.exists() and any(path.iterdir()):
@@ -75,7 +71,7 @@ def _git(args: list[str], cwd: Path) -> str | None:
 
 def write_run_info(path: Path, config: dict[str, Any], world_size: int) -> None:
     """config.json, env.json, git.json (+ git_diff.patch when the source tree is dirty)."""
-    atomic_write_text(path / "config.json", json.dumps(config, indent=2))
+    write_json(path / CONFIG, config)
     env = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -88,7 +84,7 @@ def write_run_info(path: Path, config: dict[str, Any], world_size: int) -> None:
         "world_size": world_size,
         "argv": sys.argv,
     }
-    atomic_write_text(path / "env.json", json.dumps(env, indent=2))
+    write_json(path / "env.json", env)
     src = Path(__file__).resolve().parent
     sha = _git(["rev-parse", "HEAD"], src)
     diff = _git(["diff", "HEAD"], src) if sha else None
@@ -97,7 +93,7 @@ def write_run_info(path: Path, config: dict[str, Any], world_size: int) -> None:
         "branch": (_git(["rev-parse", "--abbrev-ref", "HEAD"], src) or "").strip() or None,
         "dirty": bool(diff),
     }
-    atomic_write_text(path / "git.json", json.dumps(git, indent=2))
+    write_json(path / "git.json", git)
     if diff:
         atomic_write_text(path / "git_diff.patch", diff)
 
@@ -106,7 +102,7 @@ class MetricsLogger:
     """Appends metrics to ``metrics.jsonl`` and TensorBoard; only the main rank constructs one."""
 
     def __init__(self, path: Path, tensorboard: bool = True) -> None:
-        self.file = open(path / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115 (closed in close())
+        self.file = open(path / METRICS, "a", buffering=1)  # noqa: SIM115 (closed in close())
         self.tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter

@@ -57,6 +57,7 @@ import torch
 from torch import nn
 
 from levjepa import distributed
+from levjepa.model.vit import VideoEncoder
 from levjepa.objective.losses import loss_dtype
 
 __all__ = ["Accumulation", "DropSource", "Pretrainer", "StepOutput", "train_step"]
@@ -72,7 +73,7 @@ class Pretrainer(nn.Module):
     together, in one call ([choice]; under several ranks its statistics cover every rank's rows).
     """
 
-    def __init__(self, encoder: nn.Module, projector: nn.Module) -> None:
+    def __init__(self, encoder: VideoEncoder, projector: nn.Module) -> None:
         super().__init__()
         self.encoder = encoder
         self.projector = projector
@@ -105,7 +106,17 @@ def _autocast(device_type: str, dtype: torch.dtype | None) -> contextlib.Abstrac
     return torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None)
 
 
-def _single_or_local(model, objective, micro_batches, drops, step, autocast_dtype):
+StepResult = tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]  # loss, terms, z
+
+
+def _single_or_local(
+    model: nn.Module,
+    objective: nn.Module,
+    micro_batches: Sequence[Sequence[torch.Tensor]],
+    drops: Sequence[DropSource],
+    step: int,
+    autocast_dtype: torch.dtype | None,
+) -> StepResult:
     """One pass per micro-batch, each with its own loss (``1/n`` of it backpropagated); DDP syncs the last."""
     n = len(micro_batches)
     loss_sum: torch.Tensor | None = None
@@ -127,9 +138,17 @@ def _single_or_local(model, objective, micro_batches, drops, step, autocast_dtyp
     return loss_sum / n, {k: v / n for k, v in terms_sum.items()}, z.detach()
 
 
-def _grad_cache(model, objective, micro_batches, drops, step, autocast_dtype):
+def _grad_cache(
+    model: nn.Module,
+    objective: nn.Module,
+    micro_batches: Sequence[Sequence[torch.Tensor]],
+    drops: Sequence[DropSource],
+    step: int,
+    autocast_dtype: torch.dtype | None,
+) -> StepResult:
     """GradCache over the rank's micro-batches (module docstring): one loss on the whole batch."""
-    core: Pretrainer = model.module if distributed.is_ddp(model) else model
+    core = model.module if distributed.is_ddp(model) else model
+    assert isinstance(core, Pretrainer)
     device_type = micro_batches[0][0].device.type
     rewind: list[torch.Tensor | None] = []  # a generator's state before each cached pass, to replay it
     cached = []
@@ -146,12 +165,15 @@ def _grad_cache(model, objective, micro_batches, drops, step, autocast_dtype):
         z = core.project(cls)
     out = objective(loss_dtype(z), step)
     out.loss.backward()
+    assert cls.grad is not None  # the objective's backward reached the cached CLS
     grads = cls.grad.split(sizes, dim=1)
     last.backward(grads[-1])
     del last
     for i, (views, drop) in enumerate(zip(micro_batches[:-1], drops[:-1], strict=True)):
-        if rewind[i] is not None:
-            drop.set_state(rewind[i])  # the same tokens as in the cached pass
+        state = rewind[i]
+        if state is not None:
+            assert isinstance(drop, torch.Generator)
+            drop.set_state(state)  # the same tokens as in the cached pass
         with _autocast(device_type, autocast_dtype):
             again = core.encode(views, drop)
         again.backward(grads[i])

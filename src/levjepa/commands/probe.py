@@ -23,72 +23,23 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
-
-import torch
 
 from levjepa.config import apply_overrides
+from levjepa.data import BadFileReport
 from levjepa.eval.benchmark import (
+    BENCHMARK_TITLE,
     PROBES,
     TASKS,
-    LabelledSplits,
+    EvalConfig,
     benchmark_splits,
     evaluate_splits,
     synthetic_config_for,
 )
-from levjepa.eval.features import center_square
+from levjepa.eval.index_task import load_index_splits
 from levjepa.eval.load import LoadedEncoder, load_encoder, random_encoder
 from levjepa.eval.probes import probe_config
 
-__all__ = ["add_arguments", "load_index_splits", "main"]
-
-
-def _decode_item(item: Any, *, frames: int, frame_stride: int, size: int, patch: int) -> torch.Tensor:
-    """uint8 [C, T, S, S]: the centre window of a video, or an image repeated along time."""
-    from levjepa.data.video import decode_clip, load_image, probe_video
-
-    if item.kind == "image":
-        img = center_square(load_image(item.path, short_side=size)[None], size, patch)
-        return img.expand(frames, -1, -1, -1).permute(3, 0, 1, 2).contiguous()
-    n = probe_video(item.path).num_frames
-    span = (frames - 1) * frame_stride + 1
-    start = max(0, (n - span) // 2) if n > 0 else 0
-    clip = decode_clip(item.path, num_frames=frames, frame_stride=frame_stride, start_frame=start, short_side=size)
-    return center_square(clip, size, patch).permute(3, 0, 1, 2).contiguous()
-
-
-def load_index_splits(
-    paths: list[str], *, frames: int = 16, frame_stride: int = 2, size: int = 224, patch: int = 16, bad_files=None
-) -> LabelledSplits:
-    """Clips and labels of V-JEPA index files ``[train, val(, test)]`` as one task named ``labels``."""
-    import hashlib
-
-    from levjepa.data import BadFileReport, DataError
-    from levjepa.data.sources import parse_index
-
-    if len(paths) not in (2, 3):
-        raise ValueError(f"index task: expected TRAIN,VAL[,TEST] index files, got {len(paths)}: {paths}")
-    report = bad_files if bad_files is not None else BadFileReport()
-    clips, labels = {}, {}
-    for split, path in zip(("train", "val", "test"), paths, strict=False):
-        items = parse_index(path)
-        unlabeled = [it.path for it in items if it.label is None]
-        if unlabeled:
-            raise ValueError(f"{path}: {len(unlabeled)} row(s) have no integer label, e.g. {unlabeled[0]!r}")
-        xs, ys = [], []
-        for it in items:
-            try:
-                xs.append(_decode_item(it, frames=frames, frame_stride=frame_stride, size=size, patch=patch))
-                ys.append(it.label)
-            except (DataError, OSError, RuntimeError) as err:
-                report.add(it.path, str(err))
-        if not xs:
-            raise ValueError(f"{path}: no readable clip ({report.total} bad file(s) so far)")
-        clips[split] = torch.stack(xs)
-        labels[split] = {"labels": torch.tensor(ys, dtype=torch.long)}
-    num_classes = int(max(int(v["labels"].max()) for v in labels.values())) + 1
-    key = hashlib.sha1(json.dumps([paths, frames, frame_stride, size, patch]).encode()).hexdigest()[:12]
-    return LabelledSplits(clips, labels, {"labels": max(2, num_classes)}, f"index {paths[0]}", key=f"index-{key}")
+__all__ = ["add_arguments", "main"]
 
 
 def _split_list(text: str, valid: tuple[str, ...], what: str) -> list[str]:
@@ -134,11 +85,9 @@ def main(args: argparse.Namespace) -> int:
     first = next(iter(loaded.values()))
     if not args.no_baseline:
         loaded["random-init"] = random_encoder(first.config, seed=args.baseline_seed, device=args.device)
-    cfg = apply_overrides(probe_config(args.budget, depth=args.probe_depth), args.set)
+    probe_cfg = apply_overrides(probe_config(args.budget, depth=args.probe_depth), args.set)
     bad = None
     if args.task.startswith("index:"):
-        from levjepa.data import BadFileReport
-
         bad = BadFileReport()
         splits = load_index_splits(
             args.task[len("index:") :].split(","),
@@ -153,21 +102,20 @@ def main(args: argparse.Namespace) -> int:
         tasks = _split_list(args.task, TASKS, "task")
         syn = synthetic_config_for(first.run_config, args.synthetic)
         splits = benchmark_splits(syn, args.budget)
-        title = "built-in benchmark (moving image over texture: appearance, motion direction, arrow of time)"
-    result = evaluate_splits(
-        {name: le.encoder for name, le in loaded.items()},
-        splits,
-        tasks=tasks,
-        probes=probes,
+        title = BENCHMARK_TITLE
+    evaluation = EvalConfig(
+        tasks=tuple(tasks),
+        probes=tuple(probes),
         budget=args.budget,
-        probe_cfg=cfg,
-        device=args.device,
+        probe=probe_cfg,
         seed=args.seed,
+        device=args.device,
+        batch_size=args.batch_size,
         cache_dir=args.cache,
         progress=True,
         title=title,
-        batch_size=args.batch_size,
     )
+    result = evaluate_splits({name: le.encoder for name, le in loaded.items()}, splits, evaluation)
     result.info["encoders"] = {name: le.describe() for name, le in loaded.items()}
     for name, le in loaded.items():  # which copy each column is (the EMA copy by default)
         print(f"{name}: {le.describe()}")

@@ -14,12 +14,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
-__all__ = ["add_arguments", "main", "stream_video"]
+from levjepa.data.eval_clip import load_eval_video
+from levjepa.eval.load import load_encoder
+from levjepa.infer.stream import stream_video
+from levjepa.weights import save_tensors
+
+__all__ = ["add_arguments", "main"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,44 +39,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="write CLS readouts + latencies (safetensors)")
 
 
-@torch.inference_mode()
-def stream_video(encoder, frames: torch.Tensor, *, window: int | None, every: int, device: str = "cpu") -> dict:
-    """Push uint8 frames ``[F, H, W, 3]`` one tubelet at a time; returns readouts and per-push latencies."""
-    from levjepa.data import normalize
-    from levjepa.infer import StreamingEncoder
-
-    tau = encoder.cfg.tubelet
-    streamer = StreamingEncoder(encoder, window=window)
-    cls, at, latency = [], [], []
-    usable = (frames.shape[0] // tau) * tau
-    for start in range(0, usable, tau):
-        clip = frames[start : start + tau].permute(3, 0, 1, 2).unsqueeze(0)  # [1, C, tau, H, W]
-        x = normalize(clip.to(device))
-        t0 = time.perf_counter()
-        streamer.push(x)
-        seen = start + tau
-        if seen % every == 0 or seen == usable:
-            cls.append(streamer.cls()[0].float().cpu())
-            at.append(seen - 1)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        latency.append((time.perf_counter() - t0) * 1e3)
-    return {"cls": torch.stack(cls), "frame": torch.tensor(at), "latency_ms": torch.tensor(latency)}
-
-
 def main(args: argparse.Namespace) -> int:
-    from levjepa.data import decode_all
-    from levjepa.eval.features import center_square
-    from levjepa.eval.load import load_encoder
-    from levjepa.weights import save_tensors
-
     if args.every < 1 or (args.window is not None and args.window < 1):
         print("levjepa stream: --every and --window must be >= 1", file=sys.stderr)
         return 2
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
-    video = decode_all(args.video, frame_stride=args.frame_stride, short_side=args.size)
+    video = load_eval_video(
+        args.video, size=args.size, patch=loaded.encoder.cfg.patch_size, frame_stride=args.frame_stride
+    )
     frames = video.frames[: args.max_frames] if args.max_frames else video.frames
-    frames = center_square(frames, args.size, loaded.encoder.cfg.patch_size)
     out = stream_video(loaded.encoder, frames, window=args.window, every=args.every, device=args.device)
     lat = out["latency_ms"]
     summary = {

@@ -8,8 +8,8 @@ into shards.
 
 ``check`` exits 1 when nothing in SOURCE is readable; ``prepare`` and ``pack`` exit 1 when any file failed
 (each one is named with its reason). ``prepare --shards N`` prepares into ``DST/files`` and packs that into
-``DST`` (deleting ``DST/files`` afterwards unless ``--keep-files``). See ``check.py``, ``prepare.py`` and
-``shards.py`` for what they do.
+``DST`` (deleting ``DST/files`` afterwards unless ``--keep-files``). What they do: :mod:`levjepa.data.check`,
+:mod:`levjepa.data.prepare` and :mod:`levjepa.data.shards`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
+
+from levjepa.data.badfiles import DataError
+from levjepa.data.check import check_source, format_report
+from levjepa.data.prepare import PrepareOptions, prepare_folder
+from levjepa.data.shards import pack
+from levjepa.data.sources import list_media
+from levjepa.weights import atomic_write_text
 
 __all__ = ["add_arguments", "main"]
 
@@ -80,9 +88,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _pack(source: str, dst: Path, args: argparse.Namespace, source_root: str | None) -> int:
-    from levjepa.data.shards import pack
-    from levjepa.data.sources import list_media
-
     items = list_media(source)
     result = pack(
         items,
@@ -103,8 +108,6 @@ def _pack(source: str, dst: Path, args: argparse.Namespace, source_root: str | N
 
 
 def _pack_command(args: argparse.Namespace) -> int:
-    from levjepa.data.badfiles import DataError
-
     try:
         root = args.source if os.path.isdir(args.source) else os.path.dirname(os.path.abspath(args.source))
         return _pack(args.source, args.dst, args, root)
@@ -114,9 +117,6 @@ def _pack_command(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from levjepa.data.badfiles import DataError
-    from levjepa.data.check import check_source, format_report
-
     try:
         report = check_source(
             args.source, workers=args.workers, deep=args.deep, min_side=args.min_side, max_side=args.max_side
@@ -126,8 +126,6 @@ def _check(args: argparse.Namespace) -> int:
         return 1
     print(format_report(report))
     if args.json is not None:
-        from levjepa.weights import atomic_write_text
-
         atomic_write_text(args.json, json.dumps(report.to_dict(), indent=2, default=str) + "\n")
         print(f"report written to {args.json}")
     if not report.readable:
@@ -137,9 +135,6 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from levjepa.data.badfiles import DataError
-    from levjepa.data.prepare import PrepareOptions, prepare_folder
-
     try:
         opts = PrepareOptions(
             short_side=args.short_side,
@@ -171,8 +166,6 @@ def _prepare(args: argparse.Namespace) -> int:
         print(f"levjepa data prepare: packing: {exc}", file=sys.stderr)
         return 1
     if packed == 0 and not args.keep_files:
-        import shutil
-
         shutil.rmtree(files)
     return 1 if result.failed or packed else 0
 

@@ -10,6 +10,11 @@ Examples::
 
 Overrides are checked against the config's fields: an unknown key or a bad value fails at once with the
 valid choices listed.
+
+The run itself is :func:`levjepa.train.pretrain`; with ``train.eval_at_end`` (the demo) this command then
+reads the final checkpoint back from the run directory and evaluates it on the built-in benchmark:
+frozen probes of the EMA and online weights beside the same architecture at the random initialisation the
+run started from (``probe_results.json``).
 """
 
 from __future__ import annotations
@@ -18,15 +23,22 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from levjepa.config import ConfigError, apply_overrides, from_dict, to_dict
+from levjepa.data import DataError
+from levjepa.eval.benchmark import EvalConfig, evaluate_benchmark
+from levjepa.eval.load import load_encoder, random_encoder
+from levjepa.presets import PRESETS, needs_sources, preset
+from levjepa.train.config import PretrainConfig
+from levjepa.train.loop import TrainingStopped, pretrain, summary_json
+from levjepa.train.run_dir import RunDirError
+from levjepa.weights import CONFIG, PROBE_RESULTS, read_json, write_json
 
-__all__ = ["add_arguments", "main", "resolve_config"]
+__all__ = ["add_arguments", "evaluate_run", "main", "resolve_config"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from levjepa.presets import PRESETS
-
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
     parser.add_argument("--preset", choices=sorted(PRESETS), help="named preset (see levjepa.presets)")
     parser.add_argument("--run-dir", type=Path, help="run directory (default: runs/<preset>-<time>)")
@@ -37,17 +49,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--summary-json", type=Path, help="also write the end-of-run summary here")
 
 
-def resolve_config(preset_name: str | None, overrides: list[str], resume: Path | None):
-    from levjepa.presets import needs_sources, preset
-    from levjepa.train.config import PretrainConfig
-
+def resolve_config(preset_name: str | None, overrides: list[str], resume: Path | None) -> PretrainConfig:
+    """The run's config: a preset (or the resumed run's ``config.json``) with ``overrides`` applied."""
     if resume is not None:
         if preset_name:
             raise ConfigError("--resume continues a run with its own config; drop --preset")
-        path = resume / "config.json"
-        if not path.is_file():
+        if not (resume / CONFIG).is_file():
             raise ConfigError(f"{resume}: no config.json here, so there is no run to resume")
-        cfg = from_dict(PretrainConfig, json.loads(path.read_text()))
+        cfg = from_dict(PretrainConfig, read_json(resume / CONFIG))
     elif preset_name:
         cfg = preset(preset_name)
     else:
@@ -61,6 +70,22 @@ def resolve_config(preset_name: str | None, overrides: list[str], resume: Path |
     return cfg
 
 
+def evaluate_run(cfg: PretrainConfig, run_dir: Path) -> dict[str, Any]:
+    """The demo's ending: frozen probes on the built-in benchmark of the run's last checkpoint (EMA and online
+    weights) beside the random initialisation the run started from; writes ``probe_results.json``."""
+    encoders = {
+        "pretrained (EMA)": load_encoder(run_dir, weights="ema").encoder,
+        "pretrained (online)": load_encoder(run_dir, weights="online").encoder,
+        "random init": random_encoder(cfg.model, seed=cfg.train.seed).encoder,
+    }
+    evaluation = EvalConfig(budget=cfg.train.eval_budget, seed=cfg.train.seed)
+    result = evaluate_benchmark(encoders, cfg.data.synthetic, evaluation)
+    data = result.to_json()
+    write_json(run_dir / PROBE_RESULTS, data)
+    print(result.table(), file=sys.stderr)
+    return data
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         cfg = resolve_config(args.preset, args.overrides, args.resume)
@@ -70,10 +95,6 @@ def main(args: argparse.Namespace) -> int:
     if args.print_config:
         print(json.dumps(to_dict(cfg), indent=2))
         return 0
-    from levjepa.data import DataError
-    from levjepa.train.loop import TrainingStopped, pretrain, summary_json
-    from levjepa.train.run_dir import RunDirError
-
     try:
         summary = pretrain(
             cfg,
@@ -85,6 +106,8 @@ def main(args: argparse.Namespace) -> int:
     except (RunDirError, TrainingStopped, DataError, ConfigError) as err:
         print(f"levjepa pretrain: {err}", file=sys.stderr)
         return 1
+    if cfg.train.eval_at_end and summary.rank == 0:
+        summary.probe_results = evaluate_run(cfg, summary.run_dir)
     if args.summary_json:
         args.summary_json.write_text(json.dumps(summary_json(summary), indent=2))
     return 0

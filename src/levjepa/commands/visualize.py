@@ -1,0 +1,63 @@
+"""``levjepa visualize CKPT VIDEO|IMAGE|synthetic[:i] --out DIR``: PCA → RGB and cosine-similarity maps of
+the patch features of one clip, beside its frames (PNG, GIF, JSON). What the maps mean and how they are
+drawn: :mod:`levjepa.tools.visualize`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from levjepa.eval.load import load_encoder
+from levjepa.tools.visualize import load_clip, visualize
+
+__all__ = ["add_arguments", "main"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="run directory, checkpoint or export")
+    parser.add_argument("source", help="a video, an image, or synthetic[:i] (clip i of the benchmark's test split)")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--query", default=None, help="query patch t,y,x in token-grid units (default: centre)")
+    parser.add_argument("--weights", choices=("ema", "online"), default="ema")
+    parser.add_argument("--frames", type=int, default=16, help="frames of the clip (default 16)")
+    parser.add_argument("--frame-stride", type=int, default=2, help="keep every n-th frame (default 2)")
+    parser.add_argument("--start", type=int, default=0, help="first source frame (default 0)")
+    parser.add_argument("--size", type=int, default=224, help="short side, then centre crop (default 224)")
+    parser.add_argument("--scale", type=int, default=0, help="tile enlargement (default: 1, or 2 below 128 px)")
+    parser.add_argument("--no-gif", action="store_true", help="only the PNG")
+    parser.add_argument("--device", default="cpu")
+
+
+def main(args: argparse.Namespace) -> int:
+    loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
+    cfg = loaded.config
+    frames = load_clip(
+        args.source,
+        num_frames=args.frames,
+        frame_stride=args.frame_stride,
+        start=args.start,
+        size=args.size,
+        patch=cfg.patch_size,
+    )
+    if frames.shape[0] % cfg.tubelet:
+        frames = frames[: frames.shape[0] - frames.shape[0] % cfg.tubelet]
+    query = None
+    if args.query:
+        parts = [int(v) for v in args.query.split(",")]
+        if len(parts) != 3:
+            raise ValueError(f"--query {args.query!r}: expected t,y,x (three integers)")
+        query = (parts[0], parts[1], parts[2])
+    scale = args.scale or (2 if frames.shape[1] < 128 else 1)
+    summary = visualize(
+        loaded.encoder,
+        frames,
+        args.out,
+        query=query,
+        scale=scale,
+        device=args.device,
+        gif=not args.no_gif,
+        source=f"{args.source} ({loaded.describe()})",
+    )
+    print(json.dumps(summary, indent=2))
+    return 0

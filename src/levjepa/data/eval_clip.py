@@ -1,0 +1,92 @@
+"""Clips for evaluation: the transform every frozen readout applies (probes, extraction, streaming, maps).
+
+Training cuts random views (``views.py``); evaluation sees one deterministic view of the whole scene, the
+usual frozen-evaluation transform (SPEC §5): frames are resized so that their short side is ``size``
+(bilinear, antialiased), then the centred square whose side is the largest multiple of the patch size is
+kept (:func:`center_square`), so every clip of a run has the same token grid. Nothing is dropped later.
+Images are clips too: the frame is repeated along time (the paper repeats ImageNet images 8 or 16 times;
+:func:`as_clip` for image batches, :func:`load_eval_clip` for files).
+
+* :func:`load_eval_clip` — one clip of ``num_frames`` frames from a video (every ``frame_stride``-th frame
+  from ``start``, by default the centred window) or an image, as uint8 ``[T, S, S, 3]``;
+* :func:`load_eval_video` — every kept frame of a whole video (``frame_stride`` or ``target_fps``) with
+  their timestamps, for extraction and streaming, which cut their own windows.
+
+Videos are scaled down to about ``size`` inside FFmpeg (``short_side``) before the exact resize, so a 4K
+file never reaches the crop at full size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from levjepa.data.sources import media_kind
+from levjepa.data.video import VideoFrames, decode_all, decode_clip, load_image, probe_video
+
+__all__ = ["as_clip", "center_square", "load_eval_clip", "load_eval_video"]
+
+
+def center_square(frames: Tensor, size: int, patch: int) -> Tensor:
+    """uint8 frames [T, H, W, 3] -> short side ``size`` (bilinear, antialiased), then the centred square
+    whose side is the largest multiple of ``patch`` (the usual evaluation transform: resize + centre crop)."""
+    if frames.dim() != 4 or frames.shape[-1] != 3 or frames.dtype != torch.uint8:
+        raise ValueError(f"center_square: expected uint8 frames [T, H, W, 3], got {frames.dtype} {list(frames.shape)}")
+    h, w = frames.shape[1:3]
+    x = frames.permute(0, 3, 1, 2).float()
+    scale = size / min(h, w)
+    nh, nw = max(patch, round(h * scale)), max(patch, round(w * scale))
+    if (nh, nw) != (h, w):
+        x = F.interpolate(x, size=(nh, nw), mode="bilinear", antialias=True, align_corners=False)
+    side = (min(nh, nw) // patch) * patch
+    top, left = (nh - side) // 2, (nw - side) // 2
+    x = x[:, :, top : top + side, left : left + side]
+    return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
+def as_clip(x: Tensor, num_frames: int) -> Tensor:
+    """An image batch [N, C, H, W] as clips [N, C, T, H, W] (the frame repeated T times); clips pass through."""
+    if x.dim() == 4:
+        return x.unsqueeze(2).expand(-1, -1, num_frames, -1, -1)
+    if x.dim() == 5:
+        return x
+    raise ValueError(f"as_clip: expected images [N, C, H, W] or clips [N, C, T, H, W], got {list(x.shape)}")
+
+
+def load_eval_clip(
+    path: str,
+    *,
+    num_frames: int,
+    size: int,
+    patch: int,
+    frame_stride: int = 1,
+    start: int | None = None,
+    kind: Literal["video", "image"] | None = None,
+) -> Tensor:
+    """uint8 ``[num_frames, S, S, 3]``: a video's ``num_frames`` frames, every ``frame_stride``-th from source
+    frame ``start`` (``None``: the window centred in the video; a short video is padded with its last
+    frame), or an image repeated ``num_frames`` times; through :func:`center_square` (``S`` a multiple of
+    ``patch``). ``kind`` defaults to the one the extension says (unknown extensions are read as videos)."""
+    kind = kind or media_kind(path) or "video"
+    if kind == "image":
+        image = center_square(load_image(path, short_side=size)[None], size, patch)
+        return image.expand(num_frames, -1, -1, -1)
+    if start is None:
+        n = probe_video(path).num_frames
+        span = (num_frames - 1) * frame_stride + 1
+        start = max(0, (n - span) // 2) if n > 0 else 0
+    frames = decode_clip(path, num_frames=num_frames, frame_stride=frame_stride, start_frame=start, short_side=size)
+    return center_square(frames, size, patch)
+
+
+def load_eval_video(
+    path: str, *, size: int, patch: int, frame_stride: int = 1, target_fps: float | None = None
+) -> VideoFrames:
+    """Every kept frame of a video (every ``frame_stride``-th, or at ``target_fps``) through
+    :func:`center_square`, with their timestamps and the source's frame rate (``decode_all``)."""
+    video = decode_all(path, frame_stride=frame_stride, target_fps=target_fps, short_side=size)
+    return dataclasses.replace(video, frames=center_square(video.frames, size, patch))
