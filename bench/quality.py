@@ -141,8 +141,9 @@ def ssl(args: argparse.Namespace) -> dict:
     for s in keep:
         ckpt = run / "checkpoints" / checkpoint_name(s)
         encoders = {f"EMA @ {s}": _checkpoint_encoder(ckpt, "ema")}
-        if s == steps:
+        if s == steps and "online" in args.final:
             encoders["online"] = _checkpoint_encoder(ckpt, "online")
+        if s == steps and "random" in args.final:
             encoders["random init"] = random_init
         t0 = time.perf_counter()
         out["curve"][s] = _evaluate(cfg, encoders, args.probes)
@@ -186,6 +187,7 @@ def main() -> int:
             s.add_argument("--budget-s", type=float, default=math.inf, help="stop training after this wall time")
         else:
             s.add_argument("--eval-at", default="", help="also probe the checkpoints of these steps")
+            s.add_argument("--final", default="online,random", help="probed beside EMA at the end: online, random")
     t = sub.add_parser("table")
     t.add_argument("dirs", type=Path, nargs="+")
     args = p.parse_args()

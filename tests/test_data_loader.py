@@ -171,3 +171,21 @@ def test_mixture_weights_are_exact_quotas_and_small_sources_cycle(video_dir):
 def test_an_epoch_smaller_than_the_global_batch_is_refused():
     with pytest.raises(DataError, match="smaller than one global batch"):
         build_pretrain_loader(_syn_cfg(batch_size=32), seed=0, world_size=2)
+
+
+def test_reverse_p_plays_whole_clips_backwards_with_the_same_crops_and_colours(video_dir):
+    cfg = DataConfig(sources=(str(video_dir),), num_frames=6, frame_stride=2, num_local=2, global_size=32,
+                     local_size=16, batch_size=6, num_workers=0)  # fmt: skip
+    forward = next(build_pretrain_loader(cfg, seed=3))
+    backward = next(build_pretrain_loader(replace(cfg, reverse_p=1.0), seed=3))
+    for a, b in zip(forward.views, backward.views, strict=True):
+        assert torch.equal(a.flip(3), b)  # [V, B, C, T, H, W]: each view, its frames in reverse order
+    assert torch.equal(forward.photometric, backward.photometric)
+    for b in range(6):
+        window = read_pattern_index(backward.views[0][0, b])
+        assert window == [window[0] - 2 * k for k in range(6)]
+    half = next(build_pretrain_loader(replace(cfg, reverse_p=0.5), seed=3))
+    reversed_clips = [torch.equal(half.views[0][0, b], backward.views[0][0, b]) for b in range(6)]
+    assert any(reversed_clips) and not all(reversed_clips)  # a per-clip coin
+    with pytest.raises(ValueError, match="reverse_p"):
+        replace(cfg, reverse_p=1.5)

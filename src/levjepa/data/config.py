@@ -105,6 +105,11 @@ class SyntheticConfig:
             0.0 <= self.texture_contrast <= 2.0,
             f"synthetic.texture_contrast={self.texture_contrast}: expected in [0, 2]",
         )
+        _check_unit_range("synthetic.background_value", self.background_value)
+        check(
+            self.boundary in ("wrap", "inside"),
+            f"synthetic.boundary={self.boundary!r}: valid choices are wrap, inside",
+        )
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,7 @@ class DataConfig:
     local_scale: tuple[float, float] = (0.02, 0.4)
     crop_ratio: tuple[float, float] = (0.75, 4.0 / 3.0)  # aspect-ratio range (w/h) of every crop
     flip_p: float = 0.5  # horizontal flip, local views only
+    reverse_p: float = 0.0  # play a training clip backwards (all its views), e.g. to pretrain on both arrows of time
     jitter_p: float = 0.8
     brightness: float = 0.4
     contrast: float = 0.4
@@ -182,7 +188,7 @@ class DataConfig:
             len(self.crop_ratio) == 2 and 0 < self.crop_ratio[0] <= self.crop_ratio[1],
             f"data.crop_ratio={self.crop_ratio}: expected (low, high) with 0 < low <= high",
         )
-        for name in ("flip_p", "jitter_p", "grayscale_p"):
+        for name in ("flip_p", "reverse_p", "jitter_p", "grayscale_p"):
             _check_prob(f"data.{name}", getattr(self, name))
         for name in ("brightness", "contrast", "saturation"):
             value = getattr(self, name)

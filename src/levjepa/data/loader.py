@@ -20,10 +20,10 @@ contiguous chunk of ``batch_size``. Optimizer step ``s`` of an epoch therefore c
 batch 2B, or 1 rank accumulating 2 micro-batches of B see the same clips per step, and the same epoch
 boundaries), and ``start_step = k`` resumes at global micro-batch ``k``.
 
-**Randomness.** Everything random about position ``i`` of epoch ``e`` — the time window, every crop, flip
-and photometric parameter — comes from generators seeded by ``(seed, e, i, purpose)`` (the time window
-by ``(seed, e, ⌊i / k⌋, "time")``, shared by a group). A batch therefore
-depends on neither the number of workers, nor the rank layout, nor which worker built it.
+**Randomness.** Everything random about position ``i`` of epoch ``e`` — the time window, its direction
+(``reverse_p``), every crop, flip and photometric parameter — comes from generators seeded by
+``(seed, e, i, purpose)`` (the time window by ``(seed, e, ⌊i / k⌋, "time")``, shared by a group). A batch
+therefore depends on neither the number of workers, nor the rank layout, nor which worker built it.
 
 **Bad files.** A file that fails (``DataError``, see ``badfiles.py``) is replaced by the next item of the
 same source (``j+1, j+2, ...``, skipping files this worker already knows to be bad), with the same
@@ -308,6 +308,10 @@ class PretrainDataset(Dataset):
 
     def _sample(self, decoded: Decoded, member: int, step: int, epoch: int, position: int) -> dict[str, Any]:
         cfg, frames, index = self.cfg, decoded.frames, decoded.index[member]
+        if cfg.reverse_p > 0:  # the clip played backwards: every view of it, same crops and colours
+            r = sample_generator(self.seed, epoch, position, "reverse")
+            if torch.rand(1, generator=r, dtype=torch.float64).item() < cfg.reverse_p:
+                index = index.flip(0)
         g = sample_generator(self.seed, epoch, position, "views")
         common = {"position": position, "epoch": epoch, "step": step, "bad_files": []}
         if cfg.resize_on == "device":

@@ -12,8 +12,11 @@ is not installed) moving over a textured background. Three labels per clip, draw
   *accelerates*; reversal also turns the visible direction around. ``motion`` is the visible direction
   after reversal: a clip with ``arrow = 1`` was rendered moving the opposite way and then reversed.
 
-Nothing but motion reveals motion or arrow. The object wraps around the frame edges (toroidal), and its
-start position is uniform, so its position in any single frame is uniform whatever the labels; the
+Nothing but motion reveals motion or arrow. With ``boundary="wrap"`` the object wraps around the frame
+edges (toroidal) and its start position is uniform, so its position in any single frame is uniform
+whatever the labels; with ``boundary="inside"`` (the CPU demos) the whole trajectory stays inside the
+frame, the start drawn uniformly among the positions that allow it — the object is never cut in two, at
+the price of a weak position cue (a clip moving east tends to sit further west at its first frame); the
 background is a random smooth colour texture (periodic, so it wraps too) that drifts, with probability
 ``background_motion_p``, at constant speed in its own uniformly random direction — a camera-motion
 distractor that a motion probe must see past, and that is time-symmetric, so it carries no arrow cue.
@@ -315,10 +318,8 @@ def _inside_start(
 def _trajectory(cfg: SyntheticConfig, params: ClipParams) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward-time object and background positions [n, T, 2] (float64, before wrapping)."""
     t = torch.arange(cfg.num_frames, dtype=torch.float64)
-    f = cfg.friction
-    travelled = t if f == 1.0 else (1.0 - f**t) / (1.0 - f)  # Σ_{i<t} f^i
     direction = torch.where(params.arrow.bool(), (params.motion + 4) % 8, params.motion)  # forward direction
-    step = _unit(direction)[:, None, :] * (params.speed[:, None] * travelled[None, :])[..., None]
+    step = _unit(direction)[:, None, :] * (params.speed[:, None] * _travelled(cfg)[None, :])[..., None]
     obj = params.obj_start[:, None, :] + step
     bg = params.bg_start[:, None, :] + t[None, :, None] * params.bg_velocity[:, None, :]
     return obj, bg
