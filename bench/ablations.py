@@ -35,21 +35,21 @@ from levjepa.train.loop import pretrain
 
 PROBES = ("linear_cls", "linear", "knn")
 # name, overrides, which ordering it belongs to, equal CPU time with the baseline (else equal steps)
-VARIANTS: list[tuple[str, list[str], str, bool]] = [
+VARIANTS: list[tuple[str, list[str], str, bool]] = [  # in order of interest: a cut-short sweep keeps the first
     ("baseline", [], "", False),
-    ("baseline seed 1", ["train.seed=1"], "noise", False),
     ("ρ = 0", ["model.drop_ratio=0.0"], "token drop", True),
     ("ρ = 0.9", ["model.drop_ratio=0.9"], "token drop", True),
     ("bidirectional", ["model.attention=bidirectional"], "attention", False),
     ("tube dropping", ["model.drop_mode=tube"], "dropping", False),
-    ("V = 2", ["data.num_local=2"], "local views", False),
     ("V = 8", ["data.num_local=8"], "local views", False),
+    ("V = 2", ["data.num_local=2"], "local views", False),
     ("λ = 0.02", ["objective.lam=0.02"], "λ", False),
     ("λ = 0.5", ["objective.lam=0.5"], "λ", False),
+    ("baseline seed 1", ["train.seed=1"], "noise", False),
 ]
 # the paper's direction for each ordering (SPEC §6; LeJEPA notes §5.1 for λ)
 PAPER = {
-    "token drop": "ρ 0 < 0.75 < 0.9 (IN1K 33.9 / ≈46 / 47.4, same epochs)",
+    "token drop": "ρ 0 < 0.75 < 0.9 (IN1K at ρ 0 / 0.6 / 0.9: 33.9 / 44.8 / 47.4, same epochs)",
     "attention": "block-causal ≥ bidirectional (51.2 vs 50.7)",
     "dropping": "uniform > tube (50.7 vs 39.6)",
     "local views": "V 2 < 4 < 8 (4: 47.6, 8: 49.2)",

@@ -85,8 +85,9 @@ def supervised(args: argparse.Namespace) -> dict:
         loss.backward()
         optimizer.step()
         if step % 50 == 0 or step == steps - 1:
-            log.append({"step": step, **{t: round(float(v), 4) for t, v in losses.items()}})
-            print(f"step {step}  " + "  ".join(f"{t} {float(v):.3f}" for t, v in losses.items()), flush=True)
+            values = {t: round(v.item(), 4) for t, v in losses.items()}
+            log.append({"step": step, **values})
+            print(f"step {step}  " + "  ".join(f"{t} {v:.3f}" for t, v in values.items()), flush=True)
         if time.perf_counter() - start > args.budget_s:
             break
     train_s = time.perf_counter() - start
