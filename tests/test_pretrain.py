@@ -177,7 +177,7 @@ def test_bad_files_in_a_real_video_folder_are_reported_not_fatal(tmp_path):
     from levjepa.cli import main
 
     args = ["pretrain", "--preset", "demo-cpu", *TINY, f"data.sources={videos}", "--run-dir", str(tmp_path / "run3")]
-    assert main([*args, "--no-progress"]) == 1  # a clear message, not a traceback
+    assert main([*args, "--no-progress"]) == 2  # a clear message, not a traceback
 
 
 @pytest.mark.parametrize(

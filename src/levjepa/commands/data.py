@@ -113,7 +113,7 @@ def _pack_command(args: argparse.Namespace) -> int:
         return _pack(args.source, args.dst, args, root)
     except (DataError, ValueError) as exc:
         print(f"levjepa data pack: {exc}", file=sys.stderr)
-        return 1
+        return 2  # a user's mistake (the dispatcher's convention)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -123,7 +123,7 @@ def _check(args: argparse.Namespace) -> int:
         )
     except DataError as exc:
         print(f"levjepa data check: {exc}", file=sys.stderr)
-        return 1
+        return 2  # a user's mistake (the dispatcher's convention)
     print(format_report(report))
     if args.json is not None:
         atomic_write_text(args.json, json.dumps(report.to_dict(), indent=2, default=str) + "\n")
@@ -151,7 +151,7 @@ def _prepare(args: argparse.Namespace) -> int:
         result = prepare_folder(args.src, files, opts, workers=args.workers)
     except (DataError, ValueError) as exc:
         print(f"levjepa data prepare: {exc}", file=sys.stderr)
-        return 1
+        return 2  # a user's mistake (the dispatcher's convention)
     print(
         f"prepared {len(result.done)} file(s), skipped {len(result.skipped)} already done, "
         f"failed {len(result.failed)}; report: {files / 'prepare_report.json'}"
@@ -164,7 +164,7 @@ def _prepare(args: argparse.Namespace) -> int:
         packed = _pack(str(files), args.dst, args, str(files))
     except (DataError, ValueError) as exc:
         print(f"levjepa data prepare: packing: {exc}", file=sys.stderr)
-        return 1
+        return 2  # a user's mistake (the dispatcher's convention)
     if packed == 0 and not args.keep_files:
         shutil.rmtree(files)
     return 1 if result.failed or packed else 0
