@@ -33,6 +33,7 @@ __all__ = [
     "ConfigError",
     "apply_overrides",
     "check",
+    "check_range",
     "field_names",
     "from_dict",
     "merge_config",
@@ -49,6 +50,13 @@ def check(condition: bool, message: str) -> None:
     """Raise ``ConfigError(message)`` unless ``condition`` holds (used by ``__post_init__`` checks)."""
     if not condition:
         raise ConfigError(message)
+
+
+def check_range(name: str, value: float, low: float, high: float, unit: str = "") -> None:
+    """Raise ``ConfigError`` unless ``low <= value <= high`` (bounded inputs: sizes and counts a typo could make
+    enormous), naming the option and the accepted range."""
+    if not low <= value <= high:
+        raise ConfigError(f"{name} {value}: expected {low}..{high}{' ' + unit if unit else ''}")
 
 
 def field_names(cfg_or_cls: Any) -> list[str]:

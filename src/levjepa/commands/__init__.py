@@ -100,6 +100,12 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     return parser.parse_intermixed_args(argv)
 
 
+def _sub_commands(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The sub-command chosen under a command (``check`` of ``levjepa data check``), for the error's prefix."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return [str(getattr(args, a.dest)) for a in subs if getattr(args, a.dest, None)]
+
+
 def _quiet_broken_pipe() -> int:
     """The reader of stdout went away (``| head``): stop writing, with no traceback, at the shell's status."""
     try:
@@ -145,18 +151,20 @@ def _run(command: str, argv: list[str], debug: bool) -> int:
     from levjepa.train.loop import TrainingStopped
 
     errors = _user_errors()
+    name = command
     try:
         args = _parse(parser, argv)
+        name = " ".join([command, *_sub_commands(parser, args)])
         return int(module.main(args) or 0)
     except errors as err:
         if debug:
             raise
-        print(f"levjepa {command}: {_message(err)}", file=sys.stderr)
+        print(f"levjepa {name}: {_message(err)}", file=sys.stderr)
         return 2
     except TrainingStopped as err:
         if debug:
             raise
-        print(f"levjepa {command}: {err}", file=sys.stderr)
+        print(f"levjepa {name}: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         if debug:
