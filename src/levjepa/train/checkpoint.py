@@ -19,7 +19,6 @@ micro-batches of the layout that wrote them; it is ignored).
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from levjepa.weights import (
     latest_checkpoint,
     list_checkpoints,
     load_tensors,
+    make_temp_dir,
     prefixed,
     read_json,
     save_tensors,
@@ -120,7 +120,7 @@ def save_checkpoint(
     root = Path(run_dir) / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     final = root / checkpoint_name(state.step)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
+    tmp = make_temp_dir(root, prefix=f".{final.name}.")  # mode as mkdir gives it under the umask
     try:
         meta = {"step": state.step, "encoder_config": encoder_config, **(state.extra or {})}
         save_tensors(tmp / ONLINE_WEIGHTS, model.state_dict(), {"step": state.step})
