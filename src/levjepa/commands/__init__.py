@@ -65,6 +65,17 @@ def _top_parser() -> argparse.ArgumentParser:
     )
 
 
+# optional packages a command may import -> how to install them (pyproject.toml's extras)
+OPTIONAL_PACKAGES: dict[str, str] = {
+    "scipy": "pip install 'levjepa[select]' (or scipy)",
+    "tensorboard": "pip install 'levjepa[tensorboard]' (or tensorboard)",
+    "wandb": "pip install 'levjepa[wandb]' (or wandb)",
+    "mlflow": "pip install 'levjepa[mlflow]' (or mlflow)",
+    "yaml": "pip install 'levjepa[yaml]' (or pyyaml)",
+    "fsspec": "pip install 'levjepa[remote]' and the backend of your URL (s3fs, gcsfs, ...)",
+}
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     """The library's error types for a user's mistakes (imported once a command runs: they pull in torch)."""
     from levjepa.config import ConfigError
@@ -160,6 +171,15 @@ def _run(command: str, argv: list[str], debug: bool) -> int:
         if debug:
             raise
         print(f"levjepa {name}: {_message(err)}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as err:
+        package = (err.name or "").split(".")[0]
+        if debug or package not in OPTIONAL_PACKAGES:
+            raise
+        print(
+            f"levjepa {name}: this needs {package}, which is not installed: {OPTIONAL_PACKAGES[package]}",
+            file=sys.stderr,
+        )
         return 2
     except TrainingStopped as err:
         if debug:
