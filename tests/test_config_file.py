@@ -26,7 +26,7 @@ def test_a_runs_config_json_seeds_the_same_config(tmp_path, capsys):
 
 
 def test_a_partial_toml_file_lays_its_keys_over_the_preset(tmp_path, capsys):
-    (tmp_path / "short.toml").write_text('[train]\nsteps = 50\nlog_every = 5\n\n[optim]\nlr = 0.002\n')
+    (tmp_path / "short.toml").write_text("[train]\nsteps = 50\nlog_every = 5\n\n[optim]\nlr = 0.002\n")
     printed = _printed(capsys, "--preset", "demo-cpu", "--config", str(tmp_path / "short.toml"), "train.steps=7")
     demo = to_dict(preset("demo-cpu"))
     assert printed["train"]["steps"] == 7  # the override wins over the file
