@@ -15,7 +15,7 @@ this module, so writers and readers cannot drift apart)::
         model.safetensors              online weights: "encoder.<param>", "projector.<param>"
         ema.safetensors                Polyak/EMA copy (fp32): "encoder.<param>"; metadata: its update count
         meta.json                      {"step": 500, "encoder_config": {...}, "metrics": {...}}, written last
-        trainer.safetensors, trainer.json   optimizer, RNG states, step, skip count (training only)
+        trainer.safetensors, trainer.json   optimizer state, step, skip count (training only)
     EXPORT_DIR/
       encoder.safetensors              "<param>" of the VideoEncoder; metadata carries the encoder config
       config.json, MODEL_CARD.md

@@ -151,8 +151,8 @@ def pretrain(
     """Pretrain an encoder as ``cfg`` says, writing everything to ``run_dir``; returns a summary.
 
     The process is left as it was found: the torch thread count (``train.threads`` changes it for the run),
-    the global RNG state (a resume restores the checkpoint's) and the process group (torn down) are
-    restored on return or error, so a caller (a notebook, a test suite) sees no state leak from the run.
+    the global RNG state (which nothing in the run draws from; forked all the same) and the process group (torn
+    down) are restored on return or error, so a caller (a notebook, a test suite) sees no state leak from the run.
     """
     threads = torch.get_num_threads()
     info = distributed.setup(device=_device(cfg))
@@ -293,8 +293,9 @@ def _build(cfg: PretrainConfig, info: distributed.DistInfo, path: Path, *, resum
 def _resume(
     path: Path, info: distributed.DistInfo, model: Pretrainer, ema: EMA, optimizer: torch.optim.Optimizer
 ) -> ckpt.TrainerState:
-    """Restore the latest checkpoint in place (weights, EMA, optimizer, RNG) and return its state, or the start
-    when none was written; metric lines logged after it are dropped (they will be logged again)."""
+    """Restore the latest checkpoint in place (weights, EMA, optimizer) and return its state, or the start when
+    none was written; metric lines logged after it are dropped (they will be logged again), and so are the
+    remains of a checkpoint write that a crash interrupted."""
     latest = ckpt.latest_checkpoint(path)
     saved = ckpt.TrainerState(step=0)
     if latest is not None:
@@ -303,6 +304,7 @@ def _resume(
         where = f"{latest.name} (step {saved.step})" if latest else "the start (no checkpoint was written)"
         print(f"resuming {path} from {where}", file=sys.stderr)
         truncate_metrics(path, saved.step)
+        ckpt.remove_partial(path)
     return saved
 
 
