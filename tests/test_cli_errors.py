@@ -41,6 +41,8 @@ def _cases(run: Path, f: dict[str, str], out: str) -> list[tuple[list[str], str]
     return [
         (["pretrain", "--preset", "demo-cpu", "model.depht=3", "--print-config"], "model.depht"),
         (["pretrain", "--preset", "nope"], "invalid choice"),
+        (["pretrain", "--preset", "demo-cpu", "data.batch_size=6400000", "--print-config"], "1..65536"),
+        (["pretrain", "--preset", "demo-cpu", "data.global_size=22400", "--print-config"], "8..4096"),
         (["pretrain", "--resume", f["missing"]], "nope"),
         (["pretrain", "--config", f["missing"]], "nope"),
         (["pretrain", "--config", f["text"]], "notes.txt"),
