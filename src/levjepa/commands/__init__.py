@@ -145,7 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     command = argv[0]
     if command not in COMMANDS:
-        top.error(f"unknown command {command!r}; choose one of: {', '.join(COMMANDS)}")
+        print(f"levjepa: unknown command {command!r}; choose one of: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
     try:
         code = _run(command, argv[1:], debug)
         sys.stdout.flush()  # inside the try: a closed pipe is often found only here
