@@ -2,7 +2,8 @@
 this module writes the files a run starts with and its metrics as it goes::
 
     RUN_DIR/
-      config.json        the resolved PretrainConfig (what `--resume` reads back)
+      config.json        the resolved PretrainConfig (what `--resume` reads back; written once the models are
+                         built and, on resume, the checkpoint has loaded: a refused resume leaves it as it was)
       env.json           python / torch / CUDA / devices / host / world size / command line
       git.json           the levjepa source's commit, branch and whether it was dirty
       git_diff.patch     the uncommitted changes, when there are any
@@ -10,7 +11,7 @@ this module writes the files a run starts with and its metrics as it goes::
       tb/                TensorBoard event files (`tensorboard --logdir RUN_DIR/tb`; train.loggers)
 
 An existing, non-empty run directory is never overwritten silently: pass ``resume=True`` (continue it) or
-``overwrite=True`` (delete it first).
+``overwrite=True`` (delete it first). Files are written atomically and follow the umask (``levjepa.weights``).
 """
 
 from __future__ import annotations
