@@ -46,7 +46,7 @@ def test_check_exits_non_zero_when_nothing_is_readable(tmp_path, capsys):
     (tmp_path / "x.mp4").write_bytes(b"")
     assert cli(["data", "check", str(tmp_path), "--workers", "1"]) == 1
     assert "empty:" in capsys.readouterr().out
-    assert cli(["data", "check", str(tmp_path / "nope")]) == 1
+    assert cli(["data", "check", str(tmp_path / "nope")]) == 2  # a mistake, not a result
 
 
 def _key_frame_gaps(path) -> list[int]:

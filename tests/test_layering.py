@@ -156,10 +156,10 @@ SEEDING = ("manual_seed", "seed", "Generator", "set_rng_state")  # calls that se
 
 def seeding_outside_rng(sources: dict[str, tuple[bool, str]]) -> list[str]:
     """Every ``torch.manual_seed`` / ``g.manual_seed`` / ``torch.Generator(...)`` / ``set_rng_state`` call outside
-    ``levjepa.rng`` (restoring a checkpoint's saved RNG state is the checkpoint's business: allowed there)."""
+    ``levjepa.rng`` (checkpoints hold no RNG state: nothing in a run draws from the global one)."""
     found = []
     for module, (_, text) in sorted(sources.items()):
-        if module in (RNG_OWNER, "levjepa.train.checkpoint"):
+        if module == RNG_OWNER:
             continue
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SEEDING:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -70,10 +71,64 @@ def test_the_loop_updates_the_ema_to_the_average_it_claims(tmp_path):
     assert moved > 1e-4  # steps 3 and 4 changed the weights: the two copies are distinguishable
 
 
-def _cli(run_dir: Path, *args: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "levjepa", "pretrain", "--no-progress", *args]
-    env = {**os.environ, "PYTHONPATH": SRC}
+# the CLI, with each file of a checkpoint followed by a pause when LEVJEPA_TEST_SLOW_CHECKPOINT is set (seconds):
+# a window in which a kill lands in the middle of a checkpoint write
+_SLOW_CLI = """
+import os, sys, time
+import levjepa.train.checkpoint as ck
+pause, save = float(os.environ.get("LEVJEPA_TEST_SLOW_CHECKPOINT", "0")), ck.save_tensors
+def slow_save(*args, **kwargs):
+    save(*args, **kwargs)
+    time.sleep(pause)
+ck.save_tensors = slow_save
+from levjepa.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _cli(run_dir: Path, *args: str, slow_checkpoint: float = 0.0) -> subprocess.Popen:
+    cmd = [sys.executable, "-c", _SLOW_CLI, "pretrain", "--no-progress", *args]
+    env = {**os.environ, "PYTHONPATH": SRC, "LEVJEPA_TEST_SLOW_CHECKPOINT": str(slow_checkpoint)}
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(proc: subprocess.Popen, condition, what: str, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert proc.poll() is None, f"exited before {what}: {proc.stderr.read()}"
+        assert time.time() < deadline, f"no {what}"
+        time.sleep(0.005)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+
+
+def _latest_is(run: Path, step: int):
+    latest = run / "checkpoints" / "latest"
+    return lambda: latest.is_file() and latest.read_text() == f"step_{step:06d}"
+
+
+def _writing_checkpoint(run: Path):
+    """True while a checkpoint is half written: its temporary directory holds a file but not meta.json."""
+    root = run / "checkpoints"
+    return lambda: any((p / "model.safetensors").exists() and not (p / "meta.json").exists()
+                       for p in root.glob(".step_*"))  # fmt: skip
+
+
+def _assert_identical_runs(a: Path, b: Path, final_step: int) -> None:
+    final = f"checkpoints/step_{final_step:06d}"
+    for name in ("model.safetensors", "ema.safetensors", "trainer.safetensors"):
+        ta, _ = load_tensors(a / final / name)
+        tb, _ = load_tensors(b / final / name)
+        assert ta.keys() == tb.keys() and not any(k.startswith("rng.") for k in ta)  # no RNG state is saved
+        for key in ta:
+            assert torch.equal(ta[key], tb[key]), (name, key)
+    steps_a = [json.loads(x)["step"] for x in (a / "metrics.jsonl").read_text().splitlines()]
+    steps_b = [json.loads(x)["step"] for x in (b / "metrics.jsonl").read_text().splitlines()]
+    assert steps_a == steps_b
+    assert not list((b / "checkpoints").glob(".step_*")), "a half-written checkpoint was left behind"
 
 
 def test_kill_9_then_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
@@ -81,30 +136,74 @@ def test_kill_9_then_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
     common = [*TINY, f"train.steps={2 * k}", f"train.checkpoint_every={k}", "train.log_every=4"]
     straight = _cli(tmp_path / "a", "--preset", "demo-cpu", "--run-dir", str(tmp_path / "a"), *common)
     victim = _cli(tmp_path / "b", "--preset", "demo-cpu", "--run-dir", str(tmp_path / "b"), *common)
-    latest = tmp_path / "b" / "checkpoints" / "latest"
-    deadline = time.time() + 120
-    while not (latest.is_file() and latest.read_text() == f"step_{k:06d}"):
-        assert victim.poll() is None, victim.stderr.read()
-        assert time.time() < deadline, "no checkpoint appeared"
-        time.sleep(0.005)
-    victim.send_signal(signal.SIGKILL)
-    assert victim.wait() == -signal.SIGKILL
+    _wait_for(victim, _latest_is(tmp_path / "b", k), "first checkpoint")
+    _kill(victim)
     assert not (tmp_path / "b" / "checkpoints" / f"step_{2 * k:06d}").exists(), "killed too late to test resume"
     resumed = _cli(tmp_path / "b", "--resume", str(tmp_path / "b"))
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
     assert straight.wait(timeout=300) == 0, straight.stderr.read()
-    final = f"checkpoints/step_{2 * k:06d}"
-    for name in ("model.safetensors", "ema.safetensors", "trainer.safetensors"):
-        a, _ = load_tensors(tmp_path / "a" / final / name)
-        b, _ = load_tensors(tmp_path / "b" / final / name)
-        assert a.keys() == b.keys()
-        for key in a:
-            if key.startswith("rng."):  # where the global RNG stands differs (the DataLoader draws its base
-                continue  # seed from it once per process); no training computation uses it
-            assert torch.equal(a[key], b[key]), (name, key)
-    steps_a = [json.loads(x)["step"] for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
-    steps_b = [json.loads(x)["step"] for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
-    assert steps_a == steps_b
+    _assert_identical_runs(tmp_path / "a", tmp_path / "b", 2 * k)
+
+
+def test_a_kill_during_a_checkpoint_write_then_resume_is_bit_identical(tmp_path):
+    k = 6
+    common = [*TINY, f"train.steps={2 * k}", f"train.checkpoint_every={k}", "train.log_every=3"]
+    straight = _cli(tmp_path / "a", "--preset", "demo-cpu", "--run-dir", str(tmp_path / "a"), *common)
+    run = tmp_path / "b"
+    victim = _cli(run, "--preset", "demo-cpu", "--run-dir", str(run), *common, slow_checkpoint=0.5)
+    _wait_for(victim, _writing_checkpoint(run), "checkpoint write")
+    _kill(victim)  # between the checkpoint's first file and its meta.json
+    assert not (run / "checkpoints" / "latest").exists() and list((run / "checkpoints").glob(".step_*"))
+    resumed = _cli(run, "--resume", str(run))
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    assert straight.wait(timeout=300) == 0, straight.stderr.read()
+    _assert_identical_runs(tmp_path / "a", run, 2 * k)
+
+
+@pytest.mark.slow
+def test_three_kills_at_random_moments_one_during_a_checkpoint_write_end_bit_identical(tmp_path):
+    # kill -9 (1) at a random moment after the first checkpoint, (2) in the middle of a checkpoint write,
+    # (3) at a random moment after a resume starts; each followed by a resume; the last one runs to the end
+    rng = random.Random(int(time.time()))
+    k, run = 8, tmp_path / "b"
+    common = [*TINY, f"train.steps={4 * k}", f"train.checkpoint_every={k}", "train.log_every=4"]
+    straight = _cli(tmp_path / "a", "--preset", "demo-cpu", "--run-dir", str(tmp_path / "a"), *common)
+    victim = _cli(run, "--preset", "demo-cpu", "--run-dir", str(run), *common)
+    _wait_for(victim, _latest_is(run, k), "first checkpoint")
+    delays = [rng.uniform(0.0, 1.0), rng.uniform(0.5, 4.0)]
+    time.sleep(delays[0])
+    _kill(victim)
+    victim = _cli(run, "--resume", str(run), slow_checkpoint=0.5)
+    _wait_for(victim, _writing_checkpoint(run), "checkpoint write")
+    _kill(victim)
+    victim = _cli(run, "--resume", str(run))
+    time.sleep(delays[1])
+    if victim.poll() is None:
+        _kill(victim)
+    resumed = _cli(run, "--resume", str(run))
+    assert resumed.wait(timeout=300) == 0, (delays, resumed.stderr.read())
+    assert straight.wait(timeout=300) == 0, straight.stderr.read()
+    _assert_identical_runs(tmp_path / "a", run, 4 * k)
+
+
+def test_a_run_never_draws_from_the_global_rng(tmp_path):
+    # what a checkpoint used to save as "the RNG state" was the global one, which differed between identical
+    # runs (torch seeds each process at random; the DataLoader drew its workers' base seed from it) while no
+    # computation read it: now nothing draws from it, and two runs started from different states agree
+    cfg = tiny_config("train.steps=4", "train.checkpoint_every=4", "data.num_workers=1")
+    for seed, run in ((1, "a"), (2, "b")):
+        torch.manual_seed(seed)
+        state = torch.get_rng_state()
+        with torch.random.fork_rng():
+            from levjepa.train import loop
+
+            info = loop.distributed.setup(device="cpu")
+            try:
+                loop._pretrain(cfg, tmp_path / run, info, resume=False, overwrite=False, progress=False)
+            finally:
+                loop.distributed.teardown()
+            assert torch.equal(torch.get_rng_state(), state), "something in the run drew from the global RNG"
+    _assert_identical_runs(tmp_path / "a", tmp_path / "b", 4)
 
 
 def test_cli_rejects_unknown_keys_and_bad_values_with_choices(capsys):
@@ -177,7 +276,7 @@ def test_bad_files_in_a_real_video_folder_are_reported_not_fatal(tmp_path):
     from levjepa.cli import main
 
     args = ["pretrain", "--preset", "demo-cpu", *TINY, f"data.sources={videos}", "--run-dir", str(tmp_path / "run3")]
-    assert main([*args, "--no-progress"]) == 1  # a clear message, not a traceback
+    assert main([*args, "--no-progress"]) == 2  # a clear message, not a traceback
 
 
 @pytest.mark.parametrize(

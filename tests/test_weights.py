@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import pickle
+import stat
 
 import pytest
 import torch
 
-from levjepa.weights import WeightsError, atomic_write_text, load_tensors, prefixed, save_tensors
+from levjepa.weights import WeightsError, atomic_write_text, load_tensors, prefixed, save_tensors, write_json
 
 
 class _Payload:
@@ -64,3 +65,40 @@ def test_missing_and_corrupt_files_raise(tmp_path):
     bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
     with pytest.raises(WeightsError, match="not a readable"):
         load_tensors(bad)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_files_and_folders_follow_the_umask_as_open_and_mkdir_would(tmp_path, umask):
+    from levjepa.train.loop import pretrain
+    from train_utils import tiny_config
+
+    old = os.umask(umask)
+    try:
+        with open(tmp_path / "by_open", "w"):
+            pass
+        (tmp_path / "by_mkdir").mkdir()
+        file_mode = stat.S_IMODE((tmp_path / "by_open").stat().st_mode)
+        dir_mode = stat.S_IMODE((tmp_path / "by_mkdir").stat().st_mode)
+        assert file_mode == 0o666 & ~umask and dir_mode == 0o777 & ~umask
+        run = tmp_path / "run"
+        pretrain(tiny_config("train.steps=2", "train.checkpoint_every=2"), run, progress=False)
+        write_json(tmp_path / "x.json", {"a": 1})
+    finally:
+        os.umask(old)
+    ckpt = run / "checkpoints" / "step_000002"
+    files = [run / "config.json", run / "env.json", run / "bad_files.json", run / "checkpoints" / "latest",
+             *ckpt.iterdir(), tmp_path / "x.json"]  # fmt: skip
+    assert len(files) >= 10
+    for f in files:
+        assert stat.S_IMODE(f.stat().st_mode) == file_mode, f
+    for d in (run, run / "checkpoints", ckpt):
+        assert stat.S_IMODE(d.stat().st_mode) == dir_mode, d
+
+
+def test_truncating_metrics_drops_later_and_half_written_lines(tmp_path):
+    from levjepa.weights import truncate_metrics
+
+    lines = ['{"step": 2, "loss": 1.0}', '{"step": 4, "loss": 0.9}', '{"step": 6, "loss": 0.8}', '{"step": 8, "lo']
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines))  # a kill -9 cut the last line in half
+    truncate_metrics(tmp_path, 4)
+    assert (tmp_path / "metrics.jsonl").read_text() == lines[0] + "\n" + lines[1] + "\n"

@@ -9,6 +9,8 @@ Every component of levjepa takes a frozen dataclass of its own (``EncoderConfig`
   that does not parse raises ``ConfigError`` naming the key and listing the valid choices.
 * ``to_dict`` / ``from_dict`` round-trip a config through plain JSON types (the resolved config that every
   run directory stores). ``from_dict`` is strict: unknown keys raise, missing keys take their defaults.
+* ``read_config_file(path)`` reads a config file (JSON; TOML; YAML when PyYAML is installed) and
+  ``merge_config(cfg, data)`` lays its keys over a config (a run's ``config.json`` is such a file).
 
 Range checks live in each config's ``__post_init__`` so a bad value fails where it is built, whether it
 came from a preset, a JSON file or the command line.
@@ -17,14 +19,27 @@ came from a preset, a JSON file or the command line.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import json
 import types
 import typing
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 T = TypeVar("T")
 
-__all__ = ["ConfigError", "apply_overrides", "check", "field_names", "from_dict", "to_dict"]
+__all__ = [
+    "ConfigError",
+    "apply_overrides",
+    "check",
+    "check_range",
+    "field_names",
+    "from_dict",
+    "merge_config",
+    "read_config_file",
+    "to_dict",
+]
 
 
 class ConfigError(ValueError):
@@ -35,6 +50,13 @@ def check(condition: bool, message: str) -> None:
     """Raise ``ConfigError(message)`` unless ``condition`` holds (used by ``__post_init__`` checks)."""
     if not condition:
         raise ConfigError(message)
+
+
+def check_range(name: str, value: float, low: float, high: float, unit: str = "") -> None:
+    """Raise ``ConfigError`` unless ``low <= value <= high`` (bounded inputs: sizes and counts a typo could make
+    enormous), naming the option and the accepted range."""
+    if not low <= value <= high:
+        raise ConfigError(f"{name} {value}: expected {low}..{high}{' ' + unit if unit else ''}")
 
 
 def field_names(cfg_or_cls: Any) -> list[str]:
@@ -189,3 +211,53 @@ def from_dict(cls: type[T], data: dict[str, Any], *, prefix: str = "") -> T:
     hints = _hints(cls)
     kwargs = {k: _coerce(v, hints[k], prefix + k) for k, v in data.items()}
     return cls(**kwargs)
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The mapping in a config file: ``.json``; ``.toml`` (Python's ``tomllib``, or ``tomli`` on 3.10); ``.yaml`` /
+    ``.yml`` (needs PyYAML). :class:`ConfigError` names the file when it is missing, unreadable or not a mapping."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"config file {path}: cannot be read ({err})") from None
+    try:
+        if suffix in (".yaml", ".yml"):
+            data = _parser(path, "yaml", "PyYAML (pip install pyyaml), or use JSON").safe_load(text)
+        elif suffix == ".toml":
+            try:
+                toml = importlib.import_module("tomllib")
+            except ImportError:  # Python 3.10
+                toml = _parser(path, "tomli", "tomli on Python 3.10 (pip install tomli), or use JSON")
+            data = toml.loads(text)
+        else:
+            data = json.loads(text)
+    except ConfigError:
+        raise
+    except Exception as err:  # each parser has its own error type; all mean "not valid <format>"
+        raise ConfigError(f"config file {path}: not valid {suffix.lstrip('.') or 'JSON'} ({err})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def _parser(path: Path, module: str, what: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(f"config file {path}: reading it needs {what}") from None
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        both_dicts = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merge(out[key], value) if both_dicts else value
+    return out
+
+
+def merge_config(cfg: T, data: dict[str, Any]) -> T:
+    """``cfg`` with the keys of ``data`` (nested sections, as in ``config.json``) laid over it, validated like
+    :func:`from_dict`: a partial file changes only what it names."""
+    return from_dict(type(cfg), _merge(to_dict(cfg), data))

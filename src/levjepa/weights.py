@@ -15,7 +15,7 @@ this module, so writers and readers cannot drift apart)::
         model.safetensors              online weights: "encoder.<param>", "projector.<param>"
         ema.safetensors                Polyak/EMA copy (fp32): "encoder.<param>"; metadata: its update count
         meta.json                      {"step": 500, "encoder_config": {...}, "metrics": {...}}, written last
-        trainer.safetensors, trainer.json   optimizer, RNG states, step, skip count (training only)
+        trainer.safetensors, trainer.json   optimizer state, step, skip count (training only)
     EXPORT_DIR/
       encoder.safetensors              "<param>" of the VideoEncoder; metadata carries the encoder config
       config.json, MODEL_CARD.md
@@ -28,7 +28,9 @@ renamed into place): :func:`list_checkpoints` is the one lister and ``step_N`` t
 Why safetensors: a ``.pt`` file is a pickle, and unpickling runs code. Every loader here reads with
 ``safetensors`` and refuses anything else *before* touching its contents (:func:`refuse_pickle`).
 Writes go to a temporary name in the same directory, are flushed to disk, then renamed, so a crash or a
-full disk leaves the previous file intact.
+full disk leaves the previous file intact. The files and folders made so get the permissions ``open()`` and
+``mkdir()`` would give them under the process's umask (``tempfile`` alone makes them private to their owner,
+and a team on a shared cluster could not read a run).
 """
 
 from __future__ import annotations
@@ -64,10 +66,12 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "checkpoint_name",
+    "current_umask",
     "checkpoint_step",
     "latest_checkpoint",
     "list_checkpoints",
     "load_tensors",
+    "make_temp_dir",
     "prefixed",
     "read_json",
     "read_metrics",
@@ -112,12 +116,35 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def current_umask() -> int:
+    """The process's umask (read from ``/proc`` where it can be, so no other thread sees a changed one)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def make_temp_dir(parent: Path, prefix: str) -> Path:
+    """A fresh directory in ``parent`` with the permissions ``mkdir`` gives under the umask (not 0700)."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    os.chmod(tmp, 0o777 & ~current_umask())
+    return tmp
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file + fsync + rename (the old file survives any failure)."""
+    """Write ``data`` to ``path`` via a temporary file + fsync + rename (the old file survives any failure); the
+    file gets the permissions ``open(path, "wb")`` would give it (0666 less the umask)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -220,11 +247,19 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def truncate_metrics(run_dir: str | os.PathLike, step: int) -> None:
-    """Drop the ``metrics.jsonl`` lines logged after ``step`` (a resumed run logs them again)."""
+    """Drop the ``metrics.jsonl`` lines logged after ``step`` (a resumed run logs them again), and any line a
+    kill cut in half; the file is replaced atomically, so a crash here loses nothing."""
     path = Path(run_dir) / METRICS
     if path.is_file():
-        keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-        path.write_text("".join(line + "\n" for line in keep))
+        keep = []
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and isinstance(row.get("step"), int | float) and row["step"] <= step:
+                keep.append(line)
+        atomic_write_text(path, "".join(line + "\n" for line in keep))
 
 
 # ------------------------------------------------------------------------------------------ checkpoints

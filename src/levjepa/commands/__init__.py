@@ -8,14 +8,23 @@ Commands import the library; the library never imports a command (``tests/test_l
 parses its arguments, calls library functions and prints; what it computes lives below it: ``train``
 (pretraining), ``eval`` (loading, probes, extraction, export, selection), ``infer`` (streaming), ``tools``
 (FLOPs, visualisation) and ``data`` (check, prepare, pack).
+
+One error path for every command: a user's mistake — a bad config key or value (``ConfigError``), data that
+cannot be read (``DataError``), weights that are missing or unsafe (``WeightsError``), a run directory that
+cannot be used (``RunDirError``), a missing file or a bad option — ends with one line on stderr,
+``levjepa <command>: <message>``, and exit status 2 (a run stopped on purpose, ``TrainingStopped``: 1).
+``--debug`` (anywhere on the line) or ``LEVJEPA_DEBUG=1`` shows the traceback instead. A closed pipe
+(``levjepa ... | head``) ends the command quietly; Ctrl-C ends it with status 130.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from levjepa import __version__
 
@@ -33,21 +42,101 @@ COMMANDS: dict[str, str] = {
 }
 
 
+class UsageError(Exception):
+    """A command line argparse refuses (unknown option, bad choice, missing argument): one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors reach the dispatcher instead of printing the usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
 def _top_parser() -> argparse.ArgumentParser:
     width = max(len(c) for c in COMMANDS)
     lines = "\n".join(f"  {name:<{width}}  {helptext}" for name, helptext in COMMANDS.items())
     return argparse.ArgumentParser(
         prog="levjepa",
         description="Heuristic-free self-supervised pretraining of video encoders (LeVJEPA).",
-        epilog=f"commands:\n{lines}\n\nRun `levjepa <command> --help` for a command's options.",
+        epilog=f"commands:\n{lines}\n\nRun `levjepa <command> --help` for a command's options; `--debug` (or "
+        "LEVJEPA_DEBUG=1) shows the traceback of an error.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
 
 
+# optional packages a command may import -> how to install them (pyproject.toml's extras)
+OPTIONAL_PACKAGES: dict[str, str] = {
+    "scipy": "pip install 'levjepa[select]' (or scipy)",
+    "tensorboard": "pip install 'levjepa[tensorboard]' (or tensorboard)",
+    "wandb": "pip install 'levjepa[wandb]' (or wandb)",
+    "mlflow": "pip install 'levjepa[mlflow]' (or mlflow)",
+    "yaml": "pip install 'levjepa[yaml]' (or pyyaml)",
+    "fsspec": "pip install 'levjepa[remote]' and the backend of your URL (s3fs, gcsfs, ...)",
+}
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """The library's error types for a user's mistakes (imported once a command runs: they pull in torch)."""
+    from levjepa.config import ConfigError
+    from levjepa.data.badfiles import DataError
+    from levjepa.train.run_dir import RunDirError
+    from levjepa.weights import WeightsError
+
+    return (
+        UsageError,
+        ConfigError,
+        DataError,
+        WeightsError,
+        RunDirError,
+        FileNotFoundError,
+        NotADirectoryError,
+        IsADirectoryError,
+        PermissionError,
+        FileExistsError,
+    )
+
+
+def _message(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.filename is not None and err.strerror:
+        return f"{err.filename}: {err.strerror.lower()}"
+    return str(err) or type(err).__name__
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Positional arguments may stand on both sides of options (``a=1 --no-progress b=2``); argparse's intermixed
+    parsing does that, except under sub-commands (``data``), which parse as usual."""
+    if any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
+        return parser.parse_args(argv)
+    return parser.parse_intermixed_args(argv)
+
+
+def _sub_commands(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The sub-command chosen under a command (``check`` of ``levjepa data check``), for the error's prefix."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return [str(getattr(args, a.dest)) for a in subs if getattr(args, a.dest, None)]
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader of stdout went away (``| head``): stop writing, with no traceback, at the shell's status."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
+    except (OSError, ValueError):
+        pass
+    return 141  # 128 + SIGPIPE, what a shell reports for a process its pipe killed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = os.environ.get("LEVJEPA_DEBUG", "") not in ("", "0")
+    if "--debug" in argv:
+        cut = argv.index("--") if "--" in argv else len(argv)
+        debug = debug or "--debug" in argv[:cut]
+        argv = [a for i, a in enumerate(argv) if a != "--debug" or i > cut]
     top = _top_parser()
     top.add_argument("--version", action="store_true", help="print the version and exit")
+    top.add_argument("--debug", action="store_true", help="show the traceback of an error")
     if not argv or argv[0] in ("-h", "--help"):
         top.print_help()
         return 0
@@ -56,9 +145,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     command = argv[0]
     if command not in COMMANDS:
-        top.error(f"unknown command {command!r}; choose one of: {', '.join(COMMANDS)}")
+        print(f"levjepa: unknown command {command!r}; choose one of: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    try:
+        code = _run(command, argv[1:], debug)
+        sys.stdout.flush()  # inside the try: a closed pipe is often found only here
+        return code
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+
+
+def _run(command: str, argv: list[str], debug: bool) -> int:
     module = importlib.import_module(f"levjepa.commands.{command}")
-    parser = argparse.ArgumentParser(prog=f"levjepa {command}", description=COMMANDS[command])
+    parser = _Parser(prog=f"levjepa {command}", description=COMMANDS[command])
     module.add_arguments(parser)
-    args = parser.parse_args(argv[1:])
-    return int(module.main(args) or 0)
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    from levjepa.train.loop import TrainingStopped
+
+    errors = _user_errors()
+    name = command
+    try:
+        args = _parse(parser, argv)
+        name = " ".join([command, *_sub_commands(parser, args)])
+        return int(module.main(args) or 0)
+    except errors as err:
+        if debug:
+            raise
+        print(f"levjepa {name}: {_message(err)}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as err:
+        package = (err.name or "").split(".")[0]
+        if debug or package not in OPTIONAL_PACKAGES:
+            raise
+        print(
+            f"levjepa {name}: this needs {package}, which is not installed: {OPTIONAL_PACKAGES[package]}",
+            file=sys.stderr,
+        )
+        return 2
+    except TrainingStopped as err:
+        if debug:
+            raise
+        print(f"levjepa {name}: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"levjepa {command}: interrupted", file=sys.stderr)
+        return 130

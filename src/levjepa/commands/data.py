@@ -21,7 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from levjepa.data.badfiles import DataError
+from levjepa.config import ConfigError
 from levjepa.data.check import check_source, format_report
 from levjepa.data.prepare import PrepareOptions, prepare_folder
 from levjepa.data.shards import pack
@@ -108,22 +108,14 @@ def _pack(source: str, dst: Path, args: argparse.Namespace, source_root: str | N
 
 
 def _pack_command(args: argparse.Namespace) -> int:
-    try:
-        root = args.source if os.path.isdir(args.source) else os.path.dirname(os.path.abspath(args.source))
-        return _pack(args.source, args.dst, args, root)
-    except (DataError, ValueError) as exc:
-        print(f"levjepa data pack: {exc}", file=sys.stderr)
-        return 1
+    root = args.source if os.path.isdir(args.source) else os.path.dirname(os.path.abspath(args.source))
+    return _pack(args.source, args.dst, args, root)
 
 
 def _check(args: argparse.Namespace) -> int:
-    try:
-        report = check_source(
-            args.source, workers=args.workers, deep=args.deep, min_side=args.min_side, max_side=args.max_side
-        )
-    except DataError as exc:
-        print(f"levjepa data check: {exc}", file=sys.stderr)
-        return 1
+    report = check_source(
+        args.source, workers=args.workers, deep=args.deep, min_side=args.min_side, max_side=args.max_side
+    )
     print(format_report(report))
     if args.json is not None:
         atomic_write_text(args.json, json.dumps(report.to_dict(), indent=2, default=str) + "\n")
@@ -135,23 +127,19 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    try:
-        opts = PrepareOptions(
-            short_side=args.short_side,
-            keyint=args.keyint,
-            fps=args.fps,
-            crf=args.crf,
-            preset=args.preset,
-            fastdecode=not args.no_fastdecode,
-            fixed_gop=not args.no_fixed_gop,
-        )
-        if args.shards < 0:
-            raise ValueError(f"--shards {args.shards}: expected >= 0 (0: no shards)")
-        files = args.dst / "files" if args.shards else args.dst
-        result = prepare_folder(args.src, files, opts, workers=args.workers)
-    except (DataError, ValueError) as exc:
-        print(f"levjepa data prepare: {exc}", file=sys.stderr)
-        return 1
+    opts = PrepareOptions(
+        short_side=args.short_side,
+        keyint=args.keyint,
+        fps=args.fps,
+        crf=args.crf,
+        preset=args.preset,
+        fastdecode=not args.no_fastdecode,
+        fixed_gop=not args.no_fixed_gop,
+    )
+    if args.shards < 0:
+        raise ConfigError(f"--shards {args.shards}: expected >= 0 (0: no shards)")
+    files = args.dst / "files" if args.shards else args.dst
+    result = prepare_folder(args.src, files, opts, workers=args.workers)
     print(
         f"prepared {len(result.done)} file(s), skipped {len(result.skipped)} already done, "
         f"failed {len(result.failed)}; report: {files / 'prepare_report.json'}"
@@ -160,11 +148,7 @@ def _prepare(args: argparse.Namespace) -> int:
         print(f"  failed: {reason}")
     if not args.shards:
         return 1 if result.failed else 0
-    try:
-        packed = _pack(str(files), args.dst, args, str(files))
-    except (DataError, ValueError) as exc:
-        print(f"levjepa data prepare: packing: {exc}", file=sys.stderr)
-        return 1
+    packed = _pack(str(files), args.dst, args, str(files))
     if packed == 0 and not args.keep_files:
         shutil.rmtree(files)
     return 1 if result.failed or packed else 0

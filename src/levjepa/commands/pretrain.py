@@ -7,9 +7,13 @@ Examples::
     torchrun --nproc_per_node=8 -m levjepa pretrain --preset vit-b-paper data.sources=/data/videos
     levjepa pretrain --resume runs/vitb                      # continue exactly where it stopped
     levjepa pretrain --preset demo-cpu --print-config        # the resolved config, then exit
+    levjepa pretrain --config runs/demo/config.json train.steps=2000 --run-dir runs/demo2   # a run's config again
 
 Overrides are checked against the config's fields: an unknown key or a bad value fails at once with the
-valid choices listed.
+valid choices listed. ``--config FILE`` (JSON, TOML, or YAML with PyYAML) lays a file's keys over the preset
+(or over the defaults without ``--preset``); overrides apply on top. A resume may change only the keys of
+``levjepa.train.config.RESUMABLE`` (listed by ``--help``); anything else is refused before the run directory
+is touched.
 
 The run itself is :func:`levjepa.train.pretrain`; with ``train.eval_at_end`` (the demo) this command then
 reads the final checkpoint back from the run directory and evaluates it on the built-in benchmark:
@@ -25,14 +29,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from levjepa.config import ConfigError, apply_overrides, from_dict, to_dict
-from levjepa.data import DataError
+from levjepa.config import ConfigError, apply_overrides, from_dict, merge_config, read_config_file, to_dict
 from levjepa.eval.benchmark import EvalConfig, evaluate_benchmark
 from levjepa.eval.load import load_encoder, random_encoder
 from levjepa.presets import PRESETS, needs_sources, preset
-from levjepa.train.config import PretrainConfig
-from levjepa.train.loop import TrainingStopped, pretrain, summary_json
-from levjepa.train.run_dir import RunDirError
+from levjepa.train.config import RESUMABLE, PretrainConfig, check_resume
+from levjepa.train.loop import pretrain, summary_json
 from levjepa.weights import CONFIG, PROBE_RESULTS, read_json, write_json
 
 __all__ = ["add_arguments", "evaluate_run", "main", "resolve_config"]
@@ -41,26 +43,48 @@ __all__ = ["add_arguments", "evaluate_run", "main", "resolve_config"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
     parser.add_argument("--preset", choices=sorted(PRESETS), help="named preset (see levjepa.presets)")
+    parser.add_argument(
+        "--config", type=Path, metavar="FILE", help="seed the config from a file (JSON, TOML, YAML), e.g. a config.json"
+    )
     parser.add_argument("--run-dir", type=Path, help="run directory (default: runs/<preset>-<time>)")
-    parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR; overrides may change only: " + ", ".join(RESUMABLE),
+    )
     parser.add_argument("--overwrite", action="store_true", help="delete an existing --run-dir first")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar: one log line per train.log_every steps"
+    )
     parser.add_argument("--summary-json", type=Path, help="also write the end-of-run summary here")
 
 
-def resolve_config(preset_name: str | None, overrides: list[str], resume: Path | None) -> PretrainConfig:
-    """The run's config: a preset (or the resumed run's ``config.json``) with ``overrides`` applied."""
+def resolve_config(
+    preset_name: str | None, overrides: list[str], resume: Path | None, config_file: Path | None = None
+) -> PretrainConfig:
+    """The run's config: a preset (or the defaults), a config file's keys over it, ``overrides`` on top — or,
+    with ``resume``, the run's ``config.json`` with the overrides a resume may make (``check_resume``)."""
     if resume is not None:
-        if preset_name:
-            raise ConfigError("--resume continues a run with its own config; drop --preset")
+        if preset_name or config_file:
+            raise ConfigError("--resume continues a run with its own config; drop --preset / --config")
         if not (resume / CONFIG).is_file():
             raise ConfigError(f"{resume}: no config.json here, so there is no run to resume")
-        cfg = from_dict(PretrainConfig, read_json(resume / CONFIG))
-    elif preset_name:
-        cfg = preset(preset_name)
-    else:
-        raise ConfigError("give --preset NAME (demo-cpu, vit-tiny-consumer, vit-b-paper) or --resume RUN_DIR")
+        saved = read_json(resume / CONFIG)
+        cfg = apply_overrides(from_dict(PretrainConfig, saved), overrides)
+        check_resume(saved, cfg)
+        return cfg
+    if not preset_name and config_file is None:
+        raise ConfigError(
+            "give --preset NAME (demo-cpu, vit-tiny-consumer, vit-b-paper), --config FILE or --resume RUN_DIR"
+        )
+    cfg = preset(preset_name) if preset_name else PretrainConfig()
+    if config_file is not None:
+        try:
+            cfg = merge_config(cfg, read_config_file(config_file))
+        except ConfigError as err:
+            raise ConfigError(f"{config_file}: {err}" if str(config_file) not in str(err) else str(err)) from None
     cfg = apply_overrides(cfg, overrides)
     if needs_sources(cfg):
         raise ConfigError(
@@ -87,25 +111,18 @@ def evaluate_run(cfg: PretrainConfig, run_dir: Path) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    try:
-        cfg = resolve_config(args.preset, args.overrides, args.resume)
-    except ConfigError as err:
-        print(f"levjepa pretrain: {err}", file=sys.stderr)
-        return 2
+    """Errors (a bad key, a refused resume, unreadable data) reach the dispatcher, which prints them in one line."""
+    cfg = resolve_config(args.preset, args.overrides, args.resume, args.config)
     if args.print_config:
         print(json.dumps(to_dict(cfg), indent=2))
         return 0
-    try:
-        summary = pretrain(
-            cfg,
-            args.resume if args.resume is not None else args.run_dir,
-            resume=args.resume is not None,
-            overwrite=args.overwrite,
-            progress=not args.no_progress,
-        )
-    except (RunDirError, TrainingStopped, DataError, ConfigError) as err:
-        print(f"levjepa pretrain: {err}", file=sys.stderr)
-        return 1
+    summary = pretrain(
+        cfg,
+        args.resume if args.resume is not None else args.run_dir,
+        resume=args.resume is not None,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+    )
     if cfg.train.eval_at_end and summary.rank == 0:
         summary.probe_results = evaluate_run(cfg, summary.run_dir)
     if args.summary_json:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
 
+from levjepa.config import ConfigError, check_range
 from levjepa.data.eval_clip import load_eval_video
 from levjepa.eval.load import load_encoder
 from levjepa.infer.stream import stream_video
@@ -41,8 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.every < 1 or (args.window is not None and args.window < 1):
-        print("levjepa stream: --every and --window must be >= 1", file=sys.stderr)
-        return 2
+        raise ConfigError("--every and --window must be >= 1")
+    check_range("--size", args.size, 16, 4096, "pixels")
+    check_range("--frame-stride", args.frame_stride, 1, 1000)
+    if args.max_frames is not None:
+        check_range("--max-frames", args.max_frames, 1, 10**7)
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
     video = load_eval_video(
         args.video, size=args.size, patch=loaded.encoder.cfg.patch_size, frame_stride=args.frame_stride

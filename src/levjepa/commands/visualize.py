@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from levjepa.config import ConfigError, check_range
 from levjepa.eval.load import load_encoder
 from levjepa.tools.visualize import load_clip, visualize
 
@@ -30,6 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    check_range("--frames", args.frames, 1, 256)  # bounded before anything loads: a clip and its maps in memory
+    check_range("--frame-stride", args.frame_stride, 1, 1000)
+    check_range("--start", args.start, 0, 10**7)
+    check_range("--size", args.size, 16, 2048, "pixels")
+    check_range("--scale", args.scale, 0, 8)
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
     cfg = loaded.config
     frames = load_clip(
@@ -44,9 +50,12 @@ def main(args: argparse.Namespace) -> int:
         frames = frames[: frames.shape[0] - frames.shape[0] % cfg.tubelet]
     query = None
     if args.query:
-        parts = [int(v) for v in args.query.split(",")]
+        try:
+            parts = [int(v) for v in args.query.split(",")]
+        except ValueError:
+            parts = []
         if len(parts) != 3:
-            raise ValueError(f"--query {args.query!r}: expected t,y,x (three integers)")
+            raise ConfigError(f"--query {args.query!r}: expected t,y,x (three integers)")
         query = (parts[0], parts[1], parts[2])
     scale = args.scale or (2 if frames.shape[1] < 128 else 1)
     summary = visualize(

@@ -169,7 +169,7 @@ class DataConfig:
             self.samples_per_epoch is None or self.samples_per_epoch >= 1,
             f"data.samples_per_epoch={self.samples_per_epoch}: expected None or >= 1",
         )
-        check(self.num_frames >= 1, f"data.num_frames={self.num_frames}: expected >= 1")
+        check(1 <= self.num_frames <= 1024, f"data.num_frames={self.num_frames}: expected 1..1024")
         check(self.frame_stride >= 1, f"data.frame_stride={self.frame_stride}: expected >= 1")
         check(
             self.target_fps is None or self.target_fps > 0,
@@ -179,9 +179,10 @@ class DataConfig:
         check(self.min_side >= 1, f"data.min_side={self.min_side}: expected >= 1")
         check(self.max_side >= self.min_side, f"data.max_side={self.max_side}: expected >= min_side={self.min_side}")
         check(self.num_global >= 1, f"data.num_global={self.num_global}: expected >= 1")
-        check(self.num_local >= 0, f"data.num_local={self.num_local}: expected >= 0")
-        check(self.global_size >= 8, f"data.global_size={self.global_size}: expected >= 8")
-        check(self.local_size >= 8, f"data.local_size={self.local_size}: expected >= 8")
+        # upper bounds: a typo (an extra zero or three) fails here, not as an out-of-memory error minutes later
+        check(0 <= self.num_local <= 64, f"data.num_local={self.num_local}: expected 0..64")
+        check(8 <= self.global_size <= 4096, f"data.global_size={self.global_size}: expected 8..4096 pixels")
+        check(8 <= self.local_size <= 4096, f"data.local_size={self.local_size}: expected 8..4096 pixels")
         _check_unit_range("data.global_scale", self.global_scale)
         _check_unit_range("data.local_scale", self.local_scale)
         check(
@@ -194,8 +195,8 @@ class DataConfig:
             value = getattr(self, name)
             check(0.0 <= value < 1.0, f"data.{name}={value}: expected in [0, 1) (factor drawn in [1-x, 1+x])")
         check(0.0 <= self.hue <= 0.5, f"data.hue={self.hue}: expected in [0, 0.5] (fraction of the hue circle)")
-        check(self.batch_size >= 1, f"data.batch_size={self.batch_size}: expected >= 1")
-        check(self.num_workers >= 0, f"data.num_workers={self.num_workers}: expected >= 0")
+        check(1 <= self.batch_size <= 65536, f"data.batch_size={self.batch_size}: expected 1..65536 clips per rank")
+        check(0 <= self.num_workers <= 1024, f"data.num_workers={self.num_workers}: expected 0..1024")
         check(self.prefetch_factor >= 1, f"data.prefetch_factor={self.prefetch_factor}: expected >= 1")
         check(self.decode_threads >= 0, f"data.decode_threads={self.decode_threads}: expected >= 0 (0 = auto)")
         check(self.repeats >= 1, f"data.repeats={self.repeats}: expected >= 1 (clips per decode)")

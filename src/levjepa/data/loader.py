@@ -427,6 +427,9 @@ class PretrainLoader:
             prefetch_factor=cfg.prefetch_factor if workers > 0 else None,
             worker_init_fn=_worker_init if workers > 0 else None,
             multiprocessing_context=_start_context(cfg.worker_start) if workers > 0 else None,
+            # the base seed of the workers' torch RNG (unused: every draw has its own generator) comes from here,
+            # not from the global RNG, which the loader would otherwise advance at each start by a random amount
+            generator=make_generator(seed, "loader", rank),
         )
         self._it: Iterator[ViewBatch] | None = None
 

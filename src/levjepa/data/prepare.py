@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from levjepa.config import ConfigError
 from levjepa.data.badfiles import DataError
 from levjepa.data.check import parallel_map
 from levjepa.data.sources import MediaItem, list_media
@@ -58,18 +59,18 @@ class PrepareOptions:
 
     def __post_init__(self) -> None:
         if self.short_side < 2:
-            raise ValueError(f"--short-side {self.short_side}: expected >= 2")
+            raise ConfigError(f"--short-side {self.short_side}: expected >= 2")
         if self.keyint < 1:
-            raise ValueError(f"--keyint {self.keyint}: expected >= 1")
+            raise ConfigError(f"--keyint {self.keyint}: expected >= 1")
         if self.fixed_gop and self.keyint % 2:
-            raise ValueError(
+            raise ConfigError(
                 f"--keyint {self.keyint}: a fixed GOP needs an even key-frame interval (so that every GOP starts "
                 "on an even frame); use an even value or --no-fixed-gop"
             )
         if self.fps is not None and self.fps <= 0:
-            raise ValueError(f"--fps {self.fps}: expected > 0")
+            raise ConfigError(f"--fps {self.fps}: expected > 0")
         if not 0 <= self.crf <= 51:
-            raise ValueError(f"--crf {self.crf}: expected in [0, 51]")
+            raise ConfigError(f"--crf {self.crf}: expected in [0, 51]")
 
 
 @dataclass
@@ -201,7 +202,7 @@ def plan_outputs(src_dir: str | os.PathLike, dst_dir: str | os.PathLike) -> list
     if not src_root.is_dir():
         raise DataError(f"missing: prepare SRC {src_dir} is not a folder")
     if dst_root.resolve() == src_root.resolve() or src_root.resolve() in dst_root.resolve().parents:
-        raise ValueError(f"prepare: DST {dst_dir} must not be SRC or lie inside it (its outputs would be re-read)")
+        raise ConfigError(f"prepare: DST {dst_dir} must not be SRC or lie inside it (its outputs would be re-read)")
     plan: list[tuple[MediaItem, Path]] = []
     taken: set[Path] = set()
     for item in list_media(str(src_root)):

@@ -51,6 +51,7 @@ from typing import Any
 
 import torch
 
+from levjepa.config import ConfigError
 from levjepa.data.badfiles import DataError
 from levjepa.data.sources import MediaItem, media_kind
 from levjepa.rng import make_generator
@@ -362,7 +363,7 @@ def pack(
     from levjepa.weights import atomic_write_text
 
     if shards < 1:
-        raise ValueError(f"--shards {shards}: expected >= 1")
+        raise ConfigError(f"--shards {shards}: expected >= 1")
     if not items:
         raise DataError(f"missing: nothing to pack into {dst}: the source holds no video or image files")
     shards = min(shards, len(items))

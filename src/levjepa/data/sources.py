@@ -11,7 +11,9 @@ A *source* is a string in ``DataConfig.sources``:
   CSV format). The label is the last field when it is an integer (it may be absent); a relative path is
   relative to the index file's folder; blank lines and ``#`` comments are skipped. Rows whose extension is
   an image extension are images; every other row is a video. Rows are *not* checked for existence here:
-  a missing file is reported as a bad file when it is read, like every other bad file.
+  a missing file is reported as a bad file when it is read, like every other bad file. A file with no row, or
+  none of whose rows names a media file (by extension, or by existing), is refused: it is not an index (a
+  plain text file given by mistake would otherwise become a list of missing videos).
 * a single **video or image file**.
 
 ``list_media`` returns :class:`MediaItem` rows; the loader mixes several sources with ``DataConfig.weights``
@@ -80,6 +82,10 @@ def parse_index(path: str | os.PathLike) -> list[MediaItem]:
         raise DataError(f"unreadable: index file {path} is not UTF-8 text (is it a video?)") from None
     except PermissionError as exc:
         raise DataError(f"permission: index file {path} cannot be read ({exc.strerror})") from None
+    except FileNotFoundError:
+        raise DataError(f"missing: index file {path} does not exist") from None
+    except IsADirectoryError:
+        raise DataError(f"unreadable: index file {path} is a folder (give the folder as a source instead)") from None
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -97,7 +103,22 @@ def parse_index(path: str | os.PathLike) -> list[MediaItem]:
             raise DataError(f"unreadable: index file {path} line {lineno}: {raw!r} has no path")
         full = file if os.path.isabs(file) else os.path.normpath(base / file)
         items.append(MediaItem(str(full), label, media_kind(full) or "video"))
+    _check_looks_like_index(path, items)
     return items
+
+
+def _check_looks_like_index(path: Path, items: list[MediaItem]) -> None:
+    """Refuse a file that is not an index: no rows, or no row naming a media file (by extension or on disk;
+    the first 100 rows are looked at)."""
+    if not items:
+        raise DataError(f"unreadable: index file {path} has no rows (expected `path label` lines)")
+    head = items[:100]
+    if not any(media_kind(it.path) is not None or os.path.isfile(it.path) for it in head):
+        raise DataError(
+            f"unreadable: {path} does not look like a V-JEPA index file: none of its first {len(head)} row(s) "
+            f"names a video or image file (first row: {head[0].path!r}). An index holds `path label` rows such "
+            "as `videos/a.mp4 3`; a folder of videos can be given as a source directly."
+        )
 
 
 def list_media(source: str) -> list[MediaItem]:

@@ -173,7 +173,7 @@ def _load_fashion(folder: Path) -> ImagePool:
 
 
 def _load_digits() -> ImagePool:
-    from sklearn.datasets import load_digits
+    from levjepa.data.digits import load_digits
 
     digits = load_digits()
     images = torch.from_numpy(np.round(digits.images * (255.0 / 16.0)).astype(np.uint8))

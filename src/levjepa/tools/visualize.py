@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from PIL import Image, ImageDraw
 from torch import Tensor
 
+from levjepa.config import ConfigError
 from levjepa.data.config import SyntheticConfig
 from levjepa.data.eval_clip import center_square, load_eval_clip
 from levjepa.data.synthetic import load_split
@@ -199,10 +200,19 @@ def visualize(
     return summary
 
 
+def _synthetic_index(source: str) -> int:
+    """``i`` of ``synthetic[:i]``, bounded by the benchmark's test split (each clip below it is generated)."""
+    text = source.split(":", 1)[1] if ":" in source else "0"
+    limit = SyntheticConfig().num_test
+    if not text.strip().isdigit() or int(text) >= limit:
+        raise ConfigError(f"{source!r}: expected synthetic:i with i an integer in 0..{limit - 1} (the test split)")
+    return int(text)
+
+
 def load_clip(source: str, *, num_frames: int, frame_stride: int, start: int, size: int, patch: int) -> Tensor:
     """uint8 [T, H, W, 3] from a video, an image or ``synthetic[:i]`` (see the module doc)."""
     if source == "synthetic" or source.startswith("synthetic:"):
-        i = int(source.split(":", 1)[1]) if ":" in source else 0
+        i = _synthetic_index(source)
         cfg = SyntheticConfig(num_train=1, num_val=1, num_test=max(1, i + 1))
         clip = load_split(cfg, "test").clips[i].permute(1, 2, 3, 0)
         return center_square(clip, min(clip.shape[1], clip.shape[2]), patch)

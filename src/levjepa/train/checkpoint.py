@@ -2,24 +2,29 @@
 
 A checkpoint is a directory ``checkpoints/step_NNNNNN/`` (layout in :mod:`levjepa.weights`): online weights
 (encoder, projector, BatchNorm buffers included), the EMA copy (its update count and schedule in the file's
-metadata), the optimizer state, the step, the RNG states (torch CPU and CUDA) and the consecutive-skip
-count, plus the encoder config. It is written into a temporary sibling directory, fsynced,
-renamed into place, and only then does ``checkpoints/latest`` (itself replaced atomically) name it. A crash
-or a full disk at any point leaves the previous checkpoint, and ``latest``, intact. Nothing is unpickled on
-load: tensors come from safetensors, the rest from JSON.
+metadata), the optimizer state, the step and the consecutive-skip count, plus the encoder config. It is
+written into a temporary sibling directory, fsynced, renamed into place, and only then does
+``checkpoints/latest`` (itself replaced atomically) name it. A crash or a full disk at any point leaves the
+previous checkpoint, and ``latest``, intact (a resume deletes the half-written directory,
+:func:`remove_partial`). Nothing is unpickled on load: tensors come from safetensors, the rest from JSON.
 
 The learning-rate schedule is a function of the step and every stochastic choice is seeded from the step or
 the sample (SIGReg directions and k-means from ``(seed, step)``; data order, augmentation and token dropping
-from ``(seed, epoch, position)``), so the step *is* the schedule and sampler state — whatever the number of
-ranks the run resumes on: the data stream restarts at global micro-batch ``step × micro-batches per step`` of
-the layout it resumes with (checkpoints written before this version also hold a ``data_position``, in the
-micro-batches of the layout that wrote them; it is ignored).
+from ``(seed, epoch, position)``), so the step *is* the schedule and sampler state, and no RNG state is saved
+— whatever the number of ranks the run resumes on: the data stream restarts at global micro-batch ``step ×
+micro-batches per step`` of the layout it resumes with (checkpoints written before this version also hold a
+``data_position``, in the micro-batches of the layout that wrote them; it is ignored).
+
+Nothing in a run draws from torch's global RNG (``tests/test_pretrain.py`` checks it): module initialisation is
+seeded through ``levjepa.rng.seeded_init`` and the DataLoader's worker base seed comes from its own generator.
+Checkpoints written before this version also hold ``rng.cpu`` / ``rng.cuda.N``, the global state at save
+time; it differed between identical runs (torch seeds a process's global RNG at random, and the DataLoader
+drew its base seed from it) and no computation read it, so it is ignored on load.
 """
 
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +48,7 @@ from levjepa.weights import (
     latest_checkpoint,
     list_checkpoints,
     load_tensors,
+    make_temp_dir,
     prefixed,
     read_json,
     save_tensors,
@@ -56,6 +62,7 @@ __all__ = [
     "list_checkpoints",
     "load_checkpoint",
     "prune",
+    "remove_partial",
     "save_checkpoint",
 ]
 
@@ -99,14 +106,6 @@ def _load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.T
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
 
 
-def _rng_tensors() -> dict[str, torch.Tensor]:
-    out = {"rng.cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        for i, s in enumerate(torch.cuda.get_rng_state_all()):
-            out[f"rng.cuda.{i}"] = s
-    return out
-
-
 def save_checkpoint(
     run_dir: str | Path,
     *,
@@ -120,7 +119,7 @@ def save_checkpoint(
     root = Path(run_dir) / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     final = root / checkpoint_name(state.step)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
+    tmp = make_temp_dir(root, prefix=f".{final.name}.")  # mode as mkdir gives it under the umask
     try:
         meta = {"step": state.step, "encoder_config": encoder_config, **(state.extra or {})}
         save_tensors(tmp / ONLINE_WEIGHTS, model.state_dict(), {"step": state.step})
@@ -130,7 +129,7 @@ def save_checkpoint(
             {"step": state.step, **ema_metadata(ema)},
         )
         opt_tensors, opt_meta = _optimizer_tensors(optimizer)
-        save_tensors(tmp / TRAINER_TENSORS, {**opt_tensors, **_rng_tensors()})
+        save_tensors(tmp / TRAINER_TENSORS, opt_tensors)
         trainer_json = {"step": state.step, "consecutive_skips": state.consecutive_skips, "optimizer": opt_meta}
         write_json(tmp / TRAINER_STATE, trainer_json, indent=None)
         write_json(tmp / META, meta, indent=1)  # written last: marks completeness
@@ -150,7 +149,6 @@ def load_checkpoint(
     model: nn.Module,
     ema: EMA | None = None,
     optimizer: torch.optim.Optimizer | None = None,
-    restore_rng: bool = True,
 ) -> TrainerState:
     """Restore a checkpoint into the given objects (in place); returns the trainer state."""
     path = Path(path)
@@ -172,14 +170,19 @@ def load_checkpoint(
     if optimizer is not None:
         device = next(model.parameters()).device
         _load_optimizer(optimizer, {k: v.to(device) for k, v in tensors.items()}, trainer["optimizer"])
-    if restore_rng:
-        torch.set_rng_state(tensors["rng.cpu"])
-        cuda = [tensors[f"rng.cuda.{i}"] for i in range(torch.cuda.device_count()) if f"rng.cuda.{i}" in tensors]
-        if cuda and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(cuda)
     meta = read_json(path / META)
     extra = {k: v for k, v in meta.items() if k not in ("step", "encoder_config")}
     return TrainerState(step=trainer["step"], consecutive_skips=trainer["consecutive_skips"], extra=extra)
+
+
+def remove_partial(run_dir: str | Path) -> list[Path]:
+    """Delete the temporary directories of checkpoint writes that a crash interrupted (``checkpoints/.step_*``):
+    they were never complete, and nothing reads them. Returns what was removed."""
+    root = Path(run_dir) / CHECKPOINTS
+    partial = sorted(p for p in root.glob(".step_*") if p.is_dir()) if root.is_dir() else []
+    for p in partial:
+        shutil.rmtree(p, ignore_errors=True)
+    return partial
 
 
 def prune(run_dir: str | Path, keep_last: int, keep_every: int | None) -> list[Path]:

@@ -18,14 +18,14 @@ hardware).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from levjepa.config import check
+from levjepa.config import ConfigError, check, to_dict
 from levjepa.data import DataConfig
 from levjepa.model import EncoderConfig
 from levjepa.objective import ObjectiveConfig
 
-__all__ = ["OptimConfig", "TrainConfig", "PretrainConfig"]
+__all__ = ["RESUMABLE", "OptimConfig", "PretrainConfig", "TrainConfig", "check_resume"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,10 @@ class TrainConfig:
     threads: int | None = None  # torch CPU threads (None: torch's default)
     eval_at_end: bool = False  # run the built-in benchmark's frozen probes at the end (demo-cpu)
     eval_budget: Literal["demo", "full"] = "demo"
+    # where metrics go besides metrics.jsonl and the log lines: TensorBoard event files (skipped with a note when
+    # the `tensorboard` package is missing), Weights & Biases or MLflow (only when asked; their package must be
+    # installed). `train.loggers=` (empty) writes metrics.jsonl alone.
+    loggers: tuple[Literal["tensorboard", "wandb", "mlflow"], ...] = ("tensorboard",)
 
     def __post_init__(self) -> None:
         check(self.steps > 0, f"train.steps must be > 0, got {self.steps}")
@@ -123,3 +127,64 @@ class PretrainConfig:
             f"({self.data.batch_size}) x world size ({world_size})",
         )
         return self.train.batch_size // per_step
+
+
+# What `--resume` may change: how long the run goes on, what it logs and keeps, where its data comes from and
+# how fast the machine serves it. Everything else — the architecture, the objective, the optimiser, the seed,
+# the effective batch and the geometry of the clips and views — is what the checkpoint was trained as; changing
+# it would load weights into another model or continue another run.
+RESUMABLE: tuple[str, ...] = (
+    "train.steps",
+    "train.log_every",
+    "train.checkpoint_every",
+    "train.keep_last",
+    "train.keep_every",
+    "train.max_consecutive_skips",
+    "train.threads",
+    "train.device",
+    "train.precision",
+    "train.compile",
+    "train.eval_at_end",
+    "train.eval_budget",
+    "train.loggers",
+    "data.sources",
+    "data.weights",
+    "data.samples_per_epoch",
+    "data.batch_size",
+    "data.num_workers",
+    "data.pin_memory",
+    "data.persistent_workers",
+    "data.prefetch_factor",
+    "data.decode_threads",
+    "data.resize_on",
+    "data.skip_nonref",
+    "data.decode_device",
+    "data.worker_start",
+    "model.grad_checkpointing",
+    "objective.impl",
+)
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def check_resume(saved: dict[str, Any], new: PretrainConfig) -> None:
+    """Raise :class:`ConfigError` naming every key where ``new`` differs from the run's saved ``config.json``
+    (``saved``, as read) and a resume may not change it (anything outside :data:`RESUMABLE`). A key the saved
+    file does not hold (added to levjepa after the run started) may be set: its old value is not known."""
+    before, after = _flat(saved), _flat(to_dict(new))
+    refused = [k for k in after if k in before and before[k] != after[k] and k not in RESUMABLE and k != "preset"]
+    if refused:
+        changes = ", ".join(f"{k} ({before.get(k)!r} -> {after[k]!r})" for k in refused)
+        raise ConfigError(
+            f"--resume cannot change {changes}: the checkpoint was trained with the saved value (architecture, "
+            "objective, optimiser, seed, batch and clip geometry are fixed for a run). Start a new run with "
+            "--run-dir instead; a resume may change only " + ", ".join(RESUMABLE)
+        )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import resource
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -37,14 +38,23 @@ from levjepa.model import Projector, VideoEncoder
 from levjepa.objective import Objective, build_objective, embedding_diagnostics, shift_invariant
 from levjepa.rng import sample_keys, seeded_init
 from levjepa.train import checkpoint as ckpt
-from levjepa.train.config import PretrainConfig
+from levjepa.train.config import PretrainConfig, check_resume
 from levjepa.train.ema import EMA
 from levjepa.train.optim import build_optimizer, lr_at
-from levjepa.train.run_dir import MetricsLogger, default_run_dir, prepare_run_dir, write_run_info
+from levjepa.train.run_dir import MetricsLogger, check_loggers, default_run_dir, prepare_run_dir, write_run_info
 from levjepa.train.step import Pretrainer, StepOutput, train_step
-from levjepa.weights import BAD_FILES, truncate_metrics
+from levjepa.weights import BAD_FILES, CONFIG, METRICS, read_json, truncate_metrics
 
-__all__ = ["RunSummary", "TrainState", "Trainer", "TrainingStopped", "build_models", "pretrain", "summary_json"]
+__all__ = [
+    "RunSummary",
+    "TrainState",
+    "Trainer",
+    "TrainingStopped",
+    "build_models",
+    "log_line",
+    "pretrain",
+    "summary_json",
+]
 
 
 class TrainingStopped(RuntimeError):
@@ -125,6 +135,9 @@ class TrainState:
     bad_files: int = 0  # unreadable files met by every rank, as of the last checkpoint
     t_log: float = 0.0  # when the last log was written (clips/s over the steps since)
     steps_since_log: int = 0
+    start_step: int = 0  # the step this process started (or resumed) at, and when (the ETA's rate)
+    t_start: float = 0.0
+    log_lines: bool = False  # print one line per log step to stderr (no progress bar on a terminal)
 
 
 def pretrain(
@@ -138,8 +151,8 @@ def pretrain(
     """Pretrain an encoder as ``cfg`` says, writing everything to ``run_dir``; returns a summary.
 
     The process is left as it was found: the torch thread count (``train.threads`` changes it for the run),
-    the global RNG state (a resume restores the checkpoint's) and the process group (torn down) are
-    restored on return or error, so a caller (a notebook, a test suite) sees no state leak from the run.
+    the global RNG state (which nothing in the run draws from; forked all the same) and the process group (torn
+    down) are restored on return or error, so a caller (a notebook, a test suite) sees no state leak from the run.
     """
     threads = torch.get_num_threads()
     info = distributed.setup(device=_device(cfg))
@@ -162,12 +175,29 @@ def _pretrain(
     progress: bool,
 ) -> RunSummary:
     """The recipe: a run directory, the models, the state to start from, then for every optimizer step one
-    train step (and EMA update), a skip check, a log line and a checkpoint when each is due."""
-    tc = cfg.train
-    if tc.threads:
-        torch.set_num_threads(tc.threads)
-    path = _start_run_dir(cfg, run_dir, info, resume=resume, overwrite=overwrite)
-    trainer, state = _build(cfg, info, path, resume=resume)
+    train step (and EMA update), a skip check, a log line and a checkpoint when each is due.
+
+    ``config.json`` is (re)written only once the models are built and the checkpoint has loaded, so a resume
+    that is refused leaves the run as it was; a start that fails before the first log line or checkpoint
+    removes the directory it created, so the same command can simply be run again."""
+    check_loggers(cfg.train.loggers)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    path, created = _start_run_dir(cfg, run_dir, info, resume=resume, overwrite=overwrite)
+    try:
+        trainer, state = _build(cfg, info, path, resume=resume)
+        if info.is_main:
+            write_run_info(path, to_dict(cfg), info.world_size)
+        return _train(trainer, state, resume=resume, progress=progress)
+    except BaseException:
+        if created and not _started(path):
+            _remove_failed_start(path, created)
+        raise
+
+
+def _train(trainer: Trainer, state: TrainState, *, resume: bool, progress: bool) -> RunSummary:
+    """The loop proper: batches from the step the run stands at, one optimizer step each, logs and checkpoints."""
+    cfg, info, path, tc = trainer.cfg, trainer.info, trainer.path, trainer.cfg.train
     bad_files = _bad_files(path, resume)
     state.bad_files = bad_files.total
     batches = iter(
@@ -181,38 +211,64 @@ def _pretrain(
             micro_batches=trainer.accum,
         )
     )
-    logger = MetricsLogger(path) if info.is_main else None
+    logger = MetricsLogger(path, loggers=tc.loggers, config=to_dict(cfg)) if info.is_main else None
+    show_bar = progress and info.is_main and sys.stderr.isatty()  # a SLURM .out file gets log lines instead
     bar = tqdm(total=tc.steps, initial=state.step, desc="pretrain", unit="step", dynamic_ncols=True,
-               disable=not (progress and info.is_main))  # fmt: skip
+               disable=not show_bar)  # fmt: skip
+    state.log_lines = info.is_main and not show_bar
     check_every = min(tc.log_every, tc.max_consecutive_skips)
     start, state.t_log = state.step, time.perf_counter()
-    t_start = state.t_log
-    while state.step < tc.steps:
-        out = _step(trainer, state, batches)
-        if _due(state.step, check_every, tc.steps):
-            _check_skips(trainer, state)
-        if _due(state.step, tc.log_every, tc.steps):
-            _log(trainer, state, out, logger, bar)
-        bar.update(1)
-        if _due(state.step, tc.checkpoint_every, tc.steps):
-            _checkpoint(trainer, state, bad_files)
-    bar.close()
-    if logger is not None:
-        logger.close()
-    return _finish(trainer, state, start, time.perf_counter() - t_start)
+    state.start_step, state.t_start = start, state.t_log
+    try:
+        while state.step < tc.steps:
+            out = _step(trainer, state, batches)
+            if _due(state.step, check_every, tc.steps):
+                _check_skips(trainer, state)
+            if _due(state.step, tc.log_every, tc.steps):
+                _log(trainer, state, out, logger, bar)
+            bar.update(1)
+            if _due(state.step, tc.checkpoint_every, tc.steps):
+                _checkpoint(trainer, state, bad_files)
+    finally:
+        bar.close()
+        if logger is not None:
+            logger.close()
+    return _finish(trainer, state, start, time.perf_counter() - state.t_start)
+
+
+def _started(path: Path) -> bool:
+    """Whether the run has written anything worth keeping: a metrics line or a checkpoint."""
+    metrics = path / METRICS
+    return (metrics.is_file() and metrics.stat().st_size > 0) or ckpt.latest_checkpoint(path) is not None
+
+
+def _remove_failed_start(path: Path, created: str) -> None:
+    """Undo a start that failed before its first log line or checkpoint: the directory this run created is
+    removed, one that existed (empty, or emptied by --overwrite) is left empty."""
+    shutil.rmtree(path, ignore_errors=True)
+    if created == "emptied":
+        path.mkdir(parents=True, exist_ok=True)
 
 
 def _start_run_dir(
     cfg: PretrainConfig, run_dir: str | Path | None, info: distributed.DistInfo, *, resume: bool, overwrite: bool
-) -> Path:
-    """The run directory every rank writes to (the main rank's choice), prepared and holding the run's trail."""
+) -> tuple[Path, str]:
+    """The run directory every rank writes to (the main rank's choice), prepared, and what this call did to it:
+    "created" (it did not exist), "emptied" (it existed: empty, or --overwrite deleted what it held) or "" (a
+    resumed run's, which is never removed). A resume's config is checked against the run's ``config.json``
+    (:func:`levjepa.train.config.check_resume`) before anything is written."""
     path = Path(run_dir) if run_dir is not None else default_run_dir(cfg.preset)
     path = Path(distributed.broadcast_object(str(path)))
+    created = ""
     if info.is_main:
+        existed = path.exists()
         prepare_run_dir(path, resume=resume, overwrite=overwrite)
-        write_run_info(path, to_dict(cfg), info.world_size)
+        if resume:
+            check_resume(read_json(path / CONFIG), cfg)
+        else:
+            created = "emptied" if existed else "created"
     distributed.barrier()
-    return path
+    return path, created
 
 
 def _build(cfg: PretrainConfig, info: distributed.DistInfo, path: Path, *, resume: bool) -> tuple[Trainer, TrainState]:
@@ -237,8 +293,9 @@ def _build(cfg: PretrainConfig, info: distributed.DistInfo, path: Path, *, resum
 def _resume(
     path: Path, info: distributed.DistInfo, model: Pretrainer, ema: EMA, optimizer: torch.optim.Optimizer
 ) -> ckpt.TrainerState:
-    """Restore the latest checkpoint in place (weights, EMA, optimizer, RNG) and return its state, or the start
-    when none was written; metric lines logged after it are dropped (they will be logged again)."""
+    """Restore the latest checkpoint in place (weights, EMA, optimizer) and return its state, or the start when
+    none was written; metric lines logged after it are dropped (they will be logged again), and so are the
+    remains of a checkpoint write that a crash interrupted."""
     latest = ckpt.latest_checkpoint(path)
     saved = ckpt.TrainerState(step=0)
     if latest is not None:
@@ -247,6 +304,7 @@ def _resume(
         where = f"{latest.name} (step {saved.step})" if latest else "the start (no checkpoint was written)"
         print(f"resuming {path} from {where}", file=sys.stderr)
         truncate_metrics(path, saved.step)
+        ckpt.remove_partial(path)
     return saved
 
 
@@ -326,6 +384,32 @@ def _log(trainer: Trainer, state: TrainState, out: StepOutput, logger: MetricsLo
         clips_s=f"{reduced['clips_per_s']:.1f}",
         refresh=False,
     )
+    if state.log_lines:
+        print(log_line(state.step, cfg.train.steps, reduced, eta_s=_eta(state, now, cfg.train.steps)), file=sys.stderr)
+
+
+def _eta(state: TrainState, now: float, total: int) -> float:
+    """Seconds left at the mean rate since this process started (or resumed)."""
+    done = state.step - state.start_step
+    return (now - state.t_start) / done * (total - state.step) if done > 0 else math.nan
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+def log_line(step: int, total: int, metrics: dict[str, float], eta_s: float) -> str:
+    """One log record a cluster log can hold: step, the loss and its terms, clips/s and the time left, e.g.
+    ``step 40/800  loss 1.0231  invariance 0.4512  sigreg 5.1230  128.4 clips/s  eta 5m56s``."""
+    terms = [k for k in ("loss", "invariance", "pred", "sigreg", "localreg") if k in metrics]
+    parts = [f"step {step}/{total}", *(f"{k} {metrics[k]:.4f}" for k in terms)]
+    parts.append(f"{metrics.get('clips_per_s', math.nan):.1f} clips/s")
+    parts.append(f"eta {_duration(eta_s)}")
+    return "  ".join(parts)
 
 
 def _finish(trainer: Trainer, state: TrainState, start: int, wall: float) -> RunSummary:
