@@ -1,7 +1,8 @@
 """The built-in benchmark: appearance and motion, measured separately, with no download, on a laptop CPU.
 
-Each clip shows one real image (a Fashion-MNIST garment, or a scikit-learn 8×8 digit when Fashion-MNIST
-is not installed) moving over a textured background. Three labels per clip, drawn independently:
+Each clip shows one real image — an 8×8 handwritten digit (the UCI/scikit-learn digits, shipped with the
+package: ``levjepa.data.digits``), or a Fashion-MNIST garment when asked for (``image_source``: ``digits``,
+``fashion-mnist``, or ``auto`` = Fashion-MNIST when installed) — moving over a textured background. Three labels per clip, drawn independently:
 
 * ``appearance`` — the image's class (10 classes for both image sources); the IN1K-like readout.
 * ``motion`` — the direction of the object's motion *as seen on screen*, one of 8 compass directions:
@@ -196,7 +197,7 @@ def _pool_cached(source: str, directory: str | None) -> ImagePool:
 
 
 def load_image_pool(cfg: SyntheticConfig) -> ImagePool:
-    """The images the benchmark draws from: Fashion-MNIST when found (or forced), else sklearn digits."""
+    """The images the benchmark draws from: the shipped digits, or Fashion-MNIST (forced, or found by ``auto``)."""
     return _pool_cached(cfg.image_source, cfg.fashion_mnist_dir)
 
 
