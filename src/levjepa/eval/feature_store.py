@@ -69,7 +69,7 @@ from levjepa.eval.features import encoder_fingerprint, frozen_eval
 from levjepa.model.vit import VideoEncoder
 from levjepa.weights import atomic_write_text
 
-__all__ = ["FeatureStore", "StoreConfig", "StoreResult", "build_store", "resolve_device"]
+__all__ = ["FeatureStore", "StoreConfig", "StoreResult", "build_store", "decode_in_workers", "resolve_device"]
 
 STORE_VERSION = 1
 ARRAYS = ("cls", "mean", "tokens")
@@ -168,18 +168,19 @@ def _worker_init(_: int) -> None:
     av.logging.set_level(None)  # FFmpeg's own messages about broken files would flood the log
 
 
-def _decoded(items: list[MediaItem], order: list[int], cfg: StoreConfig, patch: int) -> Iterator[Any]:
-    ds = _Views(items, order, cfg, patch)
-    if cfg.workers == 0:
-        yield from (ds[j] for j in range(len(ds)))
+def decode_in_workers(dataset: Dataset[Any], workers: int) -> Iterator[Any]:
+    """``dataset[0], dataset[1], …`` in order, computed by ``workers`` processes started from a forkserver
+    (as the pretraining loader's workers are), two items ahead per worker; ``workers = 0``: in this process."""
+    if workers == 0:
+        yield from (dataset[j] for j in range(len(dataset)))  # type: ignore[arg-type]
         return
     import multiprocessing as mp
 
     method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
     loader = DataLoader(
-        ds,
+        dataset,
         batch_size=None,
-        num_workers=cfg.workers,
+        num_workers=workers,
         multiprocessing_context=mp.get_context(method),
         worker_init_fn=_worker_init,
         prefetch_factor=2,
@@ -301,7 +302,7 @@ def build_store(
             shard.meta.extend(m for m, _ in chunk)
 
     with frozen_eval(encoder):
-        for i, views, reason in _decoded(items, order, cfg, encoder.cfg.patch_size):
+        for i, views, reason in decode_in_workers(_Views(items, order, cfg, encoder.cfg.patch_size), cfg.workers):
             shard = shards[i // cfg.shard_items]
             it = items[i]
             if views is None:
