@@ -21,8 +21,9 @@ from levjepa.rng import make_generator
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
-def write_store(path: Path, tokens: np.ndarray, labels: np.ndarray, *, segments: int = 1, crops: int = 1,
-                shard_items: int = 500) -> Path:
+def write_store(
+    path: Path, tokens: np.ndarray, labels: np.ndarray, *, segments: int = 1, crops: int = 1, shard_items: int = 500
+) -> Path:
     """A feature store in the documented format (``levjepa.eval.feature_store``) from token arrays
     [files · segments · crops, 1+L, D] (rows of a file consecutive, segment-major)."""
     path.mkdir(parents=True)
@@ -40,11 +41,27 @@ def write_store(path: Path, tokens: np.ndarray, labels: np.ndarray, *, segments:
         for off, r in enumerate(range(r0, r1)):
             f, v = divmod(r, views)
             seg, crop = divmod(v, crops)
-            index.append({"row": r, "shard": k, "offset": off, "file": f"f{f}.mp4", "label": int(labels[f]),
-                          "item": f, "segment": seg, "crop": crop})
+            index.append(
+                {
+                    "row": r,
+                    "shard": k,
+                    "offset": off,
+                    "file": f"f{f}.mp4",
+                    "label": int(labels[f]),
+                    "item": f,
+                    "segment": seg,
+                    "crop": crop,
+                }
+            )
     (path / "index.jsonl").write_text("".join(json.dumps(r) + "\n" for r in index))
-    meta = {"version": 1, "config": {"segments": segments, "crops": crops}, "complete": True,
-            "rows": len(tokens), "shard_rows": counts, "bad_files": 0}
+    meta = {
+        "version": 1,
+        "config": {"segments": segments, "crops": crops},
+        "complete": True,
+        "rows": len(tokens),
+        "shard_rows": counts,
+        "bad_files": 0,
+    }
     (path / "store.json").write_text(json.dumps(meta))
     return path
 
@@ -62,15 +79,25 @@ def test_from_disk_equals_the_in_memory_grid(tmp_path, one_thread):
     train, val = write_store(tmp_path / "t", xt, yt, shard_items=30), write_store(tmp_path / "v", xv, yv)
     cfg = probe_config("demo", epochs=3, linear_epochs=3, batch_size=16)
     for kind in ("attentive", "linear"):
-        disk = probe_from_stores(kind, cfg, FeatureStore(train), FeatureStore(val), num_classes=3,
-                                 generator=make_generator("t", 0))
+        disk = probe_from_stores(
+            kind, cfg, FeatureStore(train), FeatureStore(val), num_classes=3, generator=make_generator("t", 0)
+        )
         st, sv = FeatureStore(train), FeatureStore(val)
         if kind == "attentive":
-            inp = (torch.from_numpy(st.read("tokens", np.arange(96))), torch.from_numpy(sv.read("tokens", np.arange(40))))
+            inp = (
+                torch.from_numpy(st.read("tokens", np.arange(96))),
+                torch.from_numpy(sv.read("tokens", np.arange(40))),
+            )
         else:
             inp = (torch.from_numpy(st.read("mean", np.arange(96))), torch.from_numpy(sv.read("mean", np.arange(40))))
-        mem = train_probe_grid(kind, cfg, (inp[0], torch.from_numpy(yt)), (inp[1], torch.from_numpy(yv)),
-                               num_classes=3, generator=make_generator("t", 0))
+        mem = train_probe_grid(
+            kind,
+            cfg,
+            (inp[0], torch.from_numpy(yt)),
+            (inp[1], torch.from_numpy(yv)),
+            num_classes=3,
+            generator=make_generator("t", 0),
+        )
         assert disk.val_acc == pytest.approx(mem.val_acc, abs=1e-6)
         assert disk.val_loss == pytest.approx(mem.val_loss, rel=1e-3, abs=1e-4)
         assert disk.best_val > 90.0  # separable classes
@@ -111,8 +138,14 @@ print(int(hwm.split()[1]), res.best_val)
 
 def _peak_rss_kb(train: Path, val: Path) -> int:
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(train), str(val)], env=env, check=True,
-                         capture_output=True, text=True, timeout=600).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(train), str(val)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    ).stdout
     return int(out.split()[0])
 
 

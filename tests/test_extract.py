@@ -154,7 +154,11 @@ def test_per_video_npy_files_match_the_shards_and_resume(media, tmp_path):
     assert patches.dtype == np.float16 and patches.shape == (4, 8 * 2 * 2, 32)
     index = read_index(out)
     assert [(r["file"], r["offset"], r["start_frame"]) for r in index if r["file"] == "a.npy"] == [
-        ("a.npy", 0, 0), ("a.npy", 1, 8), ("a.npy", 2, 16), ("a.npy", 3, 24)]
+        ("a.npy", 0, 0),
+        ("a.npy", 1, 8),
+        ("a.npy", 2, 16),
+        ("a.npy", 3, 24),
+    ]
     assert res.rows == len(index) == 6 and res.bad_files == 2
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     (out / "b.json").unlink()  # as if killed while writing b
@@ -164,7 +168,8 @@ def test_per_video_npy_files_match_the_shards_and_resume(media, tmp_path):
         again = extract(enc, str(media), out, cfg, progress=False)
     after = {p.name: p.read_bytes() for p in out.iterdir()}
     assert {k: v for k, v in after.items() if k != "extract.json"} == {
-        k: v for k, v in before.items() if k != "extract.json"}
+        k: v for k, v in before.items() if k != "extract.json"
+    }
     assert again.rows == 6 and again.bad_files == 2
 
 
@@ -172,6 +177,9 @@ def test_per_video_names_stay_unique():
     from levjepa.data.sources import MediaItem
     from levjepa.eval.extract import video_names
 
-    items = [MediaItem("/d/x/clip.mp4", None, "video"), MediaItem("/d/y/clip.mp4", None, "video"),
-             MediaItem("/d/y/other.mp4", None, "video")]
+    items = [
+        MediaItem("/d/x/clip.mp4", None, "video"),
+        MediaItem("/d/y/clip.mp4", None, "video"),
+        MediaItem("/d/y/other.mp4", None, "video"),
+    ]
     assert video_names(items) == ["x__clip", "y__clip", "other"]

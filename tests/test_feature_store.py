@@ -32,7 +32,10 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 def _video(path: Path, n: int, seed: int, h: int = 20, w: int = 28) -> None:
     y, x = np.mgrid[0:h, 0:w]
     frames = np.stack(
-        [np.stack([(x * 7 + 11 * i + seed) % 256, (y * 5 + 3 * i) % 256, (x + y + seed * 13) % 256], -1) for i in range(n)]
+        [
+            np.stack([(x * 7 + 11 * i + seed) % 256, (y * 5 + 3 * i) % 256, (x + y + seed * 13) % 256], -1)
+            for i in range(n)
+        ]
     ).astype(np.uint8)
     write_video(path, frames, fps=10)
 

@@ -26,8 +26,10 @@ def _video(path: Path, colour: int) -> None:
 
 def test_kinetics_csv(tmp_path):
     root = tmp_path / "k400"
-    rows = {"train": [("abseiling", "aaa", 10, 20), ("zumba", "bbb", 0, 10), ("bowling", "ccc", 5, 15)],
-            "val": [("zumba", "ddd", 3, 13), ("bowling", "eee", 1, 11)]}
+    rows = {
+        "train": [("abseiling", "aaa", 10, 20), ("zumba", "bbb", 0, 10), ("bowling", "ccc", 5, 15)],
+        "val": [("zumba", "ddd", 3, 13), ("bowling", "eee", 1, 11)],
+    }
     for split, rs in rows.items():
         lines = ["label,youtube_id,time_start,time_end,split"]
         for label, yt, t0, t1 in rs:
@@ -35,10 +37,14 @@ def test_kinetics_csv(tmp_path):
             if yt != "eee":  # one video was never downloaded
                 _video(root / "videos" / split / label / f"{yt}_{t0:06d}_{t1:06d}.mp4", 100)
         (root / f"{split}.csv").write_text("\n".join(lines) + "\n")
-    task = dataset_task([str(root / "train.csv"), str(root / "val.csv")], protocol="k400",
-                        video_root=str(root / "videos"))
+    task = dataset_task(
+        [str(root / "train.csv"), str(root / "val.csv")], protocol="k400", video_root=str(root / "videos")
+    )
     assert [(Path(i.path).name, i.label) for i in task.splits["train"]] == [
-        ("aaa_000010_000020.mp4", 0), ("bbb_000000_000010.mp4", 2), ("ccc_000005_000015.mp4", 1)]
+        ("aaa_000010_000020.mp4", 0),
+        ("bbb_000000_000010.mp4", 2),
+        ("ccc_000005_000015.mp4", 1),
+    ]
     assert [i.label for i in task.splits["val"]] == [2, 1]  # the training file's class indices
     assert Path(task.splits["val"][1].path).name == "eee_000001_000011.mp4"  # kept: reported as bad later
     assert task.num_classes == 400
@@ -56,15 +62,18 @@ def test_ssv2_json(tmp_path):
     (root / "videos").mkdir(parents=True)
     labels = {"Holding something next to something": "0", "Pushing something from left to right": "1"}
     (root / "something-something-v2-labels.json").write_text(json.dumps(labels))
-    train = [{"id": "11", "template": "Holding [something] next to [something]", "label": "holding a cup"},
-             {"id": "12", "template": "Pushing [something] from left to right", "label": "pushing a pen"}]
+    train = [
+        {"id": "11", "template": "Holding [something] next to [something]", "label": "holding a cup"},
+        {"id": "12", "template": "Pushing [something] from left to right", "label": "pushing a pen"},
+    ]
     val = [{"id": "13", "template": "Pushing [something] from left to right"}]
     for e in train + val:
         _video(root / "videos" / f"{e['id']}.mp4", 50)  # any extension: found by stem
     (root / "train.json").write_text(json.dumps(train))
     (root / "validation.json").write_text(json.dumps(val))
-    task = dataset_task([str(root / "train.json"), str(root / "validation.json")], protocol="ssv2",
-                        video_root=str(root / "videos"))
+    task = dataset_task(
+        [str(root / "train.json"), str(root / "validation.json")], protocol="ssv2", video_root=str(root / "videos")
+    )
     assert [(Path(i.path).name, i.label) for i in task.splits["train"]] == [("11.mp4", 0), ("12.mp4", 1)]
     assert task.splits["val"][0].label == 1 and task.num_classes == 174
     assert (task.test_views.segments, task.test_views.crops, task.test_views.frames) == (2, 3, 16)
@@ -105,8 +114,22 @@ def test_in1k_preset_end_to_end(tmp_path, capsys, one_thread):
     out = tmp_path / "res" / "probe.json"
     parser = argparse.ArgumentParser()
     cli_probe.add_arguments(parser)
-    args = parser.parse_args([str(run), "--task", f"index:{train},{val}", "--protocol", "in1k", "--probe", "knn",
-                              "--no-baseline", "--workers", "0", "--out", str(out)])
+    args = parser.parse_args(
+        [
+            str(run),
+            "--task",
+            f"index:{train},{val}",
+            "--protocol",
+            "in1k",
+            "--probe",
+            "knn",
+            "--no-baseline",
+            "--workers",
+            "0",
+            "--out",
+            str(out),
+        ]
+    )
     assert cli_probe.main(args) == 0
     assert "protocol in1k (16×1×1)" in capsys.readouterr().out
     js = json.loads(out.read_text())

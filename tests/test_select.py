@@ -70,8 +70,18 @@ def test_select_command_end_to_end(tmp_path, capsys):
     parser = argparse.ArgumentParser()
     select_mod.add_arguments(parser)
     args = parser.parse_args(
-        [str(run), "--task", "appearance", "--probe", "knn", "--device", "cpu", "--out", str(out),
-         *[a for kv in TINY for a in ("--synthetic", kv)]]
+        [
+            str(run),
+            "--task",
+            "appearance",
+            "--probe",
+            "knn",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            *[a for kv in TINY for a in ("--synthetic", kv)],
+        ]
     )
     assert select_mod.main(args) == 0
     text = capsys.readouterr().out

@@ -29,6 +29,7 @@ import argparse
 import json
 from pathlib import Path
 
+from levjepa import distributed
 from levjepa.config import apply_overrides
 from levjepa.data import BadFileReport
 from levjepa.eval.benchmark import (
@@ -40,11 +41,10 @@ from levjepa.eval.benchmark import (
     evaluate_splits,
     synthetic_config_for,
 )
-from levjepa import distributed
 from levjepa.eval.dataset_eval import dataset_task, evaluate_dataset
-from levjepa.eval.protocols import PROTOCOLS
 from levjepa.eval.load import LoadedEncoder, load_encoder, random_encoder
 from levjepa.eval.probes import probe_config
+from levjepa.eval.protocols import PROTOCOLS
 
 __all__ = ["add_arguments", "main"]
 

@@ -102,9 +102,7 @@ def dataset_task(
     top = max(int(it.label or 0) for items in splits.values() for it in items)
     num_classes = proto.num_classes if proto is not None else max(2, top + 1)
     if top >= num_classes:
-        raise DataError(
-            f"unreadable: a label {top} is out of range for --protocol {protocol} ({num_classes} classes)"
-        )
+        raise DataError(f"unreadable: a label {top} is out of range for --protocol {protocol} ({num_classes} classes)")
     return DatasetTask(
         splits,
         {s: str(p) for s, p in zip(SPLITS, paths, strict=False)},
@@ -143,7 +141,9 @@ def evaluate_dataset(
             views = task.train_views if split == "train" else task.test_views
             views = replace(views, tokens=views.tokens and "attentive" in cfg.probes)
             stores[split] = root / f"{fp}-{task.key(split)}{'' if views.tokens else '-notokens'}"
-            build_store(enc, items, stores[split], views, device=cfg.device, progress=cfg.progress, desc=f"{name} {split}")
+            build_store(
+                enc, items, stores[split], views, device=cfg.device, progress=cfg.progress, desc=f"{name} {split}"
+            )
         store_dirs[name] = {s: str(p) for s, p in stores.items()}
         if not distributed.is_main():
             continue

@@ -162,8 +162,9 @@ def probe_from_stores(
     bs = min(cfg.batch_size, len(smp))
     if isinstance(model, LinearProbeGrid):
         mean, std = _standardizer(train, smp, bs)
-        model.feat_mean.copy_(mean.to(device))
-        model.feat_std.copy_(std.to(device))
+        with torch.no_grad():  # the standardiser of LinearProbeGrid.fit_standardizer, computed streamed
+            model.get_buffer("feat_mean").copy_(mean.to(device))
+            model.get_buffer("feat_std").copy_(std.to(device))
     params, decay = [], []
     for name, p in model.named_parameters():  # decay matrices and the query (as levjepa.eval.probes does)
         params.append(p)

@@ -420,7 +420,8 @@ def extract(
                 if per_video:
                     report.write(out / f"bad_files-{rank}.json")
             else:
-                _add_rows(item, *loaded, cfg, batcher)
+                frames, timestamps, fps = loaded
+                _add_rows(item, frames, timestamps, fps, cfg, batcher)
                 if isinstance(writer, _PerVideoWriter):
                     batcher.flush()
                     writer.finish(names[i])

@@ -282,9 +282,7 @@ def build_store(
     n_shards = math.ceil(len(items) / cfg.shard_items)
     mine = [k for k in range(rank, n_shards, world)]
     todo = [k for k in mine if not (out / f"index-{k:05d}.jsonl").is_file()]
-    shards = {
-        k: _Shard(k, k * cfg.shard_items, min(cfg.shard_items, len(items) - k * cfg.shard_items)) for k in todo
-    }
+    shards = {k: _Shard(k, k * cfg.shard_items, min(cfg.shard_items, len(items) - k * cfg.shard_items)) for k in todo}
     order = [i for k in todo for i in range(shards[k].first, shards[k].first + shards[k].remaining)]
     bar = None
     if progress:

@@ -174,7 +174,12 @@ class SelectionResult:
                 f". Validation: {i['task']} task, {i['probe']} probe on {i['weights']} weights "
                 f"({WEIGHTS_MEANING.get(i['weights'], '')}); accuracy % on {i['split_text']}"
             )
-        lines = [head, "", f"| rank | run | step | λ | loss | loss / λ^{a} | rank by loss |" + (" accuracy (%) |" if validated else "")]
+        lines = [
+            head,
+            "",
+            f"| rank | run | step | λ | loss | loss / λ^{a} | rank by loss |"
+            + (" accuracy (%) |" if validated else ""),
+        ]
         lines.append("| ---: | --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if validated else ""))
         for r in sorted(self.rows, key=lambda r: r["rank"]):
             cells = [str(r["rank"]), r["run"], str(r["step"]), f"{r['lam']:g}", f"{r['loss']:.4f}"]
@@ -183,7 +188,10 @@ class SelectionResult:
                 cells.append(f"{r['acc']:.1f}")
             lines.append("| " + " | ".join(cells) + " |")
         if not validated:
-            lines += ["", "(No labels used. Pass --task index:TRAIN,VAL[,TEST] to check this ranking on your own data.)"]
+            lines += [
+                "",
+                "(No labels used. Pass --task index:TRAIN,VAL[,TEST] to check this ranking on your own data.)",
+            ]
             return "\n".join(lines)
 
         def fmt(rho: float | None, p: float | None) -> str:
@@ -322,7 +330,9 @@ def select(
         else:
             if r["run"] not in split_cache:
                 run_cfg = read_run_config(r["run"]) if (Path(r["run"]) / CONFIG).is_file() else PretrainConfig()
-                split_cache[r["run"]] = benchmark_splits(synthetic_config_for(run_cfg, synthetic_overrides or []), budget)
+                split_cache[r["run"]] = benchmark_splits(
+                    synthetic_config_for(run_cfg, synthetic_overrides or []), budget
+                )
             splits = split_cache[r["run"]]
             result = evaluate_encoder_on_splits(enc.encoder, splits, evaluation)[0][task][probe]
             split_text = (
