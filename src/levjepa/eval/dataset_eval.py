@@ -127,13 +127,15 @@ def evaluate_dataset(
     *,
     bad_files: BadFileReport | None = None,
 ) -> BenchmarkResult | None:
-    """Stores of every encoder × split (every rank), then the probes (rank 0; other ranks return None)."""
+    """Stores of every encoder × split (every rank; all of them before any probe, so that no rank waits at
+    a barrier while rank 0 trains), then the probes (rank 0; the other ranks return None)."""
     results: dict[str, dict[str, dict[str, Result]]] = {}
     root = Path(features_dir)
     chance: dict[str, float] = {}
     sizes: dict[str, int] = {}
     store_dirs: dict[str, dict[str, str]] = {}
-    for name, enc in encoders.items():
+    all_stores: dict[str, dict[str, Path]] = {}
+    for name, enc in encoders.items():  # every store first: the ranks stay together until the probes
         enc = getattr(enc, "encoder", enc)
         fp = encoder_fingerprint(enc)[:16]
         stores: dict[str, Path] = {}
@@ -144,9 +146,11 @@ def evaluate_dataset(
             build_store(
                 enc, items, stores[split], views, device=cfg.device, progress=cfg.progress, desc=f"{name} {split}"
             )
+        all_stores[name] = stores
         store_dirs[name] = {s: str(p) for s, p in stores.items()}
-        if not distributed.is_main():
-            continue
+    if not distributed.is_main():  # rank 0 trains the probes
+        return None
+    for name, stores in all_stores.items():
         opened = {s: FeatureStore(p) for s, p in stores.items()}
         if bad_files is not None:
             for p in stores.values():
@@ -174,8 +178,6 @@ def evaluate_dataset(
         for st in opened.values():
             st.close()
         results[name] = {"labels": out}
-    if not distributed.is_main():
-        return None
     probe_cfg = cfg.probe_cfg
     info: dict[str, Any] = {
         "title": cfg.title,
