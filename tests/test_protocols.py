@@ -136,3 +136,16 @@ def test_in1k_preset_end_to_end(tmp_path, capsys, one_thread):
     assert js["info"]["split_sizes"] == {"train": 6, "val": 4}
     assert js["accuracy"]["pretrained-ema"]["labels"]["knn"] == 100.0
     assert (out.parent / "features").is_dir()
+
+
+def test_protocol_options_need_an_index_task(tmp_path):
+    from levjepa.commands import select as cli_select
+    from levjepa.config import ConfigError
+
+    run = make_run_dir(tmp_path, steps=(5,))
+    for mod in (cli_probe, cli_select):
+        parser = argparse.ArgumentParser()
+        mod.add_arguments(parser)
+        args = parser.parse_args([str(run), "--protocol", "ssv2", "--device", "cpu"])
+        with pytest.raises(ConfigError, match="index:TRAIN,VAL"):
+            mod.main(args)

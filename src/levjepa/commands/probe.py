@@ -30,7 +30,7 @@ import json
 from pathlib import Path
 
 from levjepa import distributed
-from levjepa.config import apply_overrides
+from levjepa.config import ConfigError, apply_overrides
 from levjepa.data import BadFileReport
 from levjepa.eval.benchmark import (
     BENCHMARK_TITLE,
@@ -128,6 +128,11 @@ def _main(args: argparse.Namespace) -> int:
         if args.protocol:
             title += f", protocol {args.protocol} ({PROTOCOLS[args.protocol].views_text})"
     else:
+        if args.protocol or args.video_root or args.labels_file:
+            raise ConfigError(
+                f"--protocol / --video-root / --labels-file apply to --task index:TRAIN,VAL[,TEST], not to --task "
+                f"{args.task!r} (the built-in benchmark)"
+            )
         tasks = _split_list(args.task, TASKS, "task")
         syn = synthetic_config_for(first.run_config, args.synthetic)
         splits = benchmark_splits(syn, args.budget)

@@ -44,6 +44,7 @@ from typing import Any, Literal
 import numpy as np
 
 from levjepa import distributed
+from levjepa.config import ConfigError
 from levjepa.eval.benchmark import (
     TASKS,
     EvalConfig,
@@ -299,6 +300,10 @@ def select(
     ``index:TRAIN,VAL[,TEST]``) also probe each and report the Spearman correlations (see the module doc).
     ``cache_dir``: the feature cache (built-in) or the feature-store folder (index task);
     ``index_options``: keyword arguments of ``levjepa.eval.dataset_eval.dataset_task`` (protocol, frames, ...)."""
+    if task is None or not task.startswith("index:"):
+        given = {k: v for k, v in (index_options or {}).items() if k in ("protocol", "video_root", "labels_file") and v}
+        if given:
+            raise ConfigError(f"{', '.join(sorted(given))} apply to --task index:TRAIN,VAL[,TEST] only")
     rows, win = rank_checkpoints(run_dirs, alpha=alpha, window=window)
     info: dict[str, Any] = {"alpha": alpha, "window": win, "task": task, "weights": weights}
     if task is None:
