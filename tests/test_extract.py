@@ -183,3 +183,18 @@ def test_per_video_names_stay_unique():
         MediaItem("/d/y/other.mp4", None, "video"),
     ]
     assert video_names(items) == ["x__clip", "y__clip", "other"]
+
+
+def test_per_video_via_the_cli(media, tmp_path, capsys):
+    run = make_run_dir(tmp_path, steps=(5,))
+    parser = argparse.ArgumentParser()
+    cli_extract.add_arguments(parser)
+    args = parser.parse_args(
+        [str(run), str(media / "a.mp4"), "--out", str(tmp_path / "pv"), "--format", "per_video",
+         "--per-video-feature", "cls", "--window", "8", "--stride", "4", "--size", "16", "--workers", "0",
+         "--device", "auto", "--no-progress"]
+    )  # fmt: skip
+    assert cli_extract.main(args) == 0
+    assert "4 rows from 1 file(s)" in capsys.readouterr().out
+    index = read_index(tmp_path / "pv")
+    assert np.load(tmp_path / "pv" / "a.npy").shape == (4, 32) and [r["file"] for r in index] == ["a.npy"] * 4
