@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from levjepa.eval.feature_store import resolve_device
 from levjepa.eval.load import load_encoder
 from levjepa.tools.visualize import load_clip, visualize
 
@@ -26,10 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, default=224, help="short side, then centre crop (default 224)")
     parser.add_argument("--scale", type=int, default=0, help="tile enlargement (default: 1, or 2 below 128 px)")
     parser.add_argument("--no-gif", action="store_true", help="only the PNG")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda, cuda:N")
 
 
 def main(args: argparse.Namespace) -> int:
+    args.device = resolve_device(args.device)
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
     cfg = loaded.config
     frames = load_clip(
