@@ -112,8 +112,8 @@ def _read_kinetics_csv(
         raise DataError(f"unreadable: {path}: a Kinetics CSV needs the columns {sorted(missing)}")
     if classes is None:
         classes = {name: i for i, name in enumerate(sorted({r["label"] for r in rows}))}
-    videos = _find_videos(_video_root(path, video_root))
     root = _video_root(path, video_root)
+    videos = _find_videos(root)
     items = []
     for lineno, r in enumerate(rows, start=2):
         if r["label"] not in classes:
