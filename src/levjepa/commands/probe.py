@@ -53,7 +53,7 @@ def _split_list(text: str, valid: tuple[str, ...], what: str) -> list[str]:
     items = list(valid) if text == "all" else [t.strip() for t in text.split(",") if t.strip()]
     bad = [t for t in items if t not in valid]
     if bad or not items:
-        raise ValueError(f"--{what} {text!r}: valid choices are {', '.join(valid)} or all")
+        raise ConfigError(f"--{what} {text!r}: valid choices are {', '.join(valid)} or all")
     return items
 
 

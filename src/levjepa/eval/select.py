@@ -323,7 +323,7 @@ def select(
         split_text = f"{'test' if 'test' in dtask.splits else 'val'} of {task[len('index:') :]} ({dtask.clip_text})"
     else:
         if task not in TASKS:
-            raise ValueError(f"--task {task!r}: valid choices are {', '.join(TASKS)} or index:TRAIN,VAL[,TEST]")
+            raise ConfigError(f"--task {task!r}: valid choices are {', '.join(TASKS)} or index:TRAIN,VAL[,TEST]")
         split_cache: dict[str, LabelledSplits] = {}
     for r in rows:
         enc = load_encoder(r["checkpoint"], weights=weights, device=device)
