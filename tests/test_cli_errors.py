@@ -56,7 +56,7 @@ def _cases(run: Path, f: dict[str, str], out: str) -> list[tuple[list[str], str]
         (["extract", r], "required"),
         (["export", f["missing"], "--out", out], "nope"),
         (["export", r, "--out", out, "--weights", "both"], "invalid choice"),
-        (["select", r, "--task", "colour"], "invalid choice"),
+        (["select", r, "--task", "colour"], "valid choices"),
         (["select"], "required"),
         (["stream", f["missing"], f["fake_video"]], "nope"),
         (["stream", r, f["fake_video"]], "notes.mp4"),

@@ -131,3 +131,70 @@ def test_stream_mode_and_npy_format_via_the_cli(media, tmp_path, capsys):
     np.testing.assert_allclose(cls_s[0], cls_w[0], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(mean_s[0], mean_w[0], rtol=1e-4, atol=1e-5)
     assert cls_w.shape == cls_s.shape == (4, 32)
+
+
+def test_per_video_npy_files_match_the_shards_and_resume(media, tmp_path):
+    """One <video>.npy [windows, D] per file (the TAD layout), equal to the sharded rows; fp16 patches; a
+    second run after losing one video's files recomputes only that video, to the same bytes."""
+    enc = _encoder()
+    base = dict(window=8, stride=4, frame_stride=2, size=16, patches=True, batch_size=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        extract(enc, str(media), tmp_path / "rows", ExtractConfig(**base, format="npy"), progress=False)
+        cfg = ExtractConfig(**base, format="per_video", workers=1)
+        res = extract(enc, str(media), tmp_path / "pv", cfg, progress=False)
+    out = tmp_path / "pv"
+    rows = read_index(tmp_path / "rows")
+    mean = np.load(tmp_path / "rows" / "mean-00000.npy")
+    a = np.load(out / "a.npy")
+    want = [r["row"] for r in rows if r["path"].endswith("a.mp4")]
+    assert a.shape == (4, 32) and a.dtype == np.float32
+    np.testing.assert_allclose(a, mean[want], rtol=1e-5, atol=1e-6)
+    patches = np.load(out / "a.patches.npy")
+    assert patches.dtype == np.float16 and patches.shape == (4, 8 * 2 * 2, 32)
+    index = read_index(out)
+    assert [(r["file"], r["offset"], r["start_frame"]) for r in index if r["file"] == "a.npy"] == [
+        ("a.npy", 0, 0),
+        ("a.npy", 1, 8),
+        ("a.npy", 2, 16),
+        ("a.npy", 3, 24),
+    ]
+    assert res.rows == len(index) == 6 and res.bad_files == 2
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (out / "b.json").unlink()  # as if killed while writing b
+    (out / "b.npy").unlink()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        again = extract(enc, str(media), out, cfg, progress=False)
+    after = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert {k: v for k, v in after.items() if k != "extract.json"} == {
+        k: v for k, v in before.items() if k != "extract.json"
+    }
+    assert again.rows == 6 and again.bad_files == 2
+
+
+def test_per_video_names_stay_unique():
+    from levjepa.data.sources import MediaItem
+    from levjepa.eval.extract import video_names
+
+    items = [
+        MediaItem("/d/x/clip.mp4", None, "video"),
+        MediaItem("/d/y/clip.mp4", None, "video"),
+        MediaItem("/d/y/other.mp4", None, "video"),
+    ]
+    assert video_names(items) == ["x__clip", "y__clip", "other"]
+
+
+def test_per_video_via_the_cli(media, tmp_path, capsys):
+    run = make_run_dir(tmp_path, steps=(5,))
+    parser = argparse.ArgumentParser()
+    cli_extract.add_arguments(parser)
+    args = parser.parse_args(
+        [str(run), str(media / "a.mp4"), "--out", str(tmp_path / "pv"), "--format", "per_video",
+         "--per-video-feature", "cls", "--window", "8", "--stride", "4", "--size", "16", "--workers", "0",
+         "--device", "auto", "--no-progress"]
+    )  # fmt: skip
+    assert cli_extract.main(args) == 0
+    assert "4 rows from 1 file(s)" in capsys.readouterr().out
+    index = read_index(tmp_path / "pv")
+    assert np.load(tmp_path / "pv" / "a.npy").shape == (4, 32) and [r["file"] for r in index] == ["a.npy"] * 4

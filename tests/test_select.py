@@ -11,7 +11,7 @@ import pytest
 
 from levjepa.commands import select as select_mod
 from levjepa.eval.load import read_run_config
-from levjepa.eval.select import loss_near, spearman_report
+from levjepa.eval.select import _spearman, loss_near, spearman_report
 from levjepa.weights import WeightsError
 from test_export import make_run_dir
 
@@ -70,7 +70,18 @@ def test_select_command_end_to_end(tmp_path, capsys):
     parser = argparse.ArgumentParser()
     select_mod.add_arguments(parser)
     args = parser.parse_args(
-        [str(run), "--probe", "knn", "--out", str(out), *[a for kv in TINY for a in ("--synthetic", kv)]]
+        [
+            str(run),
+            "--task",
+            "appearance",
+            "--probe",
+            "knn",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            *[a for kv in TINY for a in ("--synthetic", kv)],
+        ]
     )
     assert select_mod.main(args) == 0
     text = capsys.readouterr().out
@@ -85,3 +96,65 @@ def test_select_command_end_to_end(tmp_path, capsys):
         assert r["scaled_loss"] == pytest.approx(r["loss"] / 0.02**0.4)
         assert 0.0 <= r["acc"] <= 100.0
     assert result["spearman"]["n"] == 3 and result["image_source"] in ("digits", "fashion-mnist")
+
+
+def test_spearman_equals_scipys_without_scipy():
+    """Values from scipy.stats.spearmanr (scipy 1.x), which this module no longer needs."""
+    cases = [
+        ([1, 2, 3, 4, 5, 6], [2, 1, 4, 3, 6, 5], 0.8285714285714287, 0.04156268221574335),
+        ([3.0, 2.0, 1.0], [10.0, 30.0, 20.0], -0.5, 0.6666666666666666),
+        (list(range(1, 13)), [1, 3, 2, 5, 4, 6, 8, 7, 12, 9, 10, 11], 0.9370629370629372, 6.9931649532105415e-06),
+        ([1, 1, 2, 3, 4], [5, 6, 7, 7, 9], 0.9473684210526317, 0.014379533619930497),  # ties
+    ]
+    for x, y, rho, p in cases:
+        got = _spearman([float(v) for v in x], [float(v) for v in y])
+        assert got[0] == pytest.approx(rho, abs=1e-12) and got[1] == pytest.approx(p, rel=1e-9)
+    assert _spearman([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == (1.0, 0.0)
+
+
+def test_select_ranks_checkpoints_without_labels(tmp_path, capsys):
+    """No task: no probe, no encoder loaded; runs with different λ ranked by loss / λ^α."""
+    a = make_run_dir(tmp_path / "a", steps=(4, 8), losses=lambda s: 2.0 / s)
+    b = make_run_dir(tmp_path / "b", steps=(4, 8), losses=lambda s: 1.0 / s, lam=0.002)
+    out = tmp_path / "select.json"
+    parser = argparse.ArgumentParser()
+    select_mod.add_arguments(parser)
+    assert select_mod.main(parser.parse_args([str(a), str(b), "--out", str(out)])) == 0
+    text = capsys.readouterr().out
+    assert "No labels used" in text and "Spearman" not in text
+    rows = json.loads(out.read_text())["rows"]
+    by = {(r["run"].split("/")[-2], r["step"]): r for r in rows}
+    # raw loss ranks b first (lower loss); divided by λ^0.4 b's tiny λ makes it worse than a
+    assert by[("b", 8)]["rank_by_loss"] == 1 and by[("a", 8)]["rank"] == 1
+    assert sorted(r["rank"] for r in rows) == [1, 2, 3, 4]
+    for r in rows:
+        assert r["scaled_loss"] == pytest.approx(r["loss"] / r["lam"] ** 0.4)
+
+
+def test_select_validates_the_ranking_on_a_labelled_index(tmp_path, capsys, one_thread):
+    import numpy as np
+    from PIL import Image
+
+    media = tmp_path / "media"
+    media.mkdir()
+    for split, n in (("train", 6), ("val", 4)):
+        lines = []
+        for i in range(n):
+            colour = [220, 30, 30] if i % 2 == 0 else [30, 30, 220]
+            Image.fromarray(np.full((16, 16, 3), colour, np.uint8)).save(media / f"{split}{i}.png")
+            lines.append(f"{split}{i}.png {i % 2}")
+        (media / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    run = make_run_dir(tmp_path, steps=(4, 8, 12), losses=lambda s: 2.0 / s)
+    out = tmp_path / "select.json"
+    parser = argparse.ArgumentParser()
+    select_mod.add_arguments(parser)
+    task = f"index:{media / 'train.txt'},{media / 'val.txt'}"
+    args = [str(run), "--task", task, "--probe", "knn", "--frames", "4", "--size", "16", "--workers", "0"]
+    args += ["--device", "cpu", "--cache", str(tmp_path / "features"), "--out", str(out)]
+    assert select_mod.main(parser.parse_args(args)) == 0
+    text = capsys.readouterr().out
+    assert "Spearman ρ(−loss, accuracy)" in text and "val of" in text
+    result = json.loads(out.read_text())
+    assert [r["acc"] for r in result["rows"]] == [100.0, 100.0, 100.0]  # colour separates the classes
+    assert result["spearman"]["rho_raw"] is None  # a constant accuracy: undefined, not NaN
+    assert len(list((tmp_path / "features").iterdir())) == 6  # 3 checkpoints × 2 splits, reused next time

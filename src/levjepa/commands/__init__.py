@@ -67,7 +67,6 @@ def _top_parser() -> argparse.ArgumentParser:
 
 # optional packages a command may import -> how to install them (pyproject.toml's extras)
 OPTIONAL_PACKAGES: dict[str, str] = {
-    "scipy": "pip install 'levjepa[select]' (or scipy)",
     "tensorboard": "pip install 'levjepa[tensorboard]' (or tensorboard)",
     "wandb": "pip install 'levjepa[wandb]' (or wandb)",
     "mlflow": "pip install 'levjepa[mlflow]' (or mlflow)",

@@ -1,13 +1,17 @@
 """``levjepa extract CKPT SOURCE [SOURCE ...] --out DIR``: CLS / mean-pooled / patch features per time window.
 
 SOURCE: a folder of videos and images (recursive), a V-JEPA index file (``path label`` rows), or single
-files. See ``levjepa.eval.extract`` for the windows, the output files and the index.
+files. See ``levjepa.eval.extract`` for the windows, the output files and the index. ``--format per_video``
+writes one ``<video>.npy`` ``[windows, D]`` per video (temporal-action-detection layout), resumes a killed
+job, and splits the videos over ``torchrun`` ranks. ``--device auto`` (default) uses the GPU when there is
+one, under bf16 autocast.
 """
 
 from __future__ import annotations
 
 import argparse
 
+from levjepa import distributed
 from levjepa.eval.extract import ExtractConfig, extract
 from levjepa.eval.load import load_encoder
 
@@ -28,11 +32,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-fps", type=float, default=None, help="sample at this rate instead of a stride")
     parser.add_argument("--size", type=int, default=d.size, help=f"short side + centre crop (default {d.size})")
     parser.add_argument("--patch", action="store_true", help="also store every patch token (float16)")
-    parser.add_argument("--format", choices=("safetensors", "npy"), default=d.format)
+    parser.add_argument(
+        "--format",
+        choices=("safetensors", "npy", "per_video"),
+        default=d.format,
+        help="shards of rows (safetensors, npy) or one <video>.npy [windows, D] per video (per_video)",
+    )
+    parser.add_argument(
+        "--per-video-feature", choices=("mean", "cls"), default=d.per_video_feature, help="what <video>.npy holds"
+    )
+    parser.add_argument("--workers", type=int, default=d.workers, help="decoding processes (0: in this one)")
     parser.add_argument("--stream", action="store_true", help="KV-cache streaming encoder with a sliding window")
     parser.add_argument("--batch-size", type=int, default=d.batch_size, help="windows per forward pass")
     parser.add_argument("--shard-rows", type=int, default=d.shard_rows, help="rows per output file")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda, cuda:N")
     parser.add_argument("--no-progress", action="store_true")
 
 
@@ -48,11 +61,24 @@ def main(args: argparse.Namespace) -> int:
         stream=args.stream,
         format=args.format,
         shard_rows=args.shard_rows,
+        per_video_feature=args.per_video_feature,
+        workers=args.workers,
     )
-    loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
+    info = distributed.setup(None if args.device == "auto" else args.device)
+    device = str(info.device) if args.device == "auto" or info.world_size > 1 else args.device
+    try:
+        return _run(args, cfg, device, info.is_main)
+    finally:
+        distributed.teardown()
+
+
+def _run(args: argparse.Namespace, cfg: ExtractConfig, device: str, main: bool) -> int:
+    loaded = load_encoder(args.checkpoint, weights=args.weights, device=device)
     print(f"encoder: {loaded.describe()}")
     sources = args.sources if len(args.sources) > 1 else args.sources[0]
-    res = extract(loaded.encoder, sources, args.out, cfg, device=args.device, progress=not args.no_progress)
+    res = extract(loaded.encoder, sources, args.out, cfg, device=device, progress=not args.no_progress)
+    if not main:
+        return 0
     print(
         f"{res.rows} rows from {res.files} file(s) in {res.seconds:.1f} s -> {res.out_dir} "
         f"({', '.join(res.shards)}, index.jsonl); {res.bad_files} bad file(s) in bad_files.json"

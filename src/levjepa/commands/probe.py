@@ -4,11 +4,16 @@ Tasks (``--task``):
 
 * ``appearance,motion,arrow`` (any subset): the built-in benchmark, with the benchmark config the run
   trained with (``config.json`` → ``data.synthetic``) unless overridden with ``--synthetic key=value``;
-* ``index:TRAIN,VAL[,TEST]``: a user's labelled V-JEPA index files (``path label`` rows; images allowed).
+* ``index:TRAIN,VAL[,TEST]``: a user's labelled split files — V-JEPA index files (``path label`` rows;
+  images allowed), Kinetics CSVs or Something-Something v2 JSONs (``--video-root``, ``--labels-file``).
   Each clip is the centre window of ``--frames`` frames at ``--frame-stride``, resized to a short side of
-  ``--size`` and centre-cropped (images: the frame repeated). Without TEST the numbers are validation
-  accuracies of the probe chosen on that same validation split (optimistic; the caption says so).
-  Unreadable files are skipped and listed in ``bad_files.json`` beside ``--out``.
+  ``--size`` and centre-cropped (images: the frame repeated), unless ``--protocol ssv2|k400|in1k|diving48``
+  sets frames, stride, resolution and the test views (``levjepa.eval.protocols``). Features stream to
+  feature stores under ``--features`` (decoded by ``--workers`` processes, sharded over ``torchrun`` ranks,
+  resumed when run again) and the probes train from disk in bounded memory
+  (``levjepa.eval.dataset_eval``). Without TEST the numbers are validation accuracies of the probe chosen
+  on that same validation split (optimistic; the caption says so). Unreadable files are skipped and listed
+  in ``bad_files.json`` beside ``--out``.
 
 ``--weights ema|online|both`` picks the checkpoint's weights (an export holds one set); the table adds
 ``random-init``: the same architecture at random initialisation (``--baseline-seed``), unless
@@ -24,7 +29,8 @@ import argparse
 import json
 from pathlib import Path
 
-from levjepa.config import apply_overrides
+from levjepa import distributed
+from levjepa.config import ConfigError, apply_overrides
 from levjepa.data import BadFileReport
 from levjepa.eval.benchmark import (
     BENCHMARK_TITLE,
@@ -35,9 +41,10 @@ from levjepa.eval.benchmark import (
     evaluate_splits,
     synthetic_config_for,
 )
-from levjepa.eval.index_task import load_index_splits
+from levjepa.eval.dataset_eval import dataset_task, evaluate_dataset
 from levjepa.eval.load import LoadedEncoder, load_encoder, random_encoder
 from levjepa.eval.probes import probe_config
+from levjepa.eval.protocols import PROTOCOLS
 
 __all__ = ["add_arguments", "main"]
 
@@ -46,7 +53,7 @@ def _split_list(text: str, valid: tuple[str, ...], what: str) -> list[str]:
     items = list(valid) if text == "all" else [t.strip() for t in text.split(",") if t.strip()]
     bad = [t for t in items if t not in valid]
     if bad or not items:
-        raise ValueError(f"--{what} {text!r}: valid choices are {', '.join(valid)} or all")
+        raise ConfigError(f"--{what} {text!r}: valid choices are {', '.join(valid)} or all")
     return items
 
 
@@ -65,17 +72,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--synthetic", action="append", default=[], metavar="KEY=VALUE", help="benchmark override")
     parser.add_argument("--baseline-seed", type=int, default=0, help="seed of the random-init baseline")
     parser.add_argument("--no-baseline", action="store_true", help="skip the random-init column")
+    parser.add_argument("--protocol", choices=tuple(PROTOCOLS), default=None, help="index task: a standard protocol")
+    parser.add_argument("--video-root", default=None, help="index task: folder of the videos of a K400 CSV / SSv2 JSON")
+    parser.add_argument("--labels-file", default=None, help="index task: SSv2's something-something-v2-labels.json")
+    parser.add_argument(
+        "--features", default=None, help="index task: feature store folder (default: features/ beside --out, or ./)"
+    )
+    parser.add_argument("--workers", type=int, default=2, help="index task: decoding processes")
     parser.add_argument("--frames", type=int, default=16, help="index task: frames per clip")
     parser.add_argument("--frame-stride", type=int, default=2, help="index task: keep every n-th frame")
     parser.add_argument("--size", type=int, default=224, help="index task: short side + centre crop")
     parser.add_argument("--batch-size", type=int, default=8, help="clips per encoder forward")
     parser.add_argument("--cache", default=None, help="feature cache folder")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda, cuda:N")
     parser.add_argument("--seed", type=int, default=0, help="probe seed")
     parser.add_argument("--out", default=None, help="write the JSON result here")
 
 
 def main(args: argparse.Namespace) -> int:
+    info = distributed.setup(None if args.device == "auto" else args.device)  # torchrun: one process per GPU
+    args.device = str(info.device) if args.device == "auto" or info.world_size > 1 else args.device
+    try:
+        return _main(args)
+    finally:
+        distributed.teardown()
+
+
+def _main(args: argparse.Namespace) -> int:
     probes = _split_list(args.probe, PROBES, "probe")
     weights = ["ema", "online"] if args.weights == "both" else [args.weights]
     loaded: dict[str, LoadedEncoder] = {}
@@ -86,19 +109,30 @@ def main(args: argparse.Namespace) -> int:
     if not args.no_baseline:
         loaded["random-init"] = random_encoder(first.config, seed=args.baseline_seed, device=args.device)
     probe_cfg = apply_overrides(probe_config(args.budget, depth=args.probe_depth), args.set)
-    bad = None
+    bad, task = None, None
     if args.task.startswith("index:"):
         bad = BadFileReport()
-        splits = load_index_splits(
+        task = dataset_task(
             args.task[len("index:") :].split(","),
+            protocol=args.protocol,
             frames=args.frames,
             frame_stride=args.frame_stride,
             size=args.size,
-            patch=first.config.patch_size,
-            bad_files=bad,
+            video_root=args.video_root,
+            labels_file=args.labels_file,
+            batch_size=args.batch_size,
+            workers=args.workers,
         )
-        tasks, title = ["labels"], f"labelled index {args.task[len('index:') :]}"
+        tasks = ["labels"]
+        title = f"labelled index {args.task[len('index:') :]}"
+        if args.protocol:
+            title += f", protocol {args.protocol} ({PROTOCOLS[args.protocol].views_text})"
     else:
+        if args.protocol or args.video_root or args.labels_file:
+            raise ConfigError(
+                f"--protocol / --video-root / --labels-file apply to --task index:TRAIN,VAL[,TEST], not to --task "
+                f"{args.task!r} (the built-in benchmark)"
+            )
         tasks = _split_list(args.task, TASKS, "task")
         syn = synthetic_config_for(first.run_config, args.synthetic)
         splits = benchmark_splits(syn, args.budget)
@@ -115,7 +149,16 @@ def main(args: argparse.Namespace) -> int:
         progress=True,
         title=title,
     )
-    result = evaluate_splits({name: le.encoder for name, le in loaded.items()}, splits, evaluation)
+    encoders = {name: le.encoder for name, le in loaded.items()}
+    if task is not None:
+        features = args.features or str(Path(args.out).parent / "features" if args.out else Path("features"))
+        print(f"feature stores: {features} (reused when run again)")
+        maybe = evaluate_dataset(encoders, task, evaluation, features, bad_files=bad)
+        if maybe is None:  # not rank 0: the features are done, rank 0 trains the probes
+            return 0
+        result = maybe
+    else:
+        result = evaluate_splits(encoders, splits, evaluation)
     result.info["encoders"] = {name: le.describe() for name, le in loaded.items()}
     for name, le in loaded.items():  # which copy each column is (the EMA copy by default)
         print(f"{name}: {le.describe()}")

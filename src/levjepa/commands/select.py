@@ -1,6 +1,8 @@
-"""``levjepa select RUN_DIR [RUN_DIR ...]``: label-free model selection — the training loss (and loss / λ^α)
-near each checkpoint against a cheap probe accuracy, with their Spearman correlations. The method and its
-caveats: :mod:`levjepa.eval.select`.
+"""``levjepa select RUN_DIR [RUN_DIR ...]``: label-free model selection — every checkpoint ranked by its
+training loss and loss / λ^α, without probing anything. ``--task index:TRAIN,VAL[,TEST]`` (your own labelled
+split files; ``--protocol`` etc. as for ``levjepa probe``) or ``--task appearance|motion|arrow`` (the built-in
+benchmark) also probes every checkpoint and reports how well the ranking predicts accuracy (Spearman ρ).
+The method and its caveats: :mod:`levjepa.eval.select`.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
+from levjepa import distributed
+from levjepa.eval.protocols import PROTOCOLS
 from levjepa.eval.select import select
 
 __all__ = ["add_arguments", "main"]
@@ -16,7 +20,11 @@ __all__ = ["add_arguments", "main"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", help="run directories (several: compare runs with different λ)")
-    parser.add_argument("--task", default="appearance", choices=("appearance", "motion", "arrow"))
+    parser.add_argument(
+        "--task",
+        default=None,
+        help="validate the ranking: index:TRAIN,VAL[,TEST] (your labelled files) or appearance|motion|arrow",
+    )
     parser.add_argument("--probe", default="linear", choices=("linear", "knn", "attentive"))
     parser.add_argument("--alpha", type=float, default=0.4, help="exponent of the loss / λ^α scaling (0.4)")
     parser.add_argument("--window", type=int, default=None, help="steps of loss averaged before each checkpoint")
@@ -25,27 +33,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--synthetic", action="append", default=[], metavar="KEY=VALUE", help="override the benchmark config"
     )
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--protocol", choices=tuple(PROTOCOLS), default=None, help="index task: a standard protocol")
+    parser.add_argument("--video-root", default=None, help="index task: folder of a K400 CSV's / SSv2 JSON's videos")
+    parser.add_argument("--labels-file", default=None, help="index task: SSv2's something-something-v2-labels.json")
+    parser.add_argument("--frames", type=int, default=16, help="index task: frames per clip")
+    parser.add_argument("--frame-stride", type=int, default=2, help="index task: keep every n-th frame")
+    parser.add_argument("--size", type=int, default=224, help="index task: short side + centre crop")
+    parser.add_argument("--workers", type=int, default=2, help="index task: decoding processes")
+    parser.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda, cuda:N")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cache", default=None, help="feature cache folder (reused across calls)")
+    parser.add_argument(
+        "--cache", default=None, help="feature cache (built-in task) or feature-store folder (index task)"
+    )
     parser.add_argument("--out", default=None, help="write the JSON result here")
 
 
 def main(args: argparse.Namespace) -> int:
-    result = select(
-        args.runs,
-        task=args.task,
-        probe=args.probe,
-        alpha=args.alpha,
-        window=args.window,
-        weights=args.weights,
-        budget=args.budget,
-        synthetic_overrides=args.synthetic,
-        device=args.device,
-        seed=args.seed,
-        cache_dir=args.cache,
-        progress=True,
-    )
+    info = distributed.setup(None if args.device == "auto" else args.device)
+    device = str(info.device) if args.device == "auto" or info.world_size > 1 else args.device
+    try:
+        result = select(
+            args.runs,
+            task=args.task,
+            probe=args.probe,
+            alpha=args.alpha,
+            window=args.window,
+            weights=args.weights,
+            budget=args.budget,
+            synthetic_overrides=args.synthetic,
+            device=device,
+            seed=args.seed,
+            cache_dir=args.cache,
+            progress=True,
+            index_options={
+                "protocol": args.protocol,
+                "frames": args.frames,
+                "frame_stride": args.frame_stride,
+                "size": args.size,
+                "video_root": args.video_root,
+                "labels_file": args.labels_file,
+                "workers": args.workers,
+            },
+        )
+    finally:
+        distributed.teardown()
+    if not info.is_main:
+        return 0
     print(result.table())
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,9 @@ Images are clips too: the frame is repeated along time (the paper repeats ImageN
 
 * :func:`load_eval_clip` — one clip of ``num_frames`` frames from a video (every ``frame_stride``-th frame
   from ``start``, by default the centred window) or an image, as uint8 ``[T, S, S, 3]``;
+* :func:`load_eval_views` — the test-time views of the standard protocols: ``segments`` clips spread
+  evenly over the video times ``crops`` spatial crops (1: centre; 3: both ends and the centre of the long
+  side, V-JEPA 2's ``num_views_per_segment = 3``), as uint8 ``[segments · crops, T, S, S, 3]``;
 * :func:`load_eval_video` — every kept frame of a whole video (``frame_stride`` or ``target_fps``) with
   their timestamps, for extraction and streaming, which cut their own windows.
 
@@ -28,7 +31,7 @@ from torch import Tensor
 from levjepa.data.sources import media_kind
 from levjepa.data.video import VideoFrames, decode_all, decode_clip, load_image, probe_video
 
-__all__ = ["as_clip", "center_square", "load_eval_clip", "load_eval_video"]
+__all__ = ["as_clip", "center_square", "load_eval_clip", "load_eval_video", "load_eval_views", "segment_starts"]
 
 
 def center_square(frames: Tensor, size: int, patch: int) -> Tensor:
@@ -81,6 +84,67 @@ def load_eval_clip(
         start = max(0, (n - span) // 2) if n > 0 else 0
     frames = decode_clip(path, num_frames=num_frames, frame_stride=frame_stride, start_frame=start, short_side=size)
     return center_square(frames, size, patch)
+
+
+def square_crops(frames: Tensor, size: int, patch: int, crops: int) -> Tensor:
+    """uint8 frames [T, H, W, 3] -> ``crops`` squares [crops, T, S, S, 3] after the short-side resize of
+    :func:`center_square`: one crop is exactly :func:`center_square`; three are the start, the centre and
+    the end of the long side (the usual 3-crop test protocol)."""
+    if crops == 1:
+        return center_square(frames, size, patch)[None]
+    if crops != 3:
+        raise ValueError(f"square_crops: crops={crops}: valid choices are 1 (centre) or 3 (start, centre, end)")
+    h, w = frames.shape[1:3]
+    scale = size / min(h, w)
+    nh, nw = max(patch, round(h * scale)), max(patch, round(w * scale))
+    x = frames.permute(0, 3, 1, 2).float()
+    if (nh, nw) != (h, w):
+        x = F.interpolate(x, size=(nh, nw), mode="bilinear", antialias=True, align_corners=False)
+    side = (min(nh, nw) // patch) * patch
+    out = []
+    for pos in (0, 1, 2):
+        top = (nh - side) * pos // 2 if nh > nw else (nh - side) // 2
+        left = (nw - side) * pos // 2 if nw >= nh else (nw - side) // 2
+        out.append(x[:, :, top : top + side, left : left + side])
+    return torch.stack(out).round().clamp(0, 255).to(torch.uint8).permute(0, 1, 3, 4, 2).contiguous()
+
+
+def segment_starts(num_source_frames: int, num_frames: int, frame_stride: int, segments: int) -> list[int]:
+    """First source frame of each of ``segments`` clips of ``num_frames`` frames at ``frame_stride``, spread
+    evenly over the video: one segment is the centred window, several go from the first frame to the
+    last possible start (a video shorter than one clip: every segment starts at 0 and is padded)."""
+    span = (num_frames - 1) * frame_stride + 1
+    room = max(0, num_source_frames - span)
+    if segments == 1:
+        return [room // 2]
+    return [round(k * room / (segments - 1)) for k in range(segments)]
+
+
+def load_eval_views(
+    path: str,
+    *,
+    num_frames: int,
+    size: int,
+    patch: int,
+    frame_stride: int = 1,
+    segments: int = 1,
+    crops: int = 1,
+    kind: Literal["video", "image"] | None = None,
+) -> Tensor:
+    """uint8 ``[segments · crops, num_frames, S, S, 3]``, segment-major: the views a protocol evaluates
+    (:func:`segment_starts` × :func:`square_crops`). An image gives the same frame for every segment.
+    ``segments = crops = 1`` equals :func:`load_eval_clip` (the centred window, centre crop)."""
+    kind = kind or media_kind(path) or "video"
+    if kind == "image":
+        frame = load_image(path, short_side=size)[None]
+        views = square_crops(frame, size, patch, crops).expand(-1, num_frames, -1, -1, -1)
+        return views.repeat(segments, 1, 1, 1, 1)
+    n = probe_video(path).num_frames
+    out = []
+    for start in segment_starts(n, num_frames, frame_stride, segments):
+        frames = decode_clip(path, num_frames=num_frames, frame_stride=frame_stride, start_frame=start, short_side=size)
+        out.append(square_crops(frames, size, patch, crops))
+    return torch.cat(out)
 
 
 def load_eval_video(

@@ -2,8 +2,10 @@
 
 Read ``probes.py`` first (the attentive and linear probes and their parallel lr × wd grid), then
 ``features.py`` (features computed once, frozen, nothing dropped) and ``benchmark.py`` (the built-in
-appearance / motion / arrow-of-time benchmark; ``index_task.py`` the same for a user's labelled index
-files). ``load.py`` reads run directories, checkpoints and exports (``levjepa.load``); ``export.py``,
+appearance / motion / arrow-of-time benchmark). A user's labelled dataset, at any size:
+``dataset_eval.py`` — the split files and views (``protocols.py``: ssv2, k400, in1k, diving48; Kinetics
+CSV, SSv2 JSON), features streamed to disk (``feature_store.py``), probes trained from disk
+(``disk_probe.py``). ``load.py`` reads run directories, checkpoints and exports (``levjepa.load``); ``export.py``,
 ``extract.py`` and ``select.py`` are what the ``levjepa export | extract | select`` commands run.
 """
 

@@ -22,6 +22,10 @@ the patch features of those frames — computed with the banded (sliding-window)
 whole history, never recomputing the past. The first row of a video equals the windowed mode's; later
 rows differ because their tokens also saw (through earlier layers) frames before the window.
 
+**Decoding** runs in ``workers`` worker processes (``levjepa.eval.feature_store.decode_in_workers``: a
+DataLoader started from a forkserver, like the pretraining loader's), two files ahead per worker; the
+encoder runs on ``device`` (``auto``: the GPU when there is one) under bf16 autocast on CUDA, fp32 on the CPU.
+
 **Output** (``out/``): ``features-00000.safetensors`` … (tensors ``cls``, ``mean``, ``patches``; shards of
 ``shard_rows`` rows) or ``cls-00000.npy`` / ``mean-…`` / ``patches-…`` with ``format="npy"``;
 ``index.jsonl``: one JSON object per row — ``row, shard, offset, path, kind, label, window, start_frame,
@@ -33,6 +37,7 @@ file is reported and skipped, never fatal); ``extract.json``: the settings and c
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,18 +47,21 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from torch import Tensor
+from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from levjepa import distributed
 from levjepa.config import check, to_dict
 from levjepa.data import BadFileReport, DataError, list_media, normalize
 from levjepa.data.eval_clip import load_eval_clip, load_eval_video
 from levjepa.data.sources import MediaItem
+from levjepa.eval.feature_store import decode_in_workers, resolve_device
 from levjepa.eval.features import frozen_eval
 from levjepa.infer.stream import StreamingEncoder
 from levjepa.model.vit import VideoEncoder
 from levjepa.weights import atomic_write_text, save_tensors
 
-__all__ = ["ExtractConfig", "ExtractResult", "extract", "read_index", "window_starts"]
+__all__ = ["ExtractConfig", "ExtractResult", "extract", "read_index", "video_names", "window_starts"]
 
 
 @dataclass(frozen=True)
@@ -66,8 +74,10 @@ class ExtractConfig:
     patches: bool = False  # also store every patch token (float16)
     batch_size: int = 8  # windows per forward pass
     stream: bool = False  # use the KV-cache StreamingEncoder instead of independent windows
-    format: Literal["safetensors", "npy"] = "safetensors"
+    format: Literal["safetensors", "npy", "per_video"] = "safetensors"
     shard_rows: int = 4096  # rows per output file
+    per_video_feature: Literal["mean", "cls"] = "mean"  # what <name>.npy holds with format="per_video"
+    workers: int = 2  # decoding processes (0: decode in this process)
 
     def __post_init__(self) -> None:
         check(self.window >= 1, f"extract.window={self.window}: must be >= 1 frame")
@@ -82,8 +92,14 @@ class ExtractConfig:
         check(self.batch_size >= 1, f"extract.batch_size={self.batch_size}: must be >= 1")
         check(self.shard_rows >= 1, f"extract.shard_rows={self.shard_rows}: must be >= 1")
         check(
-            self.format in ("safetensors", "npy"), f"extract.format={self.format!r}: valid choices are safetensors, npy"
+            self.format in ("safetensors", "npy", "per_video"),
+            f"extract.format={self.format!r}: valid choices are safetensors, npy, per_video",
         )
+        check(
+            self.per_video_feature in ("mean", "cls"),
+            f"extract.per_video_feature={self.per_video_feature!r}: valid choices are mean, cls",
+        )
+        check(self.workers >= 0, f"extract.workers={self.workers}: must be >= 0")
 
 
 def window_starts(num_frames: int, window: int, stride: int) -> list[int]:
@@ -157,6 +173,58 @@ class _Writer:
         self.index.close()
 
 
+def video_names(items: list[MediaItem]) -> list[str]:
+    """The output name of each file with ``format="per_video"`` (see the module doc)."""
+    stems = [Path(it.path).stem for it in items]
+    dup = {s for s in stems if stems.count(s) > 1}
+    if not dup:
+        return stems
+    root = os.path.commonpath([os.path.dirname(os.path.abspath(it.path)) for it in items])
+    return [
+        os.path.splitext(os.path.relpath(os.path.abspath(it.path), root))[0].replace(os.sep, "__") if s in dup else s
+        for it, s in zip(items, stems, strict=True)
+    ]
+
+
+class _PerVideoWriter:
+    """Rows of the current file, written as ``<name>.npy`` (+ ``.patches.npy``) and ``<name>.json`` when it ends."""
+
+    def __init__(self, out: Path, cfg: ExtractConfig) -> None:
+        self.out, self.cfg = out, cfg
+        self.meta: list[dict[str, Any]] = []
+        self.feats: list[Tensor] = []
+        self.patches: list[Tensor] = []
+        self.rows = 0
+        self.shards: list[str] = []
+
+    def add(self, metas: list[dict[str, Any]], cls: Tensor, mean: Tensor, patches: Tensor | None) -> None:
+        self.meta.extend(metas)
+        self.feats.append(mean if self.cfg.per_video_feature == "mean" else cls)
+        if patches is not None:
+            self.patches.append(patches)
+
+    def finish(self, name: str) -> None:
+        if not self.meta:
+            return
+        _save_npy(self.out / f"{name}.npy", torch.cat(self.feats).float().numpy())
+        if self.patches:
+            _save_npy(self.out / f"{name}.patches.npy", torch.cat(self.patches).half().numpy())
+        rows = [{"file": f"{name}.npy", "offset": i, **m} for i, m in enumerate(self.meta)]
+        atomic_write_text(self.out / f"{name}.json", json.dumps(rows) + "\n")
+        self.rows += len(rows)
+        self.meta, self.feats, self.patches = [], [], []
+
+    def close(self) -> None:
+        pass
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        np.save(f, array)
+    os.replace(tmp, path)
+
+
 def _video_windows(
     frames: Tensor, timestamps: Tensor, source_fps: float, cfg: ExtractConfig
 ) -> Iterator[tuple[dict[str, Any], Tensor]]:
@@ -184,6 +252,11 @@ def _window_meta(
     }
 
 
+def _autocast(device: str) -> Any:
+    """bf16 autocast on CUDA (the frozen forward's usual precision there); a no-op on the CPU."""
+    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.device(device).type == "cuda")
+
+
 def _pad_time(clip: Tensor, multiple: int) -> Tensor:
     """Repeat the last frame of ``clip`` [T, ...] until T is a multiple of ``multiple``."""
     extra = (-len(clip)) % multiple
@@ -209,7 +282,8 @@ def _stream_rows(
     for w, end in enumerate(ends):
         new = _pad_time(frames[pushed:end], tau)  # only the last push can need padding (stride % τ == 0)
         x = normalize(new.permute(3, 0, 1, 2)[None].to(device))  # [1, C, t, H, W]
-        feats = stream.push(x)[0]  # [t/τ·h·w, D], time-major
+        with _autocast(device):
+            feats = stream.push(x)[0].float()  # [t/τ·h·w, D], time-major
         recent.extend(feats.split(feats.shape[0] // (len(new) // tau)))
         recent = recent[-(cfg.window // tau) :]
         pushed = end
@@ -224,7 +298,9 @@ class _Batcher:
     """Windows of any number of files, encoded ``batch_size`` at a time by the frozen encoder (nothing dropped)
     and handed to the writer in the order they came."""
 
-    def __init__(self, encoder: VideoEncoder, writer: _Writer, cfg: ExtractConfig, device: str) -> None:
+    def __init__(
+        self, encoder: VideoEncoder, writer: _Writer | _PerVideoWriter, cfg: ExtractConfig, device: str
+    ) -> None:
         self.encoder, self.writer, self.cfg, self.device = encoder, writer, cfg, device
         self.pending: list[tuple[dict[str, Any], Tensor]] = []
 
@@ -239,7 +315,8 @@ class _Batcher:
             return
         metas = [m for m, _ in self.pending]
         clips = torch.stack([c for _, c in self.pending]).permute(0, 4, 1, 2, 3)  # [B, C, T, S, S]
-        out = self.encoder.forward_features(normalize(clips.to(self.device)))
+        with _autocast(self.device):
+            out = self.encoder.forward_features(normalize(clips.to(self.device)))
         patches = out.patches.to(torch.float16).cpu() if self.cfg.patches else None
         self.writer.add(metas, out.cls.float().cpu(), out.patches.float().mean(1).cpu(), patches)
         self.pending.clear()
@@ -287,6 +364,23 @@ def _check_encoder(encoder: VideoEncoder, cfg: ExtractConfig) -> None:
         )
 
 
+class _Loaded(Dataset[tuple[int, Any, str]]):
+    """Item ``i`` -> (i, (frames, timestamps, fps) or None, why it could not be read): run in workers."""
+
+    def __init__(self, items: list[MediaItem], order: list[int], cfg: ExtractConfig, patch: int) -> None:
+        self.items, self.order, self.cfg, self.patch = items, order, cfg, patch
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, j: int) -> tuple[int, Any, str]:
+        i = self.order[j]
+        try:
+            return i, _load(self.items[i], self.cfg, self.patch), ""
+        except (DataError, OSError, RuntimeError, ValueError) as err:
+            return i, None, str(err) or type(err).__name__
+
+
 def extract(
     encoder: VideoEncoder,
     source: str | list[str],
@@ -299,41 +393,84 @@ def extract(
     """Extract features of every video/image of ``source`` (a folder, an index file, a file, or a list of
     paths) into ``out_dir`` (see the module doc). Bad files are reported in ``bad_files.json``."""
     start = time.perf_counter()
+    device = resolve_device(device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     items = [m for s in source for m in list_media(s)] if isinstance(source, list) else list_media(str(source))
     if not items:
-        raise ValueError(f"extract: no video or image found in {source!r}")
+        raise DataError(f"missing: extract found no video or image in {source!r}")
     _check_encoder(encoder, cfg)
-    writer, report = _Writer(out, cfg), BadFileReport(warn=False)
+    per_video = cfg.format == "per_video"
+    rank, world = distributed.rank(), distributed.world_size()
+    if world > 1 and not per_video:
+        raise ValueError("extract under torchrun: use --format per_video (one file per video, split over ranks)")
+    names = video_names(items) if per_video else []
+    order = [i for i in range(rank, len(items), world) if not (per_video and (out / f"{names[i]}.json").is_file())]
+    writer: _Writer | _PerVideoWriter = _PerVideoWriter(out, cfg) if per_video else _Writer(out, cfg)
+    report = BadFileReport(warn=False)
+    if per_video and (out / f"bad_files-{rank}.json").is_file():
+        report.merge(BadFileReport.read(out / f"bad_files-{rank}.json"))
     batcher = _Batcher(encoder, writer, cfg, device)
-    bar = tqdm(total=len(items), desc="extract", unit="file", disable=None if progress else True)  # None: tty only
-    good = 0
+    bar = tqdm(total=len(order), desc="extract", unit="file", disable=None if progress else True)  # None: tty only
     with frozen_eval(encoder):
-        for item in items:
-            try:
-                frames, timestamps, fps = _load(item, cfg, encoder.cfg.patch_size)
-            except (DataError, OSError, RuntimeError, ValueError) as err:
-                report.add(item.path, str(err))
+        for i, loaded, reason in decode_in_workers(_Loaded(items, order, cfg, encoder.cfg.patch_size), cfg.workers):
+            item = items[i]
+            if loaded is None:
+                report.add(item.path, reason)
+                if per_video:
+                    report.write(out / f"bad_files-{rank}.json")
             else:
-                good += 1
+                frames, timestamps, fps = loaded
                 _add_rows(item, frames, timestamps, fps, cfg, batcher)
+                if isinstance(writer, _PerVideoWriter):
+                    batcher.flush()
+                    writer.finish(names[i])
             bar.update(1)
         batcher.flush()
     bar.close()
     writer.close()
-    report.write(out / "bad_files.json")
+    rows = -1  # known on rank 0 only
+    if per_video:
+        distributed.barrier()
+        if rank == 0:
+            rows, report = _merge_per_video(out, names, world)
+        distributed.barrier()
+        shards = ["<name>.npy per video"]
+        total_rows = rows
+    else:
+        report.write(out / "bad_files.json")
+        shards, total_rows = writer.shards, writer.rows
     result = ExtractResult(
-        rows=writer.rows,
-        files=good,
+        rows=total_rows,
+        files=len(items) - report.total,
         bad_files=report.total,
-        shards=writer.shards,
+        shards=shards,
         seconds=time.perf_counter() - start,
         out_dir=str(out),
-        info={"config": to_dict(cfg), "bad_file_counts": report.counts},
+        info={"config": to_dict(cfg), "bad_file_counts": report.counts, "device": device},
     )
-    atomic_write_text(out / "extract.json", json.dumps(dict(vars(result)), indent=2) + "\n")
+    if rank == 0:
+        atomic_write_text(out / "extract.json", json.dumps(dict(vars(result)), indent=2) + "\n")
     return result
+
+
+def _merge_per_video(out: Path, names: list[str], world: int) -> tuple[int, BadFileReport]:
+    """``index.jsonl`` from every video's ``<name>.json`` in source order, and the ranks' bad files merged."""
+    report = BadFileReport(warn=False)
+    for r in range(world):
+        if (out / f"bad_files-{r}.json").is_file():
+            report.merge(BadFileReport.read(out / f"bad_files-{r}.json"))
+    rows = 0
+    lines = []
+    for name in names:
+        path = out / f"{name}.json"
+        if path.is_file():
+            for row in json.loads(path.read_text()):
+                lines.append(json.dumps({"row": rows, **row}) + "\n")
+                rows += 1
+    atomic_write_text(out / "index.jsonl", "".join(lines))
+    report.write(out / "bad_files.json")
+    return rows, report
 
 
 def read_index(out_dir: str | Path) -> list[dict[str, Any]]:

@@ -1,0 +1,151 @@
+"""Protocol presets read a small split in each supported format (index, Kinetics CSV, SSv2 JSON), with the
+views each preset states; bad rows are reported, not dropped; the in1k preset runs end to end."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from levjepa.commands import probe as cli_probe
+from levjepa.data import DataError, write_video
+from levjepa.eval.dataset_eval import dataset_task
+from levjepa.eval.protocols import PROTOCOLS, read_labelled
+from test_export import make_run_dir
+
+
+def _video(path: Path, colour: int) -> None:
+    frames = np.full((6, 16, 20, 3), colour, np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_video(path, frames, fps=10)
+
+
+def test_kinetics_csv(tmp_path):
+    root = tmp_path / "k400"
+    rows = {
+        "train": [("abseiling", "aaa", 10, 20), ("zumba", "bbb", 0, 10), ("bowling", "ccc", 5, 15)],
+        "val": [("zumba", "ddd", 3, 13), ("bowling", "eee", 1, 11)],
+    }
+    for split, rs in rows.items():
+        lines = ["label,youtube_id,time_start,time_end,split"]
+        for label, yt, t0, t1 in rs:
+            lines.append(f"{label},{yt},{t0},{t1},{split}")
+            if yt != "eee":  # one video was never downloaded
+                _video(root / "videos" / split / label / f"{yt}_{t0:06d}_{t1:06d}.mp4", 100)
+        (root / f"{split}.csv").write_text("\n".join(lines) + "\n")
+    task = dataset_task(
+        [str(root / "train.csv"), str(root / "val.csv")], protocol="k400", video_root=str(root / "videos")
+    )
+    assert [(Path(i.path).name, i.label) for i in task.splits["train"]] == [
+        ("aaa_000010_000020.mp4", 0),
+        ("bbb_000000_000010.mp4", 2),
+        ("ccc_000005_000015.mp4", 1),
+    ]
+    assert [i.label for i in task.splits["val"]] == [2, 1]  # the training file's class indices
+    assert Path(task.splits["val"][1].path).name == "eee_000001_000011.mp4"  # kept: reported as bad later
+    assert task.num_classes == 400
+    p = PROTOCOLS["k400"]
+    assert (task.test_views.segments, task.test_views.crops, task.train_views.crops) == (8, 3, 1)
+    assert (task.test_views.frames, task.test_views.frame_stride, task.test_views.size) == (p.frames, 4, 256)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("label,youtube_id,time_start,time_end,split\nnew_class,fff,0,10,val\n")
+    with pytest.raises(DataError, match="not in the training file's classes"):
+        read_labelled(bad, video_root=root, classes={"zumba": 0})
+
+
+def test_ssv2_json(tmp_path):
+    root = tmp_path / "ssv2"
+    (root / "videos").mkdir(parents=True)
+    labels = {"Holding something next to something": "0", "Pushing something from left to right": "1"}
+    (root / "something-something-v2-labels.json").write_text(json.dumps(labels))
+    train = [
+        {"id": "11", "template": "Holding [something] next to [something]", "label": "holding a cup"},
+        {"id": "12", "template": "Pushing [something] from left to right", "label": "pushing a pen"},
+    ]
+    val = [{"id": "13", "template": "Pushing [something] from left to right"}]
+    for e in train + val:
+        _video(root / "videos" / f"{e['id']}.mp4", 50)  # any extension: found by stem
+    (root / "train.json").write_text(json.dumps(train))
+    (root / "validation.json").write_text(json.dumps(val))
+    task = dataset_task(
+        [str(root / "train.json"), str(root / "validation.json")], protocol="ssv2", video_root=str(root / "videos")
+    )
+    assert [(Path(i.path).name, i.label) for i in task.splits["train"]] == [("11.mp4", 0), ("12.mp4", 1)]
+    assert task.splits["val"][0].label == 1 and task.num_classes == 174
+    assert (task.test_views.segments, task.test_views.crops, task.test_views.frames) == (2, 3, 16)
+    (root / "test.json").write_text(json.dumps([{"id": "14"}]))
+    with pytest.raises(DataError, match="no 'template'"):
+        read_labelled(root / "test.json", video_root=root / "videos")
+    (root / "other").mkdir()
+    (root / "other" / "t.json").write_text("[]")
+    with pytest.raises(DataError, match="labels file"):
+        read_labelled(root / "other" / "t.json")
+
+
+def _images(root: Path, split: str, n: int) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for i in range(n):
+        label = i % 2
+        colour = [220, 30, 30] if label == 0 else [30, 30, 220]
+        Image.fromarray(np.full((20, 26, 3), colour, np.uint8)).save(root / f"{split}{i}.jpg")
+        lines.append(f"{split}{i}.jpg {label}")
+    (root / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    return root / f"{split}.txt"
+
+
+def test_in1k_preset_reads_an_index_of_images(tmp_path):
+    train, val = _images(tmp_path / "img", "train", 6), _images(tmp_path / "img", "val", 4)
+    task = dataset_task([str(train), str(val)], protocol="in1k")
+    assert task.test_views.frames == 16 and task.test_views.size == 224 and task.test_views.crops == 1
+    assert task.splits["train"][0].kind == "image" and task.num_classes == 1000
+    assert [i.label for i in task.splits["val"]] == [0, 1, 0, 1]
+
+
+@pytest.mark.slow
+def test_in1k_preset_end_to_end(tmp_path, capsys, one_thread):
+    """16 frames of 224 px per image (6272 tokens at vit-test): about a minute on one core."""
+    train, val = _images(tmp_path / "img", "train", 6), _images(tmp_path / "img", "val", 4)
+    run = make_run_dir(tmp_path, steps=(5,))
+    out = tmp_path / "res" / "probe.json"
+    parser = argparse.ArgumentParser()
+    cli_probe.add_arguments(parser)
+    args = parser.parse_args(
+        [
+            str(run),
+            "--task",
+            f"index:{train},{val}",
+            "--protocol",
+            "in1k",
+            "--probe",
+            "knn",
+            "--no-baseline",
+            "--workers",
+            "0",
+            "--out",
+            str(out),
+        ]
+    )
+    assert cli_probe.main(args) == 0
+    assert "protocol in1k (16×1×1)" in capsys.readouterr().out
+    js = json.loads(out.read_text())
+    assert js["info"]["split_sizes"] == {"train": 6, "val": 4}
+    assert js["accuracy"]["pretrained-ema"]["labels"]["knn"] == 100.0
+    assert (out.parent / "features").is_dir()
+
+
+def test_protocol_options_need_an_index_task(tmp_path):
+    from levjepa.commands import select as cli_select
+    from levjepa.config import ConfigError
+
+    run = make_run_dir(tmp_path, steps=(5,))
+    for mod in (cli_probe, cli_select):
+        parser = argparse.ArgumentParser()
+        mod.add_arguments(parser)
+        args = parser.parse_args([str(run), "--protocol", "ssv2", "--device", "cpu"])
+        with pytest.raises(ConfigError, match="index:TRAIN,VAL"):
+            mod.main(args)
