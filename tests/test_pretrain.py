@@ -233,12 +233,12 @@ def test_the_command_ends_the_demo_with_probes_of_the_run_it_wrote(tmp_path, cap
     assert main([*args, "--summary-json", str(summary)]) == 0
     written = json.loads((run / "probe_results.json").read_text())
     assert json.loads(summary.read_text())["probe_results"] == written
-    columns = ["pretrained (EMA)", "pretrained (online)", "random init"]
+    columns = ["pretrained (EMA)", "random init"]
     assert list(written["accuracy"]) == columns and "| appearance | attentive |" in capsys.readouterr().err
     cfg = tiny_config(*overrides)
     direct = {
-        columns[1]: load_encoder(run, weights="online").encoder,
-        columns[2]: build_models(cfg, cfg.train.seed)[0],  # the very weights step 0 trained from
+        columns[0]: load_encoder(run, weights="ema").encoder,
+        columns[1]: build_models(cfg, cfg.train.seed)[0],  # the very weights step 0 trained from
     }
     evaluation = EvalConfig(probes=("knn",), seed=cfg.train.seed)
     knn = evaluate_benchmark(direct, cfg.data.synthetic, evaluation).to_json()["accuracy"]

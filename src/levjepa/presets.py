@@ -56,8 +56,8 @@ def _demo_synthetic(num_train: int = 1600) -> SyntheticConfig:
     )
 
 
-def demo_cpu(steps: int = 600, num_train: int = 1600) -> PretrainConfig:
-    """The README's main job: about 8 minutes of pretraining on 2 CPU cores, then frozen probes.
+def demo_cpu(steps: int = 800, num_train: int = 1600) -> PretrainConfig:
+    """The README's main job: about 9 minutes of pretraining on 2 CPU cores, then frozen probes.
 
     Where it departs from the paper's video defaults, and why (measured with ``bench/quality.py``, results
     in ``bench/quality.md``; the earlier search is in ``bench/demo.md``):
@@ -86,7 +86,7 @@ def demo_cpu(steps: int = 600, num_train: int = 1600) -> PretrainConfig:
     * Augmentations suited to the benchmark: no flips (a flip reverses the motion label), local crops of
       15–50 % (they must contain the object to share anything with the global view), strong hue change
       and grayscale (colour is a random per-clip nuisance here).
-    * EMA decay 0.99 every step (the paper's 0.9999 every 32 steps would barely move in 600 steps); with the
+    * EMA decay 0.99 every step (the paper's 0.9999 every 32 steps would barely move in 800 steps); with the
       EMA's warm-up (``levjepa.train.ema``) it averages roughly the last 20 % of the run.
     """
     return PretrainConfig(
