@@ -2,7 +2,8 @@
 
 Each clip shows one real image — an 8×8 handwritten digit (the UCI/scikit-learn digits, shipped with the
 package: ``levjepa.data.digits``), or a Fashion-MNIST garment when asked for (``image_source``: ``digits``,
-``fashion-mnist``, or ``auto`` = Fashion-MNIST when installed) — moving over a textured background. Three labels per clip, drawn independently:
+``fashion-mnist``, or ``auto`` = Fashion-MNIST when installed) — moving over a textured background. Three
+labels per clip, drawn independently:
 
 * ``appearance`` — the image's class (10 classes for both image sources); the IN1K-like readout.
 * ``motion`` — the direction of the object's motion *as seen on screen*, one of 8 compass directions:
