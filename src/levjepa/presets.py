@@ -3,11 +3,11 @@
 =====================  ==========================================================================
 preset                 what it reproduces
 =====================  ==========================================================================
-demo-cpu               a ~10-minute CPU run on 2 cores: a small ViT (``vit-demo``) pretrained on the
+demo-cpu               a ~15-minute CPU run on 2 cores: a small ViT (``vit-demo``) pretrained on the
                        built-in appearance/motion benchmark (16×32×32 clips, 1 global 32-px + 4 local
                        24-px views, ρ = 0.75, block-causal), then frozen probes against the same encoder
                        at random initialisation. The README's main command (see ``demo_cpu``).
-demo-cpu-long          demo-cpu for ~30 minutes on 2 cores (2000 steps, 6000 training clips).
+demo-cpu-long          demo-cpu 2.5× longer (2000 steps, 6000 training clips).
 vit-tiny-consumer      the paper's consumer-hardware run (§5.3): ViT-Tiny, batch 128, 1 global + 4
                        local views, ρ = 0.95, block-causal, bf16 on one GPU; needs ``data.sources``.
 vit-b-paper            the paper's controlled ViT-B/16 setting (SPEC §2–4): 224/96 views, V = 4,
@@ -57,7 +57,8 @@ def _demo_synthetic(num_train: int = 1600) -> SyntheticConfig:
 
 
 def demo_cpu(steps: int = 800, num_train: int = 1600) -> PretrainConfig:
-    """The README's main job: about 9 minutes of pretraining on 2 CPU cores, then frozen probes.
+    """The README's main job: 800 steps of pretraining on 2 CPU cores, then frozen probes (18 minutes on a
+    slow day of the project's VM, about 12 on a normal one: ``bench/quality.md``).
 
     Where it departs from the paper's video defaults, and why (measured with ``bench/quality.py``, results
     in ``bench/quality.md``; the earlier search is in ``bench/demo.md``):
@@ -125,8 +126,8 @@ def demo_cpu(steps: int = 800, num_train: int = 1600) -> PretrainConfig:
 
 
 def demo_cpu_long() -> PretrainConfig:
-    """``demo-cpu`` run for about 30 minutes on 2 CPU cores (≈ 60 CPU-minutes): 2000 steps over 6000
-    training clips. Everything else is ``demo-cpu``'s; the learning curve that chose the length is in
+    """``demo-cpu`` run 2.5× longer: 2000 steps over 6000 training clips (about 30 minutes on 2 cores of the
+    project's VM on a normal day). Everything else is ``demo-cpu``'s; its learning curve is in
     ``bench/quality.md``."""
     cfg = demo_cpu(steps=2000, num_train=6000)
     return replace(cfg, preset="demo-cpu-long", train=replace(cfg.train, checkpoint_every=500))

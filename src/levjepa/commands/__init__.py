@@ -30,7 +30,7 @@ from levjepa import __version__
 
 # command -> one-line help; the command lives in the module levjepa.commands.<command>
 COMMANDS: dict[str, str] = {
-    "pretrain": "pretrain an encoder (presets: demo-cpu, vit-tiny-consumer, vit-b-paper)",
+    "pretrain": "pretrain an encoder (presets: demo-cpu, demo-cpu-long, vit-tiny-consumer, vit-b-paper)",
     "probe": "frozen-probe evaluation of a run, checkpoint or export",
     "extract": "extract CLS / pooled / patch features from videos and images",
     "visualize": "PCA and cosine-similarity maps of patch features",

@@ -2,7 +2,7 @@
 
 Examples::
 
-    levjepa pretrain --preset demo-cpu                       # 10 minutes on 2 CPU cores, ends with probes
+    levjepa pretrain --preset demo-cpu                       # ~15 minutes on 2 CPU cores, ends with probes
     levjepa pretrain --preset vit-b-paper data.sources=/data/k710_index.txt --run-dir runs/vitb
     torchrun --nproc_per_node=8 -m levjepa pretrain --preset vit-b-paper data.sources=/data/videos
     levjepa pretrain --resume runs/vitb                      # continue exactly where it stopped
@@ -76,9 +76,7 @@ def resolve_config(
         check_resume(saved, cfg)
         return cfg
     if not preset_name and config_file is None:
-        raise ConfigError(
-            "give --preset NAME (demo-cpu, vit-tiny-consumer, vit-b-paper), --config FILE or --resume RUN_DIR"
-        )
+        raise ConfigError(f"give --preset NAME ({', '.join(PRESETS)}), --config FILE or --resume RUN_DIR")
     cfg = preset(preset_name) if preset_name else PretrainConfig()
     if config_file is not None:
         try:
