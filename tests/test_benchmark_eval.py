@@ -83,7 +83,7 @@ def test_benchmark_table_and_json_name_source_clip_and_keep_the_grid():
     res = evaluate_benchmark(encs, _tiny_cfg(), evaluation)
     table = res.table()
     assert res.info["image_source"] in table and "4×16×16 (T×H×W)" in table and "64/24/32" in table
-    assert "| motion | linear |" in table and "| arrow | knn |" in table and "chance" in table
+    assert "| motion | linear (mean) |" in table and "| arrow | kNN (CLS) |" in table and "chance" in table
     js = res.to_json()
     assert set(js["accuracy"]) == {"a", "b"}
     grid = js["results"]["a"]["motion"]["linear"]["grid"]
@@ -91,7 +91,7 @@ def test_benchmark_table_and_json_name_source_clip_and_keep_the_grid():
     assert 0 <= js["accuracy"]["b"]["arrow"]["knn"] <= 100
     with pytest.raises(ValueError, match="valid tasks"):
         evaluate_benchmark(encs, _tiny_cfg(), EvalConfig(tasks=("colour",)))
-    with pytest.raises(ValueError, match="valid choices are attentive, linear, knn"):
+    with pytest.raises(ValueError, match="valid choices are attentive, linear, linear_cls, knn"):
         EvalConfig(probes=("svm",))
 
 
@@ -160,7 +160,7 @@ def test_probe_command_on_a_labelled_index_reports_bad_files(tmp_path, capsys):
     with pytest.warns(BadFileWarning, match="missing.mp4"):  # one warning per bad file, then skipped
         assert cli_probe.main(args) == 0
     text = capsys.readouterr().out
-    assert "| labels | knn |" in text and "1 unreadable file(s) skipped" in text
+    assert "| labels | kNN (CLS) |" in text and "1 unreadable file(s) skipped" in text
     js = json.loads(out.read_text())
     assert js["info"]["split_sizes"] == {"train": 9, "val": 4, "test": 4}
     assert js["accuracy"]["pretrained-ema"]["labels"]["knn"] == 100.0  # colour separates the classes

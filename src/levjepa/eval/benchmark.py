@@ -167,9 +167,12 @@ def _probe_input(f: Features, probe: str) -> Tensor:
     """
     if probe not in PROBE_INPUTS:
         raise ValueError(f"probe {probe!r}: valid choices are {', '.join(PROBES)}")
-    if probe == "attentive" and f.tokens is None:
-        raise ValueError("the attentive probe needs every token: compute the features with keep_tokens=True")
-    return {"tokens": f.tokens, "mean": f.mean, "cls": f.cls}[PROBE_INPUTS[probe]]
+    source = PROBE_INPUTS[probe]
+    if source == "tokens":
+        if f.tokens is None:
+            raise ValueError("the attentive probe needs every token: compute the features with keep_tokens=True")
+        return f.tokens
+    return f.mean if source == "mean" else f.cls
 
 
 def evaluate_features(
