@@ -126,9 +126,9 @@ def demo_cpu(steps: int = 800, num_train: int = 1600) -> PretrainConfig:
 
 
 def demo_cpu_long() -> PretrainConfig:
-    """``demo-cpu`` run 2.5× longer: 2000 steps over 6000 training clips (about 30 minutes on 2 cores of the
-    project's VM on a normal day). Everything else is ``demo-cpu``'s; its learning curve is in
-    ``bench/quality.md``."""
+    """``demo-cpu`` run 2.5× longer: 2000 steps over 6000 training clips (≈ 75 CPU-minutes measured on a
+    slow day of the project's 2-core VM, so about 40 minutes there, 20 on a normal day). Everything else is
+    ``demo-cpu``'s; its learning curve is in ``bench/quality.md``."""
     cfg = demo_cpu(steps=2000, num_train=6000)
     return replace(cfg, preset="demo-cpu-long", train=replace(cfg.train, checkpoint_every=500))
 
