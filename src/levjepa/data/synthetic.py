@@ -53,6 +53,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from levjepa.config import ConfigError
 from levjepa.data.badfiles import DataError
 from levjepa.data.config import SyntheticConfig
 from levjepa.rng import make_generator
@@ -310,7 +311,7 @@ def _inside_start(
     lo = -disp.min(dim=1).values
     hi = (cfg.size - side) - disp.max(dim=1).values
     if bool((hi < lo).any()):
-        raise ValueError(
+        raise ConfigError(
             f"synthetic.boundary='inside': a {side}-px object moving up to {float((hi - lo).neg().max()):.1f} px too "
             "far does not fit the frame; lower object_scale or speed, or use boundary='wrap'"
         )
