@@ -58,7 +58,7 @@ def _demo_synthetic(num_train: int = 1600) -> SyntheticConfig:
 
 def demo_cpu(steps: int = 800, num_train: int = 1600) -> PretrainConfig:
     """The README's main job: 800 steps of pretraining on 2 CPU cores, then frozen probes (18 minutes on a
-    slow day of the project's VM, about 12 on a normal one: ``bench/quality.md``).
+    slow day of the project's VM, about 9–10 on a normal one: ``bench/quality.md``).
 
     Where it departs from the paper's video defaults, and why (measured with ``bench/quality.py``, results
     in ``bench/quality.md``; the earlier search is in ``bench/demo.md``):
@@ -127,7 +127,7 @@ def demo_cpu(steps: int = 800, num_train: int = 1600) -> PretrainConfig:
 
 def demo_cpu_long() -> PretrainConfig:
     """``demo-cpu`` run 2.5× longer: 2000 steps over 6000 training clips (≈ 75 CPU-minutes measured on a
-    slow day of the project's 2-core VM, so about 40 minutes there, 20 on a normal day). Everything else is
+    slow day of the project's 2-core VM, so about 40 minutes there, 20–25 on a normal day). Everything else is
     ``demo-cpu``'s; its learning curve is in ``bench/quality.md``."""
     cfg = demo_cpu(steps=2000, num_train=6000)
     return replace(cfg, preset="demo-cpu-long", train=replace(cfg.train, checkpoint_every=500))
