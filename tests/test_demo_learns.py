@@ -1,6 +1,6 @@
 """A real run learns: the demo preset, shortened, beats the same encoder at random initialisation.
 
-Slow (about 6 minutes on 2 cores): `pytest -m slow tests/test_demo_learns.py`.
+Slow (about 10 minutes on 2 cores; 15 on a slow day beside CI): `pytest -m slow tests/test_demo_learns.py`.
 """
 
 from __future__ import annotations
