@@ -35,6 +35,7 @@ __all__ = [
     "check",
     "check_range",
     "field_names",
+    "flatten",
     "from_dict",
     "merge_config",
     "read_config_file",
@@ -154,6 +155,17 @@ def apply_overrides(cfg: T, overrides: Sequence[str]) -> T:
             node = node.setdefault(name, {})
         node[path[-1]] = value
     return _apply_tree(cfg, tree) if tree else cfg
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested dict (``to_dict``'s output) as dotted keys: ``{"model": {"dim": 8}}`` -> ``{"model.dim": 8}``."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

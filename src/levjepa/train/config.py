@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from levjepa.config import ConfigError, check, to_dict
+from levjepa.config import ConfigError, check, flatten, to_dict
 from levjepa.data import DataConfig
 from levjepa.model import EncoderConfig
 from levjepa.objective import ObjectiveConfig
@@ -165,21 +165,11 @@ RESUMABLE: tuple[str, ...] = (
 )
 
 
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def check_resume(saved: dict[str, Any], new: PretrainConfig) -> None:
     """Raise :class:`ConfigError` naming every key where ``new`` differs from the run's saved ``config.json``
     (``saved``, as read) and a resume may not change it (anything outside :data:`RESUMABLE`). A key the saved
     file does not hold (added to levjepa after the run started) may be set: its old value is not known."""
-    before, after = _flat(saved), _flat(to_dict(new))
+    before, after = flatten(saved), flatten(to_dict(new))
     refused = [k for k in after if k in before and before[k] != after[k] and k not in RESUMABLE and k != "preset"]
     if refused:
         changes = ", ".join(f"{k} ({before.get(k)!r} -> {after[k]!r})" for k in refused)

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from levjepa.config import ConfigError
+from levjepa.config import ConfigError, flatten
 from levjepa.weights import CONFIG, METRICS, atomic_write_text, write_json
 
 __all__ = ["RunDirError", "MetricsLogger", "check_loggers", "default_run_dir", "prepare_run_dir", "write_run_info"]
@@ -117,16 +117,6 @@ def check_loggers(loggers: Sequence[str]) -> None:
             )
 
 
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 class MetricsLogger:
     """Appends metrics to ``metrics.jsonl`` and to the loggers of ``train.loggers``; only the main rank makes one.
 
@@ -164,7 +154,7 @@ class MetricsLogger:
 
             self.mlflow = mlflow
             mlflow.start_run(run_name=path.name)
-            mlflow.log_params({k: str(v)[:250] for k, v in _flat(config or {}).items()})
+            mlflow.log_params({k: str(v)[:250] for k, v in flatten(config or {}).items()})
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.file.write(json.dumps({"step": step, **metrics}) + "\n")
