@@ -301,13 +301,19 @@ def _travelled(cfg: SyntheticConfig) -> torch.Tensor:
     return t if f == 1.0 else (1.0 - f**t) / (1.0 - f)
 
 
+def _displacement(cfg: SyntheticConfig, motion: torch.Tensor, arrow: torch.Tensor, speed: torch.Tensor) -> torch.Tensor:
+    """The object's forward-time displacement from its start, [n, T, 2] (a reversed clip was rendered moving
+    the opposite way)."""
+    direction = torch.where(arrow.bool(), (motion + 4) % 8, motion)  # forward direction
+    return _unit(direction)[:, None, :] * (speed[:, None] * _travelled(cfg)[None, :])[..., None]
+
+
 def _inside_start(
     cfg: SyntheticConfig, u: torch.Tensor, motion: torch.Tensor, arrow: torch.Tensor, speed: torch.Tensor
 ) -> torch.Tensor:
     """Start positions [n, 2] uniform among those whose whole trajectory keeps the object inside the frame."""
     side = max(2, round(cfg.object_scale * cfg.size))
-    direction = torch.where(arrow.bool(), (motion + 4) % 8, motion)
-    disp = _unit(direction)[:, None, :] * (speed[:, None] * _travelled(cfg)[None, :])[..., None]  # [n, T, 2]
+    disp = _displacement(cfg, motion, arrow, speed)
     lo = -disp.min(dim=1).values
     hi = (cfg.size - side) - disp.max(dim=1).values
     if bool((hi < lo).any()):
@@ -321,9 +327,7 @@ def _inside_start(
 def _trajectory(cfg: SyntheticConfig, params: ClipParams) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward-time object and background positions [n, T, 2] (float64, before wrapping)."""
     t = torch.arange(cfg.num_frames, dtype=torch.float64)
-    direction = torch.where(params.arrow.bool(), (params.motion + 4) % 8, params.motion)  # forward direction
-    step = _unit(direction)[:, None, :] * (params.speed[:, None] * _travelled(cfg)[None, :])[..., None]
-    obj = params.obj_start[:, None, :] + step
+    obj = params.obj_start[:, None, :] + _displacement(cfg, params.motion, params.arrow, params.speed)
     bg = params.bg_start[:, None, :] + t[None, :, None] * params.bg_velocity[:, None, :]
     return obj, bg
 
