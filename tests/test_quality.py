@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from levjepa.data import SyntheticConfig
-from levjepa.data.synthetic import _trajectory, load_image_pool, load_split, sample_params
+from levjepa.data import DataConfig, SyntheticConfig, build_pretrain_loader
+from levjepa.data.synthetic import _split_images, _trajectory, load_image_pool, load_split, sample_params
+from levjepa.data.views import rgb_to_hsv
 from levjepa.eval.benchmark import PROBES, EvalConfig, LabelledSplits, evaluate_features
 from levjepa.eval.features import Features
 
@@ -53,6 +54,63 @@ def test_background_value_sets_the_background_brightness():
     assert object_free.sum() > 5 and (corner[object_free] <= 0.1 + 1 / 255).all()
     with pytest.raises(ValueError, match="background_value"):
         replace(SMALL, background_value=(0.5, 0.2))
+
+
+def test_colour_ranges_bound_the_object_and_background_colours():
+    cfg = replace(SMALL, object_saturation=(0.0, 0.1), object_value=(0.9, 1.0), background_saturation=(0.3, 0.4))
+    params = sample_params(cfg, "train", load_image_pool(cfg))
+    obj = rgb_to_hsv(params.obj_colour[:, :, None])[:, :, 0]  # [N, 3] (h, s, v)
+    bg = rgb_to_hsv(params.bg_colour[:, :, None])[:, :, 0]
+    eps = 1e-5
+    assert obj[:, 1].max() <= 0.1 + eps and obj[:, 2].min() >= 0.9 - eps
+    assert bg[:, 1].min() >= 0.3 - eps and bg[:, 1].max() <= 0.4 + eps
+    default = rgb_to_hsv(sample_params(SMALL, "train", load_image_pool(SMALL)).obj_colour[:, :, None])[:, :, 0]
+    assert default[:, 1].min() >= 0.6 - eps  # the defaults are the benchmark's historical ranges
+    with pytest.raises(ValueError, match="object_value"):
+        replace(SMALL, object_value=(0.9, 0.5))
+
+
+def _fresh_loader(workers: int = 0, **synthetic) -> DataConfig:
+    syn = replace(SMALL, num_train=24, pretrain_clips="fresh", boundary="inside", object_scale=0.4, **synthetic)
+    return DataConfig(sources=("synthetic",), num_frames=8, global_size=32, local_size=16, num_local=1,
+                      batch_size=8, num_workers=workers, synthetic=syn)  # fmt: skip
+
+
+def test_fresh_pretraining_clips_are_new_every_epoch_and_reproducible_anywhere():
+    cfg = _fresh_loader()
+    first = [b.views[0] for b in _take(build_pretrain_loader(cfg, seed=0), 6)]  # 3 batches per epoch of 24
+    again = [b.views[0] for b in _take(build_pretrain_loader(cfg, seed=0), 6)]
+    two_workers = [b.views[0] for b in _take(build_pretrain_loader(replace(cfg, num_workers=2), seed=0), 6)]
+    resumed = [b.views[0] for b in _take(build_pretrain_loader(cfg, seed=0, start_step=3), 3)]
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(first, two_workers, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(first[3:], resumed, strict=True))
+    # the clip behind a position is rendered anew each epoch (fixed clips come back, with new crops)
+    from levjepa.data.loader import _SyntheticSource, sample_generator
+
+    fixed = replace(cfg, synthetic=replace(cfg.synthetic, pretrain_clips="split"))
+    for data, renewed in ((cfg, True), (fixed, False)):
+        source = _SyntheticSource(data)
+        clip = [source.load(5, sample_generator(0, epoch, 5, "time")).frames for epoch in (0, 0, 1)]
+        assert torch.equal(clip[0], clip[1])
+        assert torch.equal(clip[0], clip[2]) != renewed
+
+
+def test_fresh_pretraining_clips_show_only_training_images():
+    from levjepa.data.loader import _SyntheticSource  # the loader's own source, as pretraining reads it
+
+    cfg = _fresh_loader()
+    source = _SyntheticSource(cfg)
+    pool = load_image_pool(cfg.synthetic)
+    train = set(_split_images(pool.images.shape[0], cfg.synthetic.seed, "train").tolist())
+    held_out = set(_split_images(pool.images.shape[0], cfg.synthetic.seed, "val").tolist())
+    held_out |= set(_split_images(pool.images.shape[0], cfg.synthetic.seed, "test").tolist())
+    assert len(source) == cfg.synthetic.num_train
+    assert set(source.images.tolist()) <= train and not set(source.images.tolist()) & held_out
+
+
+def _take(loader, n: int) -> list:
+    return [next(loader) for _ in range(n)]
 
 
 def test_linear_probe_on_cls_reads_the_cls_and_mean_probe_the_patches():
@@ -104,3 +162,23 @@ def test_ssl_script_probes_each_requested_checkpoint(tmp_path):
     assert set(out["curve"]["2"]["accuracy"]) == {"EMA @ 2"}
     assert set(out["curve"]["4"]["accuracy"]) == {"EMA @ 4", "online", "random init"}
     assert out["last"]["loss"] is not None
+
+
+def test_reported_accuracy_is_the_test_score_of_the_probe_chosen_on_validation():
+    from levjepa.eval.knn import knn_evaluate
+    from levjepa.eval.probes import ProbeConfig, choose_probes
+
+    cfg = ProbeConfig(linear_lrs=(1e-2, 1e-3), linear_weight_decays=(0.0, 1e-3))  # a grid of 4
+    val = {"task": (torch.tensor([60.0, 80.0, 70.0, 80.0]), torch.tensor([1.0, 0.9, 1.0, 0.5]))}
+    test = {"task": (torch.tensor([99.0, 50.0, 98.0, 65.0]), torch.tensor([0.1, 1.0, 0.1, 1.0]))}
+    res = choose_probes("linear", cfg, val, test, seconds=0.0)["task"]
+    assert res.best == 3  # best validation accuracy, the tie broken by the lower validation loss
+    assert res.reported == 65.0  # its *test* accuracy, not the best test accuracy of the grid (99)
+    # kNN likewise picks k on validation and reports that k's test accuracy
+    gen = torch.Generator().manual_seed(0)
+    x = {s: torch.randn(n, 8, generator=gen) for s, n in (("train", 64), ("val", 32), ("test", 32))}
+    y = {s: torch.randint(0, 2, (len(v),), generator=gen) for s, v in x.items()}
+    knn = knn_evaluate((x["train"], y["train"]), (x["val"], y["val"]), (x["test"], y["test"]), num_classes=2)
+    first_best_val = knn.val_acc.index(max(knn.val_acc))  # ties: the smaller k (ks ascend)
+    assert knn.ks == sorted(knn.ks) and knn.best == first_best_val
+    assert knn.test_acc is not None and knn.reported == knn.test_acc[first_best_val]

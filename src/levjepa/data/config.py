@@ -53,6 +53,13 @@ def _check_unit_range(name: str, value: tuple[float, float]) -> None:
     )
 
 
+def _check_colour_range(name: str, value: tuple[float, float]) -> None:
+    check(
+        len(value) == 2 and 0.0 <= value[0] <= value[1] <= 1.0,
+        f"{name}={value}: expected (low, high) with 0 <= low <= high <= 1",
+    )
+
+
 def _check_prob(name: str, value: float) -> None:
     check(0.0 <= value <= 1.0, f"{name}={value}: expected a probability in [0, 1]")
 
@@ -82,7 +89,14 @@ class SyntheticConfig:
     texture_cutoff: float = 0.06  # low-pass cutoff of the background noise, cycles per pixel
     texture_contrast: float = 0.5  # relative std of the background brightness texture
     background_value: tuple[float, float] = (0.25, 0.6)  # HSV value range of the background colour
+    background_saturation: tuple[float, float] = (0.15, 0.5)  # HSV saturation range of the background colour
+    object_saturation: tuple[float, float] = (0.6, 1.0)  # HSV saturation range of the object colour (hue: uniform)
+    object_value: tuple[float, float] = (0.75, 1.0)  # HSV value range of the object colour
     boundary: Literal["wrap", "inside"] = "wrap"  # object wraps around the edges, or stays wholly inside
+    # what pretraining reads from the benchmark: "split" = the train split's num_train fixed clips; "fresh" =
+    # the same train images (the same sequence per epoch), each draw rendered with new random labels, motion,
+    # position and colours (an unlimited stream, as a video corpus is; the probes' splits do not change)
+    pretrain_clips: Literal["split", "fresh"] = "split"
     fashion_mnist_dir: str | None = None  # where to look for Fashion-MNIST's idx files; None: Debian's path
 
     def __post_init__(self) -> None:
@@ -106,9 +120,15 @@ class SyntheticConfig:
             f"synthetic.texture_contrast={self.texture_contrast}: expected in [0, 2]",
         )
         _check_unit_range("synthetic.background_value", self.background_value)
+        for name in ("background_saturation", "object_saturation", "object_value"):
+            _check_colour_range(f"synthetic.{name}", getattr(self, name))
         check(
             self.boundary in ("wrap", "inside"),
             f"synthetic.boundary={self.boundary!r}: valid choices are wrap, inside",
+        )
+        check(
+            self.pretrain_clips in ("split", "fresh"),
+            f"synthetic.pretrain_clips={self.pretrain_clips!r}: valid choices are split, fresh",
         )
 
 

@@ -186,22 +186,39 @@ class _FileSource:
 class _SyntheticSource:
     """The benchmark's train clips (labels unused). Its clips are already at the benchmark's frame rate, so
     ``frame_stride`` / ``target_fps`` do not apply: a clip longer than ``num_frames`` gives a random window of
-    consecutive frames, a shorter one is padded with its last frame."""
+    consecutive frames, a shorter one is padded with its last frame.
+
+    ``synthetic.pretrain_clips="fresh"``: item ``j`` is the train split's ``j``-th image, rendered on every
+    draw with new random choices (labels, motion, position, colours) from the draw's own generator, so a
+    position of an epoch gives the same clip on any worker or rank, and a new one in the next epoch."""
 
     def __init__(self, cfg: DataConfig) -> None:
-        from levjepa.data.synthetic import load_split
+        from levjepa.data import synthetic
 
         self.name, self.cfg = SYNTHETIC, cfg
-        self.clips = load_split(cfg.synthetic, "train").clips
+        self.fresh = cfg.synthetic.pretrain_clips == "fresh"
+        if self.fresh:
+            self.pool = synthetic.load_image_pool(cfg.synthetic)
+            self.images = synthetic.split_images(cfg.synthetic, "train", self.pool)
+        else:
+            self.clips = synthetic.load_split(cfg.synthetic, "train").clips
 
     def __len__(self) -> int:
-        return self.clips.shape[0]
+        return self.images.numel() if self.fresh else self.clips.shape[0]
 
     def path(self, j: int) -> str:
         return f"synthetic:train/{j}"
 
+    def _clip(self, j: int, generator: torch.Generator) -> torch.Tensor:
+        if not self.fresh:
+            return self.clips[j]
+        from levjepa.data import synthetic
+
+        params = synthetic.draw_params(self.cfg.synthetic, self.images[j : j + 1], generator)
+        return synthetic.render(self.cfg.synthetic, params, self.pool)[0]
+
     def load(self, j: int, generator: torch.Generator, count: int = 1) -> Decoded:
-        clip = self.clips[j]  # [C, T, H, W]
+        clip = self._clip(j, generator)  # [C, T, H, W]
         windows, _ = window_indices(
             clip.shape[1], num_frames=self.cfg.num_frames, step=1, count=count, shift=self.cfg.repeat_shift,
             generator=generator,

@@ -62,6 +62,7 @@ __all__ = [
     "DIRECTION_NAMES",
     "FASHION_MNIST_DIRS",
     "ClipParams",
+    "draw_params",
     "ImagePool",
     "LabelledClips",
     "find_fashion_mnist",
@@ -70,6 +71,7 @@ __all__ = [
     "read_idx",
     "render",
     "sample_params",
+    "split_images",
 ]
 
 FASHION_MNIST_DIRS = ("/usr/share/datasets/fashion-mnist",)
@@ -223,19 +225,40 @@ def _unit(direction: torch.Tensor) -> torch.Tensor:
     return torch.stack((-torch.sin(angle), torch.cos(angle)), dim=-1)
 
 
+def _within(bounds: tuple[float, float], u: torch.Tensor) -> torch.Tensor:
+    """``u`` in [0, 1) mapped onto ``[low, high)``."""
+    lo, hi = bounds
+    return lo + (hi - lo) * u
+
+
 def _hsv(h: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     from levjepa.data.views import hsv_to_rgb
 
     return hsv_to_rgb(torch.stack((h, s, v), dim=1)).to(torch.float32)
 
 
-def sample_params(cfg: SyntheticConfig, split: Literal["train", "val", "test"], pool: ImagePool) -> ClipParams:
-    """The random choices of every clip of ``split`` (a function of ``cfg`` and ``split`` only)."""
+def _split_order(
+    cfg: SyntheticConfig, split: Literal["train", "val", "test"], pool: ImagePool
+) -> tuple[torch.Tensor, torch.Generator]:
+    """Pool indices of the ``num_{split}`` clips of ``split`` (int64 [n]: the split's images in shuffled rounds,
+    each image once per round) and the split's generator, which then draws the clips' parameters."""
     n = {"train": cfg.num_train, "val": cfg.num_val, "test": cfg.num_test}[split]
     g = make_generator("synthetic-split", cfg.seed, split)
     images = _split_images(pool.images.shape[0], cfg.seed, split)
     reps = -(-n // images.numel())
     order = torch.cat([torch.randperm(images.numel(), generator=g) for _ in range(reps)])[:n]
+    return images[order], g
+
+
+def split_images(cfg: SyntheticConfig, split: Literal["train", "val", "test"], pool: ImagePool) -> torch.Tensor:
+    """Pool indices of the clips of ``split``, int64 [num_{split}] (a function of ``cfg.seed`` and ``split``)."""
+    return _split_order(cfg, split, pool)[0]
+
+
+def draw_params(cfg: SyntheticConfig, images: torch.Tensor, generator: torch.Generator) -> ClipParams:
+    """Fresh random choices — labels, speed, start, colours, background — for clips of the pool images
+    ``images`` (int64 [n]), drawn from ``generator`` in a fixed order."""
+    g, n = generator, images.numel()
     size = float(cfg.size)
     motion = torch.randint(0, 8, (n,), generator=g)
     arrow = torch.randint(0, 2, (n,), generator=g)
@@ -244,9 +267,8 @@ def sample_params(cfg: SyntheticConfig, split: Literal["train", "val", "test"], 
     if cfg.boundary == "inside":
         obj_start = _inside_start(cfg, obj_start / size, motion, arrow, speed)
     u = torch.rand(n, 6, generator=g)
-    obj_colour = _hsv(u[:, 0], 0.6 + 0.4 * u[:, 1], 0.75 + 0.25 * u[:, 2])
-    lo, hi = cfg.background_value
-    bg_colour = _hsv(u[:, 3], 0.15 + 0.35 * u[:, 4], lo + (hi - lo) * u[:, 5])
+    obj_colour = _hsv(u[:, 0], _within(cfg.object_saturation, u[:, 1]), _within(cfg.object_value, u[:, 2]))
+    bg_colour = _hsv(u[:, 3], _within(cfg.background_saturation, u[:, 4]), _within(cfg.background_value, u[:, 5]))
     moves = torch.rand(n, generator=g) < cfg.background_motion_p
     theta = torch.rand(n, generator=g, dtype=torch.float64) * (2 * math.pi)
     bg_speed = cfg.background_speed * size * moves.to(torch.float64)
@@ -254,7 +276,7 @@ def sample_params(cfg: SyntheticConfig, split: Literal["train", "val", "test"], 
     bg_start = torch.rand(n, 2, generator=g, dtype=torch.float64) * size
     texture_seed = torch.randint(0, 2**62, (n,), generator=g)
     return ClipParams(
-        image=images[order],
+        image=images,
         motion=motion,
         arrow=arrow,
         speed=speed,
@@ -265,6 +287,12 @@ def sample_params(cfg: SyntheticConfig, split: Literal["train", "val", "test"], 
         bg_start=bg_start,
         texture_seed=texture_seed,
     )
+
+
+def sample_params(cfg: SyntheticConfig, split: Literal["train", "val", "test"], pool: ImagePool) -> ClipParams:
+    """The random choices of every clip of ``split`` (a function of ``cfg`` and ``split`` only)."""
+    images, g = _split_order(cfg, split, pool)
+    return draw_params(cfg, images, g)
 
 
 # -------------------------------------------------------------------------------------------- rendering
