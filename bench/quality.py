@@ -3,6 +3,7 @@
     python bench/quality.py supervised --preset demo-cpu [--steps N] [--budget-s S] --out DIR [k=v ...]
     python bench/quality.py ssl --preset demo-cpu --out DIR [--eval-at 200,400,...] [--name NAME] [k=v ...]
     python bench/quality.py table DIR [DIR ...]
+    python bench/quality.py factors CHECKPOINT [CHECKPOINT ...] [--weights ema] [--random]
 
 ``supervised`` — the **supervised ceiling**: the preset's encoder, trained on the same clips (the
 benchmark's train split, the whole clip as one view, tokens dropped at the preset's ρ as in pretraining)
@@ -13,6 +14,11 @@ probes as a pretrained one, beside the same encoder at random initialisation.
 
 ``ssl`` — the real ``levjepa.train.pretrain`` with the preset and overrides; checkpoints at ``--eval-at``
 steps are each frozen and probed (a learning curve); the random-init column is computed once.
+
+``factors`` — *what the frozen CLS encodes*: ridge regressions from a checkpoint's CLS (train split) to every
+factor that decides a clip — the labels and the nuisances (object and background colour, start and end
+position, speed) — scored by R² on the val split. A factor the objective does not need but that every view
+shares (the background's brightness, say) shows up here before any label does.
 
 Every run writes ``DIR/quality.json``: the config overrides, train seconds, losses, and the accuracy table
 (test split, probe chosen on val). ``table`` prints the markdown rows of ``bench/quality.md`` from them.
@@ -35,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from levjepa.config import apply_overrides
 from levjepa.data.synthetic import load_split
-from levjepa.data.views import normalize
+from levjepa.data.views import normalize, rgb_to_hsv
 from levjepa.eval.benchmark import PROBES, TASKS, EvalConfig, evaluate_benchmark
 from levjepa.eval.load import load_encoder
 from levjepa.presets import preset
@@ -152,6 +158,84 @@ def ssl(args: argparse.Namespace) -> dict:
     return out
 
 
+def _factor_targets(cfg, split: str, n: int) -> dict[str, torch.Tensor]:
+    """Every factor of the first ``n`` clips of ``split``, float [n] each (the labels as indicators/unit vectors)."""
+    from levjepa.data import synthetic
+
+    pool = synthetic.load_image_pool(cfg)
+    params = synthetic.sample_params(cfg, split, pool).select(slice(0, n))
+    obj_hsv = rgb_to_hsv(params.obj_colour[:, :, None])[:, :, 0]  # [n, 3]
+    bg_hsv = rgb_to_hsv(params.bg_colour[:, :, None])[:, :, 0]
+    pos, _ = synthetic._trajectory(cfg, params)  # forward time [n, T, 2]
+    shown = torch.where(params.arrow.bool()[:, None, None], pos.flip(1), pos)  # as the frames show it
+    unit = synthetic._unit(params.motion).float()  # visible direction (dy, dx)
+    labels = pool.labels[params.image]
+    out = {
+        "appearance (digit = 0)": (labels == 0).float(),
+        "appearance (digit = 1)": (labels == 1).float(),
+        "motion dx": unit[:, 1],
+        "motion dy": unit[:, 0],
+        "arrow": params.arrow.float(),
+        "speed": params.speed.float(),
+        "object hue (cos)": torch.cos(2 * math.pi * obj_hsv[:, 0]),
+        "object saturation": obj_hsv[:, 1],
+        "object value": obj_hsv[:, 2],
+        "background hue (cos)": torch.cos(2 * math.pi * bg_hsv[:, 0]),
+        "background saturation": bg_hsv[:, 1],
+        "background value": bg_hsv[:, 2],
+        "first-frame x": shown[:, 0, 1].float(),
+        "first-frame y": shown[:, 0, 0].float(),
+        "last-frame x": shown[:, -1, 1].float(),
+        "last-frame y": shown[:, -1, 0].float(),
+        "mean x over the clip": pos[:, :, 1].mean(1).float(),
+        "mean y over the clip": pos[:, :, 0].mean(1).float(),
+    }
+    return out
+
+
+def _cls(encoder: nn.Module, clips: torch.Tensor) -> torch.Tensor:
+    from levjepa.eval.features import compute_features
+
+    return compute_features(encoder, clips, batch_size=50, keep_tokens=False).cls
+
+
+def factors(args: argparse.Namespace) -> dict:
+    """Ridge regression CLS -> each factor, fitted on train, R² on val (features standardised on train)."""
+    from levjepa.eval.load import random_encoder
+
+    out: dict = {"kind": "factors", "encoders": {}}
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    encoders = {}
+    for ckpt in args.checkpoints:
+        loaded = load_encoder(ckpt, weights=args.weights)
+        encoders[str(ckpt)] = loaded
+    if args.random:
+        first = next(iter(encoders.values()))
+        encoders["random init"] = random_encoder(first.config, seed=first.run_config.train.seed)
+    for name, loaded in encoders.items():
+        cfg = (loaded.run_config or next(iter(encoders.values())).run_config).data.synthetic
+        n = {"train": min(args.n_train, cfg.num_train), "val": cfg.num_val}
+        feats = {s: _cls(loaded.encoder, load_split(cfg, s).clips[: n[s]]) for s in n}
+        mu, sd = feats["train"].mean(0), feats["train"].std(0) + 1e-6
+        design = {s: torch.cat([(f - mu) / sd, torch.ones(len(f), 1)], 1).double() for s, f in feats.items()}
+        targets = {s: _factor_targets(cfg, s, n[s]) for s in n}
+        a = design["train"]
+        ridge = a.T @ a + args.ridge * torch.eye(a.shape[1], dtype=a.dtype)
+        r2 = {}
+        for key, y in targets["train"].items():
+            w = torch.linalg.solve(ridge, a.T @ y.double())
+            yv = targets["val"][key].double()
+            r2[key] = float(1 - ((design["val"] @ w - yv) ** 2).mean() / yv.var().clamp_min(1e-12))
+        out["encoders"][name] = r2
+    names = list(out["encoders"])
+    print("| factor | " + " | ".join(names) + " |")
+    print("| --- |" + " ---: |" * len(names))
+    for key in next(iter(out["encoders"].values())):
+        print(f"| {key} | " + " | ".join(f"{out['encoders'][e][key]:.2f}" for e in names) + " |")
+    return out
+
+
 def _best(acc: dict[str, float]) -> tuple[str, float]:
     probe = max(acc, key=acc.get)
     return probe, acc[probe]
@@ -191,9 +275,23 @@ def main() -> int:
             s.add_argument("--final", default="online,random", help="probed beside EMA at the end: online, random")
     t = sub.add_parser("table")
     t.add_argument("dirs", type=Path, nargs="+")
+    f = sub.add_parser("factors")
+    f.add_argument("checkpoints", type=Path, nargs="+", help="checkpoint directories (or run directories)")
+    f.add_argument("--weights", default="ema", choices=("ema", "online"))
+    f.add_argument("--random", action="store_true", help="add the same encoder at random initialisation")
+    f.add_argument("--n-train", type=int, default=1200, help="train clips the regressions fit on")
+    f.add_argument("--ridge", type=float, default=1.0)
+    f.add_argument("--threads", type=int, default=None)
+    f.add_argument("--out", type=Path, default=None, help="also write DIR/factors.json")
     args = p.parse_args()
     if args.cmd == "table":
         table(args.dirs)
+        return 0
+    if args.cmd == "factors":
+        result = factors(args)
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "factors.json").write_text(json.dumps(result, indent=1))
         return 0
     args.probes = args.probes.split(",")
     args.out.mkdir(parents=True, exist_ok=True)
