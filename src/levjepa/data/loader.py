@@ -209,16 +209,23 @@ class _SyntheticSource:
     def path(self, j: int) -> str:
         return f"synthetic:train/{j}"
 
-    def _clip(self, j: int, generator: torch.Generator) -> torch.Tensor:
-        if not self.fresh:
-            return self.clips[j]
-        from levjepa.data import synthetic
+    def load_many(self, items: list[int], generators: list[torch.Generator], count: int = 1) -> list[Decoded]:
+        """``load`` for several items at once (the batch's fresh clips rendered in one call, ~4x cheaper than
+        one by one); item ``i`` reads ``generators[i]`` exactly as ``load`` would."""
+        if self.fresh:
+            from levjepa.data import synthetic
 
-        params = synthetic.draw_params(self.cfg.synthetic, self.images[j : j + 1], generator)
-        return synthetic.render(self.cfg.synthetic, params, self.pool)[0]
+            params = synthetic.draw_params(self.cfg.synthetic, self.images[items], generators)
+            clips = list(synthetic.render(self.cfg.synthetic, params, self.pool))
+        else:
+            clips = [self.clips[j] for j in items]
+        return [self._windows(clip, g, count) for clip, g in zip(clips, generators, strict=True)]
 
     def load(self, j: int, generator: torch.Generator, count: int = 1) -> Decoded:
-        clip = self._clip(j, generator)  # [C, T, H, W]
+        return self.load_many([j], [generator], count)[0]
+
+    def _windows(self, clip: torch.Tensor, generator: torch.Generator, count: int) -> Decoded:
+        """``count`` windows of ``clip`` [C, T, H, W], drawn from ``generator`` after the clip's own draws."""
         windows, _ = window_indices(
             clip.shape[1], num_frames=self.cfg.num_frames, step=1, count=count, shift=self.cfg.repeat_shift,
             generator=generator,
@@ -352,10 +359,15 @@ class PretrainDataset(Dataset):
             source, item = self.plan(epoch)
             group = position // self.repeats
             groups.setdefault((epoch, group), (int(source[group]), int(item[group])))
+        decoded: dict[tuple[int, int], Decoded] = {}
         for s, src in enumerate(self.sources):
             if hasattr(src, "prefetch"):  # shards: read this batch's members in a few large reads
                 src.prefetch([j for ss, j in groups.values() if ss == s])
-        decoded: dict[tuple[int, int], Decoded] = {}
+            if hasattr(src, "load_many"):  # the synthetic benchmark: every clip of the batch in one call
+                mine = [(key, j) for key, (ss, j) in groups.items() if ss == s]
+                gens = [sample_generator(self.seed, epoch, group, "time") for (epoch, group), _ in mine]
+                for (key, _), d in zip(mine, src.load_many([j for _, j in mine], gens, self.repeats), strict=True):
+                    decoded[key] = d
         out = []
         for step, epoch, position in keys:
             group = position // self.repeats

@@ -255,26 +255,35 @@ def split_images(cfg: SyntheticConfig, split: Literal["train", "val", "test"], p
     return _split_order(cfg, split, pool)[0]
 
 
-def draw_params(cfg: SyntheticConfig, images: torch.Tensor, generator: torch.Generator) -> ClipParams:
-    """Fresh random choices — labels, speed, start, colours, background — for clips of the pool images
-    ``images`` (int64 [n]), drawn from ``generator`` in a fixed order."""
-    g, n = generator, images.numel()
+def _raw_draws(n: int, g: torch.Generator) -> dict[str, torch.Tensor]:
+    """The random numbers behind ``n`` clips, drawn from ``g`` in a fixed order (one row per clip)."""
+    return {
+        "motion": torch.randint(0, 8, (n,), generator=g),
+        "arrow": torch.randint(0, 2, (n,), generator=g),
+        "speed": torch.rand(n, generator=g, dtype=torch.float64),
+        "start": torch.rand(n, 2, generator=g, dtype=torch.float64),
+        "colour": torch.rand(n, 6, generator=g),
+        "moves": torch.rand(n, generator=g),
+        "theta": torch.rand(n, generator=g, dtype=torch.float64),
+        "bg_start": torch.rand(n, 2, generator=g, dtype=torch.float64),
+        "texture": torch.randint(0, 2**62, (n,), generator=g),
+    }
+
+
+def _params(cfg: SyntheticConfig, images: torch.Tensor, r: dict[str, torch.Tensor]) -> ClipParams:
+    """Raw draws (:func:`_raw_draws`) -> the clips' parameters; row ``i`` depends on row ``i`` only."""
     size = float(cfg.size)
-    motion = torch.randint(0, 8, (n,), generator=g)
-    arrow = torch.randint(0, 2, (n,), generator=g)
-    speed = cfg.speed * size * (1.0 + cfg.speed_jitter * (2.0 * torch.rand(n, generator=g, dtype=torch.float64) - 1))
-    obj_start = torch.rand(n, 2, generator=g, dtype=torch.float64) * size
+    motion, arrow = r["motion"], r["arrow"]
+    speed = cfg.speed * size * (1.0 + cfg.speed_jitter * (2.0 * r["speed"] - 1))
+    obj_start = r["start"] * size
     if cfg.boundary == "inside":
         obj_start = _inside_start(cfg, obj_start / size, motion, arrow, speed)
-    u = torch.rand(n, 6, generator=g)
+    u = r["colour"]
     obj_colour = _hsv(u[:, 0], _within(cfg.object_saturation, u[:, 1]), _within(cfg.object_value, u[:, 2]))
     bg_colour = _hsv(u[:, 3], _within(cfg.background_saturation, u[:, 4]), _within(cfg.background_value, u[:, 5]))
-    moves = torch.rand(n, generator=g) < cfg.background_motion_p
-    theta = torch.rand(n, generator=g, dtype=torch.float64) * (2 * math.pi)
-    bg_speed = cfg.background_speed * size * moves.to(torch.float64)
+    bg_speed = cfg.background_speed * size * (r["moves"] < cfg.background_motion_p).to(torch.float64)
+    theta = r["theta"] * (2 * math.pi)
     bg_velocity = torch.stack((torch.sin(theta), torch.cos(theta)), dim=-1) * bg_speed[:, None]
-    bg_start = torch.rand(n, 2, generator=g, dtype=torch.float64) * size
-    texture_seed = torch.randint(0, 2**62, (n,), generator=g)
     return ClipParams(
         image=images,
         motion=motion,
@@ -284,9 +293,23 @@ def draw_params(cfg: SyntheticConfig, images: torch.Tensor, generator: torch.Gen
         obj_colour=obj_colour,
         bg_colour=bg_colour,
         bg_velocity=bg_velocity,
-        bg_start=bg_start,
-        texture_seed=texture_seed,
+        bg_start=r["bg_start"] * size,
+        texture_seed=r["texture"],
     )
+
+
+def draw_params(
+    cfg: SyntheticConfig, images: torch.Tensor, generator: torch.Generator | list[torch.Generator]
+) -> ClipParams:
+    """Fresh random choices — labels, speed, start, colours, background — for clips of the pool images
+    ``images`` (int64 [n]): all drawn from one ``generator`` in a fixed order, or clip ``i`` from
+    ``generator[i]`` (then each clip is what ``draw_params`` gives for it alone with its generator)."""
+    if isinstance(generator, torch.Generator):
+        return _params(cfg, images, _raw_draws(images.numel(), generator))
+    if len(generator) != images.numel():
+        raise ValueError(f"draw_params: {len(generator)} generators for {images.numel()} images")
+    rows = [_raw_draws(1, g) for g in generator]
+    return _params(cfg, images, {k: torch.cat([r[k] for r in rows]) for k in rows[0]})
 
 
 def sample_params(cfg: SyntheticConfig, split: Literal["train", "val", "test"], pool: ImagePool) -> ClipParams:
