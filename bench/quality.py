@@ -6,7 +6,8 @@
     python bench/quality.py factors CHECKPOINT [CHECKPOINT ...] [--weights ema] [--random]
 
 ``supervised`` — the **supervised ceiling**: the preset's encoder, trained on the same clips (the
-benchmark's train split, the whole clip as one view, tokens dropped at the preset's ρ as in pretraining)
+benchmark's train split, or its images rendered anew for every batch when the preset pretrains on fresh
+clips; the whole clip as one view, tokens dropped at the preset's ρ as in pretraining)
 with the labels: one linear head per task on the CLS, the summed cross-entropies, the preset's AdamW and
 learning-rate schedule. It answers whether this architecture at these sizes can carry appearance, motion
 and the arrow of time at all within the budget. The trained encoder is then frozen and read by the same
@@ -64,6 +65,20 @@ def _evaluate(cfg, encoders: dict[str, nn.Module], probes: list[str]) -> dict:
     return {"accuracy": data["accuracy"], "chance": data["chance"], "info": data["info"]}
 
 
+def _labelled_batch(cfg, data, idx: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, dict]:
+    """Clips and labels of a training batch: the train split's clips ``idx``, or — when pretraining reads
+    fresh clips (``synthetic.pretrain_clips=fresh``) — the same train images rendered anew, as SSL sees them."""
+    syn = cfg.data.synthetic
+    if syn.pretrain_clips != "fresh":
+        return data.clips[idx], {t: data.labels[t][idx] for t in TASKS}
+    from levjepa.data import synthetic
+
+    pool = synthetic.load_image_pool(syn)
+    params = synthetic.draw_params(syn, synthetic.split_images(syn, "train", pool)[idx], gen)
+    labels = {"appearance": pool.labels[params.image], "motion": params.motion, "arrow": params.arrow}
+    return synthetic.render(syn, params, pool), labels
+
+
 def supervised(args: argparse.Namespace) -> dict:
     """Train the preset's encoder with the labels (a linear head per task on CLS); then probe it frozen."""
     cfg = _config(args.preset, args.overrides, args.threads)
@@ -83,9 +98,9 @@ def supervised(args: argparse.Namespace) -> dict:
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg.optim, steps)
         idx = torch.randint(0, len(data), (batch,), generator=gen)
-        clips = normalize(data.clips[idx])
-        cls = encoder.forward_features(clips, drop=cfg.model.drop_ratio > 0, generator=gen).cls
-        losses = {t: F.cross_entropy(heads[t](cls), data.labels[t][idx]) for t in TASKS}
+        clips, labels = _labelled_batch(cfg, data, idx, gen)
+        cls = encoder.forward_features(normalize(clips), drop=cfg.model.drop_ratio > 0, generator=gen).cls
+        losses = {t: F.cross_entropy(heads[t](cls), labels[t]) for t in TASKS}
         loss = sum(losses.values())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -128,8 +143,9 @@ def ssl(args: argparse.Namespace) -> dict:
         cfg, ["train.eval_at_end=false", f"train.checkpoint_every={every}", f"train.keep_every={every}"]
     )
     run = args.out / "run"
+    resumed = args.resume and (run / "checkpoints" / "latest").exists()
     start = time.perf_counter()
-    summary = pretrain(cfg, run, overwrite=True, progress=False)
+    summary = pretrain(cfg, run, resume=resumed, overwrite=not resumed, progress=False)
     train_s = time.perf_counter() - start
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     keys = ("loss", "invariance", "sigreg", "effective_rank")
@@ -138,7 +154,8 @@ def ssl(args: argparse.Namespace) -> dict:
         "preset": args.preset,
         "overrides": args.overrides,
         "steps": steps,
-        "train_s": train_s,
+        "train_s": train_s,  # of this invocation: a resumed run's time before the interruption is not in it
+        "resumed": resumed,
         "clips_per_s": summary.clips_per_s,
         "first": {k: metrics[0].get(k) for k in keys},
         "last": {k: metrics[-1].get(k) for k in keys},
@@ -155,6 +172,7 @@ def ssl(args: argparse.Namespace) -> dict:
         t0 = time.perf_counter()
         out["curve"][s] = _evaluate(cfg, encoders, args.probes)
         out["curve"][s]["eval_s"] = time.perf_counter() - t0
+        (args.out / "quality.json").write_text(json.dumps(out, indent=1, default=str))  # a crash keeps each point
     return out
 
 
@@ -273,6 +291,7 @@ def main() -> int:
         else:
             s.add_argument("--eval-at", default="", help="also probe the checkpoints of these steps")
             s.add_argument("--final", default="online,random", help="probed beside EMA at the end: online, random")
+            s.add_argument("--resume", action="store_true", help="continue OUT/run from its latest checkpoint")
     t = sub.add_parser("table")
     t.add_argument("dirs", type=Path, nargs="+")
     f = sub.add_parser("factors")
