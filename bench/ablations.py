@@ -1,6 +1,6 @@
 """The paper's ablation orderings at the demo's scale (results: ``bench/quality.md``).
 
-    python bench/ablations.py --out DIR [--steps 200] [--threads 1] [--only NAME,...]
+    python bench/ablations.py --out DIR [--steps 150] [--threads 1] [--only 0,1,...]
     python bench/ablations.py --out DIR --table
 
 Each variant is ``demo-cpu`` with a few overrides, pretrained with the real ``levjepa.train.pretrain`` for
@@ -141,20 +141,20 @@ def table(out: Path) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--steps", type=int, default=150)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--only", default="", help="comma-separated variant names (default: all not yet done)")
+    p.add_argument("--only", default="", help="comma-separated row numbers, 0 = baseline (default: all not done)")
     p.add_argument("--table", action="store_true")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.table:
         table(args.out)
         return 0
-    only = set(args.only.split(",")) if args.only else None
+    only = {int(i) for i in args.only.split(",")} if args.only else None
     base_file = args.out / "00.json"
     for i, (name, overrides, _, equal_time) in enumerate(VARIANTS):
         path = args.out / f"{i:02d}.json"
-        if path.exists() or (only is not None and name not in only):
+        if path.exists() or (only is not None and i not in only):
             continue
         base_cpu = json.loads(base_file.read_text())["train_cpu_s"] if base_file.exists() else 0.0
         if equal_time and not base_cpu:

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from levjepa.config import apply_overrides
 from levjepa.data.synthetic import load_split
 from levjepa.data.views import normalize, rgb_to_hsv
-from levjepa.eval.benchmark import PROBES, TASKS, EvalConfig, evaluate_benchmark
+from levjepa.eval.benchmark import PROBE_LABELS, PROBES, TASKS, EvalConfig, evaluate_benchmark
 from levjepa.eval.load import load_encoder
 from levjepa.presets import preset
 from levjepa.rng import make_generator
@@ -259,8 +259,26 @@ def _best(acc: dict[str, float]) -> tuple[str, float]:
     return probe, acc[probe]
 
 
-def table(dirs: list[Path]) -> None:
+def per_probe_table(d: Path) -> None:
+    """Markdown: one row per task and probe, one column per evaluated encoder (every checkpoint of a curve)."""
+    res = json.loads((d / "quality.json").read_text())
+    evals = list(res["curve"].values()) if res["kind"] == "ssl" else [res]
+    columns = [(enc, per_task) for ev in evals for enc, per_task in ev["accuracy"].items()]
+    chance = evals[-1]["chance"]
+    print("| task | probe | " + " | ".join(enc for enc, _ in columns) + " | chance |")
+    print("| --- | --- |" + " ---: |" * (len(columns) + 1))
+    for t in TASKS:
+        for probe in columns[0][1][t]:
+            cells = " | ".join(f"{per_task[t][probe]:.1f}" for _, per_task in columns)
+            print(f"| {t} | {PROBE_LABELS.get(probe, probe)} | {cells} | {chance[t]:.1f} |")
+
+
+def table(dirs: list[Path], per_probe: bool = False) -> None:
     """Markdown rows: one per evaluated encoder, best probe per task (and which probe it was)."""
+    if per_probe:
+        for d in dirs:
+            per_probe_table(d)
+        return
     print("| run | encoder | steps | train s | " + " | ".join(f"{t} (best probe)" for t in TASKS) + " |")
     print("| --- | --- | ---: | ---: |" + " --- |" * len(TASKS))
     for d in dirs:
@@ -294,6 +312,7 @@ def main() -> int:
             s.add_argument("--resume", action="store_true", help="continue OUT/run from its latest checkpoint")
     t = sub.add_parser("table")
     t.add_argument("dirs", type=Path, nargs="+")
+    t.add_argument("--per-probe", action="store_true", help="every probe of every encoder, one table per DIR")
     f = sub.add_parser("factors")
     f.add_argument("checkpoints", type=Path, nargs="+", help="checkpoint directories (or run directories)")
     f.add_argument("--weights", default="ema", choices=("ema", "online"))
@@ -304,7 +323,7 @@ def main() -> int:
     f.add_argument("--out", type=Path, default=None, help="also write DIR/factors.json")
     args = p.parse_args()
     if args.cmd == "table":
-        table(args.dirs)
+        table(args.dirs, args.per_probe)
         return 0
     if args.cmd == "factors":
         result = factors(args)
