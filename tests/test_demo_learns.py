@@ -1,6 +1,6 @@
 """A real run learns: the demo preset, shortened, beats the same encoder at random initialisation.
 
-Slow (about 10 minutes on 2 cores; 15 on a slow day beside CI): `pytest -m slow tests/test_demo_learns.py`.
+Slow (about 5 minutes on 2 cores): `pytest -m slow tests/test_demo_learns.py`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from levjepa.train.loop import build_models, pretrain
 
 
 @pytest.mark.slow
-def test_demo_preset_learns_appearance_and_motion_beyond_random_init(tmp_path):
-    # half the demo's steps: appearance and motion are learned by then (the arrow of time needs the whole run,
-    # bench/quality.md); read by the cheap probes, linear on CLS and on mean-pooled patches
-    cfg = apply_overrides(preset("demo-cpu"), ["train.steps=400", "train.eval_at_end=false"])
+def test_demo_preset_learns_appearance_motion_and_the_arrow_beyond_random_init(tmp_path):
+    # 150 steps, the ablation sweep's baseline (bench/quality.md: linear probes +31 / +53 / +25 points over
+    # random init there); read by the cheap probes, linear on CLS and on mean-pooled patches
+    cfg = apply_overrides(preset("demo-cpu"), ["train.steps=150", "train.eval_at_end=false"])
     summary = pretrain(cfg, tmp_path / "run", progress=False)
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert lines[-1]["loss"] < 0.8 * lines[0]["loss"]
@@ -30,7 +30,7 @@ def test_demo_preset_learns_appearance_and_motion_beyond_random_init(tmp_path):
     res = evaluate_benchmark(
         {"pretrained": trained, "random": random_init},
         cfg.data.synthetic,
-        EvalConfig(tasks=("appearance", "motion"), probes=("linear_cls", "linear")),
+        EvalConfig(probes=("linear_cls", "linear")),
     )
 
     def gain(task: str) -> float:
@@ -38,4 +38,5 @@ def test_demo_preset_learns_appearance_and_motion_beyond_random_init(tmp_path):
         return best["pretrained"] - best["random"]
 
     assert gain("appearance") > 20.0, res.table()
-    assert gain("motion") > 5.0, res.table()
+    assert gain("motion") > 30.0, res.table()
+    assert gain("arrow") > 12.0, res.table()

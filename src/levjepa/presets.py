@@ -63,8 +63,8 @@ def _demo_synthetic(num_train: int = 1600) -> SyntheticConfig:
     )
 
 
-def demo_cpu(steps: int = 400) -> PretrainConfig:
-    """The README's main job: 400 steps of pretraining on 2 CPU cores, then frozen probes, in under 10
+def demo_cpu(steps: int = 320) -> PretrainConfig:
+    """The README's main job: 320 steps of pretraining on 2 CPU cores, then frozen probes, in under 10
     minutes (``bench/quality.md``).
 
     Where it departs from the paper's video defaults, and why (measured with ``bench/quality.py``, results

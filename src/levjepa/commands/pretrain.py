@@ -2,7 +2,7 @@
 
 Examples::
 
-    levjepa pretrain --preset demo-cpu                       # ~15 minutes on 2 CPU cores, ends with probes
+    levjepa pretrain --preset demo-cpu                       # under 10 minutes on 2 CPU cores, ends with probes
     levjepa pretrain --preset vit-b-paper data.sources=/data/k710_index.txt --run-dir runs/vitb
     torchrun --nproc_per_node=8 -m levjepa pretrain --preset vit-b-paper data.sources=/data/videos
     levjepa pretrain --resume runs/vitb                      # continue exactly where it stopped
