@@ -1,9 +1,10 @@
 """Does pretraining learn? Diagnostics of the built-in benchmark's three tasks (results: ``bench/quality.md``).
 
     python bench/quality.py supervised --preset demo-cpu [--steps N] [--budget-s S] --out DIR [k=v ...]
-    python bench/quality.py ssl --preset demo-cpu --out DIR [--eval-at 200,400,...] [--name NAME] [k=v ...]
-    python bench/quality.py table DIR [DIR ...]
-    python bench/quality.py factors CHECKPOINT [CHECKPOINT ...] [--weights ema] [--random]
+    python bench/quality.py ssl --preset demo-cpu --out DIR [--eval-at 200,400,...] [--final online,random]
+                                [--resume] [k=v ...]
+    python bench/quality.py table [--per-probe] DIR [DIR ...]
+    python bench/quality.py factors CHECKPOINT [CHECKPOINT ...] [--weights ema] [--random] [--out DIR]
 
 ``supervised`` — the **supervised ceiling**: the preset's encoder, trained on the same clips (the
 benchmark's train split, or its images rendered anew for every batch when the preset pretrains on fresh
@@ -14,7 +15,9 @@ and the arrow of time at all within the budget. The trained encoder is then froz
 probes as a pretrained one, beside the same encoder at random initialisation.
 
 ``ssl`` — the real ``levjepa.train.pretrain`` with the preset and overrides; checkpoints at ``--eval-at``
-steps are each frozen and probed (a learning curve); the random-init column is computed once.
+steps are each frozen and probed (a learning curve); the random-init column is computed once. ``--resume``
+continues an interrupted ``DIR/run`` from its latest checkpoint (the same trajectory: ``levjepa pretrain
+--resume``), and each probed checkpoint is written to ``DIR/quality.json`` as it ends.
 
 ``factors`` — *what the frozen CLS encodes*: ridge regressions from a checkpoint's CLS (train split) to every
 factor that decides a clip — the labels and the nuisances (object and background colour, start and end

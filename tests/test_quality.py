@@ -164,6 +164,18 @@ def test_ssl_script_probes_each_requested_checkpoint(tmp_path):
     assert out["last"]["loss"] is not None
 
 
+def test_ssl_script_resumes_an_interrupted_run_and_probes_its_checkpoints(tmp_path):
+    first = _run_quality(tmp_path, "ssl", "--probes", "linear_cls", "--final", "", overrides=("train.steps=2",))
+    assert not first["resumed"] and list(first["curve"]) == ["2"]
+    out = _run_quality(
+        tmp_path, "ssl", "--resume", "--eval-at", "2", "--probes", "linear_cls", "--final", "",
+        overrides=("train.steps=4",),
+    )  # fmt: skip
+    assert out["resumed"] and [int(s) for s in out["curve"]] == [2, 4]
+    steps = [json.loads(x)["step"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == 4  # continued, not restarted or repeated
+
+
 def test_reported_accuracy_is_the_test_score_of_the_probe_chosen_on_validation():
     from levjepa.eval.knn import knn_evaluate
     from levjepa.eval.probes import ProbeConfig, choose_probes
