@@ -64,15 +64,16 @@ PAPER = {
 
 
 def _cpu_per_step(cfg, tmp: Path) -> float:
-    """Trainer-process CPU seconds per step: two throw-away runs of 2 and 8 steps, the difference over 6
-    (start-up — building the model, rendering the clips, starting the loader — cancels)."""
+    """Trainer-process CPU seconds per step: two throw-away runs of 4 and 16 steps, the difference over 12
+    (start-up — building the model, rendering the clips, starting the loader — cancels; 2 and 8 steps once
+    gave a third of the real cost per step)."""
     cpu = []
-    for steps in (2, 8):
+    for steps in (4, 16):
         start = time.process_time()
         pretrain(apply_overrides(cfg, [f"train.steps={steps}", "train.checkpoint_every=1000"]), tmp, overwrite=True,
                  progress=False)  # fmt: skip
         cpu.append(time.process_time() - start)
-    return (cpu[1] - cpu[0]) / 6
+    return (cpu[1] - cpu[0]) / 12
 
 
 def run_variant(
@@ -132,10 +133,12 @@ def table(out: Path) -> None:
             label = name if enc == name else enc
             paper = PAPER.get(ordering, "") if enc == name else ""
             cells = " | ".join(f"{b:.1f}" for b in best)
-            print(
-                f"| {ordering or 'baseline'} | {label} | {r['steps']} | {r['train_cpu_s']:.0f} | {r['loss']:.3f} | "
-                f"{r['effective_rank']:.1f} | {cells} | {sum(best) / len(best):.1f} | {paper} |"
+            run = (  # the random-init row was not trained
+                f"{r['steps']} | {r['train_cpu_s']:.0f} | {r['loss']:.3f} | {r['effective_rank']:.1f}"
+                if enc == name
+                else "— | — | — | —"
             )
+            print(f"| {ordering or 'baseline'} | {label} | {run} | {cells} | {sum(best) / len(best):.1f} | {paper} |")
 
 
 def main() -> int:
