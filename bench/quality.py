@@ -68,18 +68,24 @@ def _evaluate(cfg, encoders: dict[str, nn.Module], probes: list[str]) -> dict:
     return {"accuracy": data["accuracy"], "chance": data["chance"], "info": data["info"]}
 
 
-def _labelled_batch(cfg, data, idx: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, dict]:
-    """Clips and labels of a training batch: the train split's clips ``idx``, or — when pretraining reads
-    fresh clips (``synthetic.pretrain_clips=fresh``) — the same train images rendered anew, as SSL sees them."""
+def _batch_reader(cfg, data):
+    """``read(idx, gen) -> (clips, labels)`` of a training batch: the train split's clips ``idx``, or — when
+    pretraining reads fresh clips (``synthetic.pretrain_clips=fresh``) — the same train images rendered anew,
+    as SSL sees them."""
     syn = cfg.data.synthetic
     if syn.pretrain_clips != "fresh":
-        return data.clips[idx], {t: data.labels[t][idx] for t in TASKS}
+        return lambda idx, gen: (data.clips[idx], {t: data.labels[t][idx] for t in TASKS})
     from levjepa.data import synthetic
 
     pool = synthetic.load_image_pool(syn)
-    params = synthetic.draw_params(syn, synthetic.split_images(syn, "train", pool)[idx], gen)
-    labels = {"appearance": pool.labels[params.image], "motion": params.motion, "arrow": params.arrow}
-    return synthetic.render(syn, params, pool), labels
+    images = synthetic.split_images(syn, "train", pool)  # once, not every step
+
+    def read(idx: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, dict]:
+        params = synthetic.draw_params(syn, images[idx], gen)
+        labels = {"appearance": pool.labels[params.image], "motion": params.motion, "arrow": params.arrow}
+        return synthetic.render(syn, params, pool), labels
+
+    return read
 
 
 def supervised(args: argparse.Namespace) -> dict:
@@ -95,13 +101,14 @@ def supervised(args: argparse.Namespace) -> dict:
     steps = args.steps or cfg.train.steps
     batch = cfg.data.batch_size
     gen = make_generator("quality-supervised", cfg.train.seed)
+    read_batch = _batch_reader(cfg, data)
     start, log = time.perf_counter(), []
     step = 0
     for step in range(steps):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg.optim, steps)
         idx = torch.randint(0, len(data), (batch,), generator=gen)
-        clips, labels = _labelled_batch(cfg, data, idx, gen)
+        clips, labels = read_batch(idx, gen)
         cls = encoder.forward_features(normalize(clips), drop=cfg.model.drop_ratio > 0, generator=gen).cls
         losses = {t: F.cross_entropy(heads[t](cls), labels[t]) for t in TASKS}
         loss = sum(losses.values())
