@@ -1,9 +1,9 @@
 """The paper's ablation orderings at the demo's scale (results: ``bench/quality.md``).
 
-    python bench/ablations.py --out DIR [--steps 150] [--threads 1] [--only 0,1,...]
+    python bench/ablations.py --out DIR [--steps 150] [--threads 1] [--only 0,1,...] [OVERRIDE ...]
     python bench/ablations.py --out DIR --table
 
-Each variant is ``demo-cpu`` with a few overrides, pretrained with the real ``levjepa.train.pretrain`` for
+Each variant is ``demo-cpu`` (with the command's ``OVERRIDE``s, if any, applied first) with a few overrides, pretrained with the real ``levjepa.train.pretrain`` for
 ``--steps`` steps (the token-drop rows instead for the baseline's *CPU time*: their step count is the
 baseline's trainer CPU seconds over their own CPU seconds per step, measured on throw-away steps first), then
 frozen and read by every probe (attentive, linear on CLS, linear on mean-pooled patches, kNN) on the
@@ -50,6 +50,7 @@ VARIANTS: list[tuple[str, list[str], str, bool]] = [  # in order of interest: a 
     ("λ = 0.02", ["objective.lam=0.02"], "λ", False),
     ("λ = 1", ["objective.lam=1.0"], "λ", False),
     ("baseline seed 1", ["train.seed=1"], "noise", False),
+    ("random tubelet init", ["model.tubelet_init=random"], "tubelet init", False),
 ]
 # the paper's direction for each ordering (SPEC §6; LeJEPA notes §5.1 for λ)
 PAPER = {
@@ -60,6 +61,7 @@ PAPER = {
     "local views": "V 2 < 4 < 8 (4: 47.6, 8: 49.2)",
     "λ": "a wide plateau; too small collapses, too large weakens invariance (0.5: −7 points)",
     "noise": "—",
+    "tubelet init": "— (left open; V-JEPA draws every Conv3d weight)",
 }
 
 
@@ -79,7 +81,8 @@ def _cpu_per_step(cfg, tmp: Path) -> float:
 def run_variant(
     index: int, name: str, overrides: list[str], equal_time: bool, args: argparse.Namespace, base_cpu: float
 ) -> dict:
-    cfg = apply_overrides(preset("demo-cpu"), ["train.eval_at_end=false", "data.num_workers=1", *overrides])
+    base = apply_overrides(preset("demo-cpu"), args.overrides)
+    cfg = apply_overrides(base, ["train.eval_at_end=false", "data.num_workers=1", *overrides])
     if args.threads:
         cfg = apply_overrides(cfg, [f"train.threads={args.threads}"])
     steps = args.steps
@@ -95,8 +98,9 @@ def run_variant(
         torch.set_num_threads(args.threads)
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     encoders = {name: load_encoder(run, weights="ema").encoder}
-    if name == "baseline":
-        encoders["random init"] = random_encoder(cfg.model, seed=cfg.train.seed).encoder
+    if name in ("baseline", "random tubelet init"):  # the init is what this row changes
+        label = f"random init ({cfg.model.tubelet_init} tubelets)" if index else "random init"
+        encoders[label] = random_encoder(cfg.model, seed=cfg.train.seed).encoder
     res = evaluate_benchmark(encoders, cfg.data.synthetic, EvalConfig(probes=PROBES, seed=0))
     print(res.table(), flush=True)
     acc = res.to_json()["accuracy"]
@@ -148,6 +152,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--only", default="", help="comma-separated row numbers, 0 = baseline (default: all not done)")
     p.add_argument("--table", action="store_true")
+    p.add_argument("overrides", nargs="*", help="applied to demo-cpu before every row's own overrides")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.table:

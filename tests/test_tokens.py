@@ -210,3 +210,28 @@ def test_half_precision_input_is_cast_to_the_weights():
     video = torch.randn(1, 3, 2, 16, 16)
     with torch.no_grad():
         torch.testing.assert_close(enc(video.half()), enc(video.half().float()))
+
+
+def test_inflated_tubelet_init_sees_the_frames_sum_and_learns_their_difference():
+    """``tubelet_init="inflate"``: every output's filter is one draw repeated over the τ frames (÷√τ), so
+    swapping the two frames of a tubelet leaves the token unchanged and a static clip embeds as one frame
+    does through the drawn filter, times √τ; the default init tells the two frames apart. A gradient step can break the symmetry."""
+    torch.manual_seed(0)
+    video = torch.randn(2, 3, 4, 16, 16)
+    swapped = video.reshape(2, 3, 2, 2, 16, 16).flip(3).reshape(2, 3, 4, 16, 16)
+    inflated = VideoEncoder(encoder_config("vit-test", tubelet=2, tubelet_init="inflate")).patch_embed
+    random = VideoEncoder(encoder_config("vit-test", tubelet=2)).patch_embed
+    tok, _ = inflated(video)
+    tok_swapped, _ = inflated(swapped)
+    torch.testing.assert_close(tok, tok_swapped)
+    assert not torch.allclose(random(video)[0], random(swapped)[0], atol=1e-3)
+    # a static clip: the drawn τ = 1 filter W0 (stored as W0 / √τ per frame) applied to one frame, times √τ
+    static = video[:, :, :1].expand(-1, -1, 4, -1, -1)
+    w0 = inflated.proj.weight.view(32, 3, 2, 8, 8)[:, :, 0].reshape(32, -1) * 2**0.5
+    frame = inflated.patches(static)[..., 0, :, :].reshape(2, -1, 3 * 64)
+    torch.testing.assert_close(inflated(static)[0], (frame @ w0.T) * 2**0.5 + inflated.proj.bias)
+    # the inflation is an init, not a constraint: a loss that depends on the frames' order moves them apart
+    loss = (inflated(video)[0] - random(video)[0].detach()).pow(2).sum()
+    loss.backward()
+    g = inflated.proj.weight.grad.view(32, 3, 2, 8, 8)
+    assert (g[:, :, 0] - g[:, :, 1]).abs().max() > 1e-3

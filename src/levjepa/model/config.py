@@ -20,6 +20,11 @@ Choices the papers leave open, all fields with defaults:
 * ``rope_base = 10000``: the RoPE frequency base (V-JEPA 2's), see ``levjepa.model.rope``.
 * ``init_std = 0.02``: truncated-normal init of every linear/patch weight and of CLS (timm / V-JEPA),
   biases zero, LayerNorm (1, 0), residual output projections scaled by ``1/sqrt(2·layer)`` (V-JEPA).
+* ``tubelet_init = "random"``: how a τ > 1 patch embedding starts. ``random``: every weight drawn (timm /
+  V-JEPA's Conv3d). ``inflate``: one τ = 1 filter drawn per output and repeated over the τ frames, divided
+  by √τ (I3D / ViViT "filter inflation", at the default init's scale): the initial token sees the frames'
+  sum and no difference between them, so a *random* encoder is not a bank of random motion filters; the
+  weights are free to tell the frames apart as soon as training starts (``bench/quality.md``).
 * ``norm_eps = 1e-6`` for every LayerNorm (timm/V-JEPA ViTs).
 * ``grad_checkpointing``: recompute each block in the backward pass (saves activation memory for
   ViT-L/H at ~1/3 more compute); off by default.
@@ -39,6 +44,7 @@ from levjepa.config import ConfigError, check
 __all__ = ["ENCODER_PRESETS", "EncoderConfig", "encoder_config"]
 
 DROP_MODES = ("uniform", "tube")
+TUBELET_INITS = ("random", "inflate")
 ATTENTIONS = ("block_causal", "bidirectional")
 
 
@@ -61,6 +67,7 @@ class EncoderConfig:
     proj_dim: int = 256
     rope_base: float = 10000.0
     init_std: float = 0.02
+    tubelet_init: Literal["random", "inflate"] = "random"
     norm_eps: float = 1e-6
     grad_checkpointing: bool = False
 
@@ -96,6 +103,10 @@ class EncoderConfig:
             f"EncoderConfig.attention={self.attention!r}: valid choices are {', '.join(ATTENTIONS)}",
         )
         check(self.rope_base > 1.0, f"EncoderConfig.rope_base={self.rope_base!r}: expected a number > 1")
+        check(
+            self.tubelet_init in TUBELET_INITS,
+            f"EncoderConfig.tubelet_init={self.tubelet_init!r}: valid choices are {', '.join(TUBELET_INITS)}",
+        )
         check(self.init_std > 0, f"EncoderConfig.init_std={self.init_std!r}: expected a positive number")
         check(self.norm_eps > 0, f"EncoderConfig.norm_eps={self.norm_eps!r}: expected a positive number")
 

@@ -147,6 +147,13 @@ class PatchEmbed(nn.Module):
         self.patch_size, self.tubelet, self.in_chans = patch_size, tubelet, in_chans
         self.proj = nn.Linear(in_chans * tubelet * patch_size * patch_size, dim)
 
+    @torch.no_grad()
+    def inflate_(self) -> None:
+        """Filter inflation: frame 0's filter repeated over the τ frames, divided by √τ (``tubelet_init``)."""
+        p, tau = self.patch_size, self.tubelet
+        w = self.proj.weight.view(-1, self.in_chans, tau, p, p)  # (C, τ, p, p) order, as ``patches`` gives
+        w.copy_(w[:, :, :1].expand_as(w) / math.sqrt(tau))
+
     def grid(self, video: Tensor) -> tuple[int, int, int]:
         _, _, t, h, w = video.shape
         return t // self.tubelet, h // self.patch_size, w // self.patch_size

@@ -110,6 +110,8 @@ class VideoEncoder(nn.Module):
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
         nn.init.trunc_normal_(self.cls_token, std=std)
+        if self.cfg.tubelet_init == "inflate" and self.cfg.tubelet > 1:
+            self.patch_embed.inflate_()
         for layer, blk in enumerate(self.blocks, start=1):
             assert isinstance(blk, Block)
             blk.attn.proj.weight.div_(math.sqrt(2.0 * layer))
