@@ -3,15 +3,15 @@
     python bench/ablations.py --out DIR [--steps 150] [--threads 1] [--only 0,1,...] [OVERRIDE ...]
     python bench/ablations.py --out DIR --table
 
-Each variant is ``demo-cpu`` (with the command's ``OVERRIDE``s, if any, applied first) with a few overrides, pretrained with the real ``levjepa.train.pretrain`` for
-``--steps`` steps (the token-drop rows instead for the baseline's *CPU time*: their step count is the
-baseline's trainer CPU seconds over their own CPU seconds per step, measured on throw-away steps first), then
-frozen and read by every probe (attentive, linear on CLS, linear on mean-pooled patches, kNN) on the
-built-in benchmark (demo probe budget, test split, the probe chosen on validation; the table gives the best
-per task). The random-init row is the baseline's architecture at its initialisation. Each row is written to
-``DIR/NN.json`` as it ends (its run in ``DIR/runs/NN``), so an interrupted sweep keeps its rows and two
-processes with disjoint ``--only`` lists can share a directory once the baseline is done; ``--table``
-prints the markdown table with the paper's direction.
+Each variant is ``demo-cpu`` (with the command's ``OVERRIDE``s, if any, applied first) with a few overrides,
+pretrained with the real ``levjepa.train.pretrain`` for ``--steps`` steps (the token-drop rows instead for the
+baseline's *CPU time*: their step count is the baseline's trainer CPU seconds over their own CPU seconds per
+step, measured on throw-away steps first), then frozen and read by every probe (attentive, linear on CLS,
+linear on mean-pooled patches, kNN) on the built-in benchmark (demo probe budget, test split, the probe chosen
+on validation; the table gives the best per task). The random-init row is the baseline's architecture at its
+initialisation. Each row is written to ``DIR/NN.json`` as it ends (its run in ``DIR/runs/NN``), so an
+interrupted sweep keeps its rows and two processes with disjoint ``--only`` lists can share a directory once
+the baseline is done; ``--table`` prints the markdown table with the paper's direction.
 
 Short runs on a shared 2-core machine: differences of a few points are noise (two seeds of the baseline
 are in the table to show its size).

@@ -18,8 +18,8 @@ from levjepa.train.loop import build_models, pretrain
 
 @pytest.mark.slow
 def test_demo_preset_learns_appearance_motion_and_the_arrow_beyond_random_init(tmp_path):
-    # 150 steps, the ablation sweep's baseline (bench/quality.md: linear probes +31 / +53 / +25 points over
-    # random init there); read by the cheap probes, linear on CLS and on mean-pooled patches
+    # 150 steps, about half the demo (whose linear probes are +41 / +77 / +38 points over random init,
+    # bench/quality.md § 3); read by the cheap probes, linear on CLS and on mean-pooled patches
     cfg = apply_overrides(preset("demo-cpu"), ["train.steps=150", "train.eval_at_end=false"])
     summary = pretrain(cfg, tmp_path / "run", progress=False)
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -215,7 +215,8 @@ def test_half_precision_input_is_cast_to_the_weights():
 def test_inflated_tubelet_init_sees_the_frames_sum_and_learns_their_difference():
     """``tubelet_init="inflate"``: every output's filter is one draw repeated over the τ frames (÷√τ), so
     swapping the two frames of a tubelet leaves the token unchanged and a static clip embeds as one frame
-    does through the drawn filter, times √τ; the default init tells the two frames apart. A gradient step can break the symmetry."""
+    does through the drawn filter, times √τ; the default init tells the two frames apart. A gradient step
+    can break the symmetry."""
     torch.manual_seed(0)
     video = torch.randn(2, 3, 4, 16, 16)
     swapped = video.reshape(2, 3, 2, 2, 16, 16).flip(3).reshape(2, 3, 4, 16, 16)
