@@ -144,10 +144,10 @@ def demo_cpu(steps: int = 320) -> PretrainConfig:
 
 def demo_cpu_long() -> PretrainConfig:
     """``demo-cpu`` run longer, to carry every target of issue 11: 800 steps, the cosine over all of them
-    (16 minutes at the 2-core VM's usual 54 clips/s, 27 at a slow hour's 31): appearance 81.0 %, motion
-    99.8 %, the arrow 100 % against 65.0 / 31.0 / 54.8 % at random initialisation, every margin ≥ 15 points
-    (``bench/quality.md`` § 4). With drawn tubelet filters and lr 1e-3 (``PREV`` there) 2000 steps reached
-    89.2 / 100 / 100. Everything else is ``demo-cpu``'s."""
+    (27 minutes measured at a slow hour's 31 clips/s on the 2-core VM, ≈ 16 at its usual 54): appearance
+    81.0 %, motion 99.8 %, the arrow 100 % against 65.0 / 31.0 / 54.8 % at random initialisation, every
+    margin ≥ 15 points (``bench/quality.md`` § 4). With drawn tubelet filters and lr 1e-3 (``PREV`` there)
+    2000 steps reached 89.2 / 100 / 100. Everything else is ``demo-cpu``'s."""
     cfg = demo_cpu(steps=800)
     return replace(cfg, preset="demo-cpu-long", train=replace(cfg.train, checkpoint_every=200))
 
