@@ -55,6 +55,7 @@ def test_unknown_preset_or_field_lists_the_valid_ones():
         ({"drop_ratio": 1.0}, r"drop_ratio=1.0: expected 0 <= drop_ratio < 1"),
         ({"drop_mode": "random"}, r"drop_mode='random': valid choices are uniform, tube"),
         ({"attention": "causal"}, r"attention='causal': valid choices are block_causal, bidirectional"),
+        ({"tubelet_init": "inflated"}, r"tubelet_init='inflated': valid choices are random, inflate"),
         ({"tubelet": 0}, r"tubelet=0: expected a positive integer"),
         ({"patch_size": 2.5}, r"patch_size=2.5: expected a positive integer"),
     ],
