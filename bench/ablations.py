@@ -99,7 +99,7 @@ def run_variant(
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     encoders = {name: load_encoder(run, weights="ema").encoder}
     if name in ("baseline", "random tubelet init"):  # the init is what this row changes
-        label = f"random init ({cfg.model.tubelet_init} tubelets)" if index else "random init"
+        label = "random init" if name == "baseline" else f"random init ({cfg.model.tubelet_init} tubelets)"
         encoders[label] = random_encoder(cfg.model, seed=cfg.train.seed).encoder
     res = evaluate_benchmark(encoders, cfg.data.synthetic, EvalConfig(probes=PROBES, seed=0))
     print(res.table(), flush=True)
