@@ -107,7 +107,7 @@ def demo_cpu(steps: int = 320) -> PretrainConfig:
     * Augmentations suited to the benchmark: no flips (a flip reverses the motion label), local crops of
       30–70 % of the frame, strong hue change and grayscale (colour is a random per-clip nuisance here). A
       crop must hold enough of the digit to share it with the global view: with crops of 15–50 % the
-      invariance was met mostly by motion (appearance 76 %), with 30–70 % the digit is read at 80–82 %
+      invariance was met mostly by motion (appearance 76 %), with 30–70 % the digit is read at 79.5–82 %
       (§ 1.6).
     * EMA decay 0.99 every step (the paper's 0.9999 every 32 steps would barely move in a few hundred
       steps); with the EMA's warm-up (``levjepa.train.ema``: β_n = min(0.99, n / (n + 10))) the decay is
