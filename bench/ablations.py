@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from levjepa.config import apply_overrides
 from levjepa.eval.benchmark import TASKS, EvalConfig, evaluate_benchmark
-from levjepa.eval.load import load_encoder, random_encoder
+from levjepa.formats.load import load_encoder, random_encoder
 from levjepa.presets import preset
 from levjepa.train.loop import pretrain
 

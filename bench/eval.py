@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import torch
 
 from levjepa.data import SyntheticConfig
-from levjepa.eval import EvalConfig, compute_features, evaluate_benchmark, random_encoder
+from levjepa.eval import EvalConfig, compute_features, evaluate_benchmark
+from levjepa.formats import random_encoder
 from levjepa.model import encoder_config
 
 

@@ -35,7 +35,7 @@ import json, sys, time, torch
 torch.set_num_threads(1)
 from levjepa.eval.benchmark import EvalConfig
 from levjepa.eval.dataset_eval import dataset_task, evaluate_dataset
-from levjepa.eval.load import random_encoder
+from levjepa.formats.load import random_encoder
 from levjepa.eval.probes import probe_config
 from levjepa.model import encoder_config
 t0 = time.perf_counter()
@@ -95,7 +95,7 @@ def speed(args: argparse.Namespace) -> None:
 
     from levjepa.data import MediaItem, write_video
     from levjepa.eval.feature_store import StoreConfig, build_store
-    from levjepa.eval.load import random_encoder
+    from levjepa.formats.load import random_encoder
     from levjepa.model import encoder_config
 
     torch.set_num_threads(1)

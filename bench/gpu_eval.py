@@ -59,8 +59,8 @@ def main() -> None:
     from levjepa.data import MediaItem
     from levjepa.eval.disk_probe import probe_from_stores
     from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
-    from levjepa.eval.load import random_encoder
     from levjepa.eval.probes import probe_config
+    from levjepa.formats.load import random_encoder
     from levjepa.model import encoder_config
     from levjepa.rng import make_generator
 

@@ -47,7 +47,7 @@ from levjepa.config import apply_overrides
 from levjepa.data.synthetic import load_split
 from levjepa.data.views import normalize, rgb_to_hsv
 from levjepa.eval.benchmark import PROBE_LABELS, PROBES, TASKS, EvalConfig, evaluate_benchmark
-from levjepa.eval.load import load_encoder
+from levjepa.formats.load import load_encoder
 from levjepa.presets import preset
 from levjepa.rng import make_generator
 from levjepa.train.loop import build_models, pretrain
@@ -229,7 +229,7 @@ def _cls(encoder: nn.Module, clips: torch.Tensor) -> torch.Tensor:
 
 def factors(args: argparse.Namespace) -> dict:
     """Ridge regression CLS -> each factor, fitted on train, R² on val (features standardised on train)."""
-    from levjepa.eval.load import random_encoder
+    from levjepa.formats.load import random_encoder
 
     out: dict = {"kind": "factors", "encoders": {}}
     if args.threads:

@@ -41,7 +41,7 @@ from levjepa.config import apply_overrides
 from levjepa.data.eval_clip import load_eval_video
 from levjepa.data.prepare import PrepareOptions, prepare_folder
 from levjepa.eval.benchmark import EvalConfig, LabelledSplits, evaluate_splits
-from levjepa.eval.load import load_encoder, random_encoder
+from levjepa.formats.load import load_encoder, random_encoder
 from levjepa.presets import preset
 from levjepa.train.loop import pretrain
 

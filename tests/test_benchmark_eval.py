@@ -15,8 +15,8 @@ from levjepa.data import SyntheticConfig
 from levjepa.data.eval_clip import as_clip
 from levjepa.eval.benchmark import EvalConfig, evaluate_benchmark
 from levjepa.eval.features import cached_features, compute_features, encoder_fingerprint
-from levjepa.eval.load import random_encoder
 from levjepa.eval.probes import probe_config
+from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
 from test_export import make_run_dir
 

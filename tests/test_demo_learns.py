@@ -11,7 +11,7 @@ import pytest
 
 from levjepa.config import apply_overrides
 from levjepa.eval import EvalConfig, evaluate_benchmark
-from levjepa.eval.load import load_encoder
+from levjepa.formats.load import load_encoder
 from levjepa.presets import preset
 from levjepa.train.loop import build_models, pretrain
 

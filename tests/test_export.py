@@ -15,8 +15,8 @@ import torch
 import levjepa
 from levjepa.commands import export as export_mod
 from levjepa.config import to_dict
-from levjepa.eval.export import export_encoder
-from levjepa.eval.load import load, load_encoder, random_encoder
+from levjepa.formats.export import export_encoder
+from levjepa.formats.load import load, load_encoder, random_encoder
 from levjepa.model import Projector, VideoEncoder, encoder_config
 from levjepa.weights import WeightsError, atomic_write_text, list_checkpoints, save_tensors
 
@@ -102,7 +102,7 @@ def test_export_then_load_gives_identical_outputs_and_a_model_card(tmp_path):
     source = load_encoder(run, weights="online").encoder
     x = _clip(source.cfg, seed=3)
     for path in (out, out / "encoder.safetensors"):
-        enc = levjepa.load(path)  # the package's lazy `load`, = levjepa.eval.load.load
+        enc = levjepa.load(path)  # the package's lazy `load`, = levjepa.formats.load.load
         assert not enc.training and not any(p.requires_grad for p in enc.parameters())
         a, b = source.forward_features(x), enc.forward_features(x)
         assert torch.equal(a.cls, b.cls) and torch.equal(a.patches, b.patches)

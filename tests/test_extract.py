@@ -16,9 +16,9 @@ from PIL import Image
 from levjepa.commands import extract as cli_extract
 from levjepa.data import decode_clip, normalize, write_video
 from levjepa.data.eval_clip import center_square
-from levjepa.eval.export import export_encoder
 from levjepa.eval.extract import ExtractConfig, extract, read_index, window_starts
-from levjepa.eval.load import random_encoder
+from levjepa.formats.export import export_encoder
+from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
 from levjepa.weights import load_tensors
 from test_export import make_run_dir

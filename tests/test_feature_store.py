@@ -23,7 +23,7 @@ from levjepa.data import normalize, write_video
 from levjepa.data.eval_clip import load_eval_clip, load_eval_views
 from levjepa.data.sources import parse_index
 from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
-from levjepa.eval.load import random_encoder
+from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -138,7 +138,7 @@ import sys, torch
 torch.set_num_threads(1)
 from levjepa.data.sources import parse_index
 from levjepa.eval.feature_store import StoreConfig, build_store
-from levjepa.eval.load import random_encoder
+from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
 enc = random_encoder(encoder_config("vit-test"), seed=1).encoder
 cfg = StoreConfig(frames=4, frame_stride=2, size=16, segments=2, crops=3, batch_size=5, workers=1, shard_items=2)

@@ -30,16 +30,18 @@ LAYERS: dict[str, int] = {
     # what runs them: the training loop, the streaming encoder
     "levjepa.train": 2,
     "levjepa.infer": 2,
+    # weights in and out: levjepa runs and exports, the official checkpoints, the hub layout
+    "levjepa.formats": 3,
     # frozen evaluation; named pretraining presets
-    "levjepa.eval": 3,
-    "levjepa.presets": 3,
+    "levjepa.eval": 4,
+    "levjepa.presets": 4,
     # tools over trained encoders and configs
-    "levjepa.tools": 4,
+    "levjepa.tools": 5,
     # the command line: every subcommand and the dispatch
-    "levjepa.commands": 5,
+    "levjepa.commands": 6,
     # the console script and `python -m levjepa`
-    "levjepa.cli": 6,
-    "levjepa.__main__": 6,
+    "levjepa.cli": 7,
+    "levjepa.__main__": 7,
 }
 DISTRIBUTED_OWNER = "levjepa.distributed"
 
@@ -141,12 +143,12 @@ def test_the_check_catches_upward_sideways_and_distributed_imports():
 
     assert one("levjepa.model.vit", "def f():\n    from levjepa.train import loop\n")  # function-local, upward
     assert one("levjepa.data.views", "from levjepa.model import vit\n")  # beside: same floor, other unit
-    assert one("levjepa.eval.load", "from ..commands import probe\n")  # relative, upward
+    assert one("levjepa.formats.load", "from ..commands import probe\n")  # relative, upward
     assert one("levjepa.objective.sigreg", "import torch.distributed as dist\n")
     assert one("levjepa.objective.sigreg", "from torch import distributed\n")
     assert one("levjepa.model.vit", "import torch\nok = torch.distributed.is_initialized()\n")
     assert one("levjepa.newthing", "")  # a module the table does not place
-    assert not one("levjepa.eval.load", "from levjepa.train.loop import build_models\nfrom . import features\n")
+    assert not one("levjepa.formats.load", "from levjepa.train.loop import build_models\nfrom . import features\n")
     assert not one("levjepa.distributed", "import torch.distributed as dist\n")
 
 

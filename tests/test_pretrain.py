@@ -225,7 +225,8 @@ def test_the_command_ends_the_demo_with_probes_of_the_run_it_wrote(tmp_path, cap
     # train.eval_at_end: the loop knows nothing of evaluation; `levjepa pretrain` reads the final checkpoint
     # back and probes it beside the random initialisation the run started from
     from levjepa.cli import main
-    from levjepa.eval import EvalConfig, evaluate_benchmark, load_encoder
+    from levjepa.eval import EvalConfig, evaluate_benchmark
+    from levjepa.formats import load_encoder
 
     run, summary = tmp_path / "run", tmp_path / "summary.json"
     overrides = [*TINY, "train.steps=2", "train.checkpoint_every=2", "train.eval_at_end=true"]

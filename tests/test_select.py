@@ -10,8 +10,8 @@ import statistics
 import pytest
 
 from levjepa.commands import select as select_mod
-from levjepa.eval.load import read_run_config
 from levjepa.eval.select import _spearman, loss_near, spearman_report
+from levjepa.formats.load import read_run_config
 from levjepa.weights import WeightsError
 from test_export import make_run_dir
 

@@ -10,7 +10,7 @@ from data_media import write_pattern
 from levjepa.commands import stream as cli
 from levjepa.data import decode_all, normalize
 from levjepa.data.eval_clip import center_square
-from levjepa.eval.load import load_encoder
+from levjepa.formats.load import load_encoder
 from levjepa.weights import load_tensors
 from test_export import make_run_dir
 

@@ -13,7 +13,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "load": "levjepa.eval.load",
+    "load": "levjepa.formats.load",
     "sigreg": "levjepa.objective",
     "SIGReg": "levjepa.objective",
     "VideoEncoder": "levjepa.model",

@@ -22,7 +22,7 @@ this module, so writers and readers cannot drift apart)::
 
 A checkpoint is *complete* when its ``meta.json`` exists (it is written last, then the directory is
 renamed into place): :func:`list_checkpoints` is the one lister and ``step_N`` the one name pattern.
-:func:`read_json` / :func:`read_metrics` read the JSON files; typed readers (``levjepa.eval.load``,
+:func:`read_json` / :func:`read_metrics` read the JSON files; typed readers (``levjepa.formats.load``,
 ``levjepa.train.checkpoint``) parse config sections into their dataclasses with ``levjepa.config.from_dict``.
 
 Why safetensors: a ``.pt`` file is a pickle, and unpickling runs code. Every loader here reads with

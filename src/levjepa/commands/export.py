@@ -1,12 +1,12 @@
 """``levjepa export RUN --out DIR [--weights ema|online]``: an encoder-only release (safetensors + config +
-model card) that ``levjepa.load(DIR)`` reads back. What an export holds: :mod:`levjepa.eval.export`.
+model card) that ``levjepa.load(DIR)`` reads back. What an export holds: :mod:`levjepa.formats.export`.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from levjepa.eval.export import export_encoder
+from levjepa.formats.export import export_encoder
 
 __all__ = ["add_arguments", "main"]
 

@@ -13,7 +13,7 @@ import argparse
 
 from levjepa import distributed
 from levjepa.eval.extract import ExtractConfig, extract
-from levjepa.eval.load import load_encoder
+from levjepa.formats.load import load_encoder
 
 __all__ = ["add_arguments", "main"]
 

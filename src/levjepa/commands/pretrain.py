@@ -31,7 +31,7 @@ from typing import Any
 
 from levjepa.config import ConfigError, apply_overrides, from_dict, merge_config, read_config_file, to_dict
 from levjepa.eval.benchmark import EvalConfig, evaluate_benchmark
-from levjepa.eval.load import load_encoder, random_encoder
+from levjepa.formats.load import load_encoder, random_encoder
 from levjepa.presets import PRESETS, needs_sources, preset
 from levjepa.train.config import RESUMABLE, PretrainConfig, check_resume
 from levjepa.train.loop import pretrain, summary_json

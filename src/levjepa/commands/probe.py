@@ -42,9 +42,9 @@ from levjepa.eval.benchmark import (
     synthetic_config_for,
 )
 from levjepa.eval.dataset_eval import dataset_task, evaluate_dataset
-from levjepa.eval.load import LoadedEncoder, load_encoder, random_encoder
 from levjepa.eval.probes import probe_config
 from levjepa.eval.protocols import PROTOCOLS
+from levjepa.formats.load import LoadedEncoder, load_encoder, random_encoder
 
 __all__ = ["add_arguments", "main"]
 

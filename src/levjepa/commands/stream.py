@@ -20,7 +20,7 @@ import torch
 from levjepa.config import ConfigError, check_range
 from levjepa.data.eval_clip import load_eval_video
 from levjepa.eval.feature_store import resolve_device
-from levjepa.eval.load import load_encoder
+from levjepa.formats.load import load_encoder
 from levjepa.infer.stream import stream_video
 from levjepa.weights import save_tensors
 

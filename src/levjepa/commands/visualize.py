@@ -10,7 +10,7 @@ import json
 
 from levjepa.config import ConfigError, check_range
 from levjepa.eval.feature_store import resolve_device
-from levjepa.eval.load import load_encoder
+from levjepa.formats.load import load_encoder
 from levjepa.tools.visualize import load_clip, visualize
 
 __all__ = ["add_arguments", "main"]

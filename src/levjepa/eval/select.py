@@ -54,7 +54,7 @@ from levjepa.eval.benchmark import (
     synthetic_config_for,
 )
 from levjepa.eval.dataset_eval import dataset_task, evaluate_dataset
-from levjepa.eval.load import WEIGHTS_MEANING, load_encoder, read_run_config
+from levjepa.formats.load import WEIGHTS_MEANING, load_encoder, read_run_config
 from levjepa.train.config import PretrainConfig
 from levjepa.train.run_dir import RunDirError
 from levjepa.weights import CONFIG, checkpoint_step, list_checkpoints, read_metrics

@@ -5,7 +5,7 @@ An export holds exactly what inference needs, nothing that can run code::
     DIR/encoder.safetensors   the VideoEncoder's state dict ("<param>"); metadata: encoder_config (JSON),
                               weights ("ema" | "online") and weights_note (what the copy averages), step,
                               format "levjepa-encoder/1", levjepa version
-    DIR/config.json           an ExportRecord (``levjepa.eval.load``): {"model": EncoderConfig, "format",
+    DIR/config.json           an ExportRecord (``levjepa.formats.load``): {"model": EncoderConfig, "format",
                               "weights", "weights_note", "step", "source", "exported_at", "run_config":
                               the run's PretrainConfig}; read back with from_dict
     DIR/MODEL_CARD.md         how it was trained: architecture, objective and λ, data sources, steps,
@@ -14,7 +14,7 @@ An export holds exactly what inference needs, nothing that can run code::
 No projector (training only, SPEC §2), no optimiser state. The EMA (Polyak) weights — a weighted average
 of the online weights the run trained, see ``levjepa.train.ema`` — are exported by default, as the papers
 evaluate them; the command prints which copy it exported. ``levjepa.load(path, weights=...)`` returns a
-ready encoder (frozen, ``eval()``) from an export, a checkpoint or a run directory (``levjepa.eval.load``);
+ready encoder (frozen, ``eval()``) from an export, a checkpoint or a run directory (``levjepa.formats.load``);
 its ``weights_info`` says which copy was read; a pickle-bearing file is refused unread.
 """
 
@@ -29,7 +29,7 @@ import torch
 
 from levjepa import __version__
 from levjepa.config import to_dict
-from levjepa.eval.load import EXPORT_FORMAT, ExportRecord, LoadedEncoder, WeightsKind, load_encoder
+from levjepa.formats.load import EXPORT_FORMAT, ExportRecord, LoadedEncoder, WeightsKind, load_encoder
 from levjepa.weights import (
     CONFIG,
     EXPORT_WEIGHTS,

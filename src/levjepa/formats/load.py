@@ -91,7 +91,7 @@ EXPORT_FORMAT = "levjepa-encoder/1"
 @dataclass(frozen=True)
 class ExportRecord:
     """An export's ``config.json``: the encoder config, which copy of the weights it holds and where they came
-    from (``levjepa.eval.export`` writes it with ``to_dict``; readers parse it back with ``from_dict``)."""
+    from (``levjepa.formats.export`` writes it with ``to_dict``; readers parse it back with ``from_dict``)."""
 
     model: EncoderConfig
     format: str = EXPORT_FORMAT
