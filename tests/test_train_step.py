@@ -5,12 +5,14 @@ The global (GradCache) accumulation is checked in ``test_accumulation.py``.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
+from typing import Literal, get_args, get_origin, get_type_hints
 
 import pytest
 import torch
 
 from levjepa.data import build_pretrain_loader
+from levjepa.model import EncoderConfig
 from levjepa.objective import build_objective
 from levjepa.rng import make_generator, sample_keys
 from levjepa.train.loop import build_models
@@ -112,18 +114,31 @@ def test_non_finite_step_is_skipped_and_changes_nothing():
             assert torch.equal(t, opt_before[p][n]), n
 
 
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        (),
-        ("objective.name=lejepa", "data.num_global=2", "objective.num_global_views=2"),
-        ("objective.name=localejepa",),
-        ("model.final_norm_bias=true",),  # the bias the projector's BatchNorm cancels: must be caught
-    ],
-)
-def test_every_trainable_parameter_gets_a_gradient(overrides):
-    # a gradient that is zero in exact arithmetic (a structural zero, e.g. a constant shift that BatchNorm
-    # removes) shows in float64 as rounding noise ~1e-17; AdamW would step such a weight on that noise
+def _model_options() -> list[tuple[str, ...]]:
+    """One override per value of every on/off or named-choice field of EncoderConfig that differs from the
+    tiny config's (read from the dataclass, so an option added later is covered without editing this list),
+    the other tubelet size, and the legacy bias without the final norm."""
+    base = tiny_config().model
+    hints = get_type_hints(EncoderConfig)
+    options: list[tuple[str, ...]] = []
+    for f in fields(EncoderConfig):
+        kind = hints[f.name]
+        values = (False, True) if kind is bool else get_args(kind) if get_origin(kind) is Literal else ()
+        current = getattr(base, f.name)
+        options += [(f"model.{f.name}={str(v).lower()}",) for v in values if v != current]
+    options += [("model.tubelet=1",), ("model.tubelet=2", "model.tubelet_init=random")]
+    options += [("model.tubelet=2", "model.tubelet_init=inflate")]
+    options += [("model.final_norm=false", "model.final_norm_bias=true")]
+    distinct = {tiny_config(*o).model: o for o in reversed(options)}  # one case per distinct encoder
+    return [o for m, o in distinct.items() if m != base][::-1]
+
+
+def _dead_parameters(*overrides: str) -> tuple[list[str], set[str]]:
+    """Trainable parameters whose gradient after one float64 GradCache step is zero up to rounding, and the
+    names of all trainable ones.
+
+    A gradient that is zero in exact arithmetic (a structural zero, e.g. a constant shift that BatchNorm
+    removes) shows in float64 as rounding noise ~1e-17; AdamW would step such a weight on that noise."""
     cfg, model, objective, _ = _setup(*overrides)
     model.double()
     opt = build_optimizer(model, cfg.optim)
@@ -136,10 +151,34 @@ def test_every_trainable_parameter_gets_a_gradient(overrides):
     train_step(model, objective, opt, micro, keys, step=0, lr=1e-3)
     trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
     norms = {n: float(p.grad.norm()) if p.grad is not None else 0.0 for n, p in trainable.items()}
-    dead = sorted(n for n, g in norms.items() if g <= 1e-9 * max(norms.values()))
+    return sorted(n for n, g in norms.items() if g <= 1e-9 * max(norms.values())), set(trainable)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        (),
+        ("objective.name=lejepa", "data.num_global=2", "objective.num_global_views=2"),
+        ("objective.name=localejepa",),
+    ],
+)
+def test_every_trainable_parameter_gets_a_gradient(overrides):
+    dead, trainable = _dead_parameters(*overrides)
     # LocaLeJEPA ignores a constant shift of z: the projector's output bias is frozen, not trained on noise
     assert ("projector.net.3.bias" in trainable) == ("objective.name=localejepa" not in overrides)
-    if "model.final_norm_bias=true" in overrides:
+    assert not dead, dead
+
+
+@pytest.mark.parametrize("overrides", _model_options(), ids=" ".join)
+def test_every_parameter_gets_a_gradient_under_every_model_option(overrides):
+    # the bias just before the readout only shifts every CLS by one constant vector, which the projector's
+    # BatchNorm removes: the final norm's bias, or without a final norm the last block's mlp.fc2 bias. It
+    # exists only with final_norm_bias=true (weights written before it was removed) and must then be caught
+    dead, _ = _dead_parameters(*overrides)
+    cfg = tiny_config(*overrides).model
+    if not cfg.final_norm_bias:
+        assert not dead, dead
+    elif cfg.final_norm:
         assert dead == ["encoder.norm.bias"]
     else:
-        assert not dead, dead
+        assert dead == [f"encoder.blocks.{cfg.depth - 1}.mlp.fc2.bias"]

@@ -191,6 +191,8 @@ def _legacy_norm_bias(cfg: EncoderConfig, state: dict[str, torch.Tensor]) -> Enc
     """
     if cfg.final_norm and not cfg.final_norm_bias and "norm.bias" in state:
         return dataclasses.replace(cfg, final_norm_bias=True)
+    if not cfg.final_norm and not cfg.final_norm_bias and f"blocks.{cfg.depth - 1}.mlp.fc2.bias" in state:
+        return dataclasses.replace(cfg, final_norm_bias=True)  # without a final norm: the last block's bias
     return cfg
 
 

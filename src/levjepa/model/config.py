@@ -11,8 +11,9 @@
 * a final LayerNorm (on by default; the papers discuss removing it but never ablate that), without a bias
   (``final_norm_bias=False``): its bias only shifts every CLS by one constant vector, which the projector's
   bias-free Linear maps to a constant and its BatchNorm subtracts again, so the bias would get an exactly
-  zero gradient and AdamW would step it on rounding noise. ``True`` rebuilds encoders written before
-  (``levjepa.load`` does so by itself for such weights);
+  zero gradient and AdamW would step it on rounding noise. Without the final norm (``final_norm=False``)
+  the last block's ``mlp.fc2`` bias is that constant shift, and it goes the same way. ``True`` rebuilds
+  encoders written before (``levjepa.load`` does so by itself for such weights);
 * the projector ``Linear(d, 2048) -> BatchNorm -> GELU -> Linear(2048, 256)`` (training only).
 
 Choices the papers leave open, all fields with defaults:

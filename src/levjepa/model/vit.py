@@ -57,9 +57,9 @@ class EncoderOutput:
 
 
 class MLP(nn.Module):
-    def __init__(self, dim: int, hidden: int) -> None:
+    def __init__(self, dim: int, hidden: int, out_bias: bool = True) -> None:
         super().__init__()
-        self.fc1, self.act, self.fc2 = nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim)
+        self.fc1, self.act, self.fc2 = nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim, bias=out_bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(self.act(self.fc1(x)))
@@ -68,12 +68,12 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-LN transformer block: ``x + attn(LN(x))`` then ``x + mlp(LN(x))``."""
 
-    def __init__(self, cfg: EncoderConfig) -> None:
+    def __init__(self, cfg: EncoderConfig, mlp_out_bias: bool = True) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps)
         self.attn = Attention(cfg.dim, cfg.heads, cfg.qkv_bias)
         self.norm2 = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps)
-        self.mlp = MLP(cfg.dim, cfg.mlp_hidden)
+        self.mlp = MLP(cfg.dim, cfg.mlp_hidden, mlp_out_bias)
 
     def forward(
         self, x: Tensor, rope: tuple[Tensor, Tensor], attn_mask: Tensor | None, kv_cache: KVCache | None = None
@@ -91,7 +91,10 @@ class VideoEncoder(nn.Module):
         self.patch_embed = PatchEmbed(cfg.patch_size, cfg.tubelet, cfg.in_chans, cfg.dim)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.dim))
         self.rope = Rope3D(cfg.head_dim, cfg.rope_base)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.depth))
+        # without a final norm the last block's mlp.fc2 bias is the constant shift of CLS instead (the same
+        # exactly zero gradient): it exists only with final_norm_bias, for weights written before
+        last_bias = cfg.final_norm or cfg.final_norm_bias
+        self.blocks = nn.ModuleList(Block(cfg, i < cfg.depth - 1 or last_bias) for i in range(cfg.depth))
         # no bias by default: the projector's BatchNorm cancels a constant shift of CLS (see EncoderConfig)
         final = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps, bias=cfg.final_norm_bias)
         self.norm = final if cfg.final_norm else nn.Identity()

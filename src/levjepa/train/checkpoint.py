@@ -154,10 +154,12 @@ def load_checkpoint(
     path = Path(path)
     weights, _ = load_tensors(path / ONLINE_WEIGHTS)
     expected = model.state_dict()
-    if "encoder.norm.bias" in weights and "encoder.norm.bias" not in expected:
+    stale = [k for k in weights if k not in expected and (k == "encoder.norm.bias" or k.endswith(".mlp.fc2.bias"))]
+    if stale:
         raise ConfigError(
-            f"{path} was written by a levjepa whose encoder's final LayerNorm had a bias (it gets an exactly "
-            "zero gradient and is gone now): resume it as it was with the override model.final_norm_bias=true"
+            f"{path} was written by a levjepa whose encoder had a bias just before the readout (the final "
+            "LayerNorm's, or without it the last block's mlp.fc2 bias: it gets an exactly zero gradient and is "
+            "gone now): resume it as it was with the override model.final_norm_bias=true"
         )
     model.load_state_dict(weights)
     trainer = read_json(path / TRAINER_STATE)
