@@ -90,14 +90,20 @@ def test_grad_cache_rewinds_a_generator_to_drop_the_same_tokens_again(shared):
         one = make_generator(0, "drop")
         return [one] * 3 if shared else [make_generator(0, i, "drop") for i in range(3)]
 
-    got = _step(cfg, views, generators())
+    used = generators()
+    got = _step(cfg, views, used)
     model = _model(cfg)
-    cls = torch.cat([model.encode(v, g) for v, g in zip(views, generators(), strict=True)], dim=1)
+    once = generators()
+    cls = torch.cat([model.encode(v, g) for v, g in zip(views, once, strict=True)], dim=1)
     loss = build_objective(cfg.objective)(model.project(cls), 3).loss
     loss.backward()
     assert got[0] == pytest.approx(float(loss.detach()), rel=1e-9)
     for name, p in model.named_parameters():
         torch.testing.assert_close(got[2][name], p.grad, rtol=1e-6, atol=1e-6, msg=name)
+    # the caller's generators end where one pass over the micro-batches leaves them, replays undone: a
+    # reused generator draws the next step's tokens afresh instead of replaying the last micro-batch's
+    for g, ref in zip(used, once, strict=True):
+        assert torch.equal(g.get_state(), ref.get_state())
 
 
 def _rank_step(rank: int, world: int):

@@ -19,7 +19,8 @@ runs GradCache (Gao et al., 2021):
    projector and the cached CLS;
 3. backpropagate the cached CLS gradient through the last micro-batch's kept graph, then re-encode every
    other micro-batch with grad — the same tokens dropped: dropping is keyed per clip, or a generator is
-   rewound — and backpropagate its slice: ``cls.backward(gradient=grad)``.
+   rewound — and backpropagate its slice: ``cls.backward(gradient=grad)``. A caller's generator is left
+   where one pass over the micro-batches leaves it (the replays are undone).
 
 Loss and gradients equal those of one pass over the whole batch (``tests/test_accumulation.py``: 4 × 16
 equals 64 to 1e-6 in float64, and 2 gloo ranks × 2 equal 1 × 4). The cost is one extra no-grad encoder
@@ -169,6 +170,9 @@ def _grad_cache(
     grads = cls.grad.split(sizes, dim=1)
     last.backward(grads[-1])
     del last
+    # where one pass over the micro-batches left each generator: the replays below rewind it, and a reused
+    # generator must go on from here, not from the last replay (it would draw the last micro-batch's tokens)
+    ends = [(g, g.get_state()) for g in {id(d): d for d in drops if isinstance(d, torch.Generator)}.values()]
     for i, (views, drop) in enumerate(zip(micro_batches[:-1], drops[:-1], strict=True)):
         state = rewind[i]
         if state is not None:
@@ -177,6 +181,8 @@ def _grad_cache(
         with _autocast(device_type, autocast_dtype):
             again = core.encode(views, drop)
         again.backward(grads[i])
+    for generator, end in ends:
+        generator.set_state(end)
     return out.loss.detach(), out.terms, z.detach()
 
 
