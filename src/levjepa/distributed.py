@@ -40,6 +40,7 @@ __all__ = [
     "DistInfo",
     "SyncBatchNorm1d",
     "all_gather_objects",
+    "all_gather_rows",
     "all_reduce_gradients",
     "all_reduce_mean",
     "all_reduce_sum",
@@ -195,6 +196,18 @@ def all_gather_objects(obj: Any) -> list[Any]:
     out: list[Any] = [None] * world_size()
     dist.all_gather_object(out, obj)
     return out
+
+
+@torch.no_grad()
+def all_gather_rows(tensor: torch.Tensor) -> torch.Tensor:
+    """Every rank's ``tensor`` ``[n, ...]`` stacked along rows in rank order, ``[world_size · n, ...]``; not
+    differentiable (for detached values, e.g. the rows LocaLeJEPA clusters). Every rank must pass the same
+    shape (the trainer's ranks hold equal batches). Alone: ``tensor`` itself."""
+    if world_size() == 1:
+        return tensor
+    parts = [torch.empty_like(tensor) for _ in range(world_size())]
+    dist.all_gather(parts, tensor.contiguous())
+    return torch.cat(parts)
 
 
 def broadcast_object(obj: Any, src: int = 0) -> Any:

@@ -18,7 +18,7 @@ from .build import (
 )
 from .config import DEFAULT_LAMBDA, ObjectiveConfig
 from .diagnostics import effective_rank, embedding_diagnostics
-from .localreg import cosine_kmeans, local_ball_reg, localejepa_loss, uniform_ball_cf
+from .localreg import cluster_labels, cosine_kmeans, local_ball_reg, localejepa_loss, uniform_ball_cf
 from .losses import ObjectiveOutput, lejepa_loss, levjepa_loss
 from .sigreg import SIGReg, draw_directions, epps_pulley_nodes, null_value, sigreg
 
@@ -32,6 +32,7 @@ __all__ = [
     "ObjectiveOutput",
     "SIGReg",
     "build_objective",
+    "cluster_labels",
     "cosine_kmeans",
     "draw_directions",
     "effective_rank",

@@ -24,7 +24,7 @@ from torch import nn
 from levjepa.rng import make_generator
 
 from .config import ObjectiveConfig
-from .localreg import cosine_kmeans, localejepa_loss
+from .localreg import cluster_labels, localejepa_loss
 from .losses import ObjectiveOutput, check_views, lejepa_loss, levjepa_loss
 from .sigreg import draw_directions
 
@@ -113,7 +113,7 @@ class LocaLeJEPAObjective(Objective):
         step = self._prepare(z, step)
         cfg = self.cfg
         zbar = z.detach().mean(0)
-        labels = cosine_kmeans(
+        labels = cluster_labels(
             zbar, cfg.num_clusters, cfg.kmeans_iters, generator=self.generator(step, z.device, "kmeans")
         )
         return localejepa_loss(

@@ -4,9 +4,9 @@ Instead of one global ``N(0, I)`` target, the batch is split into clusters and e
 embeddings are matched to a uniform ball, so clusters may sit anywhere and only their local shape is
 constrained. For projections ``z`` ``[V, B, K]`` (``d = K``):
 
-1. ``z̄_b = mean_v z_{v,b}``; **cosine k-means** on the *detached* ``z̄`` (pure torch, seeded generator,
-   ``Q = 4`` clusters, ``kmeans_iters = 10`` Lloyd steps from ``Q`` distinct random samples): labels,
-   shared by all views. The assignment receives no gradient.
+1. ``z̄_b = mean_v z_{v,b}``; **cosine k-means** on the *detached* ``z̄`` of the global batch (pure torch,
+   seeded generator, ``Q = 4`` clusters, ``kmeans_iters = 10`` Lloyd steps from ``Q`` distinct random
+   samples): labels, shared by all views. The assignment receives no gradient.
 2. Keep clusters with ``|C_q| ≥ 4``; if none is left, fall back to the whole batch as one cluster and
    **report** it (``kmeans_fallback`` = 1, ``clusters_used`` = number of groups averaged, ≥ 1). Fewer samples
    than clusters is an ordinary fallback, not an error.
@@ -22,12 +22,19 @@ constrained. For projections ``z`` ``[V, B, K]`` (``d = K``):
    effective strength).
 6. ``L = (1−λ) · mean_{b,v,k} (z_{v,b} − z̄_b)² + λ · LocaLeReg``, ``λ = 0.1``.
 
+Distributed: the same objective on any number of GPUs. The k-means runs on every rank's detached ``z̄``,
+gathered (``levjepa.distributed.all_gather_rows``; every rank runs the same seeded k-means, so all agree on
+the labels), and the regulariser's per-group sums — the cluster sizes and sums of projections (for the
+means), then the cos/sin sums — each go through one differentiable ``all_reduce_sum``, as SIGReg's
+statistics do: clusters, kept groups, ``|C_q|`` and ``φ̂`` are the global batch's. Each rank's input gradient
+is then ``world_size ×`` the single-process gradient of its rows, and DDP's averaging gives the
+single-process parameter gradients (``tests/test_localreg_distributed.py``).
+
 Implementation notes: every cluster (and the whole-batch group) is evaluated every step and the kept ones
 are selected by weights computed on the device, so there is no data-dependent Python branching and no
 host–device synchronisation. Re-centring is done on the projections (``(z − μ)·a = z·a − μ·a``). The
 statistics use plain autograd over ``[V, B, M, J]`` tensors (M = 256; the clusters partition the batch so
-this is the size of one SIGReg reference pass). ``[choice]`` Clustering and statistics are per rank (the
-local batch); nothing is all-reduced.
+this is the size of one SIGReg reference pass, twice with the whole-batch group).
 """
 
 from __future__ import annotations
@@ -37,12 +44,13 @@ import math
 import torch
 import torch.nn.functional as F
 
+from levjepa import distributed
 from levjepa.rng import make_generator
 
 from .losses import ObjectiveOutput, check_views, loss_dtype
-from .sigreg import draw_directions, epps_pulley_from_stats, epps_pulley_nodes, reference_ecf_stats
+from .sigreg import draw_directions, epps_pulley_from_stats, epps_pulley_nodes
 
-__all__ = ["cosine_kmeans", "local_ball_reg", "localejepa_loss", "uniform_ball_cf"]
+__all__ = ["cluster_labels", "cosine_kmeans", "local_ball_reg", "localejepa_loss", "uniform_ball_cf"]
 
 
 def uniform_ball_cf(t: torch.Tensor, dim: int, radius: float | None = None, *, num_points: int = 2049) -> torch.Tensor:
@@ -73,6 +81,11 @@ def _membership(labels: torch.Tensor, num_clusters: int, dtype: torch.dtype) -> 
     return (labels[None, :] == torch.arange(num_clusters, device=labels.device)[:, None]).to(dtype)
 
 
+def _row_sum(values: torch.Tensor) -> torch.Tensor:
+    """``[V, B, M, J]`` summed over the batch as one group, ``[V, 1, J, M]``."""
+    return values.sum(1).transpose(1, 2).unsqueeze(1)
+
+
 @torch.no_grad()
 def cosine_kmeans(x: torch.Tensor, num_clusters: int, iters: int = 10, *, generator: torch.Generator) -> torch.Tensor:
     """Cluster labels ``[B]`` (int64) of the rows of ``x`` ``[B, K]`` by cosine k-means.
@@ -92,6 +105,19 @@ def cosine_kmeans(x: torch.Tensor, num_clusters: int, iters: int = 10, *, genera
         moved = F.normalize(member @ xn, dim=-1, eps=1e-12)
         centroids = torch.where(member.sum(1)[:, None] > 0, moved, centroids)
     return (xn @ centroids.T).argmax(1)
+
+
+def cluster_labels(
+    zbar: torch.Tensor, num_clusters: int, iters: int = 10, *, generator: torch.Generator
+) -> torch.Tensor:
+    """Labels ``[B]`` of this rank's rows ``zbar`` ``[B, K]`` from one cosine k-means over every rank's rows.
+
+    The detached rows of all ranks are gathered (rank order) and every rank runs the same k-means with the
+    same generator, so the clusters are those of the global batch, whatever the number of GPUs.
+    """
+    rows = distributed.all_gather_rows(zbar.detach())
+    start = distributed.rank() * zbar.shape[0]
+    return cosine_kmeans(rows, num_clusters, iters, generator=generator)[start : start + zbar.shape[0]]
 
 
 def local_ball_reg(
@@ -124,21 +150,24 @@ def local_ball_reg(
         u = zf @ a  # [V, B, M]
         t, w, _ = epps_pulley_nodes(num_nodes, t_max, dtype=zf.dtype, device=z.device)
         target = uniform_ball_cf(t, k)
-        onehot = _membership(labels.to(z.device), num_clusters, zf.dtype)  # [Q, B]
-        sizes = onehot.sum(1)  # [Q]
+        # groups 0..Q-1 are the clusters, group Q the whole batch (the fallback); every sum below is over this
+        # rank's rows, then over every rank in one differentiable all-reduce: the global batch's groups
+        member = torch.cat([_membership(labels.to(z.device), num_clusters, zf.dtype), zf.new_ones(1, b)])  # [Q+1, B]
+        sums = torch.einsum("gb,vbm->vgm", member, u)  # [V, Q+1, M]
+        packed = distributed.all_reduce_sum(torch.cat([sums.reshape(-1), member.sum(1)]))
+        sizes = packed[-(num_clusters + 1) :]  # [Q+1]: global cluster sizes, then the global batch size
         inv_sizes = 1.0 / sizes.clamp_min(1.0)
-        # per-cluster re-centring of each view (gradient flows through the cluster means)
-        means = torch.einsum("qb,vbm->vqm", onehot, u) * inv_sizes[:, None]
-        resid = u - means[:, labels]  # [V, B, M]
-        x = resid.unsqueeze(-1) * t  # [V, B, M, J]
-        cos_c = torch.einsum("qb,vbmj->vqjm", onehot, torch.cos(x))
-        sin_c = torch.einsum("qb,vbmj->vqjm", onehot, torch.sin(x))
-        stats = torch.stack([cos_c, sin_c], dim=2) * inv_sizes[:, None, None, None]  # [V, Q, 2, J, M]
-        d_clusters = sizes * epps_pulley_from_stats(stats, 1.0, w, target).mean(-1)  # [V, Q]
-        # whole-batch fallback group
-        resid_all = u - u.mean(1, keepdim=True)
-        d_batch = b * epps_pulley_from_stats(reference_ecf_stats(resid_all, t), 1.0, w, target).mean(-1)  # [V]
-        keep = (sizes >= min_cluster_size).to(zf.dtype)
+        means = packed[: sums.numel()].view_as(sums) * inv_sizes[:, None]  # [V, Q+1, M]
+        # each view re-centred in its cluster and in the batch (gradient flows through the means)
+        x = (u - means[:, labels]).unsqueeze(-1) * t  # [V, B, M, J]
+        x_all = (u - means[:, -1:]).unsqueeze(-1) * t
+        cos_sum = torch.cat([torch.einsum("qb,vbmj->vqjm", member[:-1], torch.cos(x)), _row_sum(torch.cos(x_all))], 1)
+        sin_sum = torch.cat([torch.einsum("qb,vbmj->vqjm", member[:-1], torch.sin(x)), _row_sum(torch.sin(x_all))], 1)
+        local = torch.stack([cos_sum, sin_sum], dim=2)  # [V, Q+1, 2, J, M]
+        stats = distributed.all_reduce_sum(local) * inv_sizes[:, None, None, None]  # global cos/sin means
+        d = sizes * epps_pulley_from_stats(stats, 1.0, w, target).mean(-1)  # [V, Q+1]
+        d_clusters, d_batch = d[:, :-1], d[:, -1]
+        keep = (sizes[:-1] >= min_cluster_size).to(zf.dtype)
         fallback = (keep.sum() == 0).to(zf.dtype)
         groups = keep.sum() + fallback
         reg = ((d_clusters * keep).sum() + fallback * d_batch.sum()) / (v * groups)
@@ -179,7 +208,7 @@ def localejepa_loss(
         directions = draw_directions(z.shape[-1], num_directions, generator=generator, device=z.device)
     zbar = zf.mean(0)  # [B, K]
     if labels is None:
-        labels = cosine_kmeans(zbar.detach(), num_clusters, kmeans_iters, generator=generator)
+        labels = cluster_labels(zbar, num_clusters, kmeans_iters, generator=generator)
     pred = (zf - zbar).square().mean()
     reg, info = local_ball_reg(
         zf,
