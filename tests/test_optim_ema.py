@@ -94,3 +94,20 @@ def test_ema_decay_warms_up_to_the_papers_asymptote():
     w = ema.weights(322)
     assert float(w[1 + int(0.8 * 322) :].sum()) == pytest.approx(0.89, abs=0.01)
     assert pytest.approx(0.968, abs=1e-3) == 0.9999**322
+
+
+def test_ema_warmup_zero_is_the_papers_literal_ema():
+    # train.ema_warmup=0: beta = 0.9999 from the first update, so after k updates the initialisation keeps
+    # weight 0.9999^k and update m weighs (1 - beta) beta^(k - m)
+    m = nn.Linear(2, 2)
+    ema = EMA(m, decay=0.9999, every=32, warmup=0)
+    assert all(ema.decay_at(n) == 0.9999 for n in (0, 1, 10, 10**6))
+    w = ema.weights(5)
+    assert float(w[0]) == pytest.approx(0.9999**5) and float(w[5]) == pytest.approx(1e-4)
+    initial = m.weight.detach().clone()
+    with torch.no_grad():
+        m.weight.add_(1.0)
+    ema.update(m)
+    torch.testing.assert_close(ema.params["weight"], initial + 1e-4)
+    with pytest.raises(ValueError, match="warmup >= 0"):
+        EMA(m, warmup=-1)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import levjepa
 from levjepa.data import build_pretrain_loader
 from levjepa.objective import build_objective
 from levjepa.rng import sample_keys
@@ -333,3 +334,14 @@ def test_compiled_training_matches_eager(tmp_path):
     assert a.keys() == b.keys()
     for key in a:
         torch.testing.assert_close(b[key], a[key], rtol=1e-4, atol=1e-5, msg=key)
+
+
+def test_the_literal_ema_is_written_and_a_copy_before_its_first_update_is_not_called_an_average(tmp_path):
+    # train.ema_warmup=0 reaches the EMA (its checkpoint metadata), and a checkpoint written before the first
+    # EMA update (1 step, an update every 32) holds the initial weights: it says so
+    path = tmp_path / "run"
+    pretrain(tiny_config("train.steps=1", "train.ema_every=32", "train.ema_warmup=0"), path, progress=False)
+    _, meta = load_tensors(path / "checkpoints" / "step_000001" / "ema.safetensors")
+    assert float(meta["ema_warmup"]) == 0.0 and int(meta["ema_updates"]) == 0
+    text = levjepa.load(path).weights_info
+    assert "average" not in text and "before its first update: the initial weights" in text

@@ -129,6 +129,11 @@ def ema_note(meta: dict[str, str], step: int | None, run_cfg: PretrainConfig | N
     warning when they are mostly the initialisation."""
     if "ema_updates" in meta:
         updates, decay = int(meta["ema_updates"]), float(meta["ema_decay"])
+        if updates == 0:
+            return "EMA before its first update: the initial weights, no training in them yet"
+        if float(meta.get("ema_warmup", 1.0)) == 0:  # train.ema_warmup=0: the fixed decay from the start
+            share = f"{decay**updates:.0%} of it still the initialisation"
+            return f"EMA: {updates} update(s) at a fixed decay {decay} from the initial weights, {share}"
         return f"EMA: weighted average of the online weights over {updates} update(s), decay warming up to {decay}"
     if run_cfg is None or step is None:
         return "EMA written before the decay warm-up; how much of it is still the initialisation is unknown"

@@ -70,6 +70,7 @@ class TrainConfig:
     accumulation: Literal["global", "local"] = "global"  # one loss on the effective batch, or one per micro-batch
     ema_decay: float = 0.9999  # Polyak copy: theta_bar <- decay * theta_bar + (1 - decay) * theta ...
     ema_every: int = 32  # ... every this many optimizer steps
+    ema_warmup: float = 10.0  # decay of update n: min(ema_decay, n / (n + ema_warmup)); 0: the literal EMA
     checkpoint_every: int = 1000
     keep_last: int = 3  # checkpoints kept besides those at multiples of keep_every
     keep_every: int | None = None  # also keep every checkpoint at a multiple of this step (model selection)
@@ -89,6 +90,10 @@ class TrainConfig:
         check(self.batch_size > 0, f"train.batch_size must be > 0, got {self.batch_size}")
         check(0.0 <= self.ema_decay < 1.0, f"train.ema_decay must lie in [0, 1), got {self.ema_decay}")
         check(self.ema_every > 0, f"train.ema_every must be > 0, got {self.ema_every}")
+        check(
+            self.ema_warmup >= 0,
+            f"train.ema_warmup must be >= 0 (0: the paper's fixed decay from the first update), got {self.ema_warmup}",
+        )
         check(self.checkpoint_every > 0, f"train.checkpoint_every must be > 0, got {self.checkpoint_every}")
         check(self.keep_last >= 1, f"train.keep_last must be >= 1, got {self.keep_last}")
         check(self.log_every > 0, f"train.log_every must be > 0, got {self.log_every}")

@@ -18,7 +18,8 @@ shifted so that ``β_0 = 0``) the first update copies the online weights, the in
 θ_m the online weights at update ``m``: the average leans on the recent weights (its last 20 % of
 updates carry 89 % of the weight) and widens as training goes on. Beyond that point the recursion is the
 paper's EMA. ``tests/test_optim_ema.py`` checks this closed form; :meth:`EMA.weights` returns the weights
-``w_m`` of any schedule. The copy is kept in float32 whatever the training precision, is never used by the
+``w_m`` of any schedule. ``c = 0`` (``train.ema_warmup=0``) is the paper's EMA taken literally: ``β`` from the
+first update, starting from the initialisation (readers then say how much of the copy is still initial). The copy is kept in float32 whatever the training precision, is never used by the
 loss, and is saved beside the online weights with its update count; evaluation and extraction choose
 either. Buffers are copied, not averaged.
 """
@@ -33,8 +34,8 @@ __all__ = ["EMA"]
 
 class EMA:
     def __init__(self, module: nn.Module, decay: float = 0.9999, every: int = 32, warmup: float = 10.0) -> None:
-        if not 0.0 <= decay < 1.0 or every < 1 or warmup <= 0:
-            raise ValueError(f"EMA: need 0 <= decay < 1, every >= 1, warmup > 0; got {decay}, {every}, {warmup}")
+        if not 0.0 <= decay < 1.0 or every < 1 or warmup < 0:
+            raise ValueError(f"EMA: need 0 <= decay < 1, every >= 1, warmup >= 0; got {decay}, {every}, {warmup}")
         self.decay = decay
         self.every = every
         self.warmup = warmup
@@ -47,8 +48,8 @@ class EMA:
         return step % self.every == 0
 
     def decay_at(self, n: int) -> float:
-        """``β_n = min(β, n / (n + c))``: the decay of update ``n`` (0-based)."""
-        return min(self.decay, n / (n + self.warmup))
+        """``β_n = min(β, n / (n + c))``: the decay of update ``n`` (0-based); ``β`` itself when ``c = 0``."""
+        return self.decay if self.warmup == 0 else min(self.decay, n / (n + self.warmup))
 
     def weights(self, k: int) -> torch.Tensor:
         """float64 ``[k + 1]``: the weight of the initial copy (index 0) and of the online weights at each of

@@ -278,7 +278,7 @@ def _build(cfg: PretrainConfig, info: distributed.DistInfo, path: Path, *, resum
     model = Pretrainer(*build_models(cfg, cfg.train.seed)).to(info.device)
     if info.world_size > 1:
         distributed.convert_sync_batchnorm(model)  # the projector's BatchNorm over every rank's rows
-    ema = EMA(model.encoder, decay=cfg.train.ema_decay, every=cfg.train.ema_every)
+    ema = EMA(model.encoder, decay=cfg.train.ema_decay, every=cfg.train.ema_every, warmup=cfg.train.ema_warmup)
     optimizer = build_optimizer(model, cfg.optim)
     objective = build_objective(cfg.objective).to(info.device)
     objective.check_finite = False  # a non-finite batch skips its step instead of raising
