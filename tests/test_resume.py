@@ -72,6 +72,19 @@ def test_only_the_listed_keys_may_change_on_resume():
     check_resume(raw, apply_overrides(saved, ["model.final_norm_bias=true"]))
 
 
+def test_the_micro_batch_may_change_on_resume_only_while_the_loss_sees_the_effective_batch():
+    # accumulation=global: the loss sees train.batch_size whatever data.batch_size is, so a resume may re-split
+    # it (another GPU's memory); local: the loss sees data.batch_size x world size, so changing it changes N
+    saved = tiny_config("train.steps=2", "train.batch_size=16", "data.batch_size=8")
+    check_resume(json.loads(json.dumps(to_dict(saved))), apply_overrides(saved, ["data.batch_size=4"]))
+    local = apply_overrides(saved, ["train.accumulation=local"])
+    raw = json.loads(json.dumps(to_dict(local)))
+    check_resume(raw, apply_overrides(local, ["data.num_workers=2"]))
+    with pytest.raises(ConfigError, match=r"data\.batch_size \(8 -> 4\).*train\.accumulation=local") as err:
+        check_resume(raw, apply_overrides(local, ["data.batch_size=4"]))
+    assert "\n" not in str(err.value)
+
+
 def test_resume_help_lists_what_may_change(capsys):
     with pytest.raises(SystemExit):
         main(["pretrain", "--help"])

@@ -137,7 +137,8 @@ class PretrainConfig:
 # What `--resume` may change: how long the run goes on, what it logs and keeps, where its data comes from and
 # how fast the machine serves it. Everything else — the architecture, the objective, the optimiser, the seed,
 # the effective batch and the geometry of the clips and views — is what the checkpoint was trained as; changing
-# it would load weights into another model or continue another run.
+# it would load weights into another model or continue another run. ``data.batch_size`` may change only under
+# train.accumulation=global, where the loss sees the effective batch whatever the split (check_resume).
 RESUMABLE: tuple[str, ...] = (
     "train.steps",
     "train.log_every",
@@ -172,10 +173,18 @@ RESUMABLE: tuple[str, ...] = (
 
 def check_resume(saved: dict[str, Any], new: PretrainConfig) -> None:
     """Raise :class:`ConfigError` naming every key where ``new`` differs from the run's saved ``config.json``
-    (``saved``, as read) and a resume may not change it (anything outside :data:`RESUMABLE`). A key the saved
+    (``saved``, as read) and a resume may not change it (anything outside :data:`RESUMABLE`, and
+    ``data.batch_size`` under ``train.accumulation=local``, where it sets the loss's batch). A key the saved
     file does not hold (added to levjepa after the run started) may be set: its old value is not known."""
     before, after = flatten(saved), flatten(to_dict(new))
     refused = [k for k in after if k in before and before[k] != after[k] and k not in RESUMABLE and k != "preset"]
+    micro = "data.batch_size"
+    if new.train.accumulation == "local" and micro in before and before[micro] != after[micro]:
+        raise ConfigError(
+            f"--resume cannot change {micro} ({before[micro]!r} -> {after[micro]!r}) under train.accumulation=local: "
+            "there the loss sees data.batch_size x world size clips (SIGReg's N), so the run would continue "
+            "another objective. Keep it, or start a new run (train.accumulation=global lets a resume re-split it)"
+        )
     if refused:
         changes = ", ".join(f"{k} ({before.get(k)!r} -> {after[k]!r})" for k in refused)
         raise ConfigError(
