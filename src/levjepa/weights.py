@@ -16,9 +16,13 @@ this module, so writers and readers cannot drift apart)::
         ema.safetensors                Polyak/EMA copy (fp32): "encoder.<param>"; metadata: its update count
         meta.json                      {"step": 500, "encoder_config": {...}, "metrics": {...}}, written last
         trainer.safetensors, trainer.json   optimizer state, step, skip count (training only)
-    EXPORT_DIR/
-      encoder.safetensors              "<param>" of the VideoEncoder; metadata carries the encoder config
-      config.json, MODEL_CARD.md
+    EXPORT_DIR/                        the Hugging Face hub layout (levjepa.formats.export)
+      config.json                      model_type "levjepa", every encoder field, preprocessing, provenance
+      model.safetensors                "<param>" of the VideoEncoder; metadata: format "pt", the encoder config
+      preprocessor_config.json, README.md (YAML front matter + model card)
+      projector.safetensors            optional: the training projector, for continued pretraining
+    OLD_EXPORT_DIR/                    exports written before the hub layout (still read)
+      encoder.safetensors, config.json, MODEL_CARD.md
 
 A checkpoint is *complete* when its ``meta.json`` exists (it is written last, then the directory is
 renamed into place): :func:`list_checkpoints` is the one lister and ``step_N`` the one name pattern.
@@ -54,12 +58,15 @@ __all__ = [
     "CONFIG",
     "EMA_WEIGHTS",
     "EXPORT_WEIGHTS",
+    "HUB_WEIGHTS",
     "LATEST",
     "META",
     "METRICS",
     "MODEL_CARD",
     "ONLINE_WEIGHTS",
+    "PREPROCESSOR",
     "PROBE_RESULTS",
+    "PROJECTOR_WEIGHTS",
     "TRAINER_STATE",
     "TRAINER_TENSORS",
     "WeightsError",
@@ -94,7 +101,11 @@ ONLINE_WEIGHTS = "model.safetensors"
 EMA_WEIGHTS = "ema.safetensors"
 TRAINER_TENSORS = "trainer.safetensors"
 TRAINER_STATE = "trainer.json"
-# export directory (its config.json is CONFIG)
+# export directory, hub layout (its config.json is CONFIG, its weights file is named as ONLINE_WEIGHTS)
+HUB_WEIGHTS = "model.safetensors"
+PREPROCESSOR = "preprocessor_config.json"
+PROJECTOR_WEIGHTS = "projector.safetensors"
+# export directory before the hub layout
 EXPORT_WEIGHTS = "encoder.safetensors"
 MODEL_CARD = "MODEL_CARD.md"
 

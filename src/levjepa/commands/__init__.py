@@ -34,12 +34,17 @@ COMMANDS: dict[str, str] = {
     "probe": "frozen-probe evaluation of a run, checkpoint or export",
     "extract": "extract CLS / pooled / patch features from videos and images",
     "visualize": "PCA and cosine-similarity maps of patch features",
-    "export": "export an encoder to safetensors + config + model card",
+    "export": "export an encoder in the Hugging Face hub layout (model.safetensors, config.json, README.md)",
+    "import": "import official LeVJEPA weights (HF repo folder, .ckpt) as a levjepa export",
     "select": "label-free model selection over a run's checkpoints",
     "data": "data tools: `data check` scans a source, `data prepare` re-encodes videos, `data pack` shards them",
     "flops": "forward / training FLOPs per clip and per run for a config",
     "stream": "stream a video through the KV-cache encoder, frame by frame",
 }
+
+
+# a command whose module name differs from it (``import`` is a Python keyword)
+MODULES: dict[str, str] = {"import": "import_weights"}
 
 
 class UsageError(Exception):
@@ -155,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(command: str, argv: list[str], debug: bool) -> int:
-    module = importlib.import_module(f"levjepa.commands.{command}")
+    module = importlib.import_module(f"levjepa.commands.{MODULES.get(command, command)}")
     parser = _Parser(prog=f"levjepa {command}", description=COMMANDS[command])
     module.add_arguments(parser)
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")

@@ -1,27 +1,32 @@
-"""An encoder-only release (``levjepa export RUN_DIR --out DIR``), and ``levjepa.load(path)`` to read it back.
+"""Exports in the layout the Hugging Face tools read (``levjepa export``, ``levjepa import``).
 
-An export holds exactly what inference needs, nothing that can run code::
+An export is a directory ``huggingface_hub`` and its users recognise, holding nothing that can run code::
 
-    DIR/encoder.safetensors   the VideoEncoder's state dict ("<param>"); metadata: encoder_config (JSON),
-                              weights ("ema" | "online") and weights_note (what the copy averages), step,
-                              format "levjepa-encoder/1", levjepa version
-    DIR/config.json           an ExportRecord (``levjepa.formats.load``): {"model": EncoderConfig, "format",
-                              "weights", "weights_note", "step", "source", "exported_at", "run_config":
-                              the run's PretrainConfig}; read back with from_dict
-    DIR/MODEL_CARD.md         how it was trained: architecture, objective and λ, data sources, steps,
-                              final losses from metrics.jsonl, how to load it
+    DIR/config.json              model_type "levjepa", architectures ["LeVJEPAModel"], format "levjepa-hub/1",
+                                 the levjepa version, "encoder": every EncoderConfig field, the usual HF
+                                 aliases (hidden_size, num_hidden_layers, num_attention_heads, ...), the
+                                 preprocessing, which weights (copy, note, step, source) and where they came
+                                 from ("run_config", "imported_from", "init_from")
+    DIR/model.safetensors        the VideoEncoder's state dict (levjepa names, no prefix; metadata format "pt")
+    DIR/preprocessor_config.json mean, std, rescale factor, input size, frames and frame stride of a clip
+    DIR/README.md                YAML front matter (library_name: levjepa, tags, pipeline_tag, license, the
+                                 run's data) and the model card, with the run's probe table when it has one
+    DIR/projector.safetensors    only when asked (``--with-projector``) or imported: the training projector,
+                                 for continued pretraining (``model.init_from=DIR``)
 
-No projector (training only, SPEC §2), no optimiser state. The EMA (Polyak) weights — a weighted average
-of the online weights the run trained, see ``levjepa.train.ema`` — are exported by default, as the papers
-evaluate them; the command prints which copy it exported. ``levjepa.load(path, weights=...)`` returns a
-ready encoder (frozen, ``eval()``) from an export, a checkpoint or a run directory (``levjepa.formats.load``);
-its ``weights_info`` says which copy was read; a pickle-bearing file is refused unread.
+Publishing is the user's ``huggingface-cli upload ORG/NAME DIR``. ``levjepa.load(DIR)``,
+``levjepa.from_pretrained(DIR)`` and, with transformers installed, ``AutoModel.from_pretrained(DIR)`` read it
+back; exports written before this layout (``encoder.safetensors`` + ``MODEL_CARD.md``) still load.
+
+The EMA (Polyak) weights — a weighted average of the online weights the run trained — are exported by
+default, as the papers evaluate them; the command prints which copy it exported.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +34,34 @@ import torch
 
 from levjepa import __version__
 from levjepa.config import to_dict
-from levjepa.formats.load import EXPORT_FORMAT, ExportRecord, LoadedEncoder, WeightsKind, load_encoder
+from levjepa.formats.load import (
+    HUB_FORMAT,
+    LoadedEncoder,
+    Preprocessing,
+    WeightsKind,
+    load_encoder,
+    load_projector,
+    preprocessing_of,
+)
+from levjepa.model import EncoderConfig
+from levjepa.train.config import PretrainConfig
 from levjepa.weights import (
     CONFIG,
-    EXPORT_WEIGHTS,
-    MODEL_CARD,
+    HUB_WEIGHTS,
+    PREPROCESSOR,
+    PROBE_RESULTS,
+    PROJECTOR_WEIGHTS,
+    WeightsError,
     atomic_write_text,
+    read_json,
     read_metrics,
     save_tensors,
     write_json,
 )
 
-__all__ = ["export_encoder", "model_card"]
+__all__ = ["README", "Preprocessing", "export_encoder", "model_card", "preprocessing_of", "write_export"]
+
+README = "README.md"
 
 
 def _final_losses(rows: list[dict[str, Any]], upto: int | None) -> dict[str, float]:
@@ -59,44 +80,91 @@ def _final_losses(rows: list[dict[str, Any]], upto: int | None) -> dict[str, flo
     return out
 
 
-def _count_params(encoder: torch.nn.Module) -> int:
-    return sum(p.numel() for p in encoder.parameters())
-
-
 def _fields(section: Any) -> str:
     """``key value, ...`` of a config section's plain fields (nested sections left out)."""
     return ", ".join(f"{k} {v}" for k, v in to_dict(section).items() if not isinstance(v, dict))
 
 
-def model_card(loaded: LoadedEncoder, metrics: list[dict[str, Any]]) -> str:
-    """A short Markdown model card: what the encoder is and how it was trained."""
-    cfg, run = loaded.config, loaded.run_config
+def _probe_table(results: Mapping[str, Any] | None) -> list[str]:
+    """The run's probe results (``probe_results.json``) as Markdown rows, when the run has them."""
+    if not results:
+        return []
+    rows = []
+
+    def walk(node: Any, path: list[str]) -> None:
+        if isinstance(node, Mapping):
+            for k, v in node.items():
+                walk(v, [*path, str(k)])
+        elif isinstance(node, int | float) and not isinstance(node, bool) and "acc" in " ".join(path).lower():
+            rows.append(f"| {' / '.join(path)} | {100 * node if node <= 1 else node:.1f} |")
+
+    walk(results.get("results", results), [])
+    if not rows:
+        return []
+    return ["", "## Frozen probes (this run)", "", "| readout | accuracy (%) |", "| --- | ---: |", *rows[:48]]
+
+
+def model_card(
+    config: EncoderConfig,
+    *,
+    weights: str,
+    note: str,
+    step: int | None,
+    source: str,
+    run: PretrainConfig | None,
+    metrics: list[dict[str, Any]],
+    probe_results: Mapping[str, Any] | None = None,
+    imported_from: Mapping[str, Any] | None = None,
+    params: int,
+    license: str = "mit",
+) -> str:
+    """``README.md``: YAML front matter the hub reads, then what the encoder is and how it was trained."""
+    sources = list(run.data.sources) if run is not None else []
+    front = [
+        "---",
+        "library_name: levjepa",
+        f"license: {license}",
+        "pipeline_tag: video-classification",
+        "tags:",
+        "- levjepa",
+        "- self-supervised",
+        "- video",
+        "- vision-transformer",
+        "- feature-extraction",
+    ]
+    if sources:
+        front += ["datasets:", *(f"- {s}" for s in sources)]
+    front.append("---")
     arch = (
-        f"ViT, dim {cfg.dim}, depth {cfg.depth}, heads {cfg.heads}, patch {cfg.patch_size}, "
-        f"tubelet {cfg.tubelet}, {cfg.attention} attention, "
-        f"final LayerNorm {'on' if cfg.final_norm else 'off'}, "
-        f"3D RoPE, {_count_params(loaded.encoder) / 1e6:.2f} M parameters"
+        f"ViT, dim {config.dim}, depth {config.depth}, heads {config.heads}, patch {config.patch_size}, "
+        f"tubelet {config.tubelet}, {config.attention} attention, "
+        f"final LayerNorm {'on' if config.final_norm else 'off'}, 3D RoPE ({config.rope_layout} layout), "
+        f"{params / 1e6:.2f} M parameters"
     )
-    losses = _final_losses(metrics, loaded.step)
-    loss_text = ", ".join(f"{k} {v:.4g}" for k, v in losses.items()) or "not recorded (no metrics.jsonl)"
     objective = "unknown" if run is None else run.objective.name
     lam = "unknown" if run is None else f"{run.objective.lam_value}"
+    title = "LeVJEPA encoder (official weights, imported)" if imported_from else "LeVJEPA encoder"
     lines = [
-        "# LeVJEPA encoder",
+        *front,
         "",
-        f"A video encoder pretrained by levjepa with self-supervision (no labels), objective `{objective}`.",
+        f"# {title}",
+        "",
+        "A video encoder pretrained with self-supervision (no labels)"
+        + (f", objective `{objective}`." if run is not None else "."),
         "",
         "| | |",
         "| --- | --- |",
         f"| architecture | {arch} |",
-        f"| weights | {loaded.weights}{f' ({loaded.note})' if loaded.note else ''} |",
-        f"| training steps | {loaded.step if loaded.step is not None else 'unknown'} |",
-        f"| objective | {objective}, λ = {lam} |",
+        f"| weights | {weights}{f' ({note})' if note else ''} |",
+        f"| training steps | {step if step is not None else 'unknown'} |",
     ]
+    if imported_from:
+        lines.append(f"| imported from | `{imported_from.get('source', '?')}` (official LeVJEPA code's layout) |")
     if run is not None:
         data, synth = run.data, run.data.synthetic
+        lines.append(f"| objective | {objective}, λ = {lam} |")
         lines.append(f"| data sources | {', '.join(data.sources)} |")
-        if "synthetic" in data.sources:  # the synthetic section is always there; it describes the data only then
+        if "synthetic" in data.sources:  # the synthetic section describes the data only then
             lines.append(
                 f"| built-in benchmark clips | image source {synth.image_source}, "
                 f"{synth.num_frames}×{synth.size}×{synth.size} |"
@@ -107,56 +175,162 @@ def model_card(loaded: LoadedEncoder, metrics: list[dict[str, Any]]) -> str:
             f"| optimiser | {_fields(run.optim)} |",
             f"| training | {_fields(run.train)} |",
         ]
-    else:
-        lines.append("| data sources | unknown |")
+        if run.model.init_from:
+            lines.append(f"| initialised from | `{run.model.init_from}` |")
+    losses = _final_losses(metrics, step)
+    if losses:
+        loss_text = ", ".join(f"{k} {v:.4g}" for k, v in losses.items())
+        lines.append(f"| final losses (mean of the last 10 % of logged steps) | {loss_text} |")
+    lines.append(f"| exported from | `{source}` |")
+    lines += _probe_table(probe_results)
     lines += [
-        f"| final losses (mean of the last 10 % of logged steps) | {loss_text} |",
-        f"| exported from | `{loaded.source}` |",
         "",
         "## Use",
         "",
         "```python",
         "import levjepa",
-        "encoder = levjepa.load('PATH/TO/THIS/FOLDER')      # frozen, eval() mode",
-        "out = encoder.forward_features(video)              # video: float [B, 3, T, H, W], ImageNet-normalised",
-        "out.cls, out.patches                               # [B, D], [B, T*H/p*W/p, D]",
+        "model = levjepa.from_pretrained('PATH/OR/ORG/NAME')   # LeVJEPAModel, frozen, eval() mode",
+        "out = model(pixel_values=video)                      # float [B, 3, T, H, W], ImageNet-normalised",
+        "out.last_hidden_state, out.pooler_output             # [B, 1 + T/τ·H/p·W/p, D] (CLS first), [B, D]",
+        "encoder = levjepa.load('PATH')                       # the levjepa VideoEncoder itself",
         "```",
         "",
-        "Images are clips too: repeat the frame along time. No token is dropped at inference. The patch tokens of",
-        "frame t depend only on frames ≤ t (block-causal attention) unless the architecture says bidirectional.",
+        "With `transformers` installed and levjepa imported, `AutoModel.from_pretrained(PATH)` loads it too (no",
+        "remote code). Images are clips too: repeat the frame along time. No token is dropped at inference. The",
+        "patch tokens of frame t depend only on frames ≤ t (block-causal attention) unless the architecture says",
+        "bidirectional. Preprocessing: `preprocessor_config.json`.",
         "",
-        "Files: `encoder.safetensors` (weights, no pickle), `config.json` (architecture and the run's config).",
+        "Files: `model.safetensors` (weights, no pickle), `config.json` (architecture, preprocessing, provenance).",
         "",
     ]
     return "\n".join(lines)
 
 
-def export_encoder(
-    source: str | Path, out: str | Path, *, weights: WeightsKind = "ema", device: str = "cpu"
-) -> LoadedEncoder:
-    """Write ``out/{encoder.safetensors, config.json, MODEL_CARD.md}`` for the encoder at ``source``."""
-    loaded = load_encoder(source, weights=weights, device=device)
+def _hf_aliases(config: EncoderConfig, pre: Preprocessing) -> dict[str, Any]:
+    """The names the Hugging Face tools read for a ViT."""
+    return {
+        "hidden_size": config.dim,
+        "num_hidden_layers": config.depth,
+        "num_attention_heads": config.heads,
+        "intermediate_size": config.mlp_hidden,
+        "patch_size": config.patch_size,
+        "tubelet_size": config.tubelet,
+        "num_channels": config.in_chans,
+        "layer_norm_eps": config.norm_eps,
+        "qkv_bias": config.qkv_bias,
+        "image_size": pre.size,
+        "num_frames": pre.num_frames,
+    }
+
+
+def write_export(
+    out: str | Path,
+    *,
+    config: EncoderConfig,
+    encoder_state: Mapping[str, torch.Tensor],
+    weights: str,
+    note: str = "",
+    step: int | None = None,
+    source: str = "",
+    run_config: PretrainConfig | None = None,
+    metrics: list[dict[str, Any]] | None = None,
+    probe_results: Mapping[str, Any] | None = None,
+    projector_state: Mapping[str, torch.Tensor] | None = None,
+    imported_from: Mapping[str, Any] | None = None,
+    preprocessing: Preprocessing | None = None,
+    license: str = "mit",
+) -> Path:
+    """Write the hub layout (module docstring) to ``out`` (created; every file written atomically)."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise WeightsError(f"{out}: exists and is not a directory; choose another --out")
     out.mkdir(parents=True, exist_ok=True)
-    record = ExportRecord(
-        model=loaded.config,
+    pre = preprocessing or preprocessing_of(run_config)
+    exported_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    record: dict[str, Any] = {
+        "model_type": "levjepa",
+        "architectures": ["LeVJEPAModel"],
+        "format": HUB_FORMAT,
+        "levjepa_version": __version__,
+        "encoder": to_dict(config),
+        **_hf_aliases(config, pre),
+        "preprocessing": to_dict(pre),
+        "weights": weights,
+        "weights_note": note,
+        "step": step,
+        "source": source,
+        "exported_at": exported_at,
+        "init_from": config.init_from,
+        "imported_from": dict(imported_from) if imported_from else None,
+        "run_config": to_dict(run_config) if run_config is not None else None,
+    }
+    meta = {"format": "pt", "levjepa_format": HUB_FORMAT, "encoder_config": to_dict(config), "weights": weights}
+    save_tensors(out / HUB_WEIGHTS, encoder_state, meta)
+    if projector_state is not None:
+        save_tensors(out / PROJECTOR_WEIGHTS, projector_state, {"format": "pt", "levjepa_format": HUB_FORMAT})
+    write_json(out / CONFIG, record)
+    write_json(
+        out / PREPROCESSOR,
+        {
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            "do_normalize": True,
+            "image_mean": list(pre.mean),
+            "image_std": list(pre.std),
+            "size": {"shortest_edge": pre.size},
+            "crop_size": {"height": pre.size, "width": pre.size},
+            "num_frames": pre.num_frames,
+            "frame_stride": pre.frame_stride,
+            "resample": "bilinear",
+            "levjepa_version": __version__,
+        },
+    )
+    params = sum(v.numel() for v in encoder_state.values())
+    card = model_card(
+        config,
+        weights=weights,
+        note=note,
+        step=step,
+        source=source,
+        run=run_config,
+        metrics=metrics or [],
+        probe_results=probe_results,
+        imported_from=imported_from,
+        params=params,
+        license=license,
+    )
+    atomic_write_text(out / README, card)
+    return out
+
+
+def export_encoder(
+    source: str | Path,
+    out: str | Path,
+    *,
+    weights: WeightsKind = "ema",
+    device: str = "cpu",
+    with_projector: bool = False,
+) -> LoadedEncoder:
+    """Write the hub layout to ``out`` for the encoder at ``source`` (a run, a checkpoint, an export)."""
+    loaded = load_encoder(source, weights=weights, device=device)
+    run_dir = Path(loaded.run_dir) if loaded.run_dir else None
+    probe = run_dir / PROBE_RESULTS if run_dir else None
+    projector = load_projector(source) if with_projector else None
+    if with_projector and projector is None:
+        raise WeightsError(f"{source}: holds no projector weights to export (--with-projector)")
+    write_export(
+        out,
+        config=loaded.config,
+        encoder_state=loaded.encoder.state_dict(),
         weights=loaded.weights,
-        weights_note=loaded.note,
+        note=loaded.note,
         step=loaded.step,
         source=loaded.source,
-        exported_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         run_config=loaded.run_config,
+        metrics=read_metrics(run_dir) if run_dir else [],
+        probe_results=read_json(probe) if probe is not None and probe.is_file() else None,
+        projector_state=projector,
+        imported_from=loaded.imported_from,
+        preprocessing=loaded.preprocessing,
     )
-    meta = {
-        "format": EXPORT_FORMAT,
-        "encoder_config": to_dict(loaded.config),
-        "weights": loaded.weights,
-        "weights_note": loaded.note,
-        "step": loaded.step,
-        "levjepa_version": __version__,
-    }
-    save_tensors(out / EXPORT_WEIGHTS, loaded.encoder.state_dict(), meta)
-    write_json(out / CONFIG, to_dict(record))
-    metrics = read_metrics(loaded.run_dir) if loaded.run_dir else []
-    atomic_write_text(out / MODEL_CARD, model_card(loaded, metrics))
     return loaded

@@ -6,8 +6,10 @@
   highest ``step_*`` that has a ``meta.json``;
 * a **checkpoint directory** (``step_000500/``) or one of its files (``model.safetensors`` = online weights,
   ``ema.safetensors`` = the Polyak/EMA copy; the file then decides ``weights``);
-* an **export** directory or its ``encoder.safetensors`` (one set of weights, chosen at export time and
-  recorded in its metadata; ``weights`` is then ignored);
+* an **export** directory in the hub layout (``config.json`` with ``model_type: levjepa`` +
+  ``model.safetensors``, ``levjepa.formats.export``) or written before it (``encoder.safetensors``), or its
+  weights file (one set of weights, chosen at export time and recorded in its metadata; ``weights`` is then
+  ignored); imported official weights (``levjepa import``) are such an export;
 * any safetensors file whose metadata carries ``encoder_config``.
 
 ``weights="ema"`` (the default, what the papers evaluate) or ``"online"``. The EMA copy is a weighted
@@ -44,6 +46,8 @@ from typing import Any, Literal, TypeVar
 import torch
 
 from levjepa.config import ConfigError, from_dict
+from levjepa.data.views import IMAGENET_MEAN, IMAGENET_STD
+from levjepa.formats.official import read_official
 from levjepa.model import EncoderConfig, VideoEncoder
 from levjepa.rng import seeded_init
 from levjepa.train.config import PretrainConfig
@@ -52,8 +56,11 @@ from levjepa.weights import (
     CONFIG,
     EMA_WEIGHTS,
     EXPORT_WEIGHTS,
+    HUB_WEIGHTS,
     META,
     ONLINE_WEIGHTS,
+    PREPROCESSOR,
+    PROJECTOR_WEIGHTS,
     WeightsError,
     checkpoint_step,
     latest_checkpoint,
@@ -65,15 +72,24 @@ from levjepa.weights import (
 
 __all__ = [
     "EXPORT_FORMAT",
+    "HUB_FORMAT",
+    "HUB_WEIGHTS",
+    "PREPROCESSOR",
+    "PROJECTOR_WEIGHTS",
     "ExportRecord",
+    "InitWeights",
     "LoadedEncoder",
+    "Preprocessing",
     "WEIGHTS_MEANING",
     "WeightsKind",
     "ema_note",
     "freeze",
     "load",
     "load_encoder",
+    "load_init_weights",
+    "load_projector",
     "random_encoder",
+    "read_hub_config",
     "read_export_record",
     "read_run_config",
 ]
@@ -85,7 +101,20 @@ WEIGHTS_MEANING = {
     "ema": "the EMA copy, a weighted average of the online weights trained so far",
     "online": "the weights the optimizer trained",
 }
-EXPORT_FORMAT = "levjepa-encoder/1"
+EXPORT_FORMAT = "levjepa-encoder/1"  # exports before the hub layout
+HUB_FORMAT = "levjepa-hub/1"
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """How a clip is prepared for the encoder: uint8 RGB frames ``/ 255``, minus ``mean``, over ``std``
+    (ImageNet's), ``num_frames`` frames every ``frame_stride``-th, resized and centre-cropped to ``size``."""
+
+    size: int = 224
+    num_frames: int = 16
+    frame_stride: int = 2
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
 
 
 @dataclass(frozen=True)
@@ -103,6 +132,16 @@ class ExportRecord:
     run_config: PretrainConfig | None = None  # the config of the run it came from, when known
 
 
+def preprocessing_of(run: PretrainConfig | None) -> Preprocessing:
+    """The clip geometry a run trained on (its global views); the paper's 16 × 224² every 2nd frame otherwise."""
+    if run is None:
+        return Preprocessing()
+    data = run.data
+    if "synthetic" in data.sources:
+        return Preprocessing(size=data.synthetic.size, num_frames=data.synthetic.num_frames, frame_stride=1)
+    return Preprocessing(size=data.global_size, num_frames=data.num_frames, frame_stride=data.frame_stride)
+
+
 @dataclass
 class LoadedEncoder:
     """A frozen encoder and where it came from."""
@@ -116,6 +155,8 @@ class LoadedEncoder:
     run_dir: str | None = None
     run_config: PretrainConfig | None = field(default=None, repr=False)  # the run's config.json, parsed
     note: str = ""  # what the copy is, e.g. "EMA: weighted average of the online weights over 25 updates"
+    imported_from: dict[str, Any] | None = field(default=None, repr=False)  # official weights: what was read
+    preprocessing: Preprocessing | None = None  # as recorded by a hub export
 
     def describe(self) -> str:
         step = f" step {self.step}" if self.step is not None else ""
@@ -294,16 +335,91 @@ def _from_export_file(file: Path, device: str | torch.device, kind: SourceKind) 
     )
 
 
+def read_hub_config(export_dir: str | Path) -> dict[str, Any] | None:
+    """A directory's ``config.json`` when it is a levjepa hub export, else ``None``; a model directory of
+    another type is a :class:`WeightsError` that says how to import it."""
+    path = Path(export_dir) / CONFIG
+    if not path.is_file():
+        return None
+    data = read_json(path)
+    kind = data.get("model_type")
+    if kind == "levjepa":
+        if not isinstance(data.get("encoder"), dict):
+            raise WeightsError(
+                f"{path}: model_type levjepa without an 'encoder' section: not an export of this levjepa; "
+                f"official LeVJEPA weights are read with `levjepa import {export_dir} --out DIR` first"
+            )
+        return data
+    if kind is not None or ((Path(export_dir) / HUB_WEIGHTS).is_file() and not (Path(export_dir) / META).is_file()):
+        what = f"a model of type {kind!r}" if kind else "a model directory without a levjepa config"
+        raise WeightsError(
+            f"{path}: {what}, not a levjepa export; official LeVJEPA weights are read with "
+            f"`levjepa import {export_dir} --out DIR` first"
+        )
+    return None
+
+
+def _from_hub(export_dir: Path, data: dict[str, Any], device: str | torch.device) -> LoadedEncoder:
+    file = export_dir / HUB_WEIGHTS
+    cfg = _encoder_config(data["encoder"], str(export_dir / CONFIG))
+    tensors, _ = load_tensors(file)
+    encoder = _build(cfg, tensors, file, device)
+    run_cfg = None
+    if isinstance(data.get("run_config"), dict):
+        try:
+            run_cfg = from_dict(PretrainConfig, data["run_config"])
+        except ConfigError as err:
+            raise WeightsError(f"{export_dir / CONFIG}: bad run_config: {err}") from err
+    pre = None
+    if isinstance(data.get("preprocessing"), dict):
+        try:
+            pre = from_dict(Preprocessing, data["preprocessing"])
+        except ConfigError as err:
+            raise WeightsError(f"{export_dir / CONFIG}: bad preprocessing: {err}") from err
+    return LoadedEncoder(
+        encoder=encoder,
+        config=cfg,
+        source=str(file),
+        kind="export",
+        weights=str(data.get("weights", "unknown")),
+        step=data.get("step"),
+        run_config=run_cfg,
+        note=str(data.get("weights_note", "")),
+        imported_from=data.get("imported_from"),
+        preprocessing=pre,
+    )
+
+
 def load_encoder(
     path: str | Path, *, weights: WeightsKind = "ema", device: str | torch.device = "cpu"
 ) -> LoadedEncoder:
-    """A frozen encoder from a run dir, checkpoint (dir or file), export (dir or file). See the module doc."""
+    """A frozen encoder from a run dir, checkpoint (dir or file), export (dir or file). See the module doc.
+    Its ``pretrained_cfg`` (timm's name) says what clips the weights expect: the export's preprocessing, or
+    the geometry the run trained on."""
+    loaded = _load_encoder(path, weights, device)
+    if loaded.preprocessing is None:
+        loaded.preprocessing = preprocessing_of(loaded.run_config)
+    pre = loaded.preprocessing
+    loaded.encoder.pretrained_cfg = {
+        "mean": tuple(pre.mean),
+        "std": tuple(pre.std),
+        "input_size": (loaded.config.in_chans, pre.num_frames, pre.size, pre.size),
+        "num_frames": pre.num_frames,
+        "frame_stride": pre.frame_stride,
+    }
+    return loaded
+
+
+def _load_encoder(path: str | Path, weights: WeightsKind, device: str | torch.device) -> LoadedEncoder:
     p = Path(path)
     if not p.exists():
         raise WeightsError(f"{p}: no such run directory, checkpoint or export")
     if p.is_dir():
         if (p / CHECKPOINTS).is_dir():
             return _from_checkpoint(_latest_checkpoint(p), weights, device, "run")
+        hub = read_hub_config(p)
+        if hub is not None:
+            return _from_hub(p, hub, device)
         if (p / EXPORT_WEIGHTS).is_file():
             return _from_export_file(p / EXPORT_WEIGHTS, device, "export")
         if any((p / name).is_file() for name in (META, ONLINE_WEIGHTS, EMA_WEIGHTS)):
@@ -313,6 +429,9 @@ def load_encoder(
             "(encoder.safetensors)"
         )
     refuse_pickle(p)  # before looking at anything else in the file
+    hub = read_hub_config(p.parent) if p.name == HUB_WEIGHTS else None
+    if hub is not None:
+        return _from_hub(p.parent, hub, device)
     if p.name in (ONLINE_WEIGHTS, EMA_WEIGHTS):
         return _from_checkpoint(p.parent, "ema" if p.name == EMA_WEIGHTS else "online", device, "checkpoint")
     return _from_export_file(p, device, "export" if p.name == EXPORT_WEIGHTS else "file")
@@ -340,3 +459,58 @@ def random_encoder(config: EncoderConfig, *, seed: int = 0, device: str | torch.
         kind="random",
         weights="random",
     )
+
+
+def load_projector(path: str | Path) -> dict[str, torch.Tensor] | None:
+    """The training projector's state dict kept beside an encoder (a run's latest checkpoint, a checkpoint,
+    an export written with its projector), or ``None`` when there is none."""
+    p = Path(path)
+    if p.is_file():
+        p = p.parent
+    if (p / CHECKPOINTS).is_dir():
+        p = _latest_checkpoint(p)
+    if (p / META).is_file() and (p / ONLINE_WEIGHTS).is_file():
+        state = prefixed(load_tensors(p / ONLINE_WEIGHTS)[0], "projector.")
+        return state or None
+    if (p / PROJECTOR_WEIGHTS).is_file():
+        return load_tensors(p / PROJECTOR_WEIGHTS)[0]
+    return None
+
+
+@dataclass
+class InitWeights:
+    """The weights a pretraining run starts from (``model.init_from``): encoder, projector when there is one."""
+
+    config: EncoderConfig
+    encoder: dict[str, torch.Tensor]
+    projector: dict[str, torch.Tensor] | None
+    description: str  # which copy of what, said in the log and recorded with the run
+
+
+def _is_official(p: Path) -> bool:
+    if p.is_file():
+        return p.suffix in (".ckpt", ".pt", ".pth", ".bin")
+    cfg = p / CONFIG
+    if p.is_dir() and cfg.is_file() and not (p / CHECKPOINTS).is_dir():
+        return (
+            read_json(cfg).get("model_type") != "levjepa"
+            and ((p / HUB_WEIGHTS).is_file() or (p / "model.safetensors.index.json").is_file())
+            and not (p / META).is_file()
+        )
+    return False
+
+
+def load_init_weights(path: str | Path) -> InitWeights:
+    """What ``model.init_from=PATH`` reads: the copy ``levjepa.load(PATH)`` reads (the EMA of a run's latest
+    checkpoint by default; name ``checkpoints/step_N/model.safetensors`` for the online weights) and the
+    projector beside it, or an official checkpoint (``.ckpt``, an official model directory) converted by
+    ``levjepa.formats.official`` with what it states (use ``levjepa import`` first when it states too little)."""
+    p = Path(path)
+    if not p.exists():
+        raise WeightsError(f"{p}: no such run, export or checkpoint (model.init_from)")
+    if _is_official(p):
+        official = read_official(p)
+        return InitWeights(official.config, official.encoder, official.projector, f"{official.note} from {p}")
+    loaded = load_encoder(p)
+    state = {k: v.detach().clone() for k, v in loaded.encoder.state_dict().items()}
+    return InitWeights(loaded.config, state, load_projector(p), loaded.describe())

@@ -19,6 +19,14 @@
 Choices the papers leave open, all fields with defaults:
 
 * ``rope_base = 10000``: the RoPE frequency base (V-JEPA 2's), see ``levjepa.model.rope``.
+* ``rope_layout = "levjepa"``: levjepa's 3D RoPE (every channel rotated, true rotations, CLS at the newest
+  slot). ``"vjepa2"`` is the official LeVJEPA code's layout (V-JEPA 2's pretrained-compatible frequencies,
+  ``d − 3·2·((d//3)//2)`` channels unrotated, CLS unrotated): set by ``levjepa import`` so official weights
+  compute the official function (``levjepa.formats.official``).
+
+Not architecture: ``init_from`` names the weights a pretraining run starts from at step 0 (a levjepa run,
+an export, an imported official model or a checkpoint file; ``None``: random init). It is recorded with the
+run and left unchanged on ``--resume``, which continues from the run's own checkpoints.
 * ``init_std = 0.02``: truncated-normal init of every linear/patch weight and of CLS (timm / V-JEPA),
   biases zero, LayerNorm (1, 0), residual output projections scaled by ``1/sqrt(2·layer)`` (V-JEPA).
 * ``tubelet_init = "random"``: how a τ > 1 patch embedding starts. ``random``: every weight drawn (timm /
@@ -41,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from levjepa.config import ConfigError, check
+from levjepa.model.rope import ROPE_LAYOUTS
 
 __all__ = ["ENCODER_PRESETS", "EncoderConfig", "encoder_config"]
 
@@ -71,6 +80,8 @@ class EncoderConfig:
     tubelet_init: Literal["random", "inflate"] = "random"
     norm_eps: float = 1e-6
     grad_checkpointing: bool = False
+    rope_layout: Literal["levjepa", "vjepa2"] = "levjepa"
+    init_from: str | None = None  # not architecture: the weights a pretraining run starts from (see above)
 
     def __post_init__(self) -> None:
         for name in ("dim", "depth", "heads", "patch_size", "tubelet", "in_chans", "proj_hidden", "proj_dim"):
@@ -110,6 +121,14 @@ class EncoderConfig:
         )
         check(self.init_std > 0, f"EncoderConfig.init_std={self.init_std!r}: expected a positive number")
         check(self.norm_eps > 0, f"EncoderConfig.norm_eps={self.norm_eps!r}: expected a positive number")
+        check(
+            self.rope_layout in ROPE_LAYOUTS,
+            f"EncoderConfig.rope_layout={self.rope_layout!r}: valid choices are {', '.join(ROPE_LAYOUTS)}",
+        )
+        check(
+            self.init_from is None or (isinstance(self.init_from, str) and self.init_from != ""),
+            f"EncoderConfig.init_from={self.init_from!r}: expected a path (a run, an export, a checkpoint) or none",
+        )
 
     @property
     def head_dim(self) -> int:

@@ -27,6 +27,20 @@ Design (the choices the paper leaves open):
   its absolute index, which is what a sliding-window stream of any length needs. Under bidirectional
   attention the same position is used.
 * Angles, cos and sin are computed in float32 and the rotated query/key are cast back to the input dtype.
+
+**The ``vjepa2`` layout** (``EncoderConfig.rope_layout="vjepa2"``): the function the official LeVJEPA code
+and its released checkpoints compute (V-JEPA 2's "pretrained-compatible" RoPE), reproduced exactly so that
+imported weights give the official outputs. In the official channel order, each axis ``t, y, x`` owns a
+contiguous slice of ``w = 2·((d // 3) // 2)`` channels (``d − 3w`` channels stay unrotated: 2 of 64 at
+ViT-B/L), channel ``m`` of a slice is paired with its neighbour (``2i, 2i+1``) and rotated by
+``pos·θ_(m mod w/2)``, ``θ_k = base^(−k/(w/2))`` — so the two members of a pair turn by different
+angles (the bug described above, frozen into the checkpoints), and CLS is not rotated at all (its RoPE
+position is ``(0, 0, 0)``; its place in the attention mask is unchanged). levjepa keeps its half-split
+pairing ``(i, i + n)`` in the attention code and expresses the official map as per-channel tables: official
+pair ``(2i, 2i+1)`` is levjepa pair ``(i, i + n)``, i.e. levjepa channel ``i`` is official channel ``2i``
+and ``i + n`` is ``2i + 1`` (:func:`vjepa2_channel_order`). The importer (``levjepa.formats.official``)
+permutes the query and key rows of each head's ``qkv`` weight accordingly, a relabelling of channels that
+leaves every attention score ``⟨q, k⟩`` unchanged.
 """
 
 from __future__ import annotations
@@ -34,7 +48,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-__all__ = ["Rope3D", "apply_rope", "rope_split"]
+__all__ = ["ROPE_LAYOUTS", "Rope3D", "apply_rope", "rope_split", "vjepa2_channel_order"]
+
+ROPE_LAYOUTS = ("levjepa", "vjepa2")
 
 
 def rope_split(head_dim: int) -> tuple[int, int, int]:
@@ -45,15 +61,42 @@ def rope_split(head_dim: int) -> tuple[int, int, int]:
     return base, base + int(rem == 2), base + int(rem >= 1)
 
 
-class Rope3D(nn.Module):
-    """``forward(positions [B, L, 3]) -> (cos, sin)``, each ``[B, 1, L, head_dim]`` (float32)."""
+def vjepa2_channel_order(head_dim: int) -> Tensor:
+    """``[head_dim]`` long: the official channel of each levjepa channel in the ``vjepa2`` layout, official
+    pair ``(2i, 2i+1)`` -> levjepa pair ``(i, i + n)``: ``[0, 2, 4, ..., 1, 3, 5, ...]``."""
+    if head_dim % 2:
+        raise ValueError(f"head_dim={head_dim}: RoPE needs an even head dim")
+    return torch.cat([torch.arange(0, head_dim, 2, device="cpu"), torch.arange(1, head_dim, 2, device="cpu")])
 
-    def __init__(self, head_dim: int, base: float = 10000.0) -> None:
+
+def _vjepa2_tables(head_dim: int, base: float) -> tuple[Tensor, Tensor]:
+    """Per levjepa channel: the axis it turns with (0, 1, 2; 3 = unrotated) and its frequency (float64)."""
+    w = 2 * ((head_dim // 3) // 2)  # channels per axis in the official layout
+    official = torch.arange(head_dim, device="cpu")  # host tables, also when built under a meta-device context
+    axis = torch.where(official < 3 * w, official // max(w, 1), torch.full_like(official, 3))
+    half = max(w // 2, 1)
+    k = (official % max(w, 1)) % half
+    freq = torch.where(
+        axis < 3, base ** (-k.to(torch.float64) / half), torch.zeros((), dtype=torch.float64, device="cpu")
+    )
+    order = vjepa2_channel_order(head_dim)
+    return axis[order], freq[order]
+
+
+class Rope3D(nn.Module):
+    """``forward(positions [B, L, 3]) -> (cos, sin)``, each ``[B, 1, L, head_dim]`` (float32), in the
+    ``levjepa`` layout (the default) or the official code's ``vjepa2`` layout (see the module docstring)."""
+
+    def __init__(self, head_dim: int, base: float = 10000.0, layout: str = "levjepa") -> None:
         super().__init__()
-        self.head_dim, self.base = head_dim, base
+        if layout not in ROPE_LAYOUTS:
+            raise ValueError(f"rope layout {layout!r}: valid choices are {', '.join(ROPE_LAYOUTS)}")
+        self.head_dim, self.base, self.layout = head_dim, base, layout
         self.split = rope_split(head_dim)
         # per-axis frequencies in float64 on the host, never cast by module.to(dtype)
-        self._freqs = [base ** (-torch.arange(k, dtype=torch.float64) / k) for k in self.split]
+        self._freqs = [base ** (-torch.arange(k, dtype=torch.float64, device="cpu") / k) for k in self.split]
+        if layout == "vjepa2":
+            self._axis, self._channel_freq = _vjepa2_tables(head_dim, base)
 
     def angles(self, positions: Tensor) -> Tensor:
         """``[B, L, n]`` angle of every pair: ``pos[..., axis(i)] · θ_i``."""
@@ -64,11 +107,26 @@ class Rope3D(nn.Module):
     def forward(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """``(cos, sin)`` laid out for :func:`apply_rope`: ``[B, 1, L, head_dim]`` each, ``cos`` of every pair
         angle on both halves, ``sin`` negated on the first half (the sign of the rotation folded in)."""
+        if self.layout == "vjepa2":
+            return self._vjepa2(positions)
         ang = self.angles(positions)[:, None]  # [B, 1, L, n]: broadcasts over heads
         cos, sin = ang.cos(), ang.sin()
         return torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)
 
+    def _vjepa2(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """The official map as per-channel tables: channel ``c`` turns by ``pos[axis(c)]·freq(c)`` (0 for the
+        unrotated ones); the first half of each pair carries the ``−sin``."""
+        pos = torch.cat([positions, torch.zeros_like(positions[..., :1])], dim=-1).to(torch.float32)  # axis 3 = 0
+        axis = self._axis.to(positions.device)
+        freq = self._channel_freq.to(positions.device, torch.float32)
+        ang = (pos[..., axis] * freq)[:, None]  # [B, 1, L, head_dim]
+        n = self.head_dim // 2
+        sign = torch.cat([-torch.ones(n, device=positions.device), torch.ones(n, device=positions.device)])
+        return ang.cos(), ang.sin() * sign
+
     def extra_repr(self) -> str:
+        if self.layout == "vjepa2":
+            return f"head_dim={self.head_dim}, layout=vjepa2, base={self.base:g}"
         return f"head_dim={self.head_dim}, pairs(t,y,x)={self.split}, base={self.base:g}"
 
 

@@ -55,6 +55,11 @@ class EncoderOutput:
     patches: Tensor  # [B, L, D]: all patch tokens at inference, the kept ones when dropping
     positions: Tensor  # [B, L, 3] long: original grid position (t, y, x) of each patch token
 
+    @property
+    def tokens(self) -> Tensor:
+        """``[B, 1+L, D]``: CLS then the patch tokens (what timm's ``forward_features`` returns)."""
+        return torch.cat([self.cls[:, None], self.patches], dim=1)
+
 
 class MLP(nn.Module):
     def __init__(self, dim: int, hidden: int, out_bias: bool = True) -> None:
@@ -83,14 +88,22 @@ class Block(nn.Module):
 
 
 class VideoEncoder(nn.Module):
+    """The encoder (module docstring). timm's names where a name is shared: ``num_features`` (= ``dim``),
+    ``num_prefix_tokens`` (1: CLS), :meth:`forward_head`, :meth:`forward_intermediates` and
+    ``pretrained_cfg`` (mean, std, input size ``(C, T, H, W)``, frames, frame stride: what the weights
+    expect, set by the loaders from an export's preprocessing). Unlike timm's, :meth:`forward_features`
+    returns an :class:`EncoderOutput` (CLS, patches *and their grid positions*, which travel with the tokens
+    whether or not some were dropped); its ``.tokens`` is timm's ``[B, 1+L, D]`` tensor."""
+
     weights_info: str = ""  # which copy of which weights these are, when read by ``levjepa.load``
+    num_prefix_tokens: int = 1
 
     def __init__(self, cfg: EncoderConfig | None = None) -> None:
         super().__init__()
         self.cfg = cfg = cfg if cfg is not None else EncoderConfig()
         self.patch_embed = PatchEmbed(cfg.patch_size, cfg.tubelet, cfg.in_chans, cfg.dim)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.dim))
-        self.rope = Rope3D(cfg.head_dim, cfg.rope_base)
+        self.rope = Rope3D(cfg.head_dim, cfg.rope_base, cfg.rope_layout)
         # without a final norm the last block's mlp.fc2 bias is the constant shift of CLS instead (the same
         # exactly zero gradient): it exists only with final_norm_bias, for weights written before
         last_bias = cfg.final_norm or cfg.final_norm_bias
@@ -99,6 +112,18 @@ class VideoEncoder(nn.Module):
         final = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps, bias=cfg.final_norm_bias)
         self.norm = final if cfg.final_norm else nn.Identity()
         self.init_weights()
+        # ImageNet's mean and std (levjepa.data.views normalises with them); 16 × 224² every 2nd frame
+        self.pretrained_cfg: dict[str, Any] = {
+            "mean": (0.485, 0.456, 0.406),
+            "std": (0.229, 0.224, 0.225),
+            "input_size": (cfg.in_chans, 16, 224, 224),
+            "num_frames": 16,
+            "frame_stride": 2,
+        }
+
+    @property
+    def num_features(self) -> int:
+        return self.cfg.dim
 
     @torch.no_grad()
     def init_weights(self) -> None:
@@ -152,9 +177,13 @@ class VideoEncoder(nn.Module):
         """Where CLS sits: its RoPE position ``(newest_slot, 0, 0)`` ``[1, 1, 3]`` (long) and its metadata for the
         attention masks ``[1, 1]``. ``newest_slot`` is the newest temporal slot of the tokens it reads (``T/τ −
         1`` for a clip; the last pushed slot when streaming), so under block-causal attention CLS reads the
-        whole clip (or the window ending there) and RoPE sees it where a readout of that moment belongs."""
-        position = torch.tensor([[[newest_slot, 0, 0]]], dtype=torch.long, device=device)
-        return position, TokenMeta(position[..., 0], torch.ones(1, 1, dtype=torch.bool, device=device))
+        whole clip (or the window ending there) and RoPE sees it where a readout of that moment belongs. In the
+        official ``vjepa2`` RoPE layout CLS is not rotated: its RoPE position is ``(0, 0, 0)``, its mask slot
+        still ``newest_slot``."""
+        rotated_at = newest_slot if self.cfg.rope_layout == "levjepa" else 0
+        position = torch.tensor([[[rotated_at, 0, 0]]], dtype=torch.long, device=device)
+        frame = torch.full((1, 1), newest_slot, dtype=torch.long, device=device)
+        return position, TokenMeta(frame, torch.ones(1, 1, dtype=torch.bool, device=device))
 
     def _prepare(
         self,
@@ -291,3 +320,37 @@ class VideoEncoder(nn.Module):
                 h = self.norm(x) if norm else x
                 outs.append(EncoderOutput(cls=h[:, 0], patches=h[:, 1:], positions=positions))
         return outs
+
+    def forward_head(self, x: Tensor | EncoderOutput, pre_logits: bool = False) -> Tensor:
+        """timm's pooling step on :meth:`forward_features`' output (an :class:`EncoderOutput` or its ``.tokens``
+        ``[B, 1+L, D]``): the CLS ``[B, D]``. The encoder has no classifier, so ``pre_logits`` changes nothing."""
+        return x.cls if isinstance(x, EncoderOutput) else x[:, 0]
+
+    def forward_intermediates(
+        self,
+        video: Tensor,
+        indices: int | Sequence[int] | None = None,
+        *,
+        norm: bool = False,
+        output_fmt: str = "NLC",
+        intermediates_only: bool = False,
+        return_prefix_tokens: bool = False,
+    ) -> list[Any] | tuple[Tensor, list[Any]]:
+        """timm's ``forward_intermediates``: the patch tokens of the chosen blocks (``indices``: the last ``n``
+        blocks for an int, block indices otherwise, every block for ``None``) as ``[B, L, D]`` (``"NLC"``) or
+        ``[B, D, T', H', W']`` (``"NCTHW"``), with the CLS beside each when ``return_prefix_tokens`` (pairs
+        ``(patches, cls [B, 1, D])``); ``norm`` applies the final norm to them. Returns the list, or
+        ``(final tokens [B, 1+L, D], list)`` unless ``intermediates_only``."""
+        if output_fmt not in ("NLC", "NCTHW"):
+            raise ValueError(f"forward_intermediates: output_fmt={output_fmt!r}: valid choices are NLC, NCTHW")
+        outs = self.get_intermediate_layers(video, self.cfg.depth if indices is None else indices, norm=norm)
+        grid = self.patch_embed.grid(video)
+        inter: list[Any] = []
+        for o in outs:
+            patches = o.patches
+            if output_fmt == "NCTHW":
+                patches = patches.transpose(1, 2).reshape(patches.shape[0], -1, *grid)
+            inter.append((patches, o.cls[:, None]) if return_prefix_tokens else patches)
+        if intermediates_only:
+            return inter
+        return self.forward_features(video).tokens, inter

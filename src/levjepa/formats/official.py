@@ -1,0 +1,343 @@
+"""Read the official LeVJEPA checkpoints (``MLO-lab/LeVJEPA``) into levjepa's encoder and projector, exactly.
+
+Sources (:func:`read_official`):
+
+* a **Hugging Face repo directory** (``config.json`` + ``model.safetensors``, or sharded with
+  ``model.safetensors.index.json``), e.g. a download of ``galilai-group/LeVJEPA-VideoMix-Large``;
+* an official **training checkpoint** (``.ckpt``, Lightning): ``state_dict`` holds ``encoder.*`` and
+  ``projector.net.*`` (and SIGReg's buffers), ``state_dict_ema`` the EMA copy of the encoder (the
+  official config's ``ema.save_key``), ``hyper_parameters`` the run's config;
+* a bare **safetensors file** of official tensors.
+
+What the official encoder computes, and how levjepa computes the same function (each difference is an
+``EncoderConfig`` option, recorded in the export; the defaults of a levjepa encoder are not touched):
+
+* 3D RoPE in V-JEPA 2's "pretrained-compatible" layout, CLS unrotated -> ``rope_layout="vjepa2"``
+  (``levjepa.model.rope``); the query and key rows of each head's ``qkv`` weight are permuted into levjepa's
+  pair order (:func:`levjepa.model.rope.vjepa2_channel_order`), which leaves every attention score as it was;
+* a Conv3d patch embedding with kernel = stride ``(τ, p, p)`` (Conv2d for an image model) -> the same weights
+  flattened into levjepa's per-patch Linear (pixels in ``(C, τ, p, p)`` order); τ and p come from its shape;
+* the final LayerNorm has a bias -> ``final_norm_bias=True``; every LayerNorm's ``eps`` is 1e-6 in the official
+  factories (``vit_tiny`` … ``vit_huge``), or what the config states;
+* ``qkv`` bias, MLP ratio, width, depth: from the tensors;
+* block-causal attention (``attn_mode="block_causal"``: patches read their own and earlier slots, never CLS;
+  CLS reads everything) or full attention (``"full"`` -> ``bidirectional``): the same masks as levjepa's;
+* the projector's first Linear has a bias, which levjepa's lacks: a bias right before a BatchNorm only moves
+  the batch mean, so it is folded into the running mean (``running_mean − bias``), the same function in
+  training and in evaluation mode.
+
+What neither the tensors nor a config can tell — the number of heads, the attention mode — comes from the
+caller (``levjepa import --heads N --attention block_causal``), and the error lists exactly what is missing.
+Keys are matched by name below any prefix (``encoder.``, ``backbone.``, ``model.``, …).
+
+Verified against the reference code (``tests/fixtures/official``: outputs of the official ``module.py`` on
+random weights, every token within 1e-5): the encoder at τ = 1 and 2, block-causal and full attention, an
+image model, and the projector in both BatchNorm modes; the ``.ckpt`` layout follows the official ``main.py``
+and config. Not verified (the hub repository ships its own remote code and config schema, which cannot be
+read from here): the key prefix and config keys of ``galilai-group/LeVJEPA-VideoMix-Large``; they are matched
+by the rules above.
+
+A ``.ckpt`` is a pickle: it is read with ``torch.load(weights_only=True)`` (plain containers, tensors and
+a short allow-list), never unpickled freely unless the caller opts in (``trust_pickle=True``,
+``--trust-pickle``), which runs code from the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from levjepa.model import EncoderConfig
+from levjepa.model.rope import vjepa2_channel_order
+from levjepa.weights import WeightsError, load_tensors, read_json
+
+__all__ = ["OFFICIAL_HEADS", "OfficialModel", "Overrides", "convert_encoder", "convert_projector", "read_official"]
+
+# heads of the official factories (module.py vit_tiny ... vit_gigantic), by name and by width
+OFFICIAL_HEADS = {
+    "vit_tiny": 3,
+    "vit_small": 6,
+    "vit_base": 12,
+    "vit_large": 16,
+    "vit_huge": 16,
+    "vit_giant": 16,
+    "vit_gigantic": 16,
+}
+ATTENTION_NAMES = {"block_causal": "block_causal", "full": "bidirectional", "bidirectional": "bidirectional"}
+ANCHOR = "patch_embed.proj.weight"  # the one key every official encoder has
+PROJECTOR_ANCHOR = "projector.net.0.weight"
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What the caller states (``levjepa import`` options); ``None`` = take it from the source."""
+
+    heads: int | None = None
+    attention: str | None = None  # block_causal | bidirectional | full
+    norm_eps: float | None = None
+    prefix: str | None = None  # the key prefix of the encoder, when a file holds several
+
+
+@dataclass
+class OfficialModel:
+    """An official model in levjepa's terms: the encoder config and state dict, the projector's when present."""
+
+    config: EncoderConfig
+    encoder: dict[str, torch.Tensor]
+    projector: dict[str, torch.Tensor] | None
+    source: str  # the file read
+    copy: str  # which weights: "ema", "online" or "as published"
+    note: str  # said to the user: what was read, from where
+    stated: dict[str, Any]  # what the source's config stated (recorded with the import)
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+def _trusted_load(path: Path, trust_pickle: bool) -> Any:
+    if trust_pickle:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        with torch.serialization.safe_globals([pathlib.PosixPath, pathlib.PurePosixPath]):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # UnpicklingError, or a global outside the allow-list
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise WeightsError(
+            f"{path}: torch.load(weights_only=True) cannot read this checkpoint safely ({first}); if you trust "
+            "its author, rerun with --trust-pickle (it unpickles the file, which can run code from it)"
+        ) from err
+
+
+def _read_source(src: Path, trust_pickle: bool) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any], Path]:
+    """``({copy: tensors}, stated config, weights file)`` of a repo directory, a checkpoint or a tensors file."""
+    if not src.exists():
+        raise WeightsError(f"{src}: no such file or directory (expected an official LeVJEPA checkpoint)")
+    if src.is_dir():
+        cfg_file = src / "config.json"
+        index = src / "model.safetensors.index.json"
+        stated = read_json(cfg_file) if cfg_file.is_file() else {}
+        if (src / "model.safetensors").is_file():
+            tensors, meta = load_tensors(src / "model.safetensors")
+            return {"as published": tensors}, {**_meta_config(meta), **stated}, src / "model.safetensors"
+        if index.is_file():
+            shards = sorted(set(read_json(index).get("weight_map", {}).values()))
+            if not shards:
+                raise WeightsError(f"{index}: no 'weight_map' naming the weight shards")
+            tensors = {}
+            for shard in shards:
+                tensors.update(load_tensors(src / shard)[0])
+            return {"as published": tensors}, stated, index
+        raise WeightsError(f"{src}: no model.safetensors (or model.safetensors.index.json): not a model directory")
+    if src.suffix == ".safetensors":
+        tensors, meta = load_tensors(src)
+        return {"as published": tensors}, _meta_config(meta), src
+    obj = _trusted_load(src, trust_pickle)
+    if not isinstance(obj, Mapping):
+        raise WeightsError(f"{src}: not a training checkpoint (a {type(obj).__name__}, expected a dict)")
+    copies: dict[str, dict[str, torch.Tensor]] = {}
+    for key, copy in (("state_dict_ema", "ema"), ("ema_state_dict", "ema"), ("state_dict", "online")):
+        value = obj.get(key)
+        if isinstance(value, Mapping):
+            copies.setdefault(copy, {k: v for k, v in value.items() if isinstance(v, torch.Tensor)})
+    if not copies and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        copies["as published"] = dict(obj)  # a plain state dict saved with torch.save
+    if not copies:
+        raise WeightsError(f"{src}: no 'state_dict' in this checkpoint (keys: {', '.join(map(str, list(obj)[:8]))})")
+    hparams = obj.get("hyper_parameters") or obj.get("hparams") or {}
+    return copies, dict(hparams) if isinstance(hparams, Mapping) else {}, src
+
+
+def _meta_config(meta: Mapping[str, str]) -> dict[str, Any]:
+    text = meta.get("config")
+    try:
+        value = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _stated(config: Mapping[str, Any], *names: str) -> Any:
+    """The first of ``names`` stated in ``config`` or in a nested section of it (``model``, ``encoder``, …)."""
+    for name in names:
+        if name in config and config[name] is not None:
+            return config[name]
+    for value in config.values():
+        if isinstance(value, Mapping):
+            found = _stated(value, *names)
+            if found is not None:
+                return found
+    return None
+
+
+def _prefixes(tensors: Mapping[str, torch.Tensor]) -> list[str]:
+    return sorted({k[: -len(ANCHOR)] for k in tensors if k.endswith(ANCHOR)})
+
+
+def _encoder_tensors(tensors: Mapping[str, torch.Tensor], where: str, prefix: str | None) -> dict[str, torch.Tensor]:
+    found = _prefixes(tensors)
+    if prefix is not None:
+        if prefix not in found:
+            raise WeightsError(f"{where}: no encoder under prefix {prefix!r} (encoders found under {found})")
+        found = [prefix]
+    if not found:
+        sample = ", ".join(sorted(tensors)[:4])
+        raise WeightsError(
+            f"{where}: no official LeVJEPA encoder in this file (no '*{ANCHOR}' key; keys start with {sample})"
+        )
+    if len(found) > 1:
+        raise WeightsError(
+            f"{where}: encoders under several prefixes {found}: choose one with --prefix (e.g. --prefix {found[0]!r})"
+        )
+    p = found[0]
+    return {k[len(p) :]: v for k, v in tensors.items() if k.startswith(p) and not k[len(p) :].startswith("projector.")}
+
+
+# ------------------------------------------------------------------------------------------- conversion
+
+
+def _config(enc: Mapping[str, torch.Tensor], stated: Mapping[str, Any], over: Overrides, where: str) -> EncoderConfig:
+    if "pos_embed" in enc and _stated(stated, "use_rope") is not True:
+        raise WeightsError(
+            f"{where}: this encoder has an absolute position embedding (pos_embed) and no RoPE: levjepa encoders "
+            "use 3D RoPE only, so it cannot compute this model"
+        )
+    if _stated(stated, "use_rope") is False:
+        raise WeightsError(f"{where}: the config says use_rope=false: levjepa encoders use 3D RoPE only")
+    patch = enc[ANCHOR]
+    if patch.dim() == 5:
+        dim, chans, tubelet, p, p2 = patch.shape
+    elif patch.dim() == 4:
+        (dim, chans, p, p2), tubelet = patch.shape, 1
+    else:
+        raise WeightsError(f"{where}: {ANCHOR} has shape {tuple(patch.shape)}: expected a Conv3d or Conv2d kernel")
+    if p != p2:
+        raise WeightsError(f"{where}: non-square patches {p}x{p2} are not supported")
+    depth = len({int(m.group(1)) for k in enc if (m := re.match(r"blocks\.(\d+)\.", k))})
+    if depth == 0:
+        raise WeightsError(f"{where}: no transformer blocks (blocks.N.*) under the encoder")
+    hidden = enc["blocks.0.mlp.fc1.weight"].shape[0]
+    name = _stated(stated, "name", "model_name", "arch", "architecture")
+    heads = over.heads or _stated(stated, "num_heads", "num_attention_heads", "heads", "n_heads")
+    if heads is None and isinstance(name, str):
+        heads = OFFICIAL_HEADS.get(name.replace("-", "_").lower())
+    attention = over.attention or _stated(stated, "attn_mode", "attention", "attention_mode")
+    missing = []
+    if heads is None:
+        missing.append("the number of attention heads (--heads N; the official vit_large has 16)")
+    if attention is None:
+        missing.append("the attention mode (--attention block_causal|full; the official default is block_causal)")
+    if missing:
+        raise WeightsError(f"{where}: neither the weights nor a config state {' or '.join(missing)}")
+    if str(attention) not in ATTENTION_NAMES:
+        raise WeightsError(
+            f"{where}: attention mode {attention!r}: valid choices are {', '.join(sorted(ATTENTION_NAMES))}"
+        )
+    eps = over.norm_eps or _stated(stated, "norm_eps", "layer_norm_eps", "eps") or 1e-6
+    tube_stated = _stated(stated, "tubelet_size", "tubelet")
+    if tube_stated is not None and int(tube_stated) != tubelet and patch.dim() == 5:
+        raise WeightsError(f"{where}: the config says tubelet_size={tube_stated}, the patch kernel has {tubelet}")
+    kw = dict(
+        dim=int(dim),
+        depth=depth,
+        heads=int(heads),
+        mlp_ratio=hidden / dim,
+        patch_size=int(p),
+        tubelet=int(tubelet),
+        in_chans=int(chans),
+        attention=ATTENTION_NAMES[str(attention)],
+        final_norm="norm.weight" in enc,
+        final_norm_bias="norm.bias" in enc,
+        qkv_bias="blocks.0.attn.qkv.bias" in enc,
+        norm_eps=float(eps),
+        rope_layout="vjepa2",
+        tubelet_init="random",
+    )
+    try:
+        return EncoderConfig(**kw)  # type: ignore[arg-type]
+    except ValueError as err:
+        raise WeightsError(f"{where}: {err}") from err
+
+
+def convert_encoder(enc: Mapping[str, torch.Tensor], cfg: EncoderConfig) -> dict[str, torch.Tensor]:
+    """Official encoder tensors -> levjepa ``VideoEncoder`` state dict (``cfg.rope_layout == "vjepa2"``)."""
+    out = {}
+    hd, order = cfg.head_dim, vjepa2_channel_order(cfg.head_dim)
+    for key, value in enc.items():
+        if key == "pos_embed":
+            continue  # an unused leftover of a RoPE model (the official main.py drops it too)
+        if key == ANCHOR:
+            value = value.reshape(value.shape[0], -1)  # [D, C·τ·p·p]: the Conv kernel as one Linear
+        elif re.fullmatch(r"blocks\.\d+\.attn\.qkv\.(weight|bias)", key):
+            parts = value.reshape(3, cfg.heads, hd, *value.shape[1:])  # (q | k | v, head, channel, ...)
+            parts = torch.stack([parts[0][:, order], parts[1][:, order], parts[2]])  # q, k permuted; v as it is
+            value = parts.reshape(value.shape)
+        out[key] = value.detach().clone().to(torch.float32).contiguous()
+    return out
+
+
+def convert_projector(proj: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Official ``projector.net.*`` -> levjepa ``Projector`` state dict: the first Linear's bias folded into the
+    BatchNorm's running mean (the batch mean absorbs it in training, the running mean in evaluation)."""
+    out = {k: v.detach().clone().contiguous() for k, v in proj.items() if k != "net.0.bias"}
+    if "net.0.bias" in proj:
+        out["net.1.running_mean"] = out["net.1.running_mean"] - proj["net.0.bias"].to(out["net.1.running_mean"])
+    return out
+
+
+def read_official(
+    src: str | Path, overrides: Overrides | None = None, *, weights: str = "ema", trust_pickle: bool = False
+) -> OfficialModel:
+    """An official checkpoint converted to levjepa's encoder (and projector when present). ``weights``:
+    ``"ema"`` (the default: the EMA copy when the checkpoint has one, else its only copy, said so) or
+    ``"online"``. Every failure is a :class:`WeightsError` naming the file."""
+    over = overrides or Overrides()
+    if weights not in ("ema", "online"):
+        raise ValueError(f"weights={weights!r}: valid choices are ema, online")
+    path = Path(src)
+    copies, stated, file = _read_source(path, trust_pickle)
+    where = str(file)
+    if weights in copies:
+        copy = weights
+    elif weights == "online" and "ema" in copies and "online" not in copies:
+        raise WeightsError(f"{where}: holds only an EMA copy of the encoder; use --weights ema")
+    else:
+        copy = next(iter(copies))
+    tensors = copies[copy]
+    enc = _encoder_tensors(tensors, where, over.prefix)
+    cfg = _config(enc, stated, over, where)
+    projector_src = copies.get("online", tensors)  # the official EMA covers the encoder only
+    proj_keys = [k for k in projector_src if k.endswith(PROJECTOR_ANCHOR)]
+    projector = None
+    if len(proj_keys) == 1:
+        p = proj_keys[0][: -len("net.0.weight")]
+        projector = convert_projector({k[len(p) :]: v for k, v in projector_src.items() if k.startswith(p)})
+        cfg = dataclasses.replace(
+            cfg, proj_hidden=int(projector["net.0.weight"].shape[0]), proj_dim=int(projector["net.3.weight"].shape[0])
+        )
+    if copy == "ema":
+        note = "the official EMA copy (state_dict_ema) of the encoder"
+    elif copy == "online":
+        note = "the official online weights (state_dict)" + (
+            "" if "ema" in copies else "; this checkpoint has no EMA copy"
+        )
+    else:
+        note = f"the one copy of the weights in {file.name}"
+    if projector is not None:
+        note += "; projector from the online state_dict" if copy == "ema" else "; with its projector"
+    return OfficialModel(
+        config=cfg,
+        encoder=convert_encoder(enc, cfg),
+        projector=projector,
+        source=where,
+        copy=copy,
+        note=note,
+        stated={k: v for k, v in stated.items() if isinstance(v, str | int | float | bool)},
+    )
