@@ -12,7 +12,8 @@ import types
 import pytest
 
 from levjepa.config import ConfigError
-from levjepa.train.loop import log_line, pretrain
+from levjepa.train.loop import pretrain
+from levjepa.train.report import log_line
 from train_utils import tiny_config
 
 LINE = re.compile(r"^step (\d+)/6  loss [\d.]+  invariance [\d.]+  sigreg [\d.]+  [\d.]+ clips/s  eta \S+$")

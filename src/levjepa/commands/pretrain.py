@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from levjepa.config import ConfigError, apply_overrides, from_dict, merge_config, read_config_file, to_dict
-from levjepa.eval.benchmark import EvalConfig, evaluate_benchmark
+from levjepa.eval import EvalConfig, evaluate_benchmark
 from levjepa.formats.load import load_encoder, random_encoder
 from levjepa.presets import PRESETS, needs_sources, preset
 from levjepa.train.config import RESUMABLE, PretrainConfig, check_resume
-from levjepa.train.loop import pretrain, summary_json
+from levjepa.train.loop import pretrain
+from levjepa.train.report import summary_json
 from levjepa.weights import CONFIG, PROBE_RESULTS, read_json, write_json
 
 __all__ = ["add_arguments", "evaluate_run", "main", "resolve_config"]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from levjepa.train.config import OptimConfig, PretrainConfig, TrainConfig
 
 if TYPE_CHECKING:
-    from levjepa.train.loop import RunSummary
+    from levjepa.train.report import RunSummary
 
 __all__ = ["OptimConfig", "PretrainConfig", "TrainConfig", "pretrain"]
 

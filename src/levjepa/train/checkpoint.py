@@ -25,6 +25,7 @@ drew its base seed from it) and no computation read it, so it is ignored on load
 from __future__ import annotations
 
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ from levjepa.weights import (
     prefixed,
     read_json,
     save_tensors,
+    truncate_metrics,
     write_json,
 )
 
@@ -63,6 +65,7 @@ __all__ = [
     "load_checkpoint",
     "prune",
     "remove_partial",
+    "resume_latest",
     "save_checkpoint",
 ]
 
@@ -175,6 +178,24 @@ def load_checkpoint(
     meta = read_json(path / META)
     extra = {k: v for k, v in meta.items() if k not in ("step", "encoder_config")}
     return TrainerState(step=trainer["step"], consecutive_skips=trainer["consecutive_skips"], extra=extra)
+
+
+def resume_latest(
+    run_dir: Path, *, model: nn.Module, ema: EMA, optimizer: torch.optim.Optimizer, is_main: bool
+) -> TrainerState:
+    """Restore the run's latest checkpoint in place (weights, EMA, optimizer) and return its state, or the start
+    when none was written. The main rank says where the run resumes, drops the metric lines logged after that
+    checkpoint (they will be logged again) and the remains of a checkpoint write that a crash interrupted."""
+    latest = latest_checkpoint(run_dir)
+    saved = TrainerState(step=0)
+    if latest is not None:
+        saved = load_checkpoint(latest, model=model, ema=ema, optimizer=optimizer)
+    if is_main:
+        where = f"{latest.name} (step {saved.step})" if latest else "the start (no checkpoint was written)"
+        print(f"resuming {run_dir} from {where}", file=sys.stderr)
+        truncate_metrics(run_dir, saved.step)
+        remove_partial(run_dir)
+    return saved
 
 
 def remove_partial(run_dir: str | Path) -> list[Path]:

@@ -123,8 +123,8 @@ class PretrainConfig:
             f"({self.data.num_global}): set both",
         )
 
-    def accumulation(self, world_size: int) -> int:
-        """Micro-batches per optimizer step on each rank."""
+    def micro_batches(self, world_size: int) -> int:
+        """Micro-batches per optimizer step on each rank (a count; ``train.accumulation`` is the mode)."""
         per_step = self.data.batch_size * world_size
         check(
             self.train.batch_size % per_step == 0,

@@ -18,10 +18,13 @@ shifted so that ``β_0 = 0``) the first update copies the online weights, the in
 θ_m the online weights at update ``m``: the average leans on the recent weights (its last 20 % of
 updates carry 89 % of the weight) and widens as training goes on. Beyond that point the recursion is the
 paper's EMA. ``tests/test_optim_ema.py`` checks this closed form; :meth:`EMA.weights` returns the weights
-``w_m`` of any schedule. ``c = 0`` (``train.ema_warmup=0``) is the paper's EMA taken literally: ``β`` from the
-first update, starting from the initialisation (readers then say how much of the copy is still initial). The copy is kept in float32 whatever the training precision, is never used by the
-loss, and is saved beside the online weights with its update count; evaluation and extraction choose
-either. Buffers are copied, not averaged.
+``w_m`` of any schedule. ``c = 0`` (``train.ema_warmup=0``) is the paper's EMA taken literally: ``β`` from
+the first update, starting from the initialisation (readers then say how much of the copy is still
+initial).
+
+The copy is kept in float32 whatever the training precision, is never used by the loss, and is saved beside
+the online weights with its update count and schedule; evaluation and extraction choose either. Buffers are
+copied, not averaged.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """The outer training loop: ``pretrain(cfg, run_dir)`` — the Python API behind ``levjepa pretrain``.
 
-``_pretrain`` reads like the recipe: set up the run directory, build encoder + projector + objective + AdamW
-+ EMA (a :class:`Trainer`: what is fixed for the run), resume if asked, then for each optimizer step fetch
-``accum`` micro-batches and call :func:`levjepa.train.step.train_step` (``_step``, which also updates the
-EMA every ``ema_every`` steps), read the skip flags (``_check_skips``), log label-free monitors every
-``log_every`` steps (``_log``) and checkpoint every ``checkpoint_every`` steps (``_checkpoint``). What
+``_pretrain`` reads like the recipe: open the run directory (``levjepa.train.run_dir``), build encoder +
+projector + objective + AdamW + EMA (a :class:`Trainer`: what is fixed for the run), resume if asked, then
+for each optimizer step fetch ``micro_batches`` micro-batches and call
+:func:`levjepa.train.step.train_step` (``_step``, which also updates the EMA every ``ema_every`` steps), read
+the skip flags (``_check_skips``), log label-free monitors every ``log_every`` steps (``_log``, shown and
+written by ``levjepa.train.report``) and checkpoint every ``checkpoint_every`` steps (``_checkpoint``). What
 changes from step to step is a small :class:`TrainState`. Only the main rank writes. The loop knows nothing
 of evaluation: ``levjepa pretrain`` reads the run back to evaluate it (``train.eval_at_end``).
 
@@ -17,19 +18,12 @@ logged with its step number, and ``max_consecutive_skips`` skips in a row stop t
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import resource
-import shutil
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
-from tqdm import tqdm
 
 from levjepa import distributed
 from levjepa.config import to_dict
@@ -38,41 +32,19 @@ from levjepa.model import Projector, VideoEncoder
 from levjepa.objective import Objective, build_objective, embedding_diagnostics, shift_invariant
 from levjepa.rng import sample_keys, seeded_init
 from levjepa.train import checkpoint as ckpt
-from levjepa.train.config import PretrainConfig, check_resume
+from levjepa.train.config import PretrainConfig
 from levjepa.train.ema import EMA
 from levjepa.train.optim import build_optimizer, lr_at
-from levjepa.train.run_dir import MetricsLogger, check_loggers, default_run_dir, prepare_run_dir, write_run_info
+from levjepa.train.report import MetricsLogger, Progress, RunSummary, check_loggers, format_summary
+from levjepa.train.run_dir import read_bad_files, run_directory, write_run_info
 from levjepa.train.step import Pretrainer, StepOutput, train_step
-from levjepa.weights import BAD_FILES, CONFIG, METRICS, read_json, truncate_metrics
+from levjepa.weights import BAD_FILES
 
-__all__ = [
-    "RunSummary",
-    "TrainState",
-    "Trainer",
-    "TrainingStopped",
-    "build_models",
-    "log_line",
-    "pretrain",
-    "summary_json",
-]
+__all__ = ["TrainState", "Trainer", "TrainingStopped", "build_models", "pretrain"]
 
 
 class TrainingStopped(RuntimeError):
     """The run stopped on purpose (too many non-finite steps); the message says why and what to do."""
-
-
-@dataclass
-class RunSummary:
-    run_dir: Path
-    steps: int
-    wall_s: float
-    clips_per_s: float
-    final: dict[str, float] = field(default_factory=dict)
-    skipped_steps: list[int] = field(default_factory=list)
-    bad_files: int = 0
-    checkpoint: Path | None = None
-    rank: int = 0  # the process that returned this summary (only rank 0 writes the run directory)
-    probe_results: dict[str, Any] | None = None  # filled by `levjepa pretrain` when train.eval_at_end
 
 
 def build_models(cfg: PretrainConfig, seed: int) -> tuple[VideoEncoder, Projector]:
@@ -99,14 +71,7 @@ def _autocast_dtype(cfg: PretrainConfig, device: torch.device) -> torch.dtype | 
     return None
 
 
-def _peak_memory_gb(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30
-    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss_kb / 2**20  # Linux reports KiB
-
-
-@dataclass
+@dataclass(kw_only=True)
 class Trainer:
     """What one run trains, and with what: the objects fixed for the whole run."""
 
@@ -118,7 +83,7 @@ class Trainer:
     ema: EMA
     optimizer: torch.optim.Optimizer
     objective: Objective
-    accum: int  # micro-batches per optimizer step on each rank
+    micro_batches: int  # micro-batches per optimizer step on each rank
     autocast_dtype: torch.dtype | None
 
 
@@ -133,11 +98,6 @@ class TrainState:
     metrics: dict[str, float] = field(default_factory=dict)  # the last logged metrics
     checkpoint: Path | None = None  # the last checkpoint written
     bad_files: int = 0  # unreadable files met by every rank, as of the last checkpoint
-    t_log: float = 0.0  # when the last log was written (clips/s over the steps since)
-    steps_since_log: int = 0
-    start_step: int = 0  # the step this process started (or resumed) at, and when (the ETA's rate)
-    t_start: float = 0.0
-    log_lines: bool = False  # print one line per log step to stderr (no progress bar on a terminal)
 
 
 def pretrain(
@@ -179,26 +139,21 @@ def _pretrain(
 
     ``config.json`` is (re)written only once the models are built and the checkpoint has loaded, so a resume
     that is refused leaves the run as it was; a start that fails before the first log line or checkpoint
-    removes the directory it created, so the same command can simply be run again."""
+    removes the directory it created (``run_directory``), so the same command can simply be run again."""
     check_loggers(cfg.train.loggers)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    path, created = _start_run_dir(cfg, run_dir, info, resume=resume, overwrite=overwrite)
-    try:
+    with run_directory(cfg, run_dir, info, resume=resume, overwrite=overwrite) as path:
         trainer, state = _build(cfg, info, path, resume=resume)
         if info.is_main:
             write_run_info(path, to_dict(cfg), info.world_size)
         return _train(trainer, state, resume=resume, progress=progress)
-    except BaseException:
-        if created and not _started(path):
-            _remove_failed_start(path, created)
-        raise
 
 
 def _train(trainer: Trainer, state: TrainState, *, resume: bool, progress: bool) -> RunSummary:
     """The loop proper: batches from the step the run stands at, one optimizer step each, logs and checkpoints."""
     cfg, info, path, tc = trainer.cfg, trainer.info, trainer.path, trainer.cfg.train
-    bad_files = _bad_files(path, resume)
+    bad_files = read_bad_files(path, resume)
     state.bad_files = bad_files.total
     batches = iter(
         build_pretrain_loader(
@@ -206,114 +161,61 @@ def _train(trainer: Trainer, state: TrainState, *, resume: bool, progress: bool)
             seed=tc.seed,
             rank=info.rank,
             world_size=info.world_size,
-            start_step=state.step * trainer.accum,  # the step is the data position (train/checkpoint.py)
+            start_step=state.step * trainer.micro_batches,  # the step is the data position (train/checkpoint.py)
             bad_files=bad_files,
-            micro_batches=trainer.accum,
+            micro_batches=trainer.micro_batches,
         )
     )
     logger = MetricsLogger(path, loggers=tc.loggers, config=to_dict(cfg)) if info.is_main else None
-    show_bar = progress and info.is_main and sys.stderr.isatty()  # a SLURM .out file gets log lines instead
-    bar = tqdm(total=tc.steps, initial=state.step, desc="pretrain", unit="step", dynamic_ncols=True,
-               disable=not show_bar)  # fmt: skip
-    state.log_lines = info.is_main and not show_bar
+    report = Progress(total=tc.steps, start_step=state.step, batch_size=tc.batch_size, device=info.device,
+                      logger=logger, is_main=info.is_main, show=progress)  # fmt: skip
     check_every = min(tc.log_every, tc.max_consecutive_skips)
-    start, state.t_log = state.step, time.perf_counter()
-    state.start_step, state.t_start = start, state.t_log
+    start = state.step
     try:
         while state.step < tc.steps:
             out = _step(trainer, state, batches)
             if _due(state.step, check_every, tc.steps):
                 _check_skips(trainer, state)
             if _due(state.step, tc.log_every, tc.steps):
-                _log(trainer, state, out, logger, bar)
-            bar.update(1)
+                _log(trainer, state, out, report)
+            report.advance()
             if _due(state.step, tc.checkpoint_every, tc.steps):
                 _checkpoint(trainer, state, bad_files)
     finally:
-        bar.close()
-        if logger is not None:
-            logger.close()
-    return _finish(trainer, state, start, time.perf_counter() - state.t_start)
-
-
-def _started(path: Path) -> bool:
-    """Whether the run has written anything worth keeping: a metrics line or a checkpoint."""
-    metrics = path / METRICS
-    return (metrics.is_file() and metrics.stat().st_size > 0) or ckpt.latest_checkpoint(path) is not None
-
-
-def _remove_failed_start(path: Path, created: str) -> None:
-    """Undo a start that failed before its first log line or checkpoint: the directory this run created is
-    removed, one that existed (empty, or emptied by --overwrite) is left empty."""
-    shutil.rmtree(path, ignore_errors=True)
-    if created == "emptied":
-        path.mkdir(parents=True, exist_ok=True)
-
-
-def _start_run_dir(
-    cfg: PretrainConfig, run_dir: str | Path | None, info: distributed.DistInfo, *, resume: bool, overwrite: bool
-) -> tuple[Path, str]:
-    """The run directory every rank writes to (the main rank's choice), prepared, and what this call did to it:
-    "created" (it did not exist), "emptied" (it existed: empty, or --overwrite deleted what it held) or "" (a
-    resumed run's, which is never removed). A resume's config is checked against the run's ``config.json``
-    (:func:`levjepa.train.config.check_resume`) before anything is written."""
-    path = Path(run_dir) if run_dir is not None else default_run_dir(cfg.preset)
-    path = Path(distributed.broadcast_object(str(path)))
-    created = ""
-    if info.is_main:
-        existed = path.exists()
-        prepare_run_dir(path, resume=resume, overwrite=overwrite)
-        if resume:
-            check_resume(read_json(path / CONFIG), cfg)
-        else:
-            created = "emptied" if existed else "created"
-    distributed.barrier()
-    return path, created
+        report.close()
+    return _finish(trainer, state, start, report.elapsed())
 
 
 def _build(cfg: PretrainConfig, info: distributed.DistInfo, path: Path, *, resume: bool) -> tuple[Trainer, TrainState]:
     """Encoder + projector (the same initial weights on every rank), EMA copy, AdamW and objective, restored
     from the latest checkpoint when resuming, then wrapped for training (DDP, compiled blocks)."""
-    accum = cfg.accumulation(info.world_size)  # fails early on a batch that does not split over the ranks
+    micro_batches = cfg.micro_batches(info.world_size)  # fails early on a batch that does not split over ranks
     model = Pretrainer(*build_models(cfg, cfg.train.seed)).to(info.device)
     if info.world_size > 1:
         distributed.convert_sync_batchnorm(model)  # the projector's BatchNorm over every rank's rows
-    ema = EMA(model.encoder, decay=cfg.train.ema_decay, every=cfg.train.ema_every, warmup=cfg.train.ema_warmup)
+    tc = cfg.train
+    ema = EMA(model.encoder, decay=tc.ema_decay, every=tc.ema_every, warmup=tc.ema_warmup)
     optimizer = build_optimizer(model, cfg.optim)
     objective = build_objective(cfg.objective).to(info.device)
     objective.check_finite = False  # a non-finite batch skips its step instead of raising
-    saved = _resume(path, info, model, ema, optimizer) if resume else ckpt.TrainerState(step=0)
-    module = _training_module(model, info, accum, cfg.train.accumulation, cfg.train.compile)
+    saved = (
+        ckpt.resume_latest(path, model=model, ema=ema, optimizer=optimizer, is_main=info.is_main)
+        if resume
+        else ckpt.TrainerState(step=0)
+    )
     trainer = Trainer(
-        cfg, info, path, model, module, ema, optimizer, objective, accum, _autocast_dtype(cfg, info.device)
+        cfg=cfg,
+        info=info,
+        path=path,
+        model=model,
+        module=_training_module(model, info, micro_batches, tc.accumulation, tc.compile),
+        ema=ema,
+        optimizer=optimizer,
+        objective=objective,
+        micro_batches=micro_batches,
+        autocast_dtype=_autocast_dtype(cfg, info.device),
     )
     return trainer, TrainState(step=saved.step, consecutive=torch.tensor(saved.consecutive_skips, device=info.device))
-
-
-def _resume(
-    path: Path, info: distributed.DistInfo, model: Pretrainer, ema: EMA, optimizer: torch.optim.Optimizer
-) -> ckpt.TrainerState:
-    """Restore the latest checkpoint in place (weights, EMA, optimizer) and return its state, or the start when
-    none was written; metric lines logged after it are dropped (they will be logged again), and so are the
-    remains of a checkpoint write that a crash interrupted."""
-    latest = ckpt.latest_checkpoint(path)
-    saved = ckpt.TrainerState(step=0)
-    if latest is not None:
-        saved = ckpt.load_checkpoint(latest, model=model, ema=ema, optimizer=optimizer)
-    if info.is_main:
-        where = f"{latest.name} (step {saved.step})" if latest else "the start (no checkpoint was written)"
-        print(f"resuming {path} from {where}", file=sys.stderr)
-        truncate_metrics(path, saved.step)
-        ckpt.remove_partial(path)
-    return saved
-
-
-def _bad_files(path: Path, resume: bool) -> BadFileReport:
-    """The run's report of unreadable files; on resume, what the run met before it stopped stays reported."""
-    report = BadFileReport()
-    if resume and (path / BAD_FILES).is_file():
-        report.merge(BadFileReport.read(path / BAD_FILES))
-    return report
 
 
 def _due(done: int, every: int, total: int) -> bool:
@@ -323,7 +225,7 @@ def _due(done: int, every: int, total: int) -> bool:
 def _step(trainer: Trainer, state: TrainState, batches: Iterator[ViewBatch | FrameBatch]) -> StepOutput:
     """One optimizer step on this rank's micro-batches, then the EMA update when it is due."""
     cfg, step = trainer.cfg, state.step
-    micro, drops = _next_micro_batches(batches, trainer.accum, cfg.train.seed, trainer.info.device)
+    micro, drops = _next_micro_batches(batches, trainer.micro_batches, cfg.train.seed, trainer.info.device)
     out = train_step(
         trainer.module,
         trainer.objective,
@@ -338,7 +240,7 @@ def _step(trainer: Trainer, state: TrainState, batches: Iterator[ViewBatch | Fra
     )
     state.consecutive = torch.where(out.skipped, state.consecutive + 1, torch.zeros_like(state.consecutive))
     state.pending.append((step, out.skipped))
-    state.step, state.steps_since_log = step + 1, state.steps_since_log + 1
+    state.step = step + 1
     if trainer.ema.due(state.step):
         trainer.ema.update(trainer.model.encoder)
     return out
@@ -361,55 +263,19 @@ def _check_skips(trainer: Trainer, state: TrainState) -> None:
         )
 
 
-def _log(trainer: Trainer, state: TrainState, out: StepOutput, logger: MetricsLogger | None, bar: tqdm) -> None:
+def _log(trainer: Trainer, state: TrainState, out: StepOutput, report: Progress) -> None:
     """The loss and its terms as the objective computed them, the gradient norm and the label-free monitors of
-    the projections the loss saw, averaged over ranks; the learning rate, clips/s, peak memory, skips."""
-    cfg, now = trainer.cfg, time.perf_counter()
+    the projections the loss saw, averaged over ranks; the learning rate and the skips (``report`` adds the
+    rate and peak memory, and shows and writes the record)."""
+    cfg = trainer.cfg
     metrics = {"loss": out.loss, "grad_norm": out.grad_norm, **out.terms}
     # the monitors' fixed-direction SIGReg must not overwrite the loss's own sigreg/view{v} terms
     monitors = embedding_diagnostics(out.z)
     metrics.update({(f"monitor/{k}" if k in metrics else k): v for k, v in monitors.items()})
     reduced = distributed.reduce_scalars(metrics)
     reduced["lr"] = lr_at(state.step - 1, cfg.optim, cfg.train.steps)
-    reduced["clips_per_s"] = state.steps_since_log * cfg.train.batch_size / max(now - state.t_log, 1e-9)
-    reduced["peak_mem_gb"] = _peak_memory_gb(trainer.info.device)
     reduced["skipped_total"] = float(len(state.skipped))
-    state.t_log, state.steps_since_log, state.metrics = now, 0, reduced
-    if logger is not None:
-        logger.log(state.step, reduced)
-    bar.set_postfix(
-        loss=f"{reduced['loss']:.4f}",
-        inv=f"{reduced.get('invariance', reduced.get('pred', math.nan)):.4f}",
-        sigreg=f"{reduced.get('sigreg', reduced.get('localreg', math.nan)):.3f}",
-        clips_s=f"{reduced['clips_per_s']:.1f}",
-        refresh=False,
-    )
-    if state.log_lines:
-        print(log_line(state.step, cfg.train.steps, reduced, eta_s=_eta(state, now, cfg.train.steps)), file=sys.stderr)
-
-
-def _eta(state: TrainState, now: float, total: int) -> float:
-    """Seconds left at the mean rate since this process started (or resumed)."""
-    done = state.step - state.start_step
-    return (now - state.t_start) / done * (total - state.step) if done > 0 else math.nan
-
-
-def _duration(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    seconds = round(seconds)
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
-
-
-def log_line(step: int, total: int, metrics: dict[str, float], eta_s: float) -> str:
-    """One log record a cluster log can hold: step, the loss and its terms, clips/s and the time left, e.g.
-    ``step 40/800  loss 1.0231  invariance 0.4512  sigreg 5.1230  128.4 clips/s  eta 5m56s``."""
-    terms = [k for k in ("loss", "invariance", "pred", "sigreg", "localreg") if k in metrics]
-    parts = [f"step {step}/{total}", *(f"{k} {metrics[k]:.4f}" for k in terms)]
-    parts.append(f"{metrics.get('clips_per_s', math.nan):.1f} clips/s")
-    parts.append(f"eta {_duration(eta_s)}")
-    return "  ".join(parts)
+    state.metrics = report.log(state.step, reduced)
 
 
 def _finish(trainer: Trainer, state: TrainState, start: int, wall: float) -> RunSummary:
@@ -431,7 +297,7 @@ def _finish(trainer: Trainer, state: TrainState, start: int, wall: float) -> Run
 
 
 def _training_module(
-    model: Pretrainer, info: distributed.DistInfo, accum: int, accumulation: str, compile_: bool
+    model: Pretrainer, info: distributed.DistInfo, micro_batches: int, accumulation: str, compile_: bool
 ) -> torch.nn.Module:
     """The module ``train_step`` runs: DDP around ``model`` when each rank runs one pass per micro-batch on
     several ranks (it averages gradients overlapped with the backward); ``model`` itself for GradCache
@@ -444,15 +310,15 @@ def _training_module(
     """
     if compile_:
         model.encoder.compile_blocks()
-    if info.world_size > 1 and (accum == 1 or accumulation == "local"):
+    if info.world_size > 1 and (micro_batches == 1 or accumulation == "local"):
         return distributed.wrap_ddp(model, info)
     return model
 
 
 def _next_micro_batches(
-    batches: Iterator[ViewBatch | FrameBatch], accum: int, seed: int, device: torch.device
+    batches: Iterator[ViewBatch | FrameBatch], count: int, seed: int, device: torch.device
 ) -> tuple[list[list[torch.Tensor]], list[torch.Tensor]]:
-    """This rank's ``accum`` micro-batches on ``device`` (augmented there) and their dropping keys, one per clip.
+    """This rank's ``count`` micro-batches on ``device`` (augmented there) and their dropping keys, one per clip.
 
     A clip's key is ``derive_seed(seed, "drop", epoch, position)``: the tokens a view drops depend on the
     sample alone, not on the rank or micro-batch that holds it, so any split of the effective batch into
@@ -460,7 +326,7 @@ def _next_micro_batches(
     adds each batch's unreadable files to the run's report.
     """
     micro, drops = [], []
-    for _ in range(accum):
+    for _ in range(count):
         batch = next(batches)
         micro.append(batch.augment_to_device(device))
         drops.append(sample_keys(seed, "drop", batch.epoch, positions=batch.index, device=device))
@@ -498,27 +364,3 @@ def _checkpoint(trainer: Trainer, state: TrainState, bad_files: BadFileReport) -
     state.bad_files = every_rank.total
     if trainer.info.is_main:
         every_rank.write(path / BAD_FILES)
-
-
-def format_summary(s: RunSummary) -> str:
-    lines = [
-        f"run directory : {s.run_dir}",
-        f"steps         : {s.steps}   wall {s.wall_s:.1f} s   {s.clips_per_s:.1f} clips/s",
-    ]
-    if s.final:
-        keys = [k for k in ("loss", "invariance", "pred", "sigreg", "localreg") if k in s.final]
-        lines.append("final losses  : " + "  ".join(f"{k} {s.final[k]:.4f}" for k in keys))
-        if "effective_rank" in s.final:
-            lines.append(f"effective rank: {s.final['effective_rank']:.1f}")
-    lines.append(f"skipped steps : {len(s.skipped_steps)}{' ' + str(s.skipped_steps[:10]) if s.skipped_steps else ''}")
-    lines.append(f"bad files     : {s.bad_files}" + (" (see bad_files.json)" if s.bad_files else ""))
-    if s.checkpoint:
-        lines.append(f"checkpoint    : {s.checkpoint}")
-    return "\n".join(lines)
-
-
-def summary_json(s: RunSummary) -> dict[str, Any]:
-    d = dataclasses.asdict(s)
-    d["run_dir"] = str(s.run_dir)
-    d["checkpoint"] = str(s.checkpoint) if s.checkpoint else None
-    return d

@@ -1,5 +1,6 @@
-"""Starting a run directory: every run leaves a trail (STYLE 11). The layout is :mod:`levjepa.weights`'s;
-this module writes the files a run starts with and its metrics as it goes::
+"""A run directory's life: every run leaves a trail (STYLE 11). The layout is :mod:`levjepa.weights`'s; this
+module makes or reopens the directory, writes the files a run starts with, and removes a start that failed
+(the metrics are written as the run goes by ``levjepa.train.report``)::
 
     RUN_DIR/
       config.json        the resolved PretrainConfig (what `--resume` reads back; written once the models are
@@ -7,33 +8,44 @@ this module writes the files a run starts with and its metrics as it goes::
       env.json           python / torch / CUDA / devices / host / world size / command line
       git.json           the levjepa source's commit, branch and whether it was dirty
       git_diff.patch     the uncommitted changes, when there are any
-      metrics.jsonl      one JSON object per logging step (MetricsLogger; read back by weights.read_metrics)
+      metrics.jsonl      one JSON object per logging step (report.MetricsLogger; read back by weights.read_metrics)
       tb/                TensorBoard event files (`tensorboard --logdir RUN_DIR/tb`; train.loggers)
 
 An existing, non-empty run directory is never overwritten silently: pass ``resume=True`` (continue it) or
-``overwrite=True`` (delete it first). Files are written atomically and follow the umask (``levjepa.weights``).
+``overwrite=True`` (delete it first). A resume's config is checked against the run's ``config.json`` before
+anything is written (:func:`levjepa.train.config.check_resume`), and a start that fails before its first
+metrics line or checkpoint removes the directory it created (:func:`run_directory`), so the same command can
+simply be run again. Files are written atomically and follow the umask (``levjepa.weights``).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import os
 import platform
 import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from levjepa.config import ConfigError, flatten
-from levjepa.weights import CONFIG, METRICS, atomic_write_text, write_json
+from levjepa import distributed
+from levjepa.data import BadFileReport
+from levjepa.train.config import PretrainConfig, check_resume
+from levjepa.weights import BAD_FILES, CONFIG, METRICS, atomic_write_text, latest_checkpoint, read_json, write_json
 
-__all__ = ["RunDirError", "MetricsLogger", "check_loggers", "default_run_dir", "prepare_run_dir", "write_run_info"]
+__all__ = [
+    "RunDirError",
+    "default_run_dir",
+    "prepare_run_dir",
+    "read_bad_files",
+    "run_directory",
+    "write_run_info",
+]
 
 
 class RunDirError(ValueError):
@@ -102,75 +114,59 @@ def write_run_info(path: Path, config: dict[str, Any], world_size: int) -> None:
         atomic_write_text(path / "git_diff.patch", diff)
 
 
-# train.loggers -> the package each one needs (and the extra that installs it)
-LOGGER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
+def _started(path: Path) -> bool:
+    """Whether the run has written anything worth keeping: a metrics line or a checkpoint."""
+    metrics = path / METRICS
+    return (metrics.is_file() and metrics.stat().st_size > 0) or latest_checkpoint(path) is not None
 
 
-def check_loggers(loggers: Sequence[str]) -> None:
-    """Refuse, before a run starts, a logger whose package is not installed — except TensorBoard, the default,
-    which is then skipped with a note (:class:`MetricsLogger`)."""
-    for name in loggers:
-        if name != "tensorboard" and importlib.util.find_spec(LOGGER_PACKAGES[name]) is None:
-            raise ConfigError(
-                f"train.loggers asks for {name}, which is not installed: pip install {LOGGER_PACKAGES[name]} "
-                f"(or 'levjepa[{name}]'), or drop it from train.loggers"
-            )
+def _remove_failed_start(path: Path, created: str) -> None:
+    """Undo a start that failed before its first log line or checkpoint: the directory this run created is
+    removed, one that existed (empty, or emptied by --overwrite) is left empty."""
+    shutil.rmtree(path, ignore_errors=True)
+    if created == "emptied":
+        path.mkdir(parents=True, exist_ok=True)
 
 
-class MetricsLogger:
-    """Appends metrics to ``metrics.jsonl`` and to the loggers of ``train.loggers``; only the main rank makes one.
+def _open(
+    cfg: PretrainConfig, run_dir: str | Path | None, info: distributed.DistInfo, *, resume: bool, overwrite: bool
+) -> tuple[Path, str]:
+    """The run directory every rank writes to (the main rank's choice), prepared, and what this call did to it:
+    "created" (it did not exist), "emptied" (it existed: empty, or --overwrite deleted what it held) or "" (a
+    resumed run's, which is never removed)."""
+    path = Path(run_dir) if run_dir is not None else default_run_dir(cfg.preset)
+    path = Path(distributed.broadcast_object(str(path)))
+    created = ""
+    if info.is_main:
+        existed = path.exists()
+        prepare_run_dir(path, resume=resume, overwrite=overwrite)
+        if resume:
+            check_resume(read_json(path / CONFIG), cfg)
+        else:
+            created = "emptied" if existed else "created"
+    distributed.barrier()
+    return path, created
 
-    ``tensorboard``: event files in ``RUN_DIR/tb`` (skipped with one note when the package is missing);
-    ``wandb``: a W&B run named after the run directory (project ``$WANDB_PROJECT``, default ``levjepa``) with the
-    config; ``mlflow``: an MLflow run (tracking URI from ``$MLFLOW_TRACKING_URI`` as MLflow reads it) with the
-    config as parameters. Only what is asked for is imported.
-    """
 
-    def __init__(
-        self, path: Path, loggers: Sequence[str] = ("tensorboard",), config: dict[str, Any] | None = None
-    ) -> None:
-        self.file = open(path / METRICS, "a", buffering=1)  # noqa: SIM115 (closed in close())
-        self.tb: Any = None
-        self.wandb: Any = None
-        self.mlflow: Any = None
-        if "tensorboard" in loggers:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                print(
-                    "note: no TensorBoard events (the tensorboard package is not installed: pip install "
-                    "'levjepa[tensorboard]'); metrics.jsonl has every metric. train.loggers= silences this.",
-                    file=sys.stderr,
-                )
-            else:
-                self.tb = SummaryWriter(log_dir=str(path / "tb"))
-        if "wandb" in loggers:
-            import wandb
+@contextmanager
+def run_directory(
+    cfg: PretrainConfig, run_dir: str | Path | None, info: distributed.DistInfo, *, resume: bool, overwrite: bool
+) -> Iterator[Path]:
+    """The run directory for the body of the ``with`` (``run_dir``, or a new one under ``runs/``), opened as
+    ``resume`` / ``overwrite`` say; if the body raises before the run wrote a metrics line or a checkpoint, a
+    directory this call created (or emptied) is removed (or left empty)."""
+    path, created = _open(cfg, run_dir, info, resume=resume, overwrite=overwrite)
+    try:
+        yield path
+    except BaseException:
+        if created and not _started(path):
+            _remove_failed_start(path, created)
+        raise
 
-            project = os.environ.get("WANDB_PROJECT", "levjepa")
-            self.wandb = wandb.init(project=project, name=path.name, dir=str(path), config=config or {})
-        if "mlflow" in loggers:
-            import mlflow
 
-            self.mlflow = mlflow
-            mlflow.start_run(run_name=path.name)
-            mlflow.log_params({k: str(v)[:250] for k, v in flatten(config or {}).items()})
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        self.file.write(json.dumps({"step": step, **metrics}) + "\n")
-        if self.tb is not None:
-            for key, value in metrics.items():
-                self.tb.add_scalar(key, value, step)
-        if self.wandb is not None:
-            self.wandb.log(metrics, step=step)
-        if self.mlflow is not None:
-            self.mlflow.log_metrics(metrics, step=step)
-
-    def close(self) -> None:
-        self.file.close()
-        if self.tb is not None:
-            self.tb.close()
-        if self.wandb is not None:
-            self.wandb.finish()
-        if self.mlflow is not None:
-            self.mlflow.end_run()
+def read_bad_files(path: Path, resume: bool) -> BadFileReport:
+    """The run's report of unreadable files; on resume, what the run met before it stopped stays reported."""
+    report = BadFileReport()
+    if resume and (path / BAD_FILES).is_file():
+        report.merge(BadFileReport.read(path / BAD_FILES))
+    return report
