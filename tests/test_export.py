@@ -16,7 +16,7 @@ import levjepa
 from levjepa.commands import export as export_mod
 from levjepa.config import to_dict
 from levjepa.formats.export import export_encoder
-from levjepa.formats.load import load, load_encoder, random_encoder
+from levjepa.formats.load import load, load_encoder, load_projector, random_encoder
 from levjepa.model import Projector, VideoEncoder, encoder_config
 from levjepa.weights import WeightsError, atomic_write_text, list_checkpoints, save_tensors
 
@@ -98,28 +98,69 @@ def test_export_then_load_gives_identical_outputs_and_a_model_card(tmp_path):
     parser = argparse.ArgumentParser()
     export_mod.add_arguments(parser)
     assert export_mod.main(parser.parse_args([str(run), "--out", str(out), "--weights", "online"])) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["MODEL_CARD.md", "config.json", "encoder.safetensors"]
+    want = ["README.md", "config.json", "model.safetensors", "preprocessor_config.json"]
+    assert sorted(p.name for p in out.iterdir()) == want  # the hub layout
     source = load_encoder(run, weights="online").encoder
     x = _clip(source.cfg, seed=3)
-    for path in (out, out / "encoder.safetensors"):
+    for path in (out, out / "model.safetensors"):
         enc = levjepa.load(path)  # the package's lazy `load`, = levjepa.formats.load.load
         assert not enc.training and not any(p.requires_grad for p in enc.parameters())
         a, b = source.forward_features(x), enc.forward_features(x)
-        assert torch.equal(a.cls, b.cls) and torch.equal(a.patches, b.patches)
+        assert torch.equal(a.cls, b.cls) and torch.equal(a.patches, b.patches)  # bit-exact on CPU
     loaded = load_encoder(out)
     assert loaded.kind == "export" and loaded.weights == "online" and loaded.step == 20
-    # the export's config.json is its typed record: the run's config comes back as the run's own
+    # the run's config comes back as the run's own
     assert loaded.run_config == load_encoder(run).run_config and loaded.run_config.objective.lam_value == 0.02
-    card = (out / "MODEL_CARD.md").read_text()
-    for needle in ("levjepa", "online", "| training steps | 20 |", "synthetic", "loss", "dim 32"):
-        assert needle in card, needle
+    card = (out / "README.md").read_text()
+    front, body = card.split("---\n")[1], card.split("---\n", 2)[2]
+    for needle in ("library_name: levjepa", "license: mit", "pipeline_tag:", "- levjepa", "- synthetic"):
+        assert needle in front, needle
+    for needle in ("online", "| training steps | 20 |", "synthetic", "loss", "dim 32", "from_pretrained"):
+        assert needle in body, needle
     side = json.loads((out / "config.json").read_text())
-    assert side["model"]["dim"] == 32 and side["run_config"]["objective"]["name"] == "levjepa"
-    # the export holds no projector: encoder keys only
+    assert side["model_type"] == "levjepa" and side["architectures"] == ["LeVJEPAModel"]
+    assert side["encoder"] == to_dict(source.cfg) and side["hidden_size"] == 32 and side["levjepa_version"]
+    assert side["run_config"]["objective"]["name"] == "levjepa"
+    # trained on the built-in benchmark: its clips' geometry (the synthetic section's defaults here)
+    assert side["preprocessing"] == {
+        "size": 64,
+        "num_frames": 16,
+        "frame_stride": 1,
+        "mean": [0.485, 0.456, 0.406],
+        "std": [0.229, 0.224, 0.225],
+    }
+    assert levjepa.load(out).pretrained_cfg["input_size"] == (3, 16, 64, 64)
+    pre = json.loads((out / "preprocessor_config.json").read_text())
+    assert pre["image_mean"] == [0.485, 0.456, 0.406] and pre["rescale_factor"] == 1 / 255
+    # no projector unless asked: encoder keys only, and the metadata the hub loaders check
     from safetensors import safe_open
 
-    with safe_open(str(out / "encoder.safetensors"), "pt") as f:
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
         assert not any(k.startswith("projector") for k in f.keys())  # noqa: SIM118
+        assert f.metadata()["format"] == "pt"
+    assert export_mod.main(parser.parse_args([str(run), "--out", str(tmp_path / "p"), "--with-projector"])) == 0
+    assert load_projector(tmp_path / "p") is not None
+    assert set(load_projector(tmp_path / "p")) == set(Projector.from_config(source.cfg).state_dict())
+
+
+def test_exports_written_before_the_hub_layout_still_load(tmp_path):
+    """encoder.safetensors + config.json (an ExportRecord) + MODEL_CARD.md, as levjepa wrote them before."""
+    cfg = encoder_config("vit-test")
+    torch.manual_seed(5)
+    enc = VideoEncoder(cfg).eval()
+    old = tmp_path / "old"
+    old.mkdir()
+    meta = {"format": "levjepa-encoder/1", "encoder_config": to_dict(cfg), "weights": "ema", "step": 7}
+    save_tensors(old / "encoder.safetensors", enc.state_dict(), meta)
+    atomic_write_text(old / "config.json", json.dumps({"model": to_dict(cfg), "weights": "ema", "step": 7}))
+    atomic_write_text(old / "MODEL_CARD.md", "# LeVJEPA encoder\n")
+    loaded = load_encoder(old)
+    x = _clip(cfg)
+    with torch.no_grad():
+        assert torch.equal(loaded.encoder(x), enc(x)) and loaded.step == 7 and loaded.weights == "ema"
+    export_encoder(old, tmp_path / "new")  # and re-export into the hub layout
+    with torch.no_grad():
+        assert torch.equal(load_encoder(tmp_path / "new").encoder(x), enc(x))
 
 
 @pytest.mark.parametrize("sources", [["synthetic"], ["/data/videos"]])
@@ -131,7 +172,7 @@ def test_model_card_describes_the_builtin_benchmark_only_when_it_was_trained_on(
     atomic_write_text(run / "config.json", json.dumps(config))
     out = tmp_path / "export"
     export_encoder(run, out)
-    card = (out / "MODEL_CARD.md").read_text()
+    card = (out / "README.md").read_text()
     assert f"| data sources | {sources[0]} |" in card
     assert ("built-in benchmark clips | image source fashion-mnist, 16×32×32" in card) == (sources == ["synthetic"])
 
@@ -151,7 +192,7 @@ def test_pickle_bearing_weights_are_refused_unexecuted(tmp_path, how):
     export_encoder(run, out)
     marker = tmp_path / "pwned"
     evil = {"patch_embed.proj.weight": torch.zeros(1), "x": _Payload(str(marker))}
-    target = out / "encoder.safetensors"
+    target = out / "model.safetensors"
     if how == "pickle":
         target.write_bytes(pickle.dumps(evil))
     else:

@@ -81,7 +81,7 @@ def test_export_of_the_trained_run_loads_back_bit_identical(run, tmp_path, capsy
     assert "EMA: weighted average" in exported.weights_info
     with torch.no_grad():
         assert torch.equal(exported(_clip(1)), direct(_clip(1)))
-    assert "weighted average of the online weights" in (tmp_path / "export" / "MODEL_CARD.md").read_text()
+    assert "weighted average of the online weights" in (tmp_path / "export" / "README.md").read_text()
 
 
 @pytest.fixture(scope="module")

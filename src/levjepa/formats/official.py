@@ -48,6 +48,7 @@ import dataclasses
 import json
 import pathlib
 import re
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,10 @@ class OfficialModel:
 
 
 def _trusted_load(path: Path, trust_pickle: bool) -> Any:
+    with open(path, "rb") as f:
+        head = f.read(2)
+    if not zipfile.is_zipfile(path) and head not in (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05"):
+        raise WeightsError(f"{path}: not a training checkpoint (neither a torch.save archive nor a pickle)")
     if trust_pickle:
         return torch.load(path, map_location="cpu", weights_only=False)
     try:

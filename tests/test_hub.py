@@ -1,0 +1,95 @@
+"""Weights out into the tools users already use: the official calling convention (``LeVJEPAModel``,
+``from_pretrained``), transformers' ``AutoModel`` on a levjepa export, and timm's names on the encoder."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import levjepa
+from levjepa.formats.export import export_encoder
+from levjepa.formats.hub import LeVJEPAModel, from_pretrained
+from levjepa.formats.load import load_encoder
+from levjepa.model import VideoEncoder, encoder_config
+from levjepa.weights import WeightsError
+from test_export import make_run_dir
+
+
+def _clip(cfg, seed=0, frames=4):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(2, 3, frames, 2 * cfg.patch_size, 3 * cfg.patch_size, generator=g)
+
+
+@pytest.fixture
+def export(tmp_path):
+    run = make_run_dir(tmp_path)
+    out = tmp_path / "export"
+    export_encoder(run, out)
+    return run, out
+
+
+def test_from_pretrained_gives_the_official_outputs_of_the_run_encoder(export):
+    run, out = export
+    model = levjepa.from_pretrained(out)
+    assert isinstance(model, LeVJEPAModel) and "ema weights step 20" in model.weights_info
+    source = load_encoder(run).encoder
+    x = _clip(source.cfg)
+    out_ = model(pixel_values=x)
+    feats = source.forward_features(x)
+    n = 4 * 2 * 3  # T/τ · H/p · W/p
+    assert out_.last_hidden_state.shape == (2, 1 + n, 32)
+    assert torch.equal(out_.last_hidden_state[:, 0], feats.cls) and torch.equal(out_.pooler_output, feats.cls)
+    assert torch.equal(out_.last_hidden_state[:, 1:], feats.patches)  # every patch token, (t, y, x) order
+    assert torch.equal(out_["pooler_output"], out_[1]) and list(out_.keys()) == ["last_hidden_state", "pooler_output"]
+    # hidden states: the embedding-free block outputs before the final norm; the last one normed is the output
+    hs = model(x, output_hidden_states=True)
+    assert len(hs.hidden_states) == source.cfg.depth
+    assert torch.allclose(source.norm(hs.hidden_states[-1]), out_.last_hidden_state, atol=1e-6)
+    # an image batch is one frame per clip
+    img = model(pixel_values=x[:, :, 0])
+    assert img.last_hidden_state.shape == (2, 1 + 2 * 3, 32)
+
+
+def test_from_pretrained_errors(tmp_path):
+    with pytest.raises(WeightsError, match="not a hub repo id"):
+        from_pretrained(tmp_path / "nothing" / "here" / "at-all")
+
+
+def test_transformers_automodel_loads_a_levjepa_export_without_remote_code(export):
+    import transformers  # a test extra: it imports beside torch 2.13 (README, "Weights in and out")
+
+    assert levjepa.register_transformers()
+    run, out = export
+    model = transformers.AutoModel.from_pretrained(str(out))  # no trust_remote_code
+    config = transformers.AutoConfig.from_pretrained(str(out))
+    assert config.model_type == "levjepa" and config.hidden_size == 32
+    source = load_encoder(run).encoder
+    x = _clip(source.cfg, seed=1)
+    with torch.no_grad():
+        got = model(pixel_values=x)
+        want = source.forward_features(x)
+    assert torch.equal(got.pooler_output, want.cls) and torch.equal(got.last_hidden_state[:, 1:], want.patches)
+
+
+def test_timm_names_on_the_encoder():
+    cfg = encoder_config("vit-test")
+    enc = VideoEncoder(cfg).eval()
+    x = _clip(cfg, seed=2)
+    assert enc.num_features == cfg.dim and enc.num_prefix_tokens == 1
+    assert enc.pretrained_cfg["mean"] == (0.485, 0.456, 0.406) and enc.pretrained_cfg["input_size"][0] == 3
+    with torch.no_grad():
+        feats = enc.forward_features(x)
+        assert torch.equal(enc.forward_head(feats), feats.cls)
+        assert torch.equal(enc.forward_head(feats.tokens, pre_logits=True), feats.cls)  # timm's [B, 1+L, D] input
+        final, inter = enc.forward_intermediates(x, indices=[0, -1], output_fmt="NCTHW", return_prefix_tokens=True)
+        layers = enc.get_intermediate_layers(x, [0, -1], norm=False)
+    assert torch.equal(final, feats.tokens) and len(inter) == 2
+    grid = (4, 2, 3)
+    for (patches, cls), layer in zip(inter, layers, strict=True):
+        assert patches.shape == (2, cfg.dim, *grid) and cls.shape == (2, 1, cfg.dim)
+        # NCTHW is the NLC tokens laid on the (t, y, x) grid: token n = (t·H' + y)·W' + x
+        assert torch.equal(patches[:, :, 1, 0, 2], layer.patches[:, (1 * 2 + 0) * 3 + 2])
+    only = enc.forward_intermediates(x, 1, intermediates_only=True, norm=True)
+    assert torch.allclose(only[0], feats.patches, atol=1e-6)  # the last block, normed: the output's patches
+    with pytest.raises(ValueError, match="NLC, NCTHW"):
+        enc.forward_intermediates(x, output_fmt="NCHW")
