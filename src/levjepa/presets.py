@@ -8,7 +8,8 @@ demo-cpu               a 10-minute CPU run on 2 cores: a small ViT (``vit-demo``
                        32-px + 4 local 24-px views, ρ = 0.5, block-causal), then frozen probes against
                        the same encoder at random initialisation. The README's main command
                        (see ``demo_cpu``).
-demo-cpu-long          demo-cpu 6× longer (2000 steps): the learning curve, appearance 89 %.
+demo-cpu-long          demo-cpu 2.5× longer (800 steps), with the local crops and lr it was measured with:
+                       the learning curve (``bench/quality.md`` § 4).
 vit-tiny-consumer      the paper's consumer-hardware run (§5.3): ViT-Tiny, batch 128, 1 global + 4
                        local views, ρ = 0.95, block-causal, bf16 on one GPU; needs ``data.sources``.
 vit-b-paper            the paper's controlled ViT-B/16 setting (SPEC §2–4): 224/96 views, V = 4,
@@ -64,51 +65,47 @@ def _demo_synthetic(num_train: int = 1600) -> SyntheticConfig:
 
 
 def demo_cpu(steps: int = 320) -> PretrainConfig:
-    """The README's main job: 320 steps of pretraining on 2 CPU cores, then frozen probes, in about 9 minutes
-    (7–11 depending on the machine's speed): appearance 81 %, motion 98 %, the arrow of time 96 % (best
-    probe, test split), against 65 / 31 / 55 % for the same encoder at random initialisation
-    (``bench/quality.md`` § 3).
+    """The README's main job: 320 steps of pretraining on 2 CPU cores, then frozen probes of appearance, motion
+    and the arrow of time against the same encoder at random initialisation, within the quick start's 10-minute
+    budget. What it reaches and how long it takes: ``bench/quality.md`` § 3 and § 7.
 
-    Where it departs from the paper's video defaults, and why (measured with ``bench/quality.py``, results
-    and commands in ``bench/quality.md``):
+    Where it departs from the paper's video defaults, and why. Each choice was measured with
+    ``bench/quality.py``; the runs, their commands and numbers are in ``bench/quality.md``, whose § 8 lists them
+    choice by choice:
 
     * A benchmark an encoder can learn from at all: digits (the image source every install has), the object
       wholly inside the frame, a dark background (HSV value 0.1–0.2) and near-grey colours (saturation
       0–0.25). With mid-grey backgrounds ImageNet normalisation gives every flat patch the same ± direction
       and the encoder stayed at chance even *with labels*; with strongly coloured objects and backgrounds the
-      CLS spent itself on colour (appearance 56 % vs 87 % with near-grey colours, equal budget).
+      CLS spent itself on colour (§ 1.1, § 1.3).
     * Fresh clips (``pretrain_clips="fresh"``): every draw of a train image is rendered with new motion,
       position and colours, as a video corpus never repeats a clip; the probes read the fixed splits.
     * **Tubelets of 2 frames** (τ = 2, the paper's option; it defaults to τ = 1) with ρ = 0.5: each token
-      sees two frames, so displacement is in the patch embedding itself. With τ = 1 and uniform dropping
-      the CLS learned appearance and where the object sits but not where it goes (motion 35 %, the arrow of
-      time at chance, ``bench/quality.py factors``: R² of motion ≈ 0); with τ = 2 motion 99.8 % and the
-      arrow 92 % at the same token count (τ = 2, ρ = 0.5 keeps as many tokens as τ = 1, ρ = 0.75), and
-      98 % with a stronger deceleration (friction 0.85, not 0.9).
+      sees two frames, so displacement is in the patch embedding itself. With τ = 1 and uniform dropping the
+      CLS learned appearance and where the object sits but not where it goes (§ 1.3, ``bench/quality.py
+      factors``); τ = 2 at ρ = 0.5 keeps as many tokens as τ = 1 at ρ = 0.75. A stronger deceleration (friction
+      0.85) makes the arrow of time easier to read (§ 1.4).
     * **Inflated tubelet filters** (``tubelet_init="inflate"``, I3D / ViViT's filter inflation; the paper
       leaves the init open): each output's τ = 2 filter starts as one draw repeated over both frames. With
-      every weight drawn, a *random* encoder's 2-frame tokens are random motion filters and an attentive
-      probe reads motion from them at 89 %, more than pretraining can add 15 points to; inflated, the
-      random encoder reads motion at 31 % (best probe) while pretraining still learns it (98 %).
+      every weight drawn, a *random* encoder's 2-frame tokens are random motion filters that a probe reads
+      almost as well as a pretrained encoder, so pretraining has no margin left to show; inflated, the random
+      encoder does not see motion while pretraining still learns it (§ 1.5).
     * 16×32×32 clips with 8-px patches (16 patches per frame) so that the run and its evaluation fit the
-      time; local views of 24 px (3×3 patches: a 16-px view keeps too few tokens to see motion).
+      time; local views of 24 px (3×3 patches: a 16-px view keeps too few tokens to see motion, § 1.2).
     * A smaller model and head: ``vit-demo`` (width 128, depth 4, 4 heads) with a projector
       ``Linear(128, 1024) → BatchNorm → GELU → Linear(1024, 32)``: 1024 wide, projections of 32 dimensions.
     * λ = 0.3, not 0.02, at N = 64 (one batch, no accumulation). Away from the Gaussian target SIGReg's
       pull on the weights grows about ∝ N while the invariance term's does not, so ``λ·N`` sets the balance
-      (``bench/train.md``); the paper uses 0.02 at N = 128 and at N = 3072 alike. Here λ = 0.1 let the
-      motion features crowd out appearance (53 %); 0.3 and 0.5 gave 83 % with motion still ≈ 99 %.
+      (``bench/train.md``, λ against the batch N); the paper uses 0.02 at N = 128 and at N = 3072 alike. A
+      smaller λ here let the motion features crowd out appearance (§ 1.3, § 1.4).
     * A shorter, faster optimiser schedule: AdamW lr 1.7e-3 (the paper's 4e-4), a 50-step linear warm-up from
       1.7e-4 (not 1200 steps), then a cosine decay to 1.7e-4 at the last step (not flat); betas and weight
-      decay are the paper's. The lr trades appearance against motion and the arrow: with the small crops of
-      ``bench/quality.md`` § 1.5, 1e-3 learned motion too slowly for the arrow (88 %) and 2e-3 cost
-      appearance (68 %); with today's crops 1.4e-3 or 1.55e-3, or a 25-step warm-up, left the arrow at
-      68–89 % (§ 1.6).
+      decay are the paper's. Within 320 steps the lr trades appearance against motion and the arrow, and the
+      balance is narrow (§ 1.5, § 1.6).
     * Augmentations suited to the benchmark: no flips (a flip reverses the motion label), local crops of
       30–70 % of the frame, strong hue change and grayscale (colour is a random per-clip nuisance here). A
-      crop must hold enough of the digit to share it with the global view: with crops of 15–50 % the
-      invariance was met mostly by motion (appearance 76 %), with 30–70 % the digit is read at 79.5–82 %
-      (§ 1.6).
+      crop must hold enough of the digit to share it with the global view: with smaller crops the invariance
+      was met mostly by motion (§ 1.6).
     * EMA decay 0.99 every step (the paper's 0.9999 every 32 steps would barely move in a few hundred
       steps); with the EMA's warm-up (``levjepa.train.ema``: β_n = min(0.99, n / (n + 10))) the decay is
       0.97 at step 320, so the average leans on the last few tens of steps.
@@ -150,12 +147,9 @@ def demo_cpu(steps: int = 320) -> PretrainConfig:
 
 def demo_cpu_long() -> PretrainConfig:
     """``demo-cpu`` run longer, to carry every target of issue 11 with room: 800 steps, the cosine over all
-    of them, with the local crops (15–50 %) and lr (1.4e-3) of ``bench/quality.md`` § 1.5, the recipe it was
-    measured with (27 minutes at a slow hour's 31 clips/s on the 2-core VM, ≈ 16 at its usual 54):
-    appearance 81.0 %, motion 99.8 %, the arrow 100 % against 65.0 / 31.0 / 54.8 % at random
-    initialisation, every margin ≥ 15 points (§ 4). ``demo-cpu``'s 30–70 % crops and lr 1.7e-3 (§ 1.6) are
-    for its 320 steps and have not been measured at 800. With drawn tubelet filters and lr 1e-3 (``PREV``
-    there) 2000 steps reached 89.2 / 100 / 100. Everything else is ``demo-cpu``'s."""
+    of them, with the local crops (15–50 % of the frame) and lr (1.4e-3) of ``bench/quality.md`` § 1.5, the
+    recipe its numbers were measured with (§ 4, § 8). ``demo-cpu``'s crops and lr (§ 1.6) were chosen for its
+    320 steps. Everything else is ``demo-cpu``'s."""
     cfg = demo_cpu(steps=800)
     return replace(
         cfg,
@@ -167,6 +161,11 @@ def demo_cpu_long() -> PretrainConfig:
 
 
 def vit_tiny_consumer() -> PretrainConfig:
+    """The paper's consumer-hardware run (LeVJEPA §5.3, SPEC §3): ViT-Tiny pretrained on one 16 GB GPU with
+    batch 128 (no accumulation: N = 128 at the paper's λ = 0.02), 1 global + 4 local views at the default
+    224 / 96 geometry, ρ = 0.95, block-causal attention, bf16 on CUDA (``train.precision=auto``), and the
+    official optimiser. 39k steps × 128 clips ≈ the paper's 5M sampled clips; checkpoints every 2000 steps.
+    It has no built-in data: point ``data.sources`` at the videos (the paper used 8 Walking Tours videos)."""
     return PretrainConfig(
         preset="vit-tiny-consumer",
         model=encoder_config("vit-tiny"),
@@ -178,6 +177,9 @@ def vit_tiny_consumer() -> PretrainConfig:
 
 
 def vit_b_paper() -> PretrainConfig:
+    """The paper's controlled ViT-B/16 setting (SPEC §2–4; the module table): effective batch 3072 made of
+    ``data.batch_size`` 128 per GPU and micro-batch × GPU accumulation, 10.3k steps (240 epochs of K710-20 %),
+    the official optimiser, bf16 on CUDA. Needs ``data.sources``."""
     return PretrainConfig(
         preset="vit-b-paper",
         model=encoder_config("vit-base"),

@@ -18,8 +18,8 @@ key's low half, the second by its high half (so two rows are related only if bot
 a bijection of the counter for a fixed key, so a row never holds two equal values (ranking them is tie-free:
 the top-k of a row is a uniformly random k-subset). ``fold_keys(keys, part)`` derives independent keys for
 part ``part`` (e.g. one view) of every sample. Arithmetic is int64 with every product below 2⁶³ (no
-overflow), so CPU and CUDA give identical bits. Cost, measured with ``bench/accumulation.py --drop`` (CPU):
-see the docstring of :func:`levjepa.model.tokens.sample_keep_idx`.
+overflow), so CPU and CUDA give identical bits. Its cost against per-clip generators, with the command:
+``bench/train.md`` (Keyed token dropping).
 """
 
 from __future__ import annotations

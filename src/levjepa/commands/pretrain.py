@@ -95,9 +95,9 @@ def resolve_config(
 
 def evaluate_run(cfg: PretrainConfig, run_dir: Path) -> dict[str, Any]:
     """The demo's ending: frozen probes on the built-in benchmark of the run's last checkpoint (EMA weights)
-    beside the random initialisation the run started from; writes ``probe_results.json``. (The online
-    weights read the same within a point or two, ``bench/quality.md``; ``levjepa probe RUN --weights online``
-    adds them, at a third more evaluation time.)"""
+    beside the random initialisation the run started from; writes ``probe_results.json``. (The EMA copy is
+    what the paper evaluates; ``levjepa probe RUN --weights online`` adds the online weights, at the cost of
+    one more encoder to probe.)"""
     encoders = {
         "pretrained (EMA)": load_encoder(run_dir, weights="ema").encoder,
         "random init": random_encoder(cfg.model, seed=cfg.train.seed).encoder,

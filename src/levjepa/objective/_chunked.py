@@ -32,7 +32,8 @@ __all__ = ["default_chunk", "ecf_stats"]
 
 def default_chunk(num_views: int, num_directions: int, device: torch.device) -> int:
     """Rows per chunk (all view slots are processed together): ~128K complex entries per working tensor on
-    CPU (the fastest measured on 2 cores), ~4M on accelerators (fewer launches)."""
+    CPU (the size tuned on the 2-core machine, ``bench/sigreg.md`` § CPU), ~4M on accelerators (fewer
+    launches)."""
     target = 1 << 17 if device.type == "cpu" else 1 << 22
     return max(1, target // max(num_views * num_directions, 1))
 
@@ -102,8 +103,8 @@ def _run(work: Any, parts: list[list[int]]) -> list[Any]:
     """Run ``work(starts)`` for each part: on CPU, one Python thread per part with one intra-op thread each.
 
     The loops issue many mid-sized ops; each would otherwise be an OpenMP parallel region whose barrier,
-    on a shared CPU, waits for a descheduled sibling thread (measured 10-30x slower on the 2-core machine
-    under load). Workers that only meet at the end avoid that, and torch ops release the GIL.
+    on a shared CPU, waits for a descheduled sibling thread (many times slower under load: ``bench/sigreg.md``
+    § CPU, notes). Workers that only meet at the end avoid that, and torch ops release the GIL.
     """
 
     def no_grad_work(starts: list[int]) -> Any:

@@ -23,16 +23,16 @@ runs GradCache (Gao et al., 2021):
    where one pass over the micro-batches leaves it (the replays are undone).
 
 Loss and gradients equal those of one pass over the whole batch (``tests/test_accumulation.py``: 4 × 16
-equals 64 to 1e-6 in float64, and 2 gloo ranks × 2 equal 1 × 4). The cost is one extra no-grad encoder
-forward for all micro-batches but the last, ``1 + (A−1)/A · fwd/(fwd+bwd)``; memory stays that of one
-micro-batch plus the projector on the rank's batch. Measured against plain accumulation at A = 4 on the
-CPU (``bench/train.md``, ``bench/accumulation.py``): 1.28× (the demo model, whose no-grad forward is 0.39
-of forward + backward) and 1.18× (ViT-Tiny, 0.33) in step time, +5 % peak activation memory.
+equals 64 in float64 to its rounding, and 2 gloo ranks × 2 equal 1 × 4). The cost is one extra no-grad
+encoder forward for all micro-batches but the last, ``1 + (A−1)/A · fwd/(fwd+bwd)`` in step time; memory
+stays that of one micro-batch plus the projector on the rank's batch and the cached CLS. Measured against
+plain accumulation, with the command: ``bench/train.md`` (Accumulation: GradCache against plain
+accumulation).
 
 Why GradCache rather than accumulating SIGReg's characteristic-function sums in a first pass (the statistic
 depends on the batch only through them): the gradient of every sample depends on the *global* sums, so
 that route also needs a second forward of every micro-batch (encoder and projector: the graphs of all
-micro-batches cannot be kept) — at least the same extra forward measured above, plus a two-pass
+micro-batches cannot be kept) — at least the same extra forward as GradCache, plus a two-pass
 BatchNorm — and it is specific to SIGReg; GradCache re-runs only the encoder and serves every objective
 (LeJEPA, LocaLeJEPA's k-means over the batch) unchanged.
 
