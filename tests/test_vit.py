@@ -10,7 +10,8 @@ from torch import nn
 
 from levjepa.config import ConfigError, apply_overrides, from_dict, to_dict
 from levjepa.model import ENCODER_PRESETS, EncoderConfig, Projector, VideoEncoder, encoder_config
-from levjepa.rng import sample_keys
+from levjepa.model.tokens import sample_keep_idx
+from levjepa.rng import fold_keys, sample_keys
 
 
 def gen(seed: int = 0) -> torch.Generator:
@@ -264,3 +265,33 @@ def test_projector_state_survives_a_sync_batchnorm_swap():
     assert isinstance(swapped.net[1], SyncBatchNorm1d)
     x = torch.randn(8, 32)
     torch.testing.assert_close(swapped(x), proj(x))
+
+
+def test_forward_views_gives_every_view_slot_its_own_dropping_key():
+    # the contract: view slot s of clip b keeps the tokens of fold_keys(keys, s)[b], slots numbered across the
+    # groups (global first). All views sharing one key, or the slot count restarting (or shifted) in each
+    # group, would pass the shape and randomness tests above but fail here
+    torch.manual_seed(0)
+    enc = VideoEncoder(encoder_config("vit-test", drop_ratio=0.75))
+    groups = (torch.randn(2, 3, 3, 4, 32, 32), torch.randn(3, 3, 3, 4, 16, 16))
+    keys = sample_keys(0, "drop", 0, positions=torch.arange(3))
+    seen: list[torch.Tensor] = []
+    enc.patch_embed.register_forward_pre_hook(lambda m, args: seen.append(args[1]))
+    enc.forward_views(*groups, keys=keys)
+    slot = 0
+    for views, keep_idx in zip(groups, seen, strict=True):
+        v, b = views.shape[:2]
+        grid = enc.patch_embed.grid(views[0])
+        for s in range(v):
+            expected = sample_keep_idx(b, grid, 0.75, "uniform", keys=fold_keys(keys, slot + s))
+            assert torch.equal(keep_idx.view(v, b, -1)[s], expected), (slot + s, keep_idx.view(v, b, -1)[s])
+        slot += v
+    assert slot == 5 and len(seen) == 2
+    # what the CLS shows of it: the same pixels in every slot still give every slot its own tokens, and how
+    # same-shaped views are grouped does not change which tokens a slot keeps
+    same = torch.randn(1, 3, 3, 4, 32, 32).expand(3, -1, -1, -1, -1, -1)
+    with torch.no_grad():
+        cls = enc.forward_views(same, keys=keys)
+        split = enc.forward_views(same[:1], same[1:], keys=keys)
+    assert all(not torch.allclose(cls[i], cls[j]) for i, j in ((0, 1), (0, 2), (1, 2)))
+    torch.testing.assert_close(split, cls)
