@@ -23,7 +23,7 @@ runs GradCache (Gao et al., 2021):
    where one pass over the micro-batches leaves it (the replays are undone).
 
 Loss and gradients equal those of one pass over the whole batch (``tests/test_accumulation.py``: 4 × 16
-equals 64 in float64 to its rounding, and 2 gloo ranks × 2 equal 1 × 4). The cost is one extra no-grad
+equals 64 to 1e-12 in float64, and 2 gloo ranks × 2 equal 1 × 4). The cost is one extra no-grad
 encoder forward for all micro-batches but the last, ``1 + (A−1)/A · fwd/(fwd+bwd)`` in step time; memory
 stays that of one micro-batch plus the projector on the rank's batch and the cached CLS. Measured against
 plain accumulation, with the command: ``bench/train.md`` (Accumulation: GradCache against plain
