@@ -8,6 +8,12 @@ Examples::
     levjepa pretrain --resume runs/vitb                      # continue exactly where it stopped
     levjepa pretrain --preset demo-cpu --print-config        # the resolved config, then exit
     levjepa pretrain --config runs/demo/config.json train.steps=2000 --run-dir runs/demo2   # a run's config again
+    levjepa pretrain --preset vit-b-paper model.init_from=imported/vitl data.sources=/data/videos  # continued
+
+``model.init_from=PATH`` (a run, an export, ``levjepa import``-ed official weights, a checkpoint file) starts
+a fresh run (step 0, fresh optimiser and schedule) from those weights, with their architecture
+(``levjepa.train.start``): the line ``init_from: ...`` says what was loaded, ``config.json`` records where it
+came from.
 
 Overrides are checked against the config's fields: an unknown key or a bad value fails at once with the
 valid choices listed. ``--config FILE`` (JSON, TOML, or YAML with PyYAML) lays a file's keys over the preset
@@ -24,6 +30,7 @@ run started from (``probe_results.json``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -31,11 +38,12 @@ from typing import Any
 
 from levjepa.config import ConfigError, apply_overrides, from_dict, merge_config, read_config_file, to_dict
 from levjepa.eval import EvalConfig, evaluate_benchmark
-from levjepa.formats.load import load_encoder, random_encoder
+from levjepa.formats.load import load_encoder, load_init_weights, random_encoder
 from levjepa.presets import PRESETS, needs_sources, preset
 from levjepa.train.config import RESUMABLE, PretrainConfig, check_resume
 from levjepa.train.loop import pretrain
 from levjepa.train.report import summary_json
+from levjepa.train.start import with_architecture
 from levjepa.weights import CONFIG, PROBE_RESULTS, read_json, write_json
 
 __all__ = ["add_arguments", "evaluate_run", "main", "resolve_config"]
@@ -113,6 +121,10 @@ def evaluate_run(cfg: PretrainConfig, run_dir: Path) -> dict[str, Any]:
 def main(args: argparse.Namespace) -> int:
     """Errors (a bad key, a refused resume, unreadable data) reach the dispatcher, which prints them in one line."""
     cfg = resolve_config(args.preset, args.overrides, args.resume, args.config)
+    start = None
+    if cfg.model.init_from and args.resume is None:  # continued pretraining: the source's weights and architecture
+        start = load_init_weights(cfg.model.init_from)
+        cfg = dataclasses.replace(cfg, model=with_architecture(cfg.model, start))
     if args.print_config:
         print(json.dumps(to_dict(cfg), indent=2))
         return 0
@@ -122,6 +134,7 @@ def main(args: argparse.Namespace) -> int:
         resume=args.resume is not None,
         overwrite=args.overwrite,
         progress=not args.no_progress,
+        start_weights=start,
     )
     if cfg.train.eval_at_end and summary.rank == 0:
         summary.probe_results = evaluate_run(cfg, summary.run_dir)

@@ -51,6 +51,7 @@ from levjepa.formats.official import read_official
 from levjepa.model import EncoderConfig, VideoEncoder
 from levjepa.rng import seeded_init
 from levjepa.train.config import PretrainConfig
+from levjepa.train.start import StartWeights
 from levjepa.weights import (
     CHECKPOINTS,
     CONFIG,
@@ -77,7 +78,6 @@ __all__ = [
     "PREPROCESSOR",
     "PROJECTOR_WEIGHTS",
     "ExportRecord",
-    "InitWeights",
     "LoadedEncoder",
     "Preprocessing",
     "WEIGHTS_MEANING",
@@ -477,16 +477,6 @@ def load_projector(path: str | Path) -> dict[str, torch.Tensor] | None:
     return None
 
 
-@dataclass
-class InitWeights:
-    """The weights a pretraining run starts from (``model.init_from``): encoder, projector when there is one."""
-
-    config: EncoderConfig
-    encoder: dict[str, torch.Tensor]
-    projector: dict[str, torch.Tensor] | None
-    description: str  # which copy of what, said in the log and recorded with the run
-
-
 def _is_official(p: Path) -> bool:
     if p.is_file():
         return p.suffix in (".ckpt", ".pt", ".pth", ".bin")
@@ -500,7 +490,7 @@ def _is_official(p: Path) -> bool:
     return False
 
 
-def load_init_weights(path: str | Path) -> InitWeights:
+def load_init_weights(path: str | Path) -> StartWeights:
     """What ``model.init_from=PATH`` reads: the copy ``levjepa.load(PATH)`` reads (the EMA of a run's latest
     checkpoint by default; name ``checkpoints/step_N/model.safetensors`` for the online weights) and the
     projector beside it, or an official checkpoint (``.ckpt``, an official model directory) converted by
@@ -510,7 +500,7 @@ def load_init_weights(path: str | Path) -> InitWeights:
         raise WeightsError(f"{p}: no such run, export or checkpoint (model.init_from)")
     if _is_official(p):
         official = read_official(p)
-        return InitWeights(official.config, official.encoder, official.projector, f"{official.note} from {p}")
+        return StartWeights(official.config, official.encoder, official.projector, f"{official.note} from {p}")
     loaded = load_encoder(p)
     state = {k: v.detach().clone() for k, v in loaded.encoder.state_dict().items()}
-    return InitWeights(loaded.config, state, load_projector(p), loaded.describe())
+    return StartWeights(loaded.config, state, load_projector(p), loaded.describe())

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from levjepa import distributed
-from levjepa.config import to_dict
+from levjepa.config import ConfigError, to_dict
 from levjepa.data import BadFileReport, FrameBatch, ViewBatch, build_pretrain_loader
 from levjepa.model import Projector, VideoEncoder
 from levjepa.objective import Objective, build_objective, embedding_diagnostics, shift_invariant
@@ -37,6 +37,7 @@ from levjepa.train.ema import EMA
 from levjepa.train.optim import build_optimizer, lr_at
 from levjepa.train.report import MetricsLogger, Progress, RunSummary, check_loggers, format_summary
 from levjepa.train.run_dir import read_bad_files, run_directory, write_run_info
+from levjepa.train.start import StartWeights, load_start_weights
 from levjepa.train.step import Pretrainer, StepOutput, train_step
 from levjepa.weights import BAD_FILES
 
@@ -107,8 +108,13 @@ def pretrain(
     resume: bool = False,
     overwrite: bool = False,
     progress: bool = True,
+    start_weights: StartWeights | None = None,
 ) -> RunSummary:
     """Pretrain an encoder as ``cfg`` says, writing everything to ``run_dir``; returns a summary.
+
+    ``start_weights`` (``levjepa.formats.load_init_weights(cfg.model.init_from)``, what ``levjepa pretrain``
+    passes when ``model.init_from`` is set) are the encoder and projector weights of step 0 of a fresh run
+    (``levjepa.train.start``); a resume continues from the run's own checkpoints and ignores them.
 
     The process is left as it was found: the torch thread count (``train.threads`` changes it for the run),
     the global RNG state (which nothing in the run draws from; forked all the same) and the process group (torn
@@ -119,7 +125,9 @@ def pretrain(
     rng_devices = [info.device.index or 0] if info.device.type == "cuda" else []
     try:
         with torch.random.fork_rng(devices=rng_devices):
-            return _pretrain(cfg, run_dir, info, resume=resume, overwrite=overwrite, progress=progress)
+            return _pretrain(
+                cfg, run_dir, info, resume=resume, overwrite=overwrite, progress=progress, start=start_weights
+            )
     finally:
         distributed.teardown()
         torch.set_num_threads(threads)
@@ -133,6 +141,7 @@ def _pretrain(
     resume: bool,
     overwrite: bool,
     progress: bool,
+    start: StartWeights | None = None,
 ) -> RunSummary:
     """The recipe: a run directory, the models, the state to start from, then for every optimizer step one
     train step (and EMA update), a skip check, a log line and a checkpoint when each is due.
@@ -141,10 +150,15 @@ def _pretrain(
     that is refused leaves the run as it was; a start that fails before the first log line or checkpoint
     removes the directory it created (``run_directory``), so the same command can simply be run again."""
     check_loggers(cfg.train.loggers)
+    if cfg.model.init_from and not resume and start is None:
+        raise ConfigError(
+            f"model.init_from={cfg.model.init_from}: pass its weights, pretrain(cfg, start_weights="
+            "levjepa.formats.load_init_weights(cfg.model.init_from)) (`levjepa pretrain` does it)"
+        )
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     with run_directory(cfg, run_dir, info, resume=resume, overwrite=overwrite) as path:
-        trainer, state = _build(cfg, info, path, resume=resume)
+        trainer, state = _build(cfg, info, path, resume=resume, start=None if resume else start)
         if info.is_main:
             write_run_info(path, to_dict(cfg), info.world_size)
         return _train(trainer, state, resume=resume, progress=progress)
@@ -186,11 +200,19 @@ def _train(trainer: Trainer, state: TrainState, *, resume: bool, progress: bool)
     return _finish(trainer, state, start, report.elapsed())
 
 
-def _build(cfg: PretrainConfig, info: distributed.DistInfo, path: Path, *, resume: bool) -> tuple[Trainer, TrainState]:
-    """Encoder + projector (the same initial weights on every rank), EMA copy, AdamW and objective, restored
-    from the latest checkpoint when resuming, then wrapped for training (DDP, compiled blocks)."""
+def _build(
+    cfg: PretrainConfig, info: distributed.DistInfo, path: Path, *, resume: bool, start: StartWeights | None = None
+) -> tuple[Trainer, TrainState]:
+    """Encoder + projector (the same initial weights on every rank, or ``start``'s), EMA copy, AdamW and
+    objective, restored from the latest checkpoint when resuming, then wrapped for training (DDP, compiled
+    blocks)."""
     micro_batches = cfg.micro_batches(info.world_size)  # fails early on a batch that does not split over ranks
-    model = Pretrainer(*build_models(cfg, cfg.train.seed)).to(info.device)
+    encoder, projector = build_models(cfg, cfg.train.seed)
+    if start is not None:
+        said = load_start_weights(encoder, projector, start, str(cfg.model.init_from))
+        if info.is_main:
+            print(said, flush=True)
+    model = Pretrainer(encoder, projector).to(info.device)
     if info.world_size > 1:
         distributed.convert_sync_batchnorm(model)  # the projector's BatchNorm over every rank's rows
     tc = cfg.train
