@@ -33,17 +33,20 @@ sys.path.insert(0, str(ROOT / "src"))
 MEMORY_SCRIPT = """
 import json, sys, time, torch
 torch.set_num_threads(1)
-from levjepa.eval.benchmark import EvalConfig
-from levjepa.eval.dataset_eval import dataset_task, evaluate_dataset
+from levjepa.eval.config import EvalConfig
+from levjepa.eval.dataset_task import dataset_task
+from levjepa.eval.harness import evaluate
 from levjepa.formats.load import random_encoder
 from levjepa.eval.probes import probe_config
 from levjepa.model import encoder_config
 t0 = time.perf_counter()
-task = dataset_task([sys.argv[1], sys.argv[2]], frames=4, frame_stride=1, size=16, workers=2, batch_size=64)
+task = dataset_task(
+    [sys.argv[1], sys.argv[2]], frames=4, frame_stride=1, size=16, workers=2, batch_size=64, features_dir=sys.argv[3]
+)
 enc = random_encoder(encoder_config("vit-test"), seed=0).encoder
 grid = probe_config("demo", epochs=1, linear_epochs=1)
 cfg = EvalConfig(tasks=("labels",), probes=("attentive", "linear"), probe=grid)
-res = evaluate_dataset({"random": enc}, task, cfg, sys.argv[3])
+res = evaluate({"random": enc}, task, cfg)
 hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
 print(json.dumps({"peak_rss_mb": int(hwm) / 1024, "seconds": time.perf_counter() - t0,
                   "acc": res.accuracy("random", "labels", "linear")}))

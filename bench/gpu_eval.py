@@ -57,9 +57,10 @@ def main() -> None:
     import torch
 
     from levjepa.data import MediaItem
-    from levjepa.eval.disk_probe import probe_from_stores
     from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
     from levjepa.eval.probes import probe_config
+    from levjepa.eval.source import StoreSource
+    from levjepa.eval.trainer import train_probes
     from levjepa.formats.load import random_encoder
     from levjepa.model import encoder_config
     from levjepa.rng import make_generator
@@ -92,19 +93,20 @@ def main() -> None:
         disk_mb_per_clip=sum(f.stat().st_size for f in (work / "store").iterdir()) / 2**20 / max(1, res.rows),
     )
     save()
-    store = FeatureStore(work / "store")
+    store = StoreSource(FeatureStore(work / "store"))
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    pr = probe_from_stores(
+    pr = train_probes(
         "attentive",
         probe_config("demo", epochs=1, batch_size=32),
+        "tokens",
         store,
         store,
-        num_classes=2,
+        classes={"labels": 2},
         generator=make_generator("gpu-eval", 0),
         device=args.device,
-    )
+    )["labels"]
     result.update(
         probe_epoch_s=time.perf_counter() - t0,
         probe_gpu_peak_gb=torch.cuda.max_memory_allocated() / 2**30 if cuda else None,

@@ -46,7 +46,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from levjepa.config import apply_overrides
 from levjepa.data.synthetic import load_split
 from levjepa.data.views import normalize, rgb_to_hsv
-from levjepa.eval.benchmark import PROBE_LABELS, PROBES, TASKS, EvalConfig, evaluate_benchmark
+from levjepa.eval import EvalConfig, evaluate_benchmark
+from levjepa.eval.config import PROBE_LABELS, PROBES
+from levjepa.eval.synthetic_task import TASKS
 from levjepa.formats.load import load_encoder
 from levjepa.presets import preset
 from levjepa.rng import make_generator

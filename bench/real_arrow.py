@@ -18,7 +18,7 @@ are kept out of pretraining and make the test split.
    hold exactly the same frames. Train / val: the pretraining videos' windows, val the last 20 % of each
    video's windows (windows overlapping it are dropped from train), the train windows also mirrored
    left-right (which keeps the arrow); test: every window of the held-out videos.
-3. **Frozen probes** (``levjepa.eval.benchmark.evaluate_splits``, demo probe budget, the probe chosen on
+3. **Frozen probes** (``levjepa.eval.evaluate``, demo probe budget, the probe chosen on
    val): the pretrained encoder (EMA and online) beside the same encoder at random initialisation.
 
 Writes ``DIR/real_arrow.json`` and prints the table.
@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from levjepa.config import apply_overrides
 from levjepa.data.eval_clip import load_eval_video
 from levjepa.data.prepare import PrepareOptions, prepare_folder
-from levjepa.eval.benchmark import EvalConfig, LabelledSplits, evaluate_splits
+from levjepa.eval import EvalConfig, evaluate
+from levjepa.eval.clips_task import LabelledSplits
 from levjepa.formats.load import load_encoder, random_encoder
 from levjepa.presets import preset
 from levjepa.train.loop import pretrain
@@ -139,7 +140,7 @@ def main() -> int:
         "random init": random_encoder(cfg.model, seed=cfg.train.seed).encoder,
     }
     title = "real video, forward vs reversed, clips of videos held out of pretraining"
-    result = evaluate_splits(encoders, splits, EvalConfig(tasks=("arrow",), budget="demo", title=title))
+    result = evaluate(encoders, splits, EvalConfig(tasks=("arrow",), budget="demo", title=title))
     print(result.table())
     out = {
         "held_out": [v.name for v in held],

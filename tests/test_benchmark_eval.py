@@ -13,7 +13,7 @@ from levjepa.commands import probe as cli_probe
 from levjepa.config import apply_overrides
 from levjepa.data import SyntheticConfig
 from levjepa.data.eval_clip import as_clip
-from levjepa.eval.benchmark import EvalConfig, evaluate_benchmark
+from levjepa.eval import EvalConfig, evaluate_benchmark
 from levjepa.eval.features import cached_features, compute_features, encoder_fingerprint
 from levjepa.eval.probes import probe_config
 from levjepa.formats.load import random_encoder

@@ -1,5 +1,6 @@
-"""Probes trained from feature stores on disk: the same probes as the in-memory grid on the same features,
-views averaged per file, and peak memory that does not grow with the number of clips."""
+"""Probes trained from feature stores on disk (``levjepa.eval.source.StoreSource`` through the one probe
+trainer): the same probes as the in-memory grid on the same features, views averaged per file, and peak
+memory that does not grow with the number of clips."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from levjepa.eval.disk_probe import knn_from_stores, probe_from_stores, samples
+from levjepa.eval.config import PROBE_INPUTS
 from levjepa.eval.feature_store import FeatureStore
-from levjepa.eval.probes import probe_config, train_probe_grid
+from levjepa.eval.knn import knn_from_sources
+from levjepa.eval.probes import probe_config
+from levjepa.eval.source import StoreSource, samples
+from levjepa.eval.trainer import GridResult, train_probe_grid, train_probes
 from levjepa.rng import make_generator
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -64,6 +68,15 @@ def write_store(
     }
     (path / "store.json").write_text(json.dumps(meta))
     return path
+
+
+def probe_from_stores(kind, cfg, train, val, test=None, *, num_classes, generator) -> GridResult:
+    """The probe trainer on stores (labels: ``labels``)."""
+    src = [None if s is None else StoreSource(s) for s in (train, val, test)]
+    res = train_probes(
+        kind, cfg, PROBE_INPUTS[kind], src[0], src[1], src[2], classes={"labels": num_classes}, generator=generator
+    )
+    return res["labels"]
 
 
 def _features(n: int, seed: int, classes: int = 3, tokens: int = 9, dim: int = 32) -> tuple[np.ndarray, np.ndarray]:
@@ -116,20 +129,22 @@ def test_views_are_grouped_per_file_and_averaged(tmp_path, one_thread):
     res = probe_from_stores("linear", cfg, store, store, store, num_classes=3, generator=make_generator("t", 1))
     assert all(round(a * 20 / 100, 6).is_integer() for a in res.val_acc)  # a whole number of 20 files
     assert res.extra["train_samples"] == 60
-    knn = knn_from_stores(store, store, num_classes=3)
+    knn = knn_from_sources(StoreSource(store), StoreSource(store), task="labels", num_classes=3)
     assert knn.reported > 50.0
 
 
 SCRIPT = """
 import sys, torch
 torch.set_num_threads(1)
-from levjepa.eval.disk_probe import probe_from_stores
 from levjepa.eval.feature_store import FeatureStore
 from levjepa.eval.probes import probe_config
+from levjepa.eval.source import StoreSource
+from levjepa.eval.trainer import train_probes
 from levjepa.rng import make_generator
-train, val = FeatureStore(sys.argv[1]), FeatureStore(sys.argv[2])
+train, val = StoreSource(FeatureStore(sys.argv[1])), StoreSource(FeatureStore(sys.argv[2]))
 cfg = probe_config("demo", epochs=1, linear_epochs=1, batch_size=32)
-res = probe_from_stores("attentive", cfg, train, val, num_classes=3, generator=make_generator("m", 0))
+res = train_probes("attentive", cfg, "tokens", train, val, classes={"labels": 3}, generator=make_generator("m", 0))
+res = res["labels"]
 # VmHWM: this process's peak RSS (ru_maxrss would also count the parent's peak, kept across exec)
 hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM")][0]
 print(int(hwm.split()[1]), res.best_val)

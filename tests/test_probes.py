@@ -10,16 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from levjepa.config import ConfigError, apply_overrides
-from levjepa.eval.probes import (
-    AttentiveProbeGrid,
-    GridAdamW,
-    LinearProbeGrid,
-    ProbeConfig,
-    _grid_loss,
-    _task_slices,
-    probe_config,
-    train_probe_grid,
-)
+from levjepa.eval.probes import AttentiveProbeGrid, LinearProbeGrid, ProbeConfig, probe_config
+from levjepa.eval.source import MemorySource
+from levjepa.eval.trainer import GridAdamW, _grid_loss, _task_slices, standardizer, train_probe_grid
 
 
 def _ln(x, w, b):
@@ -253,14 +246,17 @@ def test_probes_reach_100_percent_on_separable_features_and_chance_on_shuffled_l
 
 
 def test_linear_probe_standardises_with_train_statistics():
+    """The standardiser streamed over batches of 7 (float64 sums) is the whole split's mean and std."""
     gen = torch.Generator().manual_seed(0)
     probe = LinearProbeGrid(2, 3, 2, generator=gen)
     x = torch.randn(50, 3, generator=gen, dtype=torch.float64) * torch.tensor([1.0, 100.0, 0.01]) + 7
-    probe = probe.double()
-    probe.fit_standardizer(x)
-    z = (x - probe.feat_mean) / probe.feat_std
-    torch.testing.assert_close(z.mean(0), torch.zeros(3, dtype=torch.float64), atol=1e-9, rtol=0)
-    torch.testing.assert_close(z.std(0, unbiased=False), torch.ones(3, dtype=torch.float64), atol=1e-9, rtol=0)
+    mean, std = standardizer(MemorySource({"x": x}, {"t": torch.zeros(50)}), "x", batch_size=7)
+    torch.testing.assert_close(mean, x.mean(0).float(), atol=0, rtol=1e-6)
+    torch.testing.assert_close(std, x.std(0, unbiased=False).float(), atol=0, rtol=1e-5)
+    probe.set_standardizer(mean, std)
+    z = (x.float() - probe.feat_mean) / probe.feat_std
+    torch.testing.assert_close(z.mean(0), torch.zeros(3), atol=1e-4, rtol=0)
+    torch.testing.assert_close(z.std(0, unbiased=False), torch.ones(3), atol=1e-4, rtol=0)
 
 
 def test_probe_config_validates_and_overrides():

@@ -13,7 +13,7 @@ from PIL import Image
 
 from levjepa.commands import probe as cli_probe
 from levjepa.data import DataError, write_video
-from levjepa.eval.dataset_eval import dataset_task
+from levjepa.eval.dataset_task import dataset_task
 from levjepa.eval.protocols import PROTOCOLS, read_labelled
 from test_export import make_run_dir
 
@@ -47,7 +47,7 @@ def test_kinetics_csv(tmp_path):
     ]
     assert [i.label for i in task.splits["val"]] == [2, 1]  # the training file's class indices
     assert Path(task.splits["val"][1].path).name == "eee_000001_000011.mp4"  # kept: reported as bad later
-    assert task.num_classes == 400
+    assert task.classes == 400
     p = PROTOCOLS["k400"]
     assert (task.test_views.segments, task.test_views.crops, task.train_views.crops) == (8, 3, 1)
     assert (task.test_views.frames, task.test_views.frame_stride, task.test_views.size) == (p.frames, 4, 256)
@@ -75,7 +75,7 @@ def test_ssv2_json(tmp_path):
         [str(root / "train.json"), str(root / "validation.json")], protocol="ssv2", video_root=str(root / "videos")
     )
     assert [(Path(i.path).name, i.label) for i in task.splits["train"]] == [("11.mp4", 0), ("12.mp4", 1)]
-    assert task.splits["val"][0].label == 1 and task.num_classes == 174
+    assert task.splits["val"][0].label == 1 and task.classes == 174
     assert (task.test_views.segments, task.test_views.crops, task.test_views.frames) == (2, 3, 16)
     (root / "test.json").write_text(json.dumps([{"id": "14"}]))
     with pytest.raises(DataError, match="no 'template'"):
@@ -102,7 +102,7 @@ def test_in1k_preset_reads_an_index_of_images(tmp_path):
     train, val = _images(tmp_path / "img", "train", 6), _images(tmp_path / "img", "val", 4)
     task = dataset_task([str(train), str(val)], protocol="in1k")
     assert task.test_views.frames == 16 and task.test_views.size == 224 and task.test_views.crops == 1
-    assert task.splits["train"][0].kind == "image" and task.num_classes == 1000
+    assert task.splits["train"][0].kind == "image" and task.classes == 1000
     assert [i.label for i in task.splits["val"]] == [0, 1, 0, 1]
 
 
@@ -149,3 +149,24 @@ def test_protocol_options_need_an_index_task(tmp_path):
         args = parser.parse_args([str(run), "--protocol", "ssv2", "--device", "cpu"])
         with pytest.raises(ConfigError, match="index:TRAIN,VAL"):
             mod.main(args)
+
+
+def test_the_readme_index_command_runs_with_its_defaults(tmp_path, monkeypatch, capsys):
+    """``levjepa probe RUN --task index:TRAIN,VAL`` exactly as documented: every default, ``--probe all``
+    included (the CLS linear probe from feature stores on disk used to crash: issue 27)."""
+    from levjepa.cli import main
+
+    media = tmp_path / "media"
+    for split, n in (("train", 4), ("val", 2)):
+        lines = []
+        for i in range(n):
+            _video(media / f"{split}{i}.mp4", 40 if i % 2 == 0 else 200)
+            lines.append(f"{split}{i}.mp4 {i % 2}")
+        (media / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    run = make_run_dir(tmp_path, steps=(5,))
+    monkeypatch.chdir(tmp_path)  # the default --features folder: ./features
+    assert main(["probe", str(run), "--task", f"index:{media / 'train.txt'},{media / 'val.txt'}"]) == 0
+    text = capsys.readouterr().out
+    for label in ("attentive", "linear (mean)", "linear (CLS)", "kNN (CLS)"):
+        assert f"| labels | {label} |" in text
+    assert (tmp_path / "features").is_dir()

@@ -17,8 +17,10 @@ import torch
 from levjepa.data import DataConfig, SyntheticConfig, build_pretrain_loader
 from levjepa.data.synthetic import _split_images, _trajectory, load_image_pool, load_split, sample_params
 from levjepa.data.views import rgb_to_hsv
-from levjepa.eval.benchmark import PROBES, EvalConfig, LabelledSplits, evaluate_features
+from levjepa.eval.config import PROBES, EvalConfig
 from levjepa.eval.features import Features
+from levjepa.eval.harness import probe_sources
+from levjepa.eval.source import MemorySource
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = SyntheticConfig(size=32, num_frames=8, num_train=64, num_val=16, num_test=16, image_source="digits")
@@ -124,9 +126,9 @@ def test_linear_probe_on_cls_reads_the_cls_and_mean_probe_the_patches():
         mean = torch.randn(size, d, generator=gen)  # pooled patches: noise
         feats[split] = Features(cls, mean, None)
         labels[split] = {"task": y}
-    splits = LabelledSplits({s: torch.zeros(k, 1) for s, k in n.items()}, labels, {"task": c}, "test", "k")
+    sources = {s: MemorySource({"mean": f.mean, "cls": f.cls}, labels[s]) for s, f in feats.items()}
     assert "linear_cls" in PROBES
-    res = evaluate_features(feats, splits, EvalConfig(tasks=("task",), probes=("linear_cls", "linear", "knn")))
+    res = probe_sources(sources, EvalConfig(tasks=("task",), probes=("linear_cls", "linear", "knn")), {"task": c})
     assert res["task"]["linear_cls"].reported > 95.0
     assert res["task"]["knn"].reported > 90.0  # kNN reads the CLS too
     assert res["task"]["linear"].reported < 50.0  # chance is 25 %: the mean-pool probe sees only noise
@@ -178,7 +180,8 @@ def test_ssl_script_resumes_an_interrupted_run_and_probes_its_checkpoints(tmp_pa
 
 def test_reported_accuracy_is_the_test_score_of_the_probe_chosen_on_validation():
     from levjepa.eval.knn import knn_evaluate
-    from levjepa.eval.probes import ProbeConfig, choose_probes
+    from levjepa.eval.probes import ProbeConfig
+    from levjepa.eval.trainer import choose_probes
 
     cfg = ProbeConfig(linear_lrs=(1e-2, 1e-3), linear_weight_decays=(0.0, 1e-3))  # a grid of 4
     val = {"task": (torch.tensor([60.0, 80.0, 70.0, 80.0]), torch.tensor([1.0, 0.9, 1.0, 0.5]))}

@@ -52,6 +52,7 @@ __all__ = [
     "is_main",
     "rank",
     "reduce_scalars",
+    "resolve_device",
     "setup",
     "teardown",
     "world_size",
@@ -140,6 +141,17 @@ def world_size() -> int:
 
 def is_main() -> bool:
     return rank() == 0
+
+
+def resolve_device(device: str) -> str:
+    """``auto``: this process's CUDA device when there is one (``LOCAL_RANK`` under torchrun), else the CPU;
+    any other name is returned as given."""
+    if device != "auto":
+        return device
+    if torch.cuda.is_available():
+        local = _env_int("LOCAL_RANK", "SLURM_LOCALID") or 0
+        return f"cuda:{local % torch.cuda.device_count()}"
+    return "cpu"
 
 
 class _AllReduce(torch.autograd.Function):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 
 from levjepa import distributed
+from levjepa.commands._device import add_device_argument, setup_device
 from levjepa.eval.extract import ExtractConfig, extract
 from levjepa.formats.load import load_encoder
 
@@ -45,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stream", action="store_true", help="KV-cache streaming encoder with a sliding window")
     parser.add_argument("--batch-size", type=int, default=d.batch_size, help="windows per forward pass")
     parser.add_argument("--shard-rows", type=int, default=d.shard_rows, help="rows per output file")
-    parser.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda, cuda:N")
+    add_device_argument(parser)
     parser.add_argument("--no-progress", action="store_true")
 
 
@@ -64,8 +65,7 @@ def main(args: argparse.Namespace) -> int:
         per_video_feature=args.per_video_feature,
         workers=args.workers,
     )
-    info = distributed.setup(None if args.device == "auto" else args.device)
-    device = str(info.device) if args.device == "auto" or info.world_size > 1 else args.device
+    info, device = setup_device(args.device)
     try:
         return _run(args, cfg, device, info.is_main)
     finally:

@@ -11,7 +11,7 @@ Tasks (``--task``):
   sets frames, stride, resolution and the test views (``levjepa.eval.protocols``). Features stream to
   feature stores under ``--features`` (decoded by ``--workers`` processes, sharded over ``torchrun`` ranks,
   resumed when run again) and the probes train from disk in bounded memory
-  (``levjepa.eval.dataset_eval``). Without TEST the numbers are validation accuracies of the probe chosen
+  (``levjepa.eval.dataset_task``). Without TEST the numbers are validation accuracies of the probe chosen
   on that same validation split (optimistic; the caption says so). Unreadable files are skipped and listed
   in ``bad_files.json`` beside ``--out``.
 
@@ -20,7 +20,7 @@ Tasks (``--task``):
 ``--no-baseline``. ``--probe attentive,linear,knn`` or ``all``; ``--probe-depth 4`` switches the attentive
 probe to V-JEPA 2's 4-block variant. ``--budget demo|full`` sets the grid and (built-in benchmark) the
 split sizes; ``--set epochs=5`` etc. overrides the probe config. Prints the table; ``--out`` writes JSON
-with every probe of every grid.
+with every probe of every grid. Both kinds of task go through the one harness, ``levjepa.eval.harness.evaluate``.
 """
 
 from __future__ import annotations
@@ -30,20 +30,15 @@ import json
 from pathlib import Path
 
 from levjepa import distributed
+from levjepa.commands._device import add_device_argument, setup_device
 from levjepa.config import ConfigError, apply_overrides
 from levjepa.data import BadFileReport
-from levjepa.eval.benchmark import (
-    BENCHMARK_TITLE,
-    PROBES,
-    TASKS,
-    EvalConfig,
-    benchmark_splits,
-    evaluate_splits,
-    synthetic_config_for,
-)
-from levjepa.eval.dataset_eval import dataset_task, evaluate_dataset
+from levjepa.eval.config import PROBES, EvalConfig
+from levjepa.eval.dataset_task import dataset_task
+from levjepa.eval.harness import Task, evaluate
 from levjepa.eval.probes import probe_config
 from levjepa.eval.protocols import PROTOCOLS
+from levjepa.eval.synthetic_task import SYNTHETIC_TITLE, TASKS, synthetic_config_for, synthetic_splits
 from levjepa.formats.load import LoadedEncoder, load_encoder, random_encoder
 
 __all__ = ["add_arguments", "main"]
@@ -84,14 +79,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, default=224, help="index task: short side + centre crop")
     parser.add_argument("--batch-size", type=int, default=8, help="clips per encoder forward")
     parser.add_argument("--cache", default=None, help="feature cache folder")
-    parser.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda, cuda:N")
+    add_device_argument(parser)
     parser.add_argument("--seed", type=int, default=0, help="probe seed")
     parser.add_argument("--out", default=None, help="write the JSON result here")
 
 
 def main(args: argparse.Namespace) -> int:
-    info = distributed.setup(None if args.device == "auto" else args.device)  # torchrun: one process per GPU
-    args.device = str(info.device) if args.device == "auto" or info.world_size > 1 else args.device
+    _, args.device = setup_device(args.device)  # torchrun: one process per GPU
     try:
         return _main(args)
     finally:
@@ -109,9 +103,11 @@ def _main(args: argparse.Namespace) -> int:
     if not args.no_baseline:
         loaded["random-init"] = random_encoder(first.config, seed=args.baseline_seed, device=args.device)
     probe_cfg = apply_overrides(probe_config(args.budget, depth=args.probe_depth), args.set)
-    bad, task = None, None
+    bad = None
+    task: Task
     if args.task.startswith("index:"):
         bad = BadFileReport()
+        features = args.features or str(Path(args.out).parent / "features" if args.out else Path("features"))
         task = dataset_task(
             args.task[len("index:") :].split(","),
             protocol=args.protocol,
@@ -122,11 +118,14 @@ def _main(args: argparse.Namespace) -> int:
             labels_file=args.labels_file,
             batch_size=args.batch_size,
             workers=args.workers,
+            features_dir=features,
+            bad_files=bad,
         )
         tasks = ["labels"]
         title = f"labelled index {args.task[len('index:') :]}"
         if args.protocol:
             title += f", protocol {args.protocol} ({PROTOCOLS[args.protocol].views_text})"
+        print(f"feature stores: {features} (reused when run again)")
     else:
         if args.protocol or args.video_root or args.labels_file:
             raise ConfigError(
@@ -134,9 +133,8 @@ def _main(args: argparse.Namespace) -> int:
                 f"{args.task!r} (the built-in benchmark)"
             )
         tasks = _split_list(args.task, TASKS, "task")
-        syn = synthetic_config_for(first.run_config, args.synthetic)
-        splits = benchmark_splits(syn, args.budget)
-        title = BENCHMARK_TITLE
+        task = synthetic_splits(synthetic_config_for(first.run_config, args.synthetic), args.budget)
+        title = SYNTHETIC_TITLE
     evaluation = EvalConfig(
         tasks=tuple(tasks),
         probes=tuple(probes),
@@ -149,16 +147,9 @@ def _main(args: argparse.Namespace) -> int:
         progress=True,
         title=title,
     )
-    encoders = {name: le.encoder for name, le in loaded.items()}
-    if task is not None:
-        features = args.features or str(Path(args.out).parent / "features" if args.out else Path("features"))
-        print(f"feature stores: {features} (reused when run again)")
-        maybe = evaluate_dataset(encoders, task, evaluation, features, bad_files=bad)
-        if maybe is None:  # not rank 0: the features are done, rank 0 trains the probes
-            return 0
-        result = maybe
-    else:
-        result = evaluate_splits(encoders, splits, evaluation)
+    result = evaluate({name: le.encoder for name, le in loaded.items()}, task, evaluation)
+    if result is None:  # not rank 0: the features are done, rank 0 trains the probes
+        return 0
     result.info["encoders"] = {name: le.describe() for name, le in loaded.items()}
     for name, le in loaded.items():  # which copy each column is (the EMA copy by default)
         print(f"{name}: {le.describe()}")

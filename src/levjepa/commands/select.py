@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from levjepa import distributed
+from levjepa.commands._device import add_device_argument, setup_device
 from levjepa.eval.protocols import PROTOCOLS
 from levjepa.eval.select import select
 
@@ -40,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frame-stride", type=int, default=2, help="index task: keep every n-th frame")
     parser.add_argument("--size", type=int, default=224, help="index task: short side + centre crop")
     parser.add_argument("--workers", type=int, default=2, help="index task: decoding processes")
-    parser.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda, cuda:N")
+    add_device_argument(parser)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--cache", default=None, help="feature cache (built-in task) or feature-store folder (index task)"
@@ -49,8 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    info = distributed.setup(None if args.device == "auto" else args.device)
-    device = str(info.device) if args.device == "auto" or info.world_size > 1 else args.device
+    info, device = setup_device(args.device)
     try:
         result = select(
             args.runs,

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
+from levjepa.commands._device import add_device_argument, local_device
 from levjepa.config import ConfigError, check_range
 from levjepa.data.eval_clip import load_eval_video
-from levjepa.eval.feature_store import resolve_device
 from levjepa.formats.load import load_encoder
 from levjepa.infer.stream import stream_video
 from levjepa.weights import save_tensors
@@ -36,12 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, default=224, help="short side of the frames fed to the encoder")
     parser.add_argument("--frame-stride", type=int, default=1, help="keep every n-th decoded frame")
     parser.add_argument("--max-frames", type=int, default=None)
-    parser.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda, cuda:N")
+    add_device_argument(parser)
     parser.add_argument("--out", type=Path, default=None, help="write CLS readouts + latencies (safetensors)")
 
 
 def main(args: argparse.Namespace) -> int:
-    args.device = resolve_device(args.device)
+    args.device = local_device(args.device)
     if args.every < 1 or (args.window is not None and args.window < 1):
         raise ConfigError("--every and --window must be >= 1")
     check_range("--size", args.size, 16, 4096, "pixels")

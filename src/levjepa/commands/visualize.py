@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from levjepa.commands._device import add_device_argument, local_device
 from levjepa.config import ConfigError, check_range
-from levjepa.eval.feature_store import resolve_device
 from levjepa.formats.load import load_encoder
 from levjepa.tools.visualize import load_clip, visualize
 
@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, default=224, help="short side, then centre crop (default 224)")
     parser.add_argument("--scale", type=int, default=0, help="tile enlargement (default: 1, or 2 below 128 px)")
     parser.add_argument("--no-gif", action="store_true", help="only the PNG")
-    parser.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda, cuda:N")
+    add_device_argument(parser)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -37,7 +37,7 @@ def main(args: argparse.Namespace) -> int:
     check_range("--start", args.start, 0, 10**7)
     check_range("--size", args.size, 16, 2048, "pixels")
     check_range("--scale", args.scale, 0, 8)
-    args.device = resolve_device(args.device)
+    args.device = local_device(args.device)
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
     cfg = loaded.config
     frames = load_clip(

@@ -17,32 +17,14 @@ from __future__ import annotations
 import os
 import statistics
 from collections import Counter
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from levjepa.data.badfiles import DataError
 from levjepa.data.sources import SYNTHETIC, MediaItem, list_media
+from levjepa.data.workers import parallel_map
 
-__all__ = ["CheckReport", "check_item", "check_source", "format_report", "parallel_map"]
-
-
-def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int, *, desc: str = "") -> list[Any]:
-    """``[fn(x) for x in items]`` over ``workers`` processes (inline when ``workers <= 1``), with a progress bar
-    on a terminal. Results keep the order of ``items``."""
-    from tqdm import tqdm
-
-    items = list(items)
-    if workers <= 1 or len(items) <= 1:
-        return [fn(x) for x in tqdm(items, desc=desc, disable=None, leave=False)]
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
-    # forkserver: workers come from a clean single-threaded server, never from this process, whose other
-    # threads (tqdm's monitor, queue feeders, ...) may hold locks at fork time and deadlock a forked child
-    method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context(method)) as pool:
-        return list(tqdm(pool.map(fn, items, chunksize=1), total=len(items), desc=desc, disable=None, leave=False))
+__all__ = ["CheckReport", "check_item", "check_source", "format_report"]
 
 
 def _count_frames(path: Any) -> int:

@@ -60,6 +60,7 @@ from levjepa.data.config import DataConfig
 from levjepa.data.sources import SYNTHETIC, MediaItem, list_media
 from levjepa.data.video import MemoryFile, decode_windows, hwaccel_status, load_image, window_indices
 from levjepa.data.views import make_views, sample_view_params
+from levjepa.data.workers import start_context, worker_init
 from levjepa.rng import make_generator
 
 __all__ = [
@@ -412,18 +413,6 @@ def resolve_devices(cfg: DataConfig) -> DataConfig:
     return replace(cfg, resize_on=resize_on, decode_device=decode_device)
 
 
-def _start_context(method: str) -> Any:
-    import multiprocessing as mp
-
-    return mp.get_context(method if method in mp.get_all_start_methods() else "spawn")
-
-
-def _worker_init(_: int) -> None:
-    import av
-
-    av.logging.set_level(None)  # FFmpeg's own messages about broken files would flood the log
-
-
 class PretrainLoader:
     """Iterator over per-rank :class:`ViewBatch` es, forever (epoch after epoch)."""
 
@@ -454,8 +443,8 @@ class PretrainLoader:
             pin_memory=cfg.pin_memory and torch.cuda.is_available(),
             persistent_workers=cfg.persistent_workers and workers > 0,
             prefetch_factor=cfg.prefetch_factor if workers > 0 else None,
-            worker_init_fn=_worker_init if workers > 0 else None,
-            multiprocessing_context=_start_context(cfg.worker_start) if workers > 0 else None,
+            worker_init_fn=worker_init if workers > 0 else None,
+            multiprocessing_context=start_context(cfg.worker_start) if workers > 0 else None,
             # the base seed of the workers' torch RNG (unused: every draw has its own generator) comes from here,
             # not from the global RNG, which the loader would otherwise advance at each start by a random amount
             generator=make_generator(seed, "loader", rank),

@@ -39,8 +39,8 @@ from typing import Any
 
 from levjepa.config import ConfigError
 from levjepa.data.badfiles import DataError
-from levjepa.data.check import parallel_map
 from levjepa.data.sources import MediaItem, list_media
+from levjepa.data.workers import parallel_map
 
 __all__ = ["PrepareOptions", "PrepareResult", "output_is_valid", "plan_outputs", "prepare_file", "prepare_folder"]
 

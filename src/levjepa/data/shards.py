@@ -54,6 +54,7 @@ import torch
 from levjepa.config import ConfigError
 from levjepa.data.badfiles import DataError
 from levjepa.data.sources import MediaItem, media_kind
+from levjepa.data.workers import parallel_map
 from levjepa.rng import make_generator
 
 __all__ = ["INDEX_NAME", "PackResult", "ShardIndex", "ShardSource", "is_shard_store", "pack", "read_index"]
@@ -359,7 +360,6 @@ def pack(
     nearly equal runs; bytes are copied unchanged (prepare the videos first). Paths in the members'
     ``.json`` are relative to ``source_root`` when given.
     """
-    from levjepa.data.check import parallel_map
     from levjepa.weights import atomic_write_text
 
     if shards < 1:

@@ -1,29 +1,37 @@
-"""Frozen evaluation of levjepa encoders (SPEC §5): load, probe, extract, select.
+"""Frozen evaluation of levjepa encoders (SPEC §5): probe, extract, select.
 
-Read ``probes.py`` first (the attentive and linear probes and their parallel lr × wd grid), then
-``features.py`` (features computed once, frozen, nothing dropped) and ``benchmark.py`` (the built-in
-appearance / motion / arrow-of-time benchmark). A user's labelled dataset, at any size:
-``dataset_eval.py`` — the split files and views (``protocols.py``: ssv2, k400, in1k, diving48; Kinetics
-CSV, SSv2 JSON), features streamed to disk (``feature_store.py``), probes trained from disk
-(``disk_probe.py``). ``extract.py`` and ``select.py`` are what the ``levjepa extract | select`` commands run;
-weights are read and written by ``levjepa.formats``.
+Read ``harness.py`` first (``evaluate(encoders, task, config)``: the one pipeline), then ``probes.py`` (the
+attentive and linear probes, stacked into grids), ``trainer.py`` (the probe trainer: the lr × wd grid, its
+optimiser and loop, written once) and ``source.py`` (what the trainer reads: features in memory or in a
+feature store on disk, one interface); ``knn.py`` is the kNN readout. Two tasks feed the harness: labelled
+clips in memory (``clips_task.py``; the built-in benchmark is ``synthetic_task.py``) and a user's labelled
+split files at any size (``dataset_task.py``: ``protocols.py`` for ssv2, k400, in1k, diving48, Kinetics CSV
+and SSv2 JSON; features streamed to disk by ``feature_store.py``). ``config.py`` holds :class:`EvalConfig`
+and the probe names, ``result.py`` the table and JSON. ``features.py`` computes frozen features in memory;
+``feature_writer.py`` is the one way features reach the disk (stores and ``extract.py``). ``select.py`` is
+what ``levjepa select`` runs; weights are read and written by ``levjepa.formats``.
 """
 
 from __future__ import annotations
 
-from levjepa.eval.benchmark import BenchmarkResult, EvalConfig, evaluate_benchmark
+from levjepa.eval.config import EvalConfig
 from levjepa.eval.features import Features, compute_features
+from levjepa.eval.harness import evaluate
 from levjepa.eval.knn import knn_evaluate, knn_predict
-from levjepa.eval.probes import AttentiveProbeGrid, LinearProbeGrid, ProbeConfig, probe_config, train_probe_grid
+from levjepa.eval.probes import AttentiveProbeGrid, LinearProbeGrid, ProbeConfig, probe_config
+from levjepa.eval.result import EvalResult
+from levjepa.eval.synthetic_task import evaluate_benchmark
+from levjepa.eval.trainer import train_probe_grid
 
 __all__ = [
     "AttentiveProbeGrid",
-    "BenchmarkResult",
     "EvalConfig",
+    "EvalResult",
     "Features",
     "LinearProbeGrid",
     "ProbeConfig",
     "compute_features",
+    "evaluate",
     "evaluate_benchmark",
     "knn_evaluate",
     "knn_predict",

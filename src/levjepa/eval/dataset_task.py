@@ -5,9 +5,13 @@ For each encoder and split, the split's features are computed once into a featur
 (``levjepa.eval.feature_store``: worker-process decoding, bad files reported and skipped, sharded across
 ``torchrun`` ranks, resumable), named by the encoder's weights fingerprint and the data (split file,
 settings) so that a second call reuses them. The probes then train from those stores in bounded memory
-(``levjepa.eval.disk_probe``). Training features use the protocol's ``segments`` with one centre crop;
-validation and test use its ``segments × crops`` views, averaged per file. Without a protocol, one
-centre clip of ``frames`` frames at ``frame_stride`` per file (the previous in-memory behaviour).
+(``levjepa.eval.source``, ``levjepa.eval.trainer``). Training features use the protocol's ``segments`` with
+one centre crop; validation and test use its ``segments × crops`` views, averaged per file. Without a protocol, one
+centre clip of ``frames`` frames at ``frame_stride`` per file.
+
+:class:`DatasetTask` is a task of the one harness (``levjepa.eval.harness.evaluate``): :meth:`prepare`
+builds every store of every encoder on every rank (all of them before any probe, so that no rank waits at
+a barrier while rank 0 trains), :meth:`sources` opens them (``levjepa.eval.source.StoreSource``).
 """
 
 from __future__ import annotations
@@ -15,38 +19,49 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from levjepa import distributed
 from levjepa.data import BadFileReport, DataError, MediaItem
-from levjepa.eval.benchmark import BenchmarkResult, EvalConfig, Result
-from levjepa.eval.disk_probe import knn_from_stores, probe_from_stores
+from levjepa.eval.config import EvalConfig
 from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
 from levjepa.eval.features import encoder_fingerprint
 from levjepa.eval.protocols import PROTOCOLS, Protocol, read_labelled
+from levjepa.eval.source import FeatureSource, StoreSource
 from levjepa.model.vit import VideoEncoder
-from levjepa.rng import make_generator
 
-__all__ = ["DatasetTask", "dataset_task", "evaluate_dataset"]
+__all__ = ["DatasetTask", "dataset_task"]
 
 SPLITS = ("train", "val", "test")
 
 
-@dataclass(frozen=True)
+@dataclass
 class DatasetTask:
-    """The labelled files of each split, how they are viewed, and the class count."""
+    """The labelled files of each split, how they are viewed, the class count, and where the feature stores
+    go (``features_dir``; ``bad_files`` collects the files they skipped)."""
 
     splits: dict[str, list[MediaItem]]
     paths: dict[str, str]
-    num_classes: int
+    classes: int
     train_views: StoreConfig
     test_views: StoreConfig
     protocol: Protocol | None
+    features_dir: Path = Path("features")
+    bad_files: BadFileReport | None = None
+    report_seconds: bool = False  # the stores are reused by a second call: a wall time would mean two things
+    stores: dict[str, dict[str, Path]] = field(default_factory=dict)  # encoder -> split -> store folder
+
+    @property
+    def num_classes(self) -> dict[str, int]:
+        return {"labels": self.classes}
+
+    @property
+    def image_source(self) -> str:
+        return ", ".join(self.paths.values())
 
     def key(self, split: str) -> str:
         views = self.train_views if split == "train" else self.test_views
@@ -57,6 +72,32 @@ class DatasetTask:
     def clip_text(self) -> str:
         t, v = self.train_views, self.test_views
         return f"{t.frames}×{t.size}×{t.size} (T×H×W); views train {t.segments}×1, val/test {v.segments}×{v.crops}"
+
+    def prepare(self, encoders: Mapping[str, VideoEncoder], cfg: EvalConfig) -> bool:
+        """Every store of every encoder × split, on every rank; True on rank 0, which trains the probes."""
+        for name, enc in encoders.items():
+            fp = encoder_fingerprint(enc)[:16]
+            self.stores[name] = {}
+            for split, items in self.splits.items():
+                views = self.train_views if split == "train" else self.test_views
+                views = replace(views, tokens=views.tokens and "attentive" in cfg.probes)
+                path = self.features_dir / f"{fp}-{self.key(split)}{'' if views.tokens else '-notokens'}"
+                self.stores[name][split] = path
+                build_store(enc, items, path, views, device=cfg.device, progress=cfg.progress, desc=f"{name} {split}")
+        return distributed.is_main()
+
+    def sources(self, name: str, encoder: VideoEncoder, cfg: EvalConfig) -> dict[str, FeatureSource]:
+        if self.bad_files is not None:
+            for p in self.stores[name].values():
+                self.bad_files.extend(BadFileReport.read(p / "bad_files.json").files.items())  # warns once per file
+        return {s: StoreSource(FeatureStore(p)) for s, p in self.stores[name].items()}
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "protocol": None if self.protocol is None else self.protocol.__dict__,
+            "feature_stores": {n: {s: str(p) for s, p in st.items()} for n, st in self.stores.items()},
+            "torch_threads": torch.get_num_threads(),
+        }
 
 
 def dataset_task(
@@ -72,6 +113,8 @@ def dataset_task(
     batch_size: int = 8,
     workers: int = 2,
     shard_items: int = 256,
+    features_dir: str | Path = "features",
+    bad_files: BadFileReport | None = None,
 ) -> DatasetTask:
     """Read the split files (index, Kinetics CSV or SSv2 JSON: ``levjepa.eval.protocols.read_labelled``)."""
     if len(paths) not in (2, 3):
@@ -110,88 +153,6 @@ def dataset_task(
         base,
         replace(base, crops=crops),
         proto,
+        Path(features_dir),
+        bad_files,
     )
-
-
-def _chance(store: FeatureStore, num_classes: int) -> float:
-    first = (store.segment == 0) & (store.crop == 0)
-    counts = np.bincount(store.labels[first], minlength=num_classes)
-    return 100.0 * float(counts.max()) / max(1, int(first.sum()))
-
-
-def evaluate_dataset(
-    encoders: Mapping[str, VideoEncoder],
-    task: DatasetTask,
-    cfg: EvalConfig,
-    features_dir: str | Path,
-    *,
-    bad_files: BadFileReport | None = None,
-) -> BenchmarkResult | None:
-    """Stores of every encoder × split (every rank; all of them before any probe, so that no rank waits at
-    a barrier while rank 0 trains), then the probes (rank 0; the other ranks return None)."""
-    results: dict[str, dict[str, dict[str, Result]]] = {}
-    root = Path(features_dir)
-    chance: dict[str, float] = {}
-    sizes: dict[str, int] = {}
-    store_dirs: dict[str, dict[str, str]] = {}
-    all_stores: dict[str, dict[str, Path]] = {}
-    for name, enc in encoders.items():  # every store first: the ranks stay together until the probes
-        enc = getattr(enc, "encoder", enc)
-        fp = encoder_fingerprint(enc)[:16]
-        stores: dict[str, Path] = {}
-        for split, items in task.splits.items():
-            views = task.train_views if split == "train" else task.test_views
-            views = replace(views, tokens=views.tokens and "attentive" in cfg.probes)
-            stores[split] = root / f"{fp}-{task.key(split)}{'' if views.tokens else '-notokens'}"
-            build_store(
-                enc, items, stores[split], views, device=cfg.device, progress=cfg.progress, desc=f"{name} {split}"
-            )
-        all_stores[name] = stores
-        store_dirs[name] = {s: str(p) for s, p in stores.items()}
-    if not distributed.is_main():  # rank 0 trains the probes
-        return None
-    for name, stores in all_stores.items():
-        opened = {s: FeatureStore(p) for s, p in stores.items()}
-        if bad_files is not None:
-            for p in stores.values():
-                bad_files.extend(BadFileReport.read(p / "bad_files.json").files.items())  # warns once per file
-        reported = opened.get("test", opened["val"])
-        chance = {"labels": _chance(reported, task.num_classes)}
-        sizes = {s: int(((st.segment == 0) & (st.crop == 0)).sum()) for s, st in opened.items()}
-        out: dict[str, Result] = {}
-        for probe in cfg.probes:
-            if probe == "knn":
-                out[probe] = knn_from_stores(
-                    opened["train"], opened["val"], opened.get("test"), num_classes=task.num_classes
-                )
-            else:
-                out[probe] = probe_from_stores(
-                    probe,  # type: ignore[arg-type]
-                    cfg.probe_cfg,
-                    opened["train"],
-                    opened["val"],
-                    opened.get("test"),
-                    num_classes=task.num_classes,
-                    generator=make_generator("probe", cfg.seed, "labels", probe),
-                    device=cfg.device,
-                )
-        for st in opened.values():
-            st.close()
-        results[name] = {"labels": out}
-    probe_cfg = cfg.probe_cfg
-    info: dict[str, Any] = {
-        "title": cfg.title,
-        "image_source": ", ".join(task.paths.values()),
-        "clip": task.clip_text,
-        "split_sizes": sizes,
-        "has_test": "test" in task.splits,
-        "budget": cfg.budget,
-        "probe_depth": probe_cfg.depth,
-        "probe_config": {k: list(v) if isinstance(v, tuple) else v for k, v in probe_cfg.__dict__.items()},
-        "device": str(cfg.device),
-        "seed": cfg.seed,
-        "protocol": None if task.protocol is None else task.protocol.__dict__,
-        "feature_stores": store_dirs,
-        "torch_threads": torch.get_num_threads(),
-    }
-    return BenchmarkResult(list(encoders), ["labels"], list(cfg.probes), results, chance, info)

@@ -22,8 +22,8 @@ the patch features of those frames — computed with the banded (sliding-window)
 whole history, never recomputing the past. The first row of a video equals the windowed mode's; later
 rows differ because their tokens also saw (through earlier layers) frames before the window.
 
-**Decoding** runs in ``workers`` worker processes (``levjepa.eval.feature_store.decode_in_workers``: a
-DataLoader started from a forkserver, like the pretraining loader's), two files ahead per worker; the
+**Decoding** runs in ``workers`` worker processes (``levjepa.data.workers.decode_in_workers``), two files
+ahead per worker; the
 encoder runs on ``device`` (``auto``: the GPU when there is one) under bf16 autocast on CUDA, fp32 on the CPU.
 
 **Output** (``out/``): ``features-00000.safetensors`` … (tensors ``cls``, ``mean``, ``patches``; shards of
@@ -31,7 +31,8 @@ encoder runs on ``device`` (``auto``: the GPU when there is one) under bf16 auto
 ``index.jsonl``: one JSON object per row — ``row, shard, offset, path, kind, label, window, start_frame,
 end_frame`` (source frame indices, inclusive) ``, start_time, end_time`` (seconds, of those frames)
 ``, num_frames, padded``; ``bad_files.json``: every file that could not be read, with the reason (a bad
-file is reported and skipped, never fatal); ``extract.json``: the settings and counts.
+file is reported and skipped, never fatal); ``extract.json``: the settings and counts. Every feature file is
+written atomically (``levjepa.eval.feature_writer``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
@@ -55,11 +55,12 @@ from levjepa.config import check, to_dict
 from levjepa.data import BadFileReport, DataError, list_media, normalize
 from levjepa.data.eval_clip import load_eval_clip, load_eval_video
 from levjepa.data.sources import MediaItem
-from levjepa.eval.feature_store import decode_in_workers, resolve_device
+from levjepa.data.workers import decode_in_workers
+from levjepa.eval.feature_writer import save_npy, write_shard
 from levjepa.eval.features import frozen_eval
 from levjepa.infer.stream import StreamingEncoder
 from levjepa.model.vit import VideoEncoder
-from levjepa.weights import atomic_write_text, save_tensors
+from levjepa.weights import atomic_write_text
 
 __all__ = ["ExtractConfig", "ExtractResult", "extract", "read_index", "video_names", "window_starts"]
 
@@ -153,13 +154,11 @@ class _Writer:
             return
         k = len(self.shards)
         tensors = {name: torch.stack(v) for name, v in self.buf.items() if v}
-        if self.cfg.format == "safetensors":
-            name = f"features-{k:05d}.safetensors"
-            save_tensors(self.out / name, tensors, {"rows": len(self.meta), "first_row": self.rows})
-            self.shards.append(name)
+        fmt: Literal["npy", "safetensors"] = "safetensors" if self.cfg.format == "safetensors" else "npy"
+        names = write_shard(self.out, k, tensors, fmt, {"rows": len(self.meta), "first_row": self.rows})
+        if fmt == "safetensors":
+            self.shards += names
         else:
-            for t_name, t in tensors.items():
-                np.save(self.out / f"{t_name}-{k:05d}.npy", t.numpy())
             self.shards.append(f"{{cls,mean{',patches' if 'patches' in tensors else ''}}}-{k:05d}.npy")
         for offset, m in enumerate(self.meta):
             self.index.write(json.dumps({"row": self.rows + offset, "shard": k, "offset": offset, **m}) + "\n")
@@ -206,9 +205,9 @@ class _PerVideoWriter:
     def finish(self, name: str) -> None:
         if not self.meta:
             return
-        _save_npy(self.out / f"{name}.npy", torch.cat(self.feats).float().numpy())
+        save_npy(self.out / f"{name}.npy", torch.cat(self.feats).float().numpy())
         if self.patches:
-            _save_npy(self.out / f"{name}.patches.npy", torch.cat(self.patches).half().numpy())
+            save_npy(self.out / f"{name}.patches.npy", torch.cat(self.patches).half().numpy())
         rows = [{"file": f"{name}.npy", "offset": i, **m} for i, m in enumerate(self.meta)]
         atomic_write_text(self.out / f"{name}.json", json.dumps(rows) + "\n")
         self.rows += len(rows)
@@ -216,13 +215,6 @@ class _PerVideoWriter:
 
     def close(self) -> None:
         pass
-
-
-def _save_npy(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
-        np.save(f, array)
-    os.replace(tmp, path)
 
 
 def _video_windows(
@@ -393,7 +385,7 @@ def extract(
     """Extract features of every video/image of ``source`` (a folder, an index file, a file, or a list of
     paths) into ``out_dir`` (see the module doc). Bad files are reported in ``bad_files.json``."""
     start = time.perf_counter()
-    device = resolve_device(device)
+    device = distributed.resolve_device(device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     items = [m for s in source for m in list_media(s)] if isinstance(source, list) else list_media(str(source))

@@ -4,8 +4,7 @@ This is the dataset-scale path of ``levjepa probe --task index:...`` / ``--proto
 in memory. Memory is bounded by the decode prefetch (``workers`` × 2 files), one forward batch and one
 shard of features; the dataset's size only changes how many shards are written.
 
-**Decoding** runs in ``workers`` worker processes (a ``torch.utils.data.DataLoader`` started from a
-forkserver, as the pretraining loader's workers are; ``levjepa.data.loader``), each file through
+**Decoding** runs in ``workers`` worker processes (``levjepa.data.workers.decode_in_workers``), each file through
 ``levjepa.data.eval_clip.load_eval_views``: ``segments`` clips of ``frames`` frames at ``frame_stride``
 spread over the video × ``crops`` square crops, at short side ``size``. A file that cannot be read
 (``DataError``, a decoder error) is reported — ``bad_files.json``, with the reason — and skipped, never
@@ -19,7 +18,7 @@ autocast (features are stored from the fp32 cast of its outputs); on the CPU in 
 depend only on its items and the encoder — not on the rank count (``tests/test_feature_store.py``: 2 gloo
 ranks give the same files as 1 process).
 
-**Files** (``out/``), all written to a temporary name and renamed, a shard's index last:
+**Files** (``out/``), all written to a temporary name and renamed (``feature_writer.py``), a shard's index last:
 
 * ``store.json`` — format version, settings, encoder fingerprint, number and hash of the items; a restart
   with different settings, encoder or items is refused (delete the folder or choose another). When every
@@ -36,7 +35,7 @@ ranks give the same files as 1 process).
 and started again with the same command finishes with the same files as an uninterrupted run.
 
 **Reading back**: :class:`FeatureStore` reads any rows of any array with ``os.pread`` into a fresh buffer
-(no memory map stays resident), which is how the probes train from disk (``levjepa.eval.disk_probe``).
+(no memory map stays resident), which is how the probes train from disk (``levjepa.eval.source.StoreSource``).
 
 Cost at ViT-B (D = 768) per 10k clips of 16×224² (8·14·14 = 1568 patch tokens + CLS): float16 tokens
 10k × 1569 × 768 × 2 B = **24 GB of disk** per view (SSv2's 2 × 3 test views: 6 rows per video);
@@ -51,7 +50,6 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,29 +57,22 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from levjepa import distributed
 from levjepa.config import check, to_dict
 from levjepa.data import BadFileReport, DataError, MediaItem, normalize
 from levjepa.data.eval_clip import load_eval_views
+from levjepa.data.workers import decode_in_workers
+from levjepa.eval.feature_writer import write_shard
 from levjepa.eval.features import encoder_fingerprint, frozen_eval
 from levjepa.model.vit import VideoEncoder
 from levjepa.weights import atomic_write_text
 
-__all__ = ["FeatureStore", "StoreConfig", "StoreResult", "build_store", "decode_in_workers", "resolve_device"]
+__all__ = ["FeatureStore", "StoreConfig", "StoreResult", "build_store"]
 
 STORE_VERSION = 1
 ARRAYS = ("cls", "mean", "tokens")
-
-
-def resolve_device(device: str) -> str:
-    """``auto``: this rank's CUDA device when there is one (``LOCAL_RANK`` under torchrun), else the CPU."""
-    if device != "auto":
-        return device
-    if torch.cuda.is_available():
-        return f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}"
-    return "cpu"
 
 
 @dataclass(frozen=True)
@@ -162,44 +153,11 @@ class _Views(Dataset[tuple[int, Tensor | None, str]]):
         return i, views.permute(0, 4, 1, 2, 3).contiguous(), ""
 
 
-def _worker_init(_: int) -> None:
-    import av
-
-    av.logging.set_level(None)  # FFmpeg's own messages about broken files would flood the log
-
-
-def decode_in_workers(dataset: Dataset[Any], workers: int) -> Iterator[Any]:
-    """``dataset[0], dataset[1], …`` in order, computed by ``workers`` processes started from a forkserver
-    (as the pretraining loader's workers are), two items ahead per worker; ``workers = 0``: in this process."""
-    if workers == 0:
-        yield from (dataset[j] for j in range(len(dataset)))  # type: ignore[arg-type]
-        return
-    import multiprocessing as mp
-
-    method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-    loader = DataLoader(
-        dataset,
-        batch_size=None,
-        num_workers=workers,
-        multiprocessing_context=mp.get_context(method),
-        worker_init_fn=_worker_init,
-        prefetch_factor=2,
-    )
-    yield from loader
-
-
 def _items_hash(items: list[MediaItem]) -> str:
     h = hashlib.sha1()
     for it in items:
         h.update(f"{it.path}\t{it.label}\t{it.kind}\n".encode())
     return h.hexdigest()
-
-
-def _save_npy(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
-        np.save(f, array)
-    os.replace(tmp, path)
 
 
 class _Shard:
@@ -212,9 +170,7 @@ class _Shard:
         self.bad: list[tuple[str, str]] = []
 
     def write(self, out: Path) -> int:
-        for name, parts in self.arrays.items():
-            if parts:
-                _save_npy(out / f"{name}-{self.k:05d}.npy", torch.cat(parts).numpy())
+        write_shard(out, self.k, {name: torch.cat(parts) for name, parts in self.arrays.items() if parts}, "npy")
         atomic_write_text(out / f"bad-{self.k:05d}.json", json.dumps(self.bad) + "\n")
         atomic_write_text(out / f"index-{self.k:05d}.jsonl", "".join(json.dumps(m) + "\n" for m in self.meta))
         return len(self.meta)
@@ -264,7 +220,7 @@ def build_store(
     start = time.perf_counter()
     if not items:
         raise DataError(f"unreadable: no file to compute features of for {out_dir}")
-    device = resolve_device(device)
+    device = distributed.resolve_device(device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     manifest = {

@@ -4,7 +4,8 @@ For a query ``q`` and training features ``f_i`` (both L2-normalised), the ``k`` 
 points vote for their labels with weights ``exp(cos(q, f_i) / T)``; the class with the largest total
 weight wins (ties: the smaller class index). Defaults: ``T = 0.07`` (DINO). ``k`` is chosen on the
 validation split from ``ks = (1, 5, 10, 20, 50)`` (capped at the training-set size) and the test accuracy
-of that ``k`` reported, like every probe here. No training, no randomness.
+of that ``k`` reported, like every probe here. No training, no randomness. :func:`knn_from_sources` reads
+each file's CLS (averaged over its views) from feature sources (``levjepa.eval.source``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["KnnResult", "knn_predict", "knn_evaluate"]
+from levjepa.eval.source import FeatureSource
+
+__all__ = ["KnnResult", "knn_evaluate", "knn_from_sources", "knn_predict"]
 
 
 @torch.no_grad()
@@ -116,3 +119,14 @@ def knn_evaluate(
     test_acc = None if test is None else acc(test)
     best = max(range(len(ks)), key=lambda i: (val_acc[i], -ks[i]))
     return KnnResult(ks, val_acc, test_acc, best, temperature, time.perf_counter() - start)
+
+
+def knn_from_sources(
+    train: FeatureSource, val: FeatureSource, test: FeatureSource | None = None, *, task: str, num_classes: int
+) -> KnnResult:
+    """:func:`knn_evaluate` on each file's CLS (averaged over its views) and its label for ``task``."""
+
+    def split(s: FeatureSource) -> tuple[Tensor, Tensor]:
+        return s.file_cls(), s.file_labels(task)
+
+    return knn_evaluate(split(train), split(val), None if test is None else split(test), num_classes=num_classes)

@@ -1,6 +1,6 @@
-"""Frozen-feature probes: the attentive probe, the linear probe, and a grid of them trained in parallel.
+"""Frozen-feature probes: the attentive probe, the linear probe, and a stacked grid of each.
 
-Only the probe trains; its inputs are features the frozen encoder computed once (``features.py``).
+Only the probe trains; its inputs are features the frozen encoder computed once (``source.py``).
 
 **Attentive probe** (SPEC §5, the LeVJEPA paper's appendix C.1, the V-JEPA protocol). One learnable query
 ``q0 ∈ R^D`` reads every output token ``x_1..x_L`` of the encoder (CLS and all patches, nothing dropped)
@@ -32,22 +32,16 @@ standard deviation (fixed, so the probe stays a linear function of the features,
 BatchNorm before its linear head), then ``Linear(D, C)``.
 
 **The grid** (V-JEPA's ``multihead_kwargs``). ``G`` probes with different (learning rate, weight decay)
-are stacked on a leading parameter dimension and read the *same* batch in one forward pass; the loss is
-the sum of the per-probe mean cross-entropies, so each probe receives exactly the gradient it would get
-alone. :class:`GridAdamW` is AdamW with a learning rate and a weight decay per probe (equal to
-``torch.optim.AdamW`` run on each probe separately; tested). Weight decay applies to matrices and the
-query, not to biases or LayerNorm parameters. Schedule: linear warm-up then cosine to 0 (V-JEPA 2's
-probe configs: no warm-up, cosine to 0, 20 epochs, lr ∈ {5e-3, 3e-3, 1e-3, 3e-4, 1e-4} × wd ∈ {0.01, 0.1,
-0.4, 0.8}, AdamW betas (0.9, 0.999)). The probe with the best validation accuracy is chosen (ties: lower
-validation loss) and its test accuracy reported; the whole grid is kept in the result.
+are stacked on a leading parameter dimension and read the *same* batch in one forward pass
+(:func:`build_probe_grid`); how they train — the loss, the optimiser, the schedule, the choice on
+validation — is ``levjepa.eval.trainer``.
 """
 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -55,21 +49,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from levjepa.config import check
-from levjepa.rng import make_generator
 
-__all__ = [
-    "AttentiveProbeGrid",
-    "GridAdamW",
-    "GridResult",
-    "LinearProbeGrid",
-    "ProbeConfig",
-    "build_probe_grid",
-    "choose_probes",
-    "evaluate_grid",
-    "fit_probe_grid",
-    "probe_config",
-    "train_probe_grid",
-]
+__all__ = ["AttentiveProbeGrid", "LinearProbeGrid", "ProbeConfig", "ProbeKind", "build_probe_grid", "probe_config"]
 
 ProbeKind = Literal["attentive", "linear"]
 
@@ -316,144 +297,16 @@ class LinearProbeGrid(nn.Module):
         self.num_probes, self.dim, self.num_classes = num_probes, dim, num_classes
 
     @torch.no_grad()
-    def fit_standardizer(self, x: Tensor) -> None:
-        """Fix the per-feature mean / std from the training features [N, D]."""
-        x = x.to(self.feat_mean.dtype)
-        self.feat_mean.copy_(x.mean(0))
-        self.feat_std.copy_(x.std(0, unbiased=False).clamp_min(1e-6))
+    def set_standardizer(self, mean: Tensor, std: Tensor) -> None:
+        """Fix the per-feature mean / std (of the training features: ``levjepa.eval.trainer.standardizer``)."""
+        self.feat_mean.copy_(mean)
+        self.feat_std.copy_(std)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() != 2 or x.shape[-1] != self.dim:
             raise ValueError(f"linear probe: features must be [B, {self.dim}], got {list(x.shape)}")
         z = (x.to(self.feat_mean.dtype) - self.feat_mean) / self.feat_std
         return self.head(z.expand(self.num_probes, *z.shape))
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Optimisation
-
-
-class GridAdamW:
-    """AdamW over stacked parameters [G, ...] with a learning rate and a weight decay per probe g.
-
-    Per element: ``m ← β1 m + (1−β1) g``, ``v ← β2 v + (1−β2) g²``, ``p ← p (1 − lr_g wd_g)`` (decoupled, only
-    for parameters in ``decay``), ``p ← p − lr_g · (m / (1−β1^t)) / (√(v / (1−β2^t)) + eps)`` — the update of
-    ``torch.optim.AdamW``, run for every probe at once.
-    """
-
-    def __init__(
-        self,
-        params: Sequence[Tensor],
-        lrs: Sequence[float],
-        weight_decays: Sequence[float],
-        *,
-        decay: Sequence[bool],
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-    ):
-        self.params = list(params)
-        g = len(lrs)
-        if len(weight_decays) != g or any(p.shape[0] != g for p in self.params) or len(decay) != len(self.params):
-            raise ValueError("GridAdamW: every parameter needs a leading probe dimension of len(lrs) == len(wds)")
-        dev = self.params[0].device
-        self.base_lrs = torch.tensor(list(lrs), dtype=torch.float32, device=dev)
-        self.wds = torch.tensor(list(weight_decays), dtype=torch.float32, device=dev)
-        self.decay = list(decay)
-        self.betas, self.eps, self.t = betas, eps, 0
-        self.m = [torch.zeros_like(p) for p in self.params]
-        self.v = [torch.zeros_like(p) for p in self.params]
-
-    def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
-
-    @torch.no_grad()
-    def step(self, lr_scale: float = 1.0) -> None:
-        self.t += 1
-        b1, b2 = self.betas
-        bc1, bc2 = 1 - b1**self.t, 1 - b2**self.t
-        lrs = self.base_lrs * lr_scale
-        for p, m, v, dec in zip(self.params, self.m, self.v, self.decay, strict=True):
-            if p.grad is None:
-                continue
-            shape = (-1,) + (1,) * (p.dim() - 1)
-            lr = lrs.view(shape)
-            if dec:
-                p.mul_(1 - lr * self.wds.view(shape))
-            m.lerp_(p.grad, 1 - b1)
-            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-            denom = (v / bc2).sqrt_().add_(self.eps)
-            p.sub_(lr / bc1 * m / denom)
-
-
-def lr_factor(step: int, total: int, warmup: int) -> float:
-    """Linear warm-up over ``warmup`` steps, then cosine from 1 to 0 at ``total``."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Training and evaluation
-
-
-@dataclass
-class GridResult:
-    """Every probe of a grid: its (lr, wd), validation and test accuracy (%); ``best`` chosen on validation."""
-
-    kind: str
-    lrs: list[float]
-    weight_decays: list[float]
-    val_acc: list[float]
-    val_loss: list[float]
-    test_acc: list[float] | None
-    best: int
-    epochs: int
-    seconds: float
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def best_val(self) -> float:
-        return self.val_acc[self.best]
-
-    @property
-    def best_test(self) -> float | None:
-        return None if self.test_acc is None else self.test_acc[self.best]
-
-    @property
-    def reported(self) -> float:
-        """The number to report: test accuracy of the probe chosen on validation (validation if no test)."""
-        return self.best_val if self.test_acc is None else self.test_acc[self.best]
-
-    def to_json(self) -> dict[str, Any]:
-        grid = [
-            {
-                "lr": lr,
-                "weight_decay": wd,
-                "val_acc": va,
-                "val_loss": vl,
-                **({"test_acc": self.test_acc[i]} if self.test_acc is not None else {}),
-            }
-            for i, (lr, wd, va, vl) in enumerate(
-                zip(self.lrs, self.weight_decays, self.val_acc, self.val_loss, strict=True)
-            )
-        ]
-        return {
-            "kind": self.kind,
-            "best": {
-                "index": self.best,
-                "lr": self.lrs[self.best],
-                "weight_decay": self.weight_decays[self.best],
-                "val_acc": self.best_val,
-                "test_acc": self.best_test,
-            },
-            "reported_acc": self.reported,
-            "epochs": self.epochs,
-            "seconds": self.seconds,
-            "grid": grid,
-            **self.extra,
-        }
 
 
 def build_probe_grid(
@@ -481,181 +334,3 @@ def build_probe_grid(
     if kind == "linear":
         return LinearProbeGrid(g, dim, num_classes, generator=generator)
     raise ValueError(f"probe kind {kind!r}: valid choices are attentive, linear")
-
-
-def _param_decay(model: nn.Module) -> tuple[list[Tensor], list[bool]]:
-    params, decay = [], []
-    for name, p in model.named_parameters():
-        params.append(p)
-        decay.append(p.dim() >= 3 or name.endswith("query"))  # per-probe matrices and the query
-    return params, decay
-
-
-Labels = Tensor | Mapping[str, Tensor]
-
-
-def _task_slices(classes: Mapping[Any, int], g: int) -> dict[Any, tuple[slice, int]]:
-    """Probe rows and class count of each task: task i owns probes [i·g, (i+1)·g) and logits [:C_i]."""
-    return {t: (slice(i * g, (i + 1) * g), c) for i, (t, c) in enumerate(classes.items())}
-
-
-def _grid_loss(logits: Tensor, ys: Mapping[Any, Tensor], slices: Mapping[Any, tuple[slice, int]]) -> Tensor:
-    """Sum over probes of each probe's mean cross-entropy (so every probe gets exactly its own gradient)."""
-    loss = logits.new_zeros(())
-    for t, (sl, c) in slices.items():
-        lg = logits[sl, :, :c]  # [g, b, C_t]
-        loss = loss + F.cross_entropy(lg.reshape(-1, c), ys[t].repeat(lg.shape[0])) * lg.shape[0]
-    return loss
-
-
-@torch.no_grad()
-def evaluate_grid(
-    model: nn.Module,
-    x: Tensor,
-    ys: Mapping[Any, Tensor],
-    slices: Mapping[Any, tuple[slice, int]],
-    *,
-    batch_size: int = 256,
-    device: str = "cpu",
-) -> dict[Any, tuple[Tensor, Tensor]]:
-    """Per task: accuracy (%) and mean cross-entropy of each of its probes, two tensors [g]."""
-    model.eval()
-    sums: dict[Any, list[Tensor]] = {}
-    for i in range(0, len(x), batch_size):
-        logits = model(x[i : i + batch_size].to(device))  # [G, b, C_max]
-        for t, (sl, c) in slices.items():
-            yb = ys[t][i : i + batch_size].to(device)
-            lg = logits[sl, :, :c]
-            correct = (lg.argmax(-1) == yb).sum(1).double()
-            loss = F.cross_entropy(lg.transpose(1, 2), yb.expand(lg.shape[0], -1), reduction="none").sum(1).double()
-            prev = sums.get(t)
-            sums[t] = [correct, loss] if prev is None else [prev[0] + correct, prev[1] + loss]
-    if not sums:
-        raise ValueError("evaluate_grid: empty evaluation split")
-    return {t: ((100.0 * c / len(x)).cpu(), (lo / len(x)).cpu()) for t, (c, lo) in sums.items()}
-
-
-def _label_map(y: Labels) -> dict[Any, Tensor]:
-    return {t: v.long() for t, v in y.items()} if isinstance(y, Mapping) else {None: y.long()}
-
-
-def _class_counts(num_classes: int | Mapping[str, int] | None, ys_train: dict[Any, Tensor], ys_val: dict[Any, Tensor]):
-    if isinstance(num_classes, Mapping):
-        return {t: int(num_classes[t]) for t in ys_train}
-    if num_classes is not None:
-        return {t: int(num_classes) for t in ys_train}
-    return {t: int(max(ys_train[t].max(), ys_val[t].max())) + 1 for t in ys_train}
-
-
-def fit_probe_grid(
-    kind: ProbeKind,
-    cfg: ProbeConfig,
-    x: Tensor,
-    ys: Mapping[Any, Tensor],
-    classes: Mapping[Any, int],
-    *,
-    generator: torch.Generator,
-    device: str | torch.device = "cpu",
-) -> tuple[nn.Module, dict[Any, tuple[slice, int]]]:
-    """Train the (lr × wd) grid of ``kind`` probes of every task on the training inputs ``x`` and labels ``ys``
-    (task -> [N]) as one stacked model: each task owns ``len(cfg.grid(kind))`` probes and its first
-    ``classes[task]`` logits. ``generator`` draws the initialisation, then each epoch's order. Returns the
-    model and each task's (probe rows, classes)."""
-    grid = cfg.grid(kind)
-    slices = _task_slices(classes, len(grid))
-    model = build_probe_grid(
-        kind, cfg, x.shape[-1], max(classes.values()), generator=generator, num_probes=len(grid) * len(classes)
-    ).to(device)
-    if isinstance(model, LinearProbeGrid):
-        model.fit_standardizer(x.to(device))
-    params, decay = _param_decay(model)
-    lrs, wds = [lr for lr, _ in grid] * len(classes), [wd for _, wd in grid] * len(classes)
-    opt = GridAdamW(params, lrs, wds, decay=decay, betas=(cfg.beta1, cfg.beta2))
-    epochs = cfg.epochs if kind == "attentive" else cfg.linear_epochs
-    n, bs = len(x), min(cfg.batch_size, len(x))
-    steps_per_epoch = math.ceil(n / bs)
-    total, warmup = epochs * steps_per_epoch, int(cfg.warmup_epochs * steps_per_epoch)
-    step = 0
-    for _ in range(epochs):
-        model.train()
-        order = torch.randperm(n, generator=generator)
-        for i in range(0, n, bs):
-            idx = order[i : i + bs]
-            loss = _grid_loss(
-                model(x[idx].to(device, non_blocking=True)), {t: y[idx].to(device) for t, y in ys.items()}, slices
-            )
-            opt.zero_grad()
-            loss.backward()
-            opt.step(lr_factor(step, total, warmup))
-            step += 1
-    return model, slices
-
-
-def choose_probes(
-    kind: ProbeKind,
-    cfg: ProbeConfig,
-    val: Mapping[Any, tuple[Tensor, Tensor]],
-    test: Mapping[Any, tuple[Tensor, Tensor]] | None,
-    *,
-    seconds: float,
-    extra: dict[str, Any] | None = None,
-) -> dict[Any, GridResult]:
-    """Per task, the probe of the grid with the best validation accuracy (ties: the lower validation loss),
-    reported with its test accuracy; the whole grid is kept in the result. ``val`` / ``test``: task ->
-    (accuracy %, loss) per probe, as :func:`evaluate_grid` returns them."""
-    grid = cfg.grid(kind)
-    results = {}
-    for t, (val_acc, val_loss) in val.items():
-        best = min(range(len(grid)), key=lambda i, va=val_acc, vl=val_loss: (-float(va[i]), float(vl[i])))
-        results[t] = GridResult(
-            kind=kind if kind == "linear" or cfg.depth == 1 else f"attentive{cfg.depth}",
-            lrs=[lr for lr, _ in grid],
-            weight_decays=[wd for _, wd in grid],
-            val_acc=[float(a) for a in val_acc],
-            val_loss=[float(v) for v in val_loss],
-            test_acc=None if test is None else [float(a) for a in test[t][0]],
-            best=best,
-            epochs=cfg.epochs if kind == "attentive" else cfg.linear_epochs,
-            seconds=seconds,
-            extra=dict(extra or {}),
-        )
-    return results
-
-
-def train_probe_grid(
-    kind: ProbeKind,
-    cfg: ProbeConfig,
-    train: tuple[Tensor, Labels],
-    val: tuple[Tensor, Labels],
-    test: tuple[Tensor, Labels] | None = None,
-    *,
-    num_classes: int | Mapping[str, int] | None = None,
-    generator: torch.Generator | None = None,
-    device: str | torch.device = "cpu",
-) -> GridResult | dict[str, GridResult]:
-    """Train the (lr × wd) grid of ``kind`` probes on cached features (:func:`fit_probe_grid`); choose on
-    ``val``, report on ``test`` (:func:`choose_probes`).
-
-    ``train``/``val``/``test``: (inputs, labels). Inputs are tokens [N, L, D] (attentive) or pooled features
-    [N, D] (linear); labels int64 [N]. The features are frozen tensors: nothing here touches an encoder.
-
-    Labels may be a mapping task -> [N] (with ``num_classes`` a mapping too): then one grid per task is
-    stacked into the same probe dimension and every task's probes read the same batches in one forward
-    pass (the inputs are read and normalised once for all tasks); returns task -> result. Each probe still
-    trains exactly as it would alone (its loss term depends only on its parameters).
-    """
-    start = time.perf_counter()
-    multi = isinstance(train[1], Mapping)
-    ys_train, ys_val = _label_map(train[1]), _label_map(val[1])
-    if len(train[0]) == 0 or any(len(v) != len(train[0]) for v in ys_train.values()):
-        raise ValueError(
-            f"train_probe_grid: {len(train[0])} inputs for labels of lengths {[len(v) for v in ys_train.values()]}"
-        )
-    classes = _class_counts(num_classes, ys_train, ys_val)
-    gen = generator if generator is not None else make_generator("probe", 0)
-    model, slices = fit_probe_grid(kind, cfg, train[0], ys_train, classes, generator=gen, device=device)
-    val_res = evaluate_grid(model, val[0], ys_val, slices, device=str(device))
-    test_res = None if test is None else evaluate_grid(model, test[0], _label_map(test[1]), slices, device=str(device))
-    extra = {"trained_with_tasks": [str(k) for k in classes]} if multi else None
-    results = choose_probes(kind, cfg, val_res, test_res, seconds=time.perf_counter() - start, extra=extra)
-    return results if multi else results[None]

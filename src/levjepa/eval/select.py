@@ -19,7 +19,7 @@ any number of runs.
 
 **Validation (optional, ``task``).** With a task, each checkpoint's frozen encoder (EMA weights by default)
 is probed — a built-in benchmark task (``appearance``, ``motion``, ``arrow``) or the user's own labelled
-split files (``index:TRAIN,VAL[,TEST]``, through the dataset-scale path ``levjepa.eval.dataset_eval``) —
+split files (``index:TRAIN,VAL[,TEST]``, through the dataset-scale path ``levjepa.eval.dataset_task``) —
 and the Spearman correlations of ``−loss`` and ``−loss/λ^α`` with accuracy are reported (the sign is
 flipped so that +1 means "lower loss ranks higher accuracy", the direction that makes the loss usable for
 selection), with two-sided p-values from the t approximation (``t = ρ √((n−2)/(1−ρ²))``, n − 2 degrees of
@@ -45,15 +45,11 @@ import numpy as np
 
 from levjepa import distributed
 from levjepa.config import ConfigError
-from levjepa.eval.benchmark import (
-    TASKS,
-    EvalConfig,
-    LabelledSplits,
-    benchmark_splits,
-    evaluate_encoder_on_splits,
-    synthetic_config_for,
-)
-from levjepa.eval.dataset_eval import dataset_task, evaluate_dataset
+from levjepa.eval.clips_task import LabelledSplits
+from levjepa.eval.config import EvalConfig
+from levjepa.eval.dataset_task import dataset_task
+from levjepa.eval.harness import evaluate
+from levjepa.eval.synthetic_task import TASKS, synthetic_config_for, synthetic_splits
 from levjepa.formats.load import WEIGHTS_MEANING, load_encoder, read_run_config
 from levjepa.train.config import PretrainConfig
 from levjepa.train.run_dir import RunDirError
@@ -299,7 +295,7 @@ def select(
     """Rank every checkpoint by its loss (and loss / λ^α); with ``task`` (a built-in task or
     ``index:TRAIN,VAL[,TEST]``) also probe each and report the Spearman correlations (see the module doc).
     ``cache_dir``: the feature cache (built-in) or the feature-store folder (index task);
-    ``index_options``: keyword arguments of ``levjepa.eval.dataset_eval.dataset_task`` (protocol, frames, ...)."""
+    ``index_options``: keyword arguments of ``levjepa.eval.dataset_task.dataset_task`` (protocol, frames, ...)."""
     if task is None or not task.startswith("index:"):
         given = {k: v for k, v in (index_options or {}).items() if k in ("protocol", "video_root", "labels_file") and v}
         if given:
@@ -319,7 +315,12 @@ def select(
         progress=progress,
     )
     if is_index:
-        dtask = dataset_task(task[len("index:") :].split(","), tokens=probe == "attentive", **(index_options or {}))
+        dtask = dataset_task(
+            task[len("index:") :].split(","),
+            tokens=probe == "attentive",
+            features_dir=cache_dir or "features",
+            **(index_options or {}),
+        )
         split_text = f"{'test' if 'test' in dtask.splits else 'val'} of {task[len('index:') :]} ({dtask.clip_text})"
     else:
         if task not in TASKS:
@@ -328,18 +329,20 @@ def select(
     for r in rows:
         enc = load_encoder(r["checkpoint"], weights=weights, device=device)
         if is_index:
-            res = evaluate_dataset({"ckpt": enc.encoder}, dtask, evaluation, cache_dir or "features")
+            res = evaluate({"ckpt": enc.encoder}, dtask, evaluation)
             if res is None:  # not rank 0
                 continue
             result = res.results["ckpt"]["labels"][probe]
         else:
             if r["run"] not in split_cache:
                 run_cfg = read_run_config(r["run"]) if (Path(r["run"]) / CONFIG).is_file() else PretrainConfig()
-                split_cache[r["run"]] = benchmark_splits(
+                split_cache[r["run"]] = synthetic_splits(
                     synthetic_config_for(run_cfg, synthetic_overrides or []), budget
                 )
             splits = split_cache[r["run"]]
-            result = evaluate_encoder_on_splits(enc.encoder, splits, evaluation)[0][task][probe]
+            done = evaluate({"ckpt": enc.encoder}, splits, evaluation)
+            assert done is not None  # clips in memory: every process probes
+            result = done.results["ckpt"][task][probe]
             split_text = (
                 f"the built-in benchmark's test split (image source {splits.image_source}, clips {splits.clip_text})"
             )

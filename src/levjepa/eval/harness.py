@@ -1,0 +1,143 @@
+"""One evaluation harness: ``evaluate(encoders, task, config)`` for every frozen-probe evaluation.
+
+A **task** says what the labelled splits are and where each encoder's features come from; the harness does
+the rest the same way for all of them: for each encoder, the features of every split (a feature source,
+``levjepa.eval.source``), then every probe of ``config.probes`` on every label set of ``config.tasks``
+(:func:`probe_sources`: the stacked grids of ``levjepa.eval.trainer``, kNN of ``levjepa.eval.knn``), then the
+chance levels, the split sizes and the results-info dict, built here once. Every encoder gets the same
+probe seed, so columns differ only by the encoder. Two tasks exist:
+
+* ``levjepa.eval.clips_task.LabelledSplits`` — labelled clips in memory (the built-in benchmark,
+  ``levjepa.eval.synthetic_task``), features computed once per encoder and optionally cached;
+* ``levjepa.eval.dataset_task.DatasetTask`` — a user's labelled split files, features streamed to feature
+  stores on disk (every rank builds its share; rank 0 trains the probes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import torch
+
+from levjepa.eval.config import PROBE_INPUTS, PROBE_KINDS, EvalConfig
+from levjepa.eval.knn import knn_from_sources
+from levjepa.eval.result import EvalResult, Result
+from levjepa.eval.source import FeatureSource
+from levjepa.eval.trainer import train_probes
+from levjepa.model.vit import VideoEncoder
+from levjepa.rng import make_generator
+
+__all__ = ["Task", "evaluate", "probe_sources"]
+
+
+class Task(Protocol):
+    """What :func:`evaluate` needs from a task."""
+
+    @property
+    def num_classes(self) -> Mapping[str, int]: ...  # label set -> class count
+
+    @property
+    def image_source(self) -> str: ...  # what the clips show (every result states it)
+
+    @property
+    def clip_text(self) -> str: ...  # the clips' size and views, for the caption
+
+    @property
+    def report_seconds(self) -> bool: ...  # whether the wall time means something to report
+
+    def prepare(self, encoders: Mapping[str, VideoEncoder], cfg: EvalConfig) -> bool:
+        """Work every rank does before any probe; True on the rank that trains the probes."""
+        ...
+
+    def sources(self, name: str, encoder: VideoEncoder, cfg: EvalConfig) -> dict[str, FeatureSource]:
+        """split -> the features of ``encoder`` (``train``, ``val`` and optionally ``test``)."""
+        ...
+
+    def info(self) -> dict[str, Any]:
+        """What the results-info dict adds for this task."""
+        ...
+
+
+def probe_sources(
+    sources: Mapping[str, FeatureSource], cfg: EvalConfig, num_classes: Mapping[str, int]
+) -> dict[str, dict[str, Result]]:
+    """task -> probe -> result: every probe of ``cfg.probes`` on every task of ``num_classes``, one encoder's
+    features (the probes never see the encoder). The grids of all tasks share one stacked model per probe."""
+    tasks = list(num_classes)
+    out: dict[str, dict[str, Result]] = {t: {} for t in tasks}
+    train, val, test = sources["train"], sources["val"], sources.get("test")
+    for probe in cfg.probes:
+        if probe == "knn":
+            for t in tasks:
+                out[t][probe] = knn_from_sources(train, val, test, task=t, num_classes=num_classes[t])
+            continue
+        res = train_probes(
+            PROBE_KINDS[probe],
+            cfg.probe_cfg,
+            PROBE_INPUTS[probe],
+            train,
+            val,
+            test,
+            classes=num_classes,
+            generator=make_generator("probe", cfg.seed, ",".join(tasks), probe),
+            device=cfg.device,
+        )
+        for t in tasks:
+            out[t][probe] = res[t]
+    return out
+
+
+def _chance(labels: torch.Tensor, num_classes: int) -> float:
+    """Accuracy (%) of always answering the majority class."""
+    return 100.0 * float(torch.bincount(labels, minlength=num_classes).max()) / max(1, len(labels))
+
+
+def evaluate(encoders: Mapping[str, VideoEncoder], task: Task, cfg: EvalConfig) -> EvalResult | None:
+    """Every encoder (a module or a ``LoadedEncoder``) on ``task``: one table (see the module doc). Returns
+    None on the ranks that do not train the probes. Encoders are left as they were found."""
+    names = list(cfg.tasks or task.num_classes)  # () = every label set of the task
+    for t in names:
+        if t not in task.num_classes:
+            raise ValueError(f"task {t!r}: valid tasks here are {', '.join(task.num_classes)}")
+    cfg = dataclasses.replace(cfg, tasks=tuple(names))
+    classes = {t: task.num_classes[t] for t in names}
+    modules = {name: getattr(enc, "encoder", enc) for name, enc in encoders.items()}
+    if not task.prepare(modules, cfg):
+        return None
+    start = time.perf_counter()
+    results, timings = {}, {}
+    chance: dict[str, float] = {}
+    sizes: dict[str, int] = {}
+    for name, enc in modules.items():
+        t0 = time.perf_counter()
+        sources = task.sources(name, enc, cfg)
+        t1 = time.perf_counter()
+        try:
+            results[name] = probe_sources(sources, cfg, classes)
+        finally:
+            for src in sources.values():
+                src.close()
+        timings[name] = {"features_s": t1 - t0, "probes_s": time.perf_counter() - t1}
+        reported = sources.get("test", sources["val"])
+        chance = {t: _chance(reported.file_labels(t), c) for t, c in classes.items()}
+        sizes = {s: src.files for s, src in sources.items()}
+    probe_cfg = cfg.probe_cfg
+    info: dict[str, Any] = {
+        "title": cfg.title,
+        "image_source": task.image_source,
+        "clip": task.clip_text,
+        "split_sizes": sizes,
+        "has_test": "test" in sizes,
+        "budget": cfg.budget,
+        "probe_depth": probe_cfg.depth,
+        "probe_config": {k: list(v) if isinstance(v, tuple) else v for k, v in probe_cfg.__dict__.items()},
+        "device": str(cfg.device),
+        "seed": cfg.seed,
+        **task.info(),
+    }
+    if task.report_seconds:
+        info.update(timings_s=timings, seconds=time.perf_counter() - start)
+    return EvalResult(list(encoders), names, list(cfg.probes), results, chance, info)

@@ -1,0 +1,67 @@
+"""What an evaluation returns: the accuracy of every encoder × task × probe, its table and its JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from levjepa.eval.config import PROBE_LABELS
+from levjepa.eval.knn import KnnResult
+from levjepa.eval.trainer import GridResult
+
+__all__ = ["EvalResult", "Result"]
+
+Result = GridResult | KnnResult
+
+
+@dataclass
+class EvalResult:
+    """Accuracy (%) of every encoder × task × probe; ``results[encoder][task][probe]`` keeps the whole grid."""
+
+    encoders: list[str]
+    tasks: list[str]
+    probes: list[str]
+    results: dict[str, dict[str, dict[str, Result]]]
+    chance: dict[str, float]  # task -> majority-class accuracy (%) of the reported split
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def accuracy(self, encoder: str, task: str, probe: str) -> float:
+        return self.results[encoder][task][probe].reported
+
+    def caption(self) -> str:
+        i = self.info
+        sizes = "/".join(str(v) for v in i.get("split_sizes", {}).values())
+        split = "test" if i.get("has_test", True) else "val (no test split given)"
+        return (
+            f"Frozen-encoder accuracy (%) on {split} of the probe chosen on val — {i.get('title', 'benchmark')}; "
+            f"image source: {i.get('image_source')}; clips {i.get('clip')}; train/val/test {sizes} clips; "
+            f"budget {i.get('budget')}; chance = the majority class's share of that split."
+        )
+
+    def table(self) -> str:
+        head = ["task", "probe", *self.encoders, "chance"]
+        lines = [self.caption(), "", "| " + " | ".join(head) + " |", "| --- | --- |" + " ---: |" * (len(head) - 2)]
+        for task in self.tasks:
+            for probe in self.probes:
+                label = PROBE_LABELS.get(probe, probe)
+                if probe == "attentive" and self.info.get("probe_depth", 1) != 1:
+                    label = "attentive4"
+                accs = [f"{self.accuracy(e, task, probe):.1f}" for e in self.encoders]
+                lines.append(f"| {task} | {label} | " + " | ".join(accs) + f" | {self.chance[task]:.1f} |")
+        if "seconds" in self.info:
+            lines.append("")
+            lines.append(f"({self.info['seconds']:.0f} s on {self.info.get('device', 'cpu')}.)")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "info": self.info,
+            "chance": self.chance,
+            "accuracy": {
+                e: {t: {p: self.accuracy(e, t, p) for p in self.probes} for t in self.tasks} for e in self.encoders
+            },
+            "results": {
+                e: {t: {p: r.to_json() for p, r in tp.items()} for t, tp in te.items()}
+                for e, te in self.results.items()
+            },
+        }

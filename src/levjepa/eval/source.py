@@ -1,0 +1,158 @@
+"""Where probes read their inputs: one interface over frozen features in memory or in a feature store on disk.
+
+A **feature source** is the samples of one split. Sample ``i`` has, per task, a label, and three inputs a
+probe may read (``levjepa.eval.config.PROBE_INPUTS``): ``tokens`` [S·(1+L), D] (CLS then every patch token,
+float16), ``mean`` [D] (the patch tokens averaged) and ``cls`` [D]. The probe trainer
+(``levjepa.eval.trainer``) and kNN (``levjepa.eval.knn``) see nothing else, so the same loop trains from
+either source.
+
+* :class:`MemorySource` — features computed once into memory (``levjepa.eval.features``): one sample per
+  clip, one view.
+* :class:`StoreSource` — a feature store on disk (``levjepa.eval.feature_store``) read batch by batch with
+  ``pread``, so memory does not grow with the number of clips. A sample is one (file, crop): the rows of its
+  ``segments`` clips for that crop. Its tokens are those of all its segments concatenated
+  ``[segments · (1+L), D]`` (V-JEPA 2's multi-clip evaluation concatenates the clips' tokens); its ``mean``
+  and ``cls`` are the segments' averaged. A file's ``crops`` samples are consecutive: at evaluation their
+  class probabilities are averaged and accuracy counts files (V-JEPA 2 averages its views' softmax outputs).
+  kNN reads each file's CLS averaged over every view.
+
+Memory of a store source: the index (a few int64 per row) plus the batch asked for; kNN keeps every file's
+CLS vector (N × D float32), which is what kNN is.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from levjepa.eval.feature_store import FeatureStore
+
+__all__ = ["FeatureSource", "MemorySource", "Samples", "StoreSource", "samples"]
+
+
+class FeatureSource(ABC):
+    """The samples of one split: per-task labels (int64 [N]) and :meth:`read` of any batch of inputs."""
+
+    name: str  # what the source is (a store's path), for error messages
+    labels: dict[str, Tensor]  # task -> int64 [N], one label per sample
+    crops: int = 1  # consecutive samples of one file; their probabilities are averaged at evaluation
+
+    def __len__(self) -> int:
+        return len(next(iter(self.labels.values())))
+
+    @property
+    def files(self) -> int:
+        return len(self) // self.crops
+
+    @abstractmethod
+    def read(self, what: str, idx: Tensor) -> Tensor:
+        """Input ``what`` (``tokens``, ``mean``, ``cls``) of samples ``idx`` (int64 [B]): [B, ...]."""
+
+    @abstractmethod
+    def file_cls(self) -> Tensor:
+        """Every file's CLS averaged over its views: float32 [files, D] (kNN's input)."""
+
+    def file_labels(self, task: str) -> Tensor:
+        return self.labels[task][:: self.crops]
+
+    def dim(self, what: str) -> int:
+        return int(self.read(what, torch.zeros(1, dtype=torch.int64)).shape[-1])
+
+    def info(self) -> dict[str, Any]:
+        """What a probe result records about where it was trained."""
+        return {}
+
+    def close(self) -> None:  # noqa: B027 (a source in memory has nothing to release)
+        """Release open files."""
+
+
+class MemorySource(FeatureSource):
+    """Inputs held as tensors (``inputs[what]``: [N, ...]), one view per sample."""
+
+    def __init__(self, inputs: Mapping[str, Tensor | None], labels: Mapping[str, Tensor], name: str = "memory"):
+        self.inputs = {k: v for k, v in inputs.items() if v is not None}
+        self.labels = {t: y.long() for t, y in labels.items()}
+        self.name = name
+        n = {len(v) for v in self.inputs.values()} | {len(y) for y in self.labels.values()}
+        if len(n) != 1:
+            raise ValueError(f"{name}: inputs and labels of different lengths {sorted(n)}")
+
+    def read(self, what: str, idx: Tensor) -> Tensor:
+        if what not in self.inputs:
+            if what == "tokens":
+                raise ValueError("the attentive probe needs every token: compute the features with keep_tokens=True")
+            raise ValueError(f"{self.name}: no input {what!r} (have {', '.join(self.inputs)})")
+        return self.inputs[what][idx]
+
+    def file_cls(self) -> Tensor:
+        return self.inputs["cls"]
+
+    def info(self) -> dict[str, Any]:
+        return {"trained_with_tasks": list(self.labels)}
+
+
+@dataclass(frozen=True)
+class Samples:
+    """The samples of a store: ``rows[i]`` = the store rows of sample i (its segments, in order)."""
+
+    rows: np.ndarray  # int64 [N, segments]
+    labels: np.ndarray  # int64 [N]
+    file: np.ndarray  # int64 [N]: the item id, shared by the crops of one file
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def samples(store: FeatureStore) -> Samples:
+    """One sample per (file, crop) of ``store`` (see the module doc)."""
+    segments, crops = int(store.config["segments"]), int(store.config["crops"])
+    first = np.nonzero((store.segment == 0) & (store.crop == 0))[0]  # first row of each file
+    if len(first) * segments * crops != len(store):
+        raise ValueError(f"{store.path}: {len(store)} rows are not {segments} segments × {crops} crops per file")
+    base = np.repeat(first, crops) + np.tile(np.arange(crops), len(first))  # [files · crops]
+    rows = base[:, None] + crops * np.arange(segments)[None, :]
+    if (store.labels[first] < 0).any():
+        raise ValueError(f"{store.path}: some rows have no label; a probe needs a labelled store")
+    return Samples(rows.astype(np.int64), np.repeat(store.labels[first], crops), np.repeat(store.item[first], crops))
+
+
+class StoreSource(FeatureSource):
+    """The samples of a complete feature store, labelled with task ``task`` (see the module doc)."""
+
+    def __init__(self, store: FeatureStore, task: str = "labels", batch_rows: int = 4096):
+        self.store, self.name = store, str(store.path)
+        self.smp = samples(store)
+        self.crops = int(store.config["crops"])
+        self.views = int(store.config["segments"]) * self.crops
+        self.labels = {task: torch.from_numpy(self.smp.labels)}
+        self.batch_rows = batch_rows
+
+    def read(self, what: str, idx: Tensor) -> Tensor:
+        rows = self.smp.rows[idx.numpy()]
+        b, s = rows.shape
+        if what == "tokens":
+            t = torch.from_numpy(self.store.read("tokens", rows.reshape(-1)))  # [B·S, 1+L, D] float16
+            return t.reshape(b, s * t.shape[1], t.shape[2])
+        return torch.from_numpy(self.store.read(what, rows.reshape(-1))).reshape(b, s, -1).mean(1)
+
+    def file_cls(self) -> Tensor:
+        first = np.nonzero((self.store.segment == 0) & (self.store.crop == 0))[0]
+        per = max(1, self.batch_rows // self.views)
+        out = []
+        for i in range(0, len(first), per):
+            rows = (first[i : i + per, None] + np.arange(self.views)[None, :]).reshape(-1)
+            cls = torch.from_numpy(self.store.read("cls", rows))
+            out.append(cls.reshape(len(rows) // self.views, self.views, -1).mean(1))
+        return torch.cat(out)
+
+    def info(self) -> dict[str, Any]:
+        return {"from_disk": True, "train_samples": len(self)}
+
+    def close(self) -> None:
+        self.store.close()

@@ -1,0 +1,368 @@
+"""The probe trainer: the (lr × wd) grid of one kind of probe, for every task, trained from any feature source.
+
+Written once for features in memory and on disk (``levjepa.eval.source``): the trainer reads batches of
+samples through :meth:`FeatureSource.read` and never knows where they live.
+
+**The grid** (V-JEPA's ``multihead_kwargs``). ``G`` probes with different (learning rate, weight decay)
+are stacked on a leading parameter dimension (``levjepa.eval.probes.build_probe_grid``) and read the *same*
+batch in one forward pass; the loss is the sum of the per-probe mean cross-entropies, so each probe
+receives exactly the gradient it would get alone. Several tasks (label sets of the same samples) stack
+their grids into the same model: task ``i`` owns probes ``[i·G, (i+1)·G)`` and its first ``C_i`` logits, so
+the inputs are read once per batch for all tasks. :class:`GridAdamW` is AdamW with a learning rate and a
+weight decay per probe (equal to ``torch.optim.AdamW`` run on each probe separately; tested). Weight decay
+applies to matrices and the query, not to biases or LayerNorm parameters. Schedule: linear warm-up then
+cosine to 0 (V-JEPA 2's probe configs: no warm-up, cosine to 0, 20 epochs, lr ∈ {5e-3, 3e-3, 1e-3, 3e-4,
+1e-4} × wd ∈ {0.01, 0.1, 0.4, 0.8}, AdamW betas (0.9, 0.999)). The linear probe's standardiser is the
+training samples' mean and standard deviation, accumulated in float64 over the same batches the trainer
+reads (one pass, bounded memory).
+
+**Evaluation and choice.** A file's views (its ``crops`` consecutive samples) have their class
+probabilities averaged; accuracy counts files and the validation loss is the cross-entropy of those
+averaged probabilities. The probe with the best validation accuracy is chosen (ties: lower validation
+loss) and its test accuracy reported; the whole grid is kept in the result.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from levjepa.eval.probes import LinearProbeGrid, ProbeConfig, ProbeKind, build_probe_grid
+from levjepa.eval.source import FeatureSource, MemorySource
+from levjepa.rng import make_generator
+
+__all__ = [
+    "GridAdamW",
+    "GridResult",
+    "choose_probes",
+    "evaluate_probes",
+    "lr_factor",
+    "standardizer",
+    "train_probe_grid",
+    "train_probes",
+]
+
+
+class GridAdamW:
+    """AdamW over stacked parameters [G, ...] with a learning rate and a weight decay per probe g.
+
+    Per element: ``m ← β1 m + (1−β1) g``, ``v ← β2 v + (1−β2) g²``, ``p ← p (1 − lr_g wd_g)`` (decoupled, only
+    for parameters in ``decay``), ``p ← p − lr_g · (m / (1−β1^t)) / (√(v / (1−β2^t)) + eps)`` — the update of
+    ``torch.optim.AdamW``, run for every probe at once.
+    """
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lrs: Sequence[float],
+        weight_decays: Sequence[float],
+        *,
+        decay: Sequence[bool],
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ):
+        self.params = list(params)
+        g = len(lrs)
+        if len(weight_decays) != g or any(p.shape[0] != g for p in self.params) or len(decay) != len(self.params):
+            raise ValueError("GridAdamW: every parameter needs a leading probe dimension of len(lrs) == len(wds)")
+        dev = self.params[0].device
+        self.base_lrs = torch.tensor(list(lrs), dtype=torch.float32, device=dev)
+        self.wds = torch.tensor(list(weight_decays), dtype=torch.float32, device=dev)
+        self.decay = list(decay)
+        self.betas, self.eps, self.t = betas, eps, 0
+        self.m = [torch.zeros_like(p) for p in self.params]
+        self.v = [torch.zeros_like(p) for p in self.params]
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self, lr_scale: float = 1.0) -> None:
+        self.t += 1
+        b1, b2 = self.betas
+        bc1, bc2 = 1 - b1**self.t, 1 - b2**self.t
+        lrs = self.base_lrs * lr_scale
+        for p, m, v, dec in zip(self.params, self.m, self.v, self.decay, strict=True):
+            if p.grad is None:
+                continue
+            shape = (-1,) + (1,) * (p.dim() - 1)
+            lr = lrs.view(shape)
+            if dec:
+                p.mul_(1 - lr * self.wds.view(shape))
+            m.lerp_(p.grad, 1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            denom = (v / bc2).sqrt_().add_(self.eps)
+            p.sub_(lr / bc1 * m / denom)
+
+
+def lr_factor(step: int, total: int, warmup: int) -> float:
+    """Linear warm-up over ``warmup`` steps, then cosine from 1 to 0 at ``total``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+@dataclass
+class GridResult:
+    """Every probe of a grid: its (lr, wd), validation and test accuracy (%); ``best`` chosen on validation."""
+
+    kind: str
+    lrs: list[float]
+    weight_decays: list[float]
+    val_acc: list[float]
+    val_loss: list[float]
+    test_acc: list[float] | None
+    best: int
+    epochs: int
+    seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def best_val(self) -> float:
+        return self.val_acc[self.best]
+
+    @property
+    def best_test(self) -> float | None:
+        return None if self.test_acc is None else self.test_acc[self.best]
+
+    @property
+    def reported(self) -> float:
+        """The number to report: test accuracy of the probe chosen on validation (validation if no test)."""
+        return self.best_val if self.test_acc is None else self.test_acc[self.best]
+
+    def to_json(self) -> dict[str, Any]:
+        grid = [
+            {
+                "lr": lr,
+                "weight_decay": wd,
+                "val_acc": va,
+                "val_loss": vl,
+                **({"test_acc": self.test_acc[i]} if self.test_acc is not None else {}),
+            }
+            for i, (lr, wd, va, vl) in enumerate(
+                zip(self.lrs, self.weight_decays, self.val_acc, self.val_loss, strict=True)
+            )
+        ]
+        return {
+            "kind": self.kind,
+            "best": {
+                "index": self.best,
+                "lr": self.lrs[self.best],
+                "weight_decay": self.weight_decays[self.best],
+                "val_acc": self.best_val,
+                "test_acc": self.best_test,
+            },
+            "reported_acc": self.reported,
+            "epochs": self.epochs,
+            "seconds": self.seconds,
+            "grid": grid,
+            **self.extra,
+        }
+
+
+def _param_decay(model: nn.Module) -> tuple[list[Tensor], list[bool]]:
+    params: list[Tensor] = []
+    decay: list[bool] = []
+    for name, p in model.named_parameters():
+        params.append(p)
+        decay.append(p.dim() >= 3 or name.endswith("query"))  # per-probe matrices and the query
+    return params, decay
+
+
+def _task_slices(classes: Mapping[str, int], g: int) -> dict[str, tuple[slice, int]]:
+    """Probe rows and class count of each task: task i owns probes [i·g, (i+1)·g) and logits [:C_i]."""
+    return {t: (slice(i * g, (i + 1) * g), c) for i, (t, c) in enumerate(classes.items())}
+
+
+def _grid_loss(logits: Tensor, ys: Mapping[str, Tensor], slices: Mapping[str, tuple[slice, int]]) -> Tensor:
+    """Sum over probes of each probe's mean cross-entropy (so every probe gets exactly its own gradient)."""
+    loss = logits.new_zeros(())
+    for t, (sl, c) in slices.items():
+        lg = logits[sl, :, :c]  # [g, b, C_t]
+        loss = loss + F.cross_entropy(lg.reshape(-1, c), ys[t].repeat(lg.shape[0])) * lg.shape[0]
+    return loss
+
+
+def _batches(n: int, bs: int, order: Tensor | None = None) -> list[Tensor]:
+    idx = torch.arange(n) if order is None else order
+    return [idx[i : i + bs] for i in range(0, n, bs)]
+
+
+@torch.no_grad()
+def standardizer(source: FeatureSource, what: str, batch_size: int) -> tuple[Tensor, Tensor]:
+    """Mean and standard deviation (float32 [D]) of input ``what`` over ``source``'s samples, in one streamed
+    pass accumulated in float64."""
+    total, sq, n = None, None, 0
+    for idx in _batches(len(source), batch_size):
+        x = source.read(what, idx).double()
+        total = x.sum(0) if total is None else total + x.sum(0)
+        sq = (x * x).sum(0) if sq is None else sq + (x * x).sum(0)
+        n += len(x)
+    assert total is not None and sq is not None
+    mean = total / n
+    std = (sq / n - mean * mean).clamp_min(0).sqrt()
+    return mean.float(), std.float().clamp_min(1e-6)
+
+
+@torch.no_grad()
+def evaluate_probes(
+    model: nn.Module,
+    source: FeatureSource,
+    what: str,
+    slices: Mapping[str, tuple[slice, int]],
+    *,
+    batch_size: int,
+    device: str,
+) -> dict[str, tuple[Tensor, Tensor]]:
+    """Per task: accuracy (%) and loss of each of its probes (two tensors [g]), per file (see the module doc)."""
+    model.eval()
+    crops, files = source.crops, source.files
+    if files == 0:
+        raise ValueError(f"{source.name}: empty evaluation split")
+    sums: dict[str, list[Tensor]] = {}
+    for fb in _batches(files, max(1, batch_size // crops)):
+        sb = (fb[:, None] * crops + torch.arange(crops)[None, :]).reshape(-1)
+        logits = model(source.read(what, sb).to(device))  # [G, B·crops, C_max]
+        for t, (sl, c) in slices.items():
+            lg = logits[sl, :, :c]
+            probs = lg.float().softmax(-1).reshape(lg.shape[0], len(fb), crops, -1).mean(2)  # [g, B, C]
+            y = source.labels[t][sb[::crops]].to(device)
+            correct = (probs.argmax(-1) == y).sum(1).double()
+            nll = F.nll_loss(probs.clamp_min(1e-12).log().transpose(1, 2), y.expand(len(probs), -1), reduction="none")
+            loss = nll.sum(1).double()
+            prev = sums.get(t)
+            sums[t] = [correct, loss] if prev is None else [prev[0] + correct, prev[1] + loss]
+    return {t: ((100.0 * c / files).cpu(), (lo / files).cpu()) for t, (c, lo) in sums.items()}
+
+
+def choose_probes(
+    kind: ProbeKind,
+    cfg: ProbeConfig,
+    val: Mapping[str, tuple[Tensor, Tensor]],
+    test: Mapping[str, tuple[Tensor, Tensor]] | None,
+    *,
+    seconds: float,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, GridResult]:
+    """Per task, the probe of the grid with the best validation accuracy (ties: the lower validation loss),
+    reported with its test accuracy; the whole grid is kept in the result. ``val`` / ``test``: task ->
+    (accuracy %, loss) per probe, as :func:`evaluate_probes` returns them."""
+    grid = cfg.grid(kind)
+    results = {}
+    for t, (val_acc, val_loss) in val.items():
+        scores = [(-float(a), float(v)) for a, v in zip(val_acc, val_loss, strict=True)]
+        best = scores.index(min(scores))
+        results[t] = GridResult(
+            kind=kind if kind == "linear" or cfg.depth == 1 else f"attentive{cfg.depth}",
+            lrs=[lr for lr, _ in grid],
+            weight_decays=[wd for _, wd in grid],
+            val_acc=[float(a) for a in val_acc],
+            val_loss=[float(v) for v in val_loss],
+            test_acc=None if test is None else [float(a) for a in test[t][0]],
+            best=best,
+            epochs=cfg.epochs if kind == "attentive" else cfg.linear_epochs,
+            seconds=seconds,
+            extra=dict(extra or {}),
+        )
+    return results
+
+
+def train_probes(
+    kind: ProbeKind,
+    cfg: ProbeConfig,
+    what: str,
+    train: FeatureSource,
+    val: FeatureSource,
+    test: FeatureSource | None = None,
+    *,
+    classes: Mapping[str, int],
+    generator: torch.Generator,
+    device: str = "cpu",
+) -> dict[str, GridResult]:
+    """Train the (lr × wd) grid of ``kind`` probes reading input ``what`` for every task of ``classes``
+    (task -> class count) on ``train``, choose on ``val``, report on ``test``; returns task -> result.
+    ``generator`` draws the initialisation, then each epoch's order."""
+    start = time.perf_counter()
+    n = len(train)
+    if n == 0:
+        raise ValueError(f"{train.name}: no training sample")
+    grid = cfg.grid(kind)
+    slices = _task_slices(classes, len(grid))
+    model = build_probe_grid(
+        kind, cfg, train.dim(what), max(classes.values()), generator=generator, num_probes=len(grid) * len(classes)
+    ).to(device)
+    bs = min(cfg.batch_size, n)
+    if isinstance(model, LinearProbeGrid):
+        mean, std = standardizer(train, what, bs)
+        model.set_standardizer(mean.to(device), std.to(device))
+    params, decay = _param_decay(model)
+    lrs, wds = [lr for lr, _ in grid] * len(classes), [wd for _, wd in grid] * len(classes)
+    opt = GridAdamW(params, lrs, wds, decay=decay, betas=(cfg.beta1, cfg.beta2))
+    epochs = cfg.epochs if kind == "attentive" else cfg.linear_epochs
+    steps_per_epoch = math.ceil(n / bs)
+    total, warmup = epochs * steps_per_epoch, int(cfg.warmup_epochs * steps_per_epoch)
+    step = 0
+    for _ in range(epochs):
+        model.train()
+        for idx in _batches(n, bs, torch.randperm(n, generator=generator)):
+            x = train.read(what, idx).to(device, non_blocking=True)
+            loss = _grid_loss(model(x), {t: train.labels[t][idx].to(device) for t in classes}, slices)
+            opt.zero_grad()
+            loss.backward()
+            opt.step(lr_factor(step, total, warmup))
+            step += 1
+    ev = {"batch_size": 2 * cfg.batch_size, "device": str(device)}
+    val_res = evaluate_probes(model, val, what, slices, **ev)  # type: ignore[arg-type]
+    test_res = None if test is None else evaluate_probes(model, test, what, slices, **ev)  # type: ignore[arg-type]
+    return choose_probes(kind, cfg, val_res, test_res, seconds=time.perf_counter() - start, extra=train.info())
+
+
+Labels = Tensor | Mapping[str, Tensor]
+
+
+def train_probe_grid(
+    kind: ProbeKind,
+    cfg: ProbeConfig,
+    train: tuple[Tensor, Labels],
+    val: tuple[Tensor, Labels],
+    test: tuple[Tensor, Labels] | None = None,
+    *,
+    num_classes: int | Mapping[str, int] | None = None,
+    generator: torch.Generator | None = None,
+    device: str | torch.device = "cpu",
+) -> GridResult | dict[str, GridResult]:
+    """:func:`train_probes` on tensors in memory: ``train``/``val``/``test`` are (inputs, labels), inputs tokens
+    [N, L, D] (attentive) or pooled features [N, D] (linear), labels int64 [N] — or a mapping task -> [N]
+    (with ``num_classes`` a mapping too), then every task's grid is stacked into one model and task ->
+    result returned."""
+    multi = isinstance(train[1], Mapping)
+
+    def source(split: tuple[Tensor, Labels]) -> MemorySource:
+        y = split[1]
+        return MemorySource({"x": split[0]}, dict(y) if isinstance(y, Mapping) else {"": y})
+
+    src = {"train": source(train), "val": source(val)} | ({} if test is None else {"test": source(test)})
+    if isinstance(num_classes, Mapping):
+        classes = {t: int(num_classes[t]) for t in src["train"].labels}
+    elif num_classes is not None:
+        classes = {t: int(num_classes) for t in src["train"].labels}
+    else:
+        ys = src["train"].labels, src["val"].labels
+        classes = {t: int(max(ys[0][t].max(), ys[1][t].max())) + 1 for t in ys[0]}
+    gen = generator if generator is not None else make_generator("probe", 0)
+    res = train_probes(
+        kind, cfg, "x", src["train"], src["val"], src.get("test"), classes=classes, generator=gen, device=str(device)
+    )
+    if multi:
+        return res
+    res[""].extra.pop("trained_with_tasks")
+    return res[""]
