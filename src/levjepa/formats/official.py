@@ -95,7 +95,7 @@ class OfficialModel:
     encoder: dict[str, torch.Tensor]
     projector: dict[str, torch.Tensor] | None
     source: str  # the file read
-    copy: str  # which weights: "ema", "online" or "as published"
+    copy: str  # which weights: "ema", "online" or "published"
     note: str  # said to the user: what was read, from where
     stated: dict[str, Any]  # what the source's config stated (recorded with the import)
 
@@ -131,7 +131,7 @@ def _read_source(src: Path, trust_pickle: bool) -> tuple[dict[str, dict[str, tor
         stated = read_json(cfg_file) if cfg_file.is_file() else {}
         if (src / "model.safetensors").is_file():
             tensors, meta = load_tensors(src / "model.safetensors")
-            return {"as published": tensors}, {**_meta_config(meta), **stated}, src / "model.safetensors"
+            return {"published": tensors}, {**_meta_config(meta), **stated}, src / "model.safetensors"
         if index.is_file():
             shards = sorted(set(read_json(index).get("weight_map", {}).values()))
             if not shards:
@@ -139,11 +139,11 @@ def _read_source(src: Path, trust_pickle: bool) -> tuple[dict[str, dict[str, tor
             tensors = {}
             for shard in shards:
                 tensors.update(load_tensors(src / shard)[0])
-            return {"as published": tensors}, stated, index
+            return {"published": tensors}, stated, index
         raise WeightsError(f"{src}: no model.safetensors (or model.safetensors.index.json): not a model directory")
     if src.suffix == ".safetensors":
         tensors, meta = load_tensors(src)
-        return {"as published": tensors}, _meta_config(meta), src
+        return {"published": tensors}, _meta_config(meta), src
     obj = _trusted_load(src, trust_pickle)
     if not isinstance(obj, Mapping):
         raise WeightsError(f"{src}: not a training checkpoint (a {type(obj).__name__}, expected a dict)")
@@ -153,7 +153,7 @@ def _read_source(src: Path, trust_pickle: bool) -> tuple[dict[str, dict[str, tor
         if isinstance(value, Mapping):
             copies.setdefault(copy, {k: v for k, v in value.items() if isinstance(v, torch.Tensor)})
     if not copies and all(isinstance(v, torch.Tensor) for v in obj.values()):
-        copies["as published"] = dict(obj)  # a plain state dict saved with torch.save
+        copies["published"] = dict(obj)  # a plain state dict saved with torch.save
     if not copies:
         raise WeightsError(f"{src}: no 'state_dict' in this checkpoint (keys: {', '.join(map(str, list(obj)[:8]))})")
     hparams = obj.get("hyper_parameters") or obj.get("hparams") or {}
