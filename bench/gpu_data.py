@@ -193,7 +193,7 @@ def nvdec_section(out_dir: Path, clips: int) -> dict:
     from levjepa.data.encode import write_video
     from levjepa.data.prepare import PrepareOptions, prepare_file
     from levjepa.data.sources import MediaItem
-    from levjepa.data.video import decode_windows, hwaccel_status
+    from levjepa.data.video import DecodeOptions, decode_windows, hwaccel_status
 
     reason = hwaccel_status("cuda")
     out: dict = {"nvdec": "available" if reason is None else f"unavailable: {reason}"}
@@ -211,10 +211,11 @@ def nvdec_section(out_dir: Path, clips: int) -> dict:
     for name, hw in (("cpu", None), ("nvdec", "cuda")):
         if hw and reason is not None:
             continue
-        decode_windows(clip, generator=torch.Generator().manual_seed(0), hwaccel=hw)  # warm-up
+        opts = DecodeOptions(hwaccel=hw)
+        decode_windows(clip, opts, generator=torch.Generator().manual_seed(0))  # warm-up
         t0 = time.perf_counter()
         for i in range(clips):
-            decode_windows(clip, generator=torch.Generator().manual_seed(i), hwaccel=hw)
+            decode_windows(clip, opts, generator=torch.Generator().manual_seed(i))
         out[f"decode_clips_per_s_{name}"] = clips / (time.perf_counter() - t0)
         cfg = DataConfig(sources=(str(clip.parent),), batch_size=8, num_workers=0, samples_per_epoch=1024,
                          resize_on="device", decode_device="cuda" if hw else "cpu")  # fmt: skip

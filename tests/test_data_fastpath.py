@@ -22,7 +22,7 @@ from levjepa.data.encode import write_video
 from levjepa.data.prepare import PrepareOptions, prepare_file
 from levjepa.data.resize import crop_resize
 from levjepa.data.sources import MediaItem
-from levjepa.data.video import FIXED_GOP_COMMENT, decode_clip, decode_windows, window_indices
+from levjepa.data.video import FIXED_GOP_COMMENT, DecodeOptions, decode_clip, decode_windows, window_indices
 from levjepa.data.views import IMAGENET_MEAN, IMAGENET_STD, cut_view
 
 
@@ -56,14 +56,15 @@ def test_prepare_writes_the_fixed_gop_and_marks_it(fixed_gop):
 
 
 def test_skip_nonref_gives_bit_identical_frames(fixed_gop):
+    opts = DecodeOptions(num_frames=16, frame_stride=2, short_side=None)
     for start in (0, 2, 6, 8, 14, 30, 38):
-        fast = decode_windows(fixed_gop, num_frames=16, frame_stride=2, start_frame=start, short_side=None)
+        fast = decode_windows(fixed_gop, opts, start_frame=start)
         plain = decode_clip(
             fixed_gop, num_frames=16, frame_stride=2, start_frame=start, short_side=None, skip_nonref=False
         )
         assert fast.skipped_nonref
         assert torch.equal(fast.frames[fast.index[0]], plain), start
-    odd = decode_windows(fixed_gop, num_frames=4, frame_stride=2, start_frame=3, short_side=None)
+    odd = decode_windows(fixed_gop, DecodeOptions(num_frames=4, frame_stride=2, short_side=None), start_frame=3)
     assert not odd.skipped_nonref  # odd frames are wanted: nothing may be skipped
     assert torch.equal(
         odd.frames, decode_clip(fixed_gop, num_frames=4, start_frame=3, short_side=None, skip_nonref=False)
@@ -73,7 +74,7 @@ def test_skip_nonref_gives_bit_identical_frames(fixed_gop):
 def test_fixed_gop_windows_start_on_even_frames(fixed_gop):
     starts = set()
     for seed in range(40):
-        out = decode_windows(fixed_gop, num_frames=8, frame_stride=2, generator=torch.Generator().manual_seed(seed))
+        out = decode_windows(fixed_gop, DecodeOptions(num_frames=8), generator=torch.Generator().manual_seed(seed))
         starts.add(out.source_index[0])
     assert all(s % 2 == 0 for s in starts) and len(starts) > 5
 
@@ -99,10 +100,8 @@ def test_a_lying_marker_cannot_change_the_frames(tmp_path):
 
 
 def test_windows_decoded_together_equal_each_decoded_alone(fixed_gop):
-    out = decode_windows(
-        fixed_gop, num_frames=6, frame_stride=2, count=3, shift=12, short_side=None,
-        generator=torch.Generator().manual_seed(3),
-    )  # fmt: skip
+    opts = DecodeOptions(num_frames=6, frame_stride=2, shift=12, short_side=None)
+    out = decode_windows(fixed_gop, opts, count=3, generator=torch.Generator().manual_seed(3))
     starts = [out.source_index[int(w[0])] for w in out.index]
     assert len(set(starts)) > 1 and max(starts) - min(starts) <= 12
     for w, start in zip(out.index, starts, strict=True):

@@ -88,21 +88,22 @@ def test_fresh_pretraining_clips_are_new_every_epoch_and_reproducible_anywhere()
     assert all(torch.equal(a, b) for a, b in zip(first, two_workers, strict=True))
     assert all(torch.equal(a, b) for a, b in zip(first[3:], resumed, strict=True))
     # the clip behind a position is rendered anew each epoch (fixed clips come back, with new crops)
-    from levjepa.data.loader import _SyntheticSource, sample_generator
+    from levjepa.data.loader import sample_generator
+    from levjepa.data.sources import SyntheticSource
 
     fixed = replace(cfg, synthetic=replace(cfg.synthetic, pretrain_clips="split"))
     for data, renewed in ((cfg, True), (fixed, False)):
-        source = _SyntheticSource(data)
+        source = SyntheticSource(data)
         clip = [source.load(5, sample_generator(0, epoch, 5, "time")).frames for epoch in (0, 0, 1)]
         assert torch.equal(clip[0], clip[1])
         assert torch.equal(clip[0], clip[2]) != renewed
 
 
 def test_fresh_pretraining_clips_show_only_training_images():
-    from levjepa.data.loader import _SyntheticSource  # the loader's own source, as pretraining reads it
+    from levjepa.data.sources import SyntheticSource  # the loader's own source, as pretraining reads it
 
     cfg = _fresh_loader()
-    source = _SyntheticSource(cfg)
+    source = SyntheticSource(cfg)
     pool = load_image_pool(cfg.synthetic)
     train = set(_split_images(pool.images.shape[0], cfg.synthetic.seed, "train").tolist())
     held_out = set(_split_images(pool.images.shape[0], cfg.synthetic.seed, "val").tolist())

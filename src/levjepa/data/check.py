@@ -30,10 +30,10 @@ __all__ = ["CheckReport", "check_item", "check_source", "format_report"]
 def _count_frames(path: Any) -> int:
     import av
 
-    from levjepa.data.video import _open
+    from levjepa.data.video import open_video
 
     n = 0
-    with _open(path) as container:
+    with open_video(path) as container:
         stream = container.streams.video[0]
         stream.codec_context.thread_type = "AUTO"
         try:

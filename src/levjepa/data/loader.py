@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -57,8 +57,9 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from levjepa.data.badfiles import BadFileReport, DataError
 from levjepa.data.batch import FrameBatch, ViewBatch, collate_views
 from levjepa.data.config import DataConfig
-from levjepa.data.sources import SYNTHETIC, MediaItem, list_media
-from levjepa.data.video import MemoryFile, decode_windows, hwaccel_status, load_image, window_indices
+from levjepa.data.shards import ShardSource, is_shard_store
+from levjepa.data.sources import SYNTHETIC, Decoded, FileSource, SyntheticSource, list_media
+from levjepa.data.video import hwaccel_status
 from levjepa.data.views import make_views, sample_view_params
 from levjepa.data.workers import start_context, worker_init
 from levjepa.rng import make_generator
@@ -127,111 +128,6 @@ class StepBatchSampler(Sampler[list[tuple[int, int, int]]]):
 
 
 # ---------------------------------------------------------------------------------------------- sources
-
-
-@dataclass
-class Decoded:
-    """What a source yields for one group of ``k`` clips: ``frames`` uint8 ``[U, H, W, C]`` (a span of
-    decoded frames, channels last), clip ``m`` being ``frames[index[m]]`` (``index`` int64 ``[k, T]``), and a
-    note when the video was padded."""
-
-    frames: torch.Tensor
-    index: torch.Tensor
-    note: str | None = None
-
-
-def _decode(source: str | MemoryFile, cfg: DataConfig, generator: torch.Generator, count: int) -> Decoded:
-    out = decode_windows(
-        source,
-        num_frames=cfg.num_frames,
-        frame_stride=cfg.frame_stride,
-        target_fps=cfg.target_fps,
-        count=count,
-        shift=cfg.repeat_shift,
-        short_side=cfg.short_side,
-        short_videos=cfg.short_videos,
-        generator=generator,
-        min_side=cfg.min_side,
-        max_side=cfg.max_side,
-        threads=cfg.decode_threads,
-        skip_nonref=cfg.skip_nonref,
-        hwaccel="cuda" if cfg.decode_device == "cuda" else None,
-    )
-    return Decoded(out.frames, out.index, out.note)
-
-
-def _image(img: torch.Tensor, cfg: DataConfig, count: int) -> Decoded:
-    """An image is a clip of ``num_frames`` copies of itself: one frame, indexed ``T`` times."""
-    return Decoded(img.unsqueeze(0), torch.zeros(count, cfg.num_frames, dtype=torch.int64))
-
-
-class _FileSource:
-    def __init__(self, name: str, items: list[MediaItem], cfg: DataConfig) -> None:
-        self.name, self.items, self.cfg = name, items, cfg
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def path(self, j: int) -> str:
-        return self.items[j].path
-
-    def load(self, j: int, generator: torch.Generator, count: int = 1) -> Decoded:
-        """``count`` clips of item ``j`` from one decode; raises DataError."""
-        cfg, item = self.cfg, self.items[j]
-        if item.kind == "image":
-            img = load_image(item.path, short_side=cfg.short_side, min_side=cfg.min_side, max_side=cfg.max_side)
-            return _image(img, cfg, count)
-        return _decode(item.path, cfg, generator, count)
-
-
-class _SyntheticSource:
-    """The benchmark's train clips (labels unused). Its clips are already at the benchmark's frame rate, so
-    ``frame_stride`` / ``target_fps`` do not apply: a clip longer than ``num_frames`` gives a random window of
-    consecutive frames, a shorter one is padded with its last frame.
-
-    ``synthetic.pretrain_clips="fresh"``: item ``j`` is the train split's ``j``-th image, rendered on every
-    draw with new random choices (labels, motion, position, colours) from the draw's own generator, so a
-    position of an epoch gives the same clip on any worker or rank, and a new one in the next epoch."""
-
-    def __init__(self, cfg: DataConfig) -> None:
-        from levjepa.data import synthetic
-
-        self.name, self.cfg = SYNTHETIC, cfg
-        self.fresh = cfg.synthetic.pretrain_clips == "fresh"
-        if self.fresh:
-            self.pool = synthetic.load_image_pool(cfg.synthetic)
-            self.images = synthetic.split_images(cfg.synthetic, "train", self.pool)
-        else:
-            self.clips = synthetic.load_split(cfg.synthetic, "train").clips
-
-    def __len__(self) -> int:
-        return self.images.numel() if self.fresh else self.clips.shape[0]
-
-    def path(self, j: int) -> str:
-        return f"synthetic:train/{j}"
-
-    def load_many(self, items: list[int], generators: list[torch.Generator], count: int = 1) -> list[Decoded]:
-        """``load`` for several items at once (the batch's fresh clips rendered in one call, ~4x cheaper than
-        one by one); item ``i`` reads ``generators[i]`` exactly as ``load`` would."""
-        if self.fresh:
-            from levjepa.data import synthetic
-
-            params = synthetic.draw_params(self.cfg.synthetic, self.images[items], generators)
-            clips = list(synthetic.render(self.cfg.synthetic, params, self.pool))
-        else:
-            clips = [self.clips[j] for j in items]
-        return [self._windows(clip, g, count) for clip, g in zip(clips, generators, strict=True)]
-
-    def load(self, j: int, generator: torch.Generator, count: int = 1) -> Decoded:
-        return self.load_many([j], [generator], count)[0]
-
-    def _windows(self, clip: torch.Tensor, generator: torch.Generator, count: int) -> Decoded:
-        """``count`` windows of ``clip`` [C, T, H, W], drawn from ``generator`` after the clip's own draws."""
-        windows, _ = window_indices(
-            clip.shape[1], num_frames=self.cfg.num_frames, step=1, count=count, shift=self.cfg.repeat_shift,
-            generator=generator,
-        )  # fmt: skip
-        return Decoded(clip.permute(1, 2, 3, 0), torch.tensor(windows, dtype=torch.int64))
 
 
 def _largest_remainder(total: int, weights: list[float]) -> list[int]:
@@ -387,12 +283,10 @@ class PretrainDataset(Dataset):
 
 def _build_source(spec: str, cfg: DataConfig) -> Any:
     if spec == SYNTHETIC:
-        return _SyntheticSource(cfg)
-    from levjepa.data.shards import ShardSource, is_shard_store
-
+        return SyntheticSource(cfg)
     if is_shard_store(spec):
         return ShardSource(spec, cfg)
-    return _FileSource(spec, list_media(spec), cfg)
+    return FileSource(spec, list_media(spec), cfg)
 
 
 def resolve_devices(cfg: DataConfig) -> DataConfig:

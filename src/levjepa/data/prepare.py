@@ -117,12 +117,12 @@ def _prepare_video(src: str, dst: Path, opts: PrepareOptions) -> None:
     import av
 
     from levjepa.data.encode import VideoWriter
-    from levjepa.data.video import FIXED_GOP_COMMENT, _fps, _open, resized_shape
+    from levjepa.data.video import FIXED_GOP_COMMENT, open_video, resized_shape, stream_fps
 
     tmp = _partial_name(dst)
     written = 0
     try:
-        with _open(src) as inp:
+        with open_video(src) as inp:
             if not inp.streams.video:
                 raise DataError(f"no-video: {src} has no video stream")
             stream = inp.streams.video[0]
@@ -132,7 +132,7 @@ def _prepare_video(src: str, dst: Path, opts: PrepareOptions) -> None:
                 raise DataError(f"unreadable: {src} reports a {cc.width}x{cc.height} video stream")
             h, w = resized_shape(cc.height, cc.width, opts.short_side)
             h, w = _even(h), _even(w)
-            fps_in = _fps(stream)
+            fps_in = stream_fps(stream)
             fps_out = opts.fps or fps_in
             options = {"crf": str(opts.crf), "preset": opts.preset}
             if opts.fastdecode:

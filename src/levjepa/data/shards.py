@@ -53,7 +53,9 @@ import torch
 
 from levjepa.config import ConfigError
 from levjepa.data.badfiles import DataError
-from levjepa.data.sources import MediaItem, media_kind
+from levjepa.data.config import DataConfig
+from levjepa.data.sources import Decoded, MediaItem, decode_media, decode_options, image_clip, media_kind
+from levjepa.data.video import MemoryFile, load_image
 from levjepa.data.workers import parallel_map
 from levjepa.rng import make_generator
 
@@ -161,8 +163,9 @@ def read_index(spec: str) -> ShardIndex:
 class ShardSource:
     """A loader source over a shard store (see the module docstring); ``cfg`` is the ``DataConfig``."""
 
-    def __init__(self, spec: str, cfg: Any) -> None:
+    def __init__(self, spec: str, cfg: DataConfig) -> None:
         self.name, self.cfg = spec, cfg
+        self.options = decode_options(cfg)
         self.index = read_index(spec)
         self._fs: Any = None
         self._files: dict[int, Any] = {}
@@ -254,18 +257,15 @@ class ShardSource:
             raise DataError(f"truncated: {self.path(j)}: the shard ends {size - len(data)} bytes early")
         return data
 
-    def load(self, j: int, generator: torch.Generator, count: int = 1) -> Any:
+    def load(self, j: int, generator: torch.Generator, count: int = 1) -> Decoded:
         """Like a file source's ``load``, for member ``j``; a DataError names the member and its origin."""
-        from levjepa.data.loader import _decode, _image
-        from levjepa.data.video import MemoryFile, load_image
-
         cfg = self.cfg
         try:
             member = MemoryFile(self.path(j), self.read(j))
             if media_kind(self.index.names[j]) == "image":
                 img = load_image(member, short_side=cfg.short_side, min_side=cfg.min_side, max_side=cfg.max_side)
-                return _image(img, cfg, count)
-            return _decode(member, cfg, generator, count)
+                return image_clip(img, cfg.num_frames, count)
+            return decode_media(member, self.options, generator, count)
         except DataError as exc:
             raise DataError(f"{exc} (packed from {self.index.paths[j]})") from None
 

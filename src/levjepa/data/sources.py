@@ -16,8 +16,13 @@ A *source* is a string in ``DataConfig.sources``:
   plain text file given by mistake would otherwise become a list of missing videos).
 * a single **video or image file**.
 
-``list_media`` returns :class:`MediaItem` rows; the loader mixes several sources with ``DataConfig.weights``
-(see ``loader.py``: each epoch holds a fixed quota of positions per source, proportional to its weight).
+``list_media`` returns :class:`MediaItem` rows. Pretraining reads a source through an object with ``len``,
+``path(j)`` and ``load(j, generator, count) -> Decoded`` (``count`` clips of item ``j`` from one decode):
+:class:`FileSource` (folders, indexes, files), :class:`SyntheticSource` (the built-in benchmark) and
+``shards.ShardSource`` (a packed shard store); the decode options come from the data config in one
+:class:`~levjepa.data.video.DecodeOptions` (:func:`decode_options`). The loader mixes several sources with
+``DataConfig.weights`` (see ``loader.py``: each epoch holds a fixed quota of positions per source,
+proportional to its weight).
 """
 
 from __future__ import annotations
@@ -27,10 +32,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from levjepa.data.badfiles import DataError
-from levjepa.data.video import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
+import torch
 
-__all__ = ["SYNTHETIC", "MediaItem", "list_media", "media_kind", "parse_index"]
+from levjepa.data.badfiles import DataError
+from levjepa.data.config import DataConfig
+from levjepa.data.video import (
+    IMAGE_EXTENSIONS,
+    VIDEO_EXTENSIONS,
+    DecodeOptions,
+    MemoryFile,
+    decode_windows,
+    load_image,
+    window_indices,
+)
+
+__all__ = [
+    "SYNTHETIC",
+    "Decoded",
+    "FileSource",
+    "MediaItem",
+    "SyntheticSource",
+    "decode_media",
+    "decode_options",
+    "image_clip",
+    "list_media",
+    "media_kind",
+    "parse_index",
+]
 
 SYNTHETIC = "synthetic"
 
@@ -138,3 +166,117 @@ def list_media(source: str) -> list[MediaItem]:
     if kind is not None:
         return [MediaItem(str(path), None, kind)]
     return parse_index(path)
+
+
+# ---------------------------------------------------------------------------------------------- reading clips
+
+
+@dataclass
+class Decoded:
+    """What a source yields for one group of ``k`` clips: ``frames`` uint8 ``[U, H, W, C]`` (a span of
+    decoded frames, channels last), clip ``m`` being ``frames[index[m]]`` (``index`` int64 ``[k, T]``), and a
+    note when the video was padded."""
+
+    frames: torch.Tensor
+    index: torch.Tensor
+    note: str | None = None
+
+
+def decode_options(cfg: DataConfig) -> DecodeOptions:
+    """How ``cfg`` cuts clips from a video (its decode fields, in one object)."""
+    return DecodeOptions(
+        num_frames=cfg.num_frames,
+        frame_stride=cfg.frame_stride,
+        target_fps=cfg.target_fps,
+        shift=cfg.repeat_shift,
+        short_side=cfg.short_side,
+        short_videos=cfg.short_videos,
+        min_side=cfg.min_side,
+        max_side=cfg.max_side,
+        threads=cfg.decode_threads,
+        skip_nonref=cfg.skip_nonref,
+        hwaccel="cuda" if cfg.decode_device == "cuda" else None,
+    )
+
+
+def decode_media(source: str | MemoryFile, options: DecodeOptions, generator: torch.Generator, count: int) -> Decoded:
+    """``count`` windows of a video (a path or the bytes of a shard member) from one decode; raises DataError."""
+    out = decode_windows(source, options, count=count, generator=generator)
+    return Decoded(out.frames, out.index, out.note)
+
+
+def image_clip(img: torch.Tensor, num_frames: int, count: int) -> Decoded:
+    """An image is a clip of ``num_frames`` copies of itself: one frame, indexed ``T`` times."""
+    return Decoded(img.unsqueeze(0), torch.zeros(count, num_frames, dtype=torch.int64))
+
+
+class FileSource:
+    """The files of a folder, an index or a single file, read as pretraining clips."""
+
+    def __init__(self, name: str, items: list[MediaItem], cfg: DataConfig) -> None:
+        self.name, self.items, self.cfg = name, items, cfg
+        self.options = decode_options(cfg)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def path(self, j: int) -> str:
+        return self.items[j].path
+
+    def load(self, j: int, generator: torch.Generator, count: int = 1) -> Decoded:
+        """``count`` clips of item ``j`` from one decode; raises DataError."""
+        cfg, item = self.cfg, self.items[j]
+        if item.kind == "image":
+            img = load_image(item.path, short_side=cfg.short_side, min_side=cfg.min_side, max_side=cfg.max_side)
+            return image_clip(img, cfg.num_frames, count)
+        return decode_media(item.path, self.options, generator, count)
+
+
+class SyntheticSource:
+    """The benchmark's train clips (labels unused). Its clips are already at the benchmark's frame rate, so
+    ``frame_stride`` / ``target_fps`` do not apply: a clip longer than ``num_frames`` gives a random window of
+    consecutive frames, a shorter one is padded with its last frame.
+
+    ``synthetic.pretrain_clips="fresh"``: item ``j`` is the train split's ``j``-th image, rendered on every
+    draw with new random choices (labels, motion, position, colours) from the draw's own generator, so a
+    position of an epoch gives the same clip on any worker or rank, and a new one in the next epoch."""
+
+    def __init__(self, cfg: DataConfig) -> None:
+        from levjepa.data import synthetic
+
+        self.name, self.cfg = SYNTHETIC, cfg
+        self.fresh = cfg.synthetic.pretrain_clips == "fresh"
+        if self.fresh:
+            self.pool = synthetic.load_image_pool(cfg.synthetic)
+            self.images = synthetic.split_images(cfg.synthetic, "train", self.pool)
+        else:
+            self.clips = synthetic.load_split(cfg.synthetic, "train").clips
+
+    def __len__(self) -> int:
+        return self.images.numel() if self.fresh else self.clips.shape[0]
+
+    def path(self, j: int) -> str:
+        return f"synthetic:train/{j}"
+
+    def load_many(self, items: list[int], generators: list[torch.Generator], count: int = 1) -> list[Decoded]:
+        """``load`` for several items at once (the batch's fresh clips rendered in one call, ~4x cheaper than
+        one by one); item ``i`` reads ``generators[i]`` exactly as ``load`` would."""
+        if self.fresh:
+            from levjepa.data import synthetic
+
+            params = synthetic.draw_params(self.cfg.synthetic, self.images[items], generators)
+            clips = list(synthetic.render(self.cfg.synthetic, params, self.pool))
+        else:
+            clips = [self.clips[j] for j in items]
+        return [self._windows(clip, g, count) for clip, g in zip(clips, generators, strict=True)]
+
+    def load(self, j: int, generator: torch.Generator, count: int = 1) -> Decoded:
+        return self.load_many([j], [generator], count)[0]
+
+    def _windows(self, clip: torch.Tensor, generator: torch.Generator, count: int) -> Decoded:
+        """``count`` windows of ``clip`` [C, T, H, W], drawn from ``generator`` after the clip's own draws."""
+        windows, _ = window_indices(
+            clip.shape[1], num_frames=self.cfg.num_frames, step=1, count=count, shift=self.cfg.repeat_shift,
+            generator=generator,
+        )  # fmt: skip
+        return Decoded(clip.permute(1, 2, 3, 0), torch.tensor(windows, dtype=torch.int64))

@@ -66,6 +66,7 @@ __all__ = [
     "FIXED_GOP_COMMENT",
     "IMAGE_EXTENSIONS",
     "VIDEO_EXTENSIONS",
+    "DecodeOptions",
     "DecodedWindows",
     "MemoryFile",
     "VideoFrames",
@@ -76,8 +77,10 @@ __all__ = [
     "decode_windows",
     "hwaccel_status",
     "load_image",
+    "open_video",
     "probe_video",
     "resized_shape",
+    "stream_fps",
 ]
 
 VIDEO_EXTENSIONS = frozenset(
@@ -100,6 +103,31 @@ class MemoryFile:
 
 
 Source = str | os.PathLike | MemoryFile
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How clips are cut from a video and decoded (see the module doc): one object from the loader down to
+    :func:`decode_windows`. What differs per call (the window's start or its generator, how many windows)
+    is an argument of the decode functions instead."""
+
+    num_frames: int = 16  # frames per clip
+    frame_stride: int = 2  # step in source frames, unless target_fps is given
+    target_fps: float | None = None  # step = source fps / target_fps (possibly fractional)
+    shift: int = 0  # several windows of one decode start within this many source frames of each other
+    short_side: int | None = 256  # frames whose short side is larger are scaled down inside FFmpeg
+    short_videos: Literal["pad", "skip"] = "pad"  # a video shorter than the window: pad with its last frame
+    min_side: int = 1  # refuse (DataError "resolution") smaller or larger videos
+    max_side: int = 1 << 30
+    threads: int = 1  # FFmpeg's decoding threads per file
+    skip_nonref: bool = True  # the fixed-GOP fast path (never skips anything on other files)
+    hwaccel: str | None = None  # "cuda": decode on NVDEC
+
+    def __post_init__(self) -> None:
+        if self.num_frames < 1 or self.frame_stride < 1:
+            raise ValueError(f"num_frames={self.num_frames}, frame_stride={self.frame_stride}: expected both >= 1")
+        if self.target_fps is not None and self.target_fps <= 0:
+            raise ValueError(f"target_fps={self.target_fps}: expected None or > 0")
 
 
 def _name(source: Source) -> str:
@@ -143,8 +171,9 @@ def _check_file(path: str) -> None:
         raise DataError(f"empty: {path} has 0 bytes")
 
 
-def _open(source: Source, hwaccel: str | None = None) -> Any:
-    """Open a path or a MemoryFile with FFmpeg (raises DataError); ``hwaccel`` names a decoding device."""
+def open_video(source: Source, hwaccel: str | None = None) -> Any:
+    """Open a path or a MemoryFile with FFmpeg (a PyAV container, a context manager; raises DataError with the
+    reason); ``hwaccel`` names a decoding device."""
     target: io.BytesIO | str
     if isinstance(source, MemoryFile):
         path, target = source.name, io.BytesIO(source.data)
@@ -220,7 +249,7 @@ def _check_resolution(path: str, width: int, height: int, min_side: int, max_sid
 # --------------------------------------------------------------------------------------------- metadata
 
 
-def _fps(stream: Any) -> float:
+def stream_fps(stream: Any) -> float:
     for rate in (stream.average_rate, stream.guessed_rate, stream.base_rate):
         if rate is not None and float(rate) > 0:
             return float(rate)
@@ -234,7 +263,7 @@ def _info(path: str, container: Any, min_side: int, max_side: int) -> VideoInfo:
     stream = container.streams.video[0]
     cc = stream.codec_context
     _check_resolution(path, cc.width, cc.height, min_side, max_side)
-    fps = _fps(stream)
+    fps = stream_fps(stream)
     duration = math.nan
     if stream.duration is not None and stream.time_base is not None:
         duration = float(stream.duration * stream.time_base)
@@ -253,7 +282,7 @@ def _info(path: str, container: Any, min_side: int, max_side: int) -> VideoInfo:
 
 def probe_video(path: Source, *, min_side: int = 1, max_side: int = 1 << 30) -> VideoInfo:
     """Read a video's metadata without decoding (raises :class:`DataError`)."""
-    with _open(path) as container:
+    with open_video(path) as container:
         return _info(_name(path), container, min_side, max_side)
 
 
@@ -279,7 +308,7 @@ def hwaccel_status(device_type: str = "cuda") -> str | None:
             buf = io.BytesIO()
             write_video(buf, np.zeros((2, 64, 64, 3), np.uint8), container_format="mp4")
             try:
-                with _open(MemoryFile("probe.mp4", buf.getvalue()), hwaccel=device_type) as container:
+                with open_video(MemoryFile("probe.mp4", buf.getvalue()), hwaccel=device_type) as container:
                     next(container.decode(container.streams.video[0]))
                 _HWACCEL_STATUS[device_type] = None
             except Exception as exc:
@@ -543,77 +572,27 @@ def _step(info: VideoInfo, frame_stride: int, target_fps: float | None) -> float
 
 
 def decode_clip(
-    path: Source,
-    *,
-    num_frames: int = 16,
-    frame_stride: int = 2,
-    target_fps: float | None = None,
-    start_frame: int | None = None,
-    short_side: int | None = 256,
-    short_videos: Literal["pad", "skip"] = "pad",
-    generator: torch.Generator | None = None,
-    min_side: int = 1,
-    max_side: int = 1 << 30,
-    threads: int = 1,
-    skip_nonref: bool = True,
-    hwaccel: str | None = None,
+    path: Source, *, start_frame: int | None = None, generator: torch.Generator | None = None, **options: Any
 ) -> torch.Tensor:
-    """Decode one clip: ``num_frames`` frames → uint8 ``[T, H, W, 3]`` (see the module docstring).
+    """Decode one clip: ``num_frames`` frames → uint8 ``[T, H, W, 3]`` (see the module docstring); ``options``
+    are the fields of :class:`DecodeOptions` (``num_frames=8, short_side=None``, ...).
 
     ``start_frame`` fixes the first source frame; otherwise the window is drawn from ``generator``.
     A video shorter than the window is padded with its last frame, or raises ``DataError("short: ...")``
     when ``short_videos="skip"``. ``skip_nonref=False`` never skips frames, even on fixed-GOP files.
     """
-    frames, _ = decode_clip_with_info(
-        path,
-        num_frames=num_frames,
-        frame_stride=frame_stride,
-        target_fps=target_fps,
-        start_frame=start_frame,
-        short_side=short_side,
-        short_videos=short_videos,
-        generator=generator,
-        min_side=min_side,
-        max_side=max_side,
-        threads=threads,
-        skip_nonref=skip_nonref,
-        hwaccel=hwaccel,
-    )
-    return frames
+    return decode_clip_with_info(path, DecodeOptions(**options), start_frame=start_frame, generator=generator)[0]
 
 
 def decode_clip_with_info(
     path: Source,
+    options: DecodeOptions = DecodeOptions(),
     *,
-    num_frames: int = 16,
-    frame_stride: int = 2,
-    target_fps: float | None = None,
     start_frame: int | None = None,
-    short_side: int | None = 256,
-    short_videos: Literal["pad", "skip"] = "pad",
     generator: torch.Generator | None = None,
-    min_side: int = 1,
-    max_side: int = 1 << 30,
-    threads: int = 1,
-    skip_nonref: bool = True,
-    hwaccel: str | None = None,
 ) -> tuple[torch.Tensor, str | None]:
     """:func:`decode_clip`, plus a note (``"short: ..."``) when the clip had to be padded, else None."""
-    out = decode_windows(
-        path,
-        num_frames=num_frames,
-        frame_stride=frame_stride,
-        target_fps=target_fps,
-        start_frame=start_frame,
-        short_side=short_side,
-        short_videos=short_videos,
-        generator=generator,
-        min_side=min_side,
-        max_side=max_side,
-        threads=threads,
-        skip_nonref=skip_nonref,
-        hwaccel=hwaccel,
-    )
+    out = decode_windows(path, options, start_frame=start_frame, generator=generator)
     frames = out.frames if out.sequential else out.frames[out.index[0]]
     return frames, out.note
 
@@ -637,46 +616,33 @@ class DecodedWindows:
 
 def decode_windows(
     path: Source,
+    options: DecodeOptions = DecodeOptions(),
     *,
-    num_frames: int = 16,
-    frame_stride: int = 2,
-    target_fps: float | None = None,
     count: int = 1,
-    shift: int = 0,
     start_frame: int | None = None,
-    short_side: int | None = 256,
-    short_videos: Literal["pad", "skip"] = "pad",
     generator: torch.Generator | None = None,
-    min_side: int = 1,
-    max_side: int = 1 << 30,
-    threads: int = 1,
-    skip_nonref: bool = True,
-    hwaccel: str | None = None,
 ) -> DecodedWindows:
-    """Decode ``count`` windows of ``num_frames`` frames (starts within ``shift`` source frames of each other,
-    see :func:`window_indices`) in one pass over their union of frames (module docstring)."""
-    if num_frames < 1 or frame_stride < 1:
-        raise ValueError(f"num_frames={num_frames}, frame_stride={frame_stride}: expected both >= 1")
-    if target_fps is not None and target_fps <= 0:
-        raise ValueError(f"target_fps={target_fps}: expected None or > 0")
+    """Decode ``count`` windows of ``options.num_frames`` frames (starts within ``options.shift`` source frames
+    of each other, see :func:`window_indices`) in one pass over their union of frames (module docstring)."""
+    o = options
     name = _name(path)
-    with _open(path, hwaccel) as container:
-        info = _info(name, container, min_side, max_side)
-        _setup_stream(container.streams.video[0], threads)
-        convert = _Converter(info.height, info.width, short_side)
-        step = _step(info, frame_stride, target_fps)
+    with open_video(path, o.hwaccel) as container:
+        info = _info(name, container, o.min_side, o.max_side)
+        _setup_stream(container.streams.video[0], o.threads)
+        convert = _Converter(info.height, info.width, o.short_side)
+        step = _step(info, o.frame_stride, o.target_fps)
         everything = None
         if info.num_frames < 0:  # neither a frame count nor a duration is stored: decode everything once
             everything = _decode_everything(name, container, convert)
         n = len(everything) if everything is not None else info.num_frames
         even_step = abs(step - round(step)) < 1e-9 and round(step) % 2 == 0
-        fast = skip_nonref and everything is None and even_step and _fixed_gop(container)
+        fast = o.skip_nonref and everything is None and even_step and _fixed_gop(container)
         windows, padded = window_indices(
-            n, num_frames=num_frames, step=step, count=count, shift=shift, even=fast, start=start_frame,
+            n, num_frames=o.num_frames, step=step, count=count, shift=o.shift, even=fast, start=start_frame,
             generator=generator,
         )  # fmt: skip
-        if padded and short_videos == "skip":
-            raise DataError(_short_message(name, n, num_frames, step, "skipped"))
+        if padded and o.short_videos == "skip":
+            raise DataError(_short_message(name, n, o.num_frames, step, "skipped"))
         union = sorted({i for w in windows for i in w})
         fast = fast and all(i % 2 == 0 for i in union)
         if everything is not None:
@@ -685,7 +651,7 @@ def decode_windows(
             frames = _decode_indices(name, container, info, union, convert, skip_nonref=fast)
     position = {src: k for k, src in enumerate(union)}
     index = torch.tensor([[position[i] for i in w] for w in windows], dtype=torch.int64)
-    note = _short_message(name, n, num_frames, step, "padded with its last frame") if padded else None
+    note = _short_message(name, n, o.num_frames, step, "padded with its last frame") if padded else None
     return DecodedWindows(torch.from_numpy(frames), index, union, note, fast)
 
 
@@ -726,7 +692,7 @@ def decode_all(
         raise ValueError(f"target_fps={target_fps}: expected None or > 0")
     frames: list[np.ndarray] = []
     times: list[float] = []
-    with _open(path) as container:
+    with open_video(path) as container:
         path = _name(path)
         info = _info(path, container, 1, 1 << 30)
         stream = container.streams.video[0]
