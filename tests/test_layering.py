@@ -4,7 +4,10 @@ below or stays inside its own unit, and ``torch.distributed`` is touched by ``le
 Likewise every seed goes through ``levjepa/rng.py`` (STYLE 10): nothing else seeds a generator.
 
 Two units on the same floor may not import each other either (that is how cycles start), so the table is
-also the proof that the package graph has no cycle.
+also the proof that the package graph has no cycle. Inside a unit the files may import each other, but
+never in a circle (:func:`file_cycles`: a cycle hidden behind function-local imports is a cycle too), and no
+module reaches into another module's private names (:func:`private_imports`: ``from levjepa.x.y import _z``
+or ``y._z`` on an imported module), since a name with a leading underscore can change without notice.
 """
 
 from __future__ import annotations
@@ -124,6 +127,84 @@ def violations(sources: dict[str, tuple[bool, str]]) -> list[str]:
     return found
 
 
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The absolute module an ``ImportFrom`` names (relative imports resolved)."""
+    base = node.module or ""
+    if node.level:
+        anchor = (module if is_package else module.rpartition(".")[0]).split(".")
+        anchor = anchor[: len(anchor) - (node.level - 1)]
+        base = ".".join([*anchor, base] if base else anchor)
+    return base
+
+
+def file_cycles(sources: dict[str, tuple[bool, str]]) -> list[str]:
+    """Every import cycle between modules of ``sources`` (function-local imports included), one line each.
+    A package's ``__init__`` importing its own modules is not an edge back: ``from levjepa.data import x``
+    inside ``levjepa.data`` is read as the module ``levjepa.data.x`` when there is one."""
+    modules = set(sources)
+    graph: dict[str, set[str]] = {}
+    for module, (is_package, text) in sources.items():
+        targets = {t for _, t in _imports(module, is_package, ast.parse(text), modules)}
+        graph[module] = {t for t in targets if t in modules and t != module}
+    found, state, stack = [], {}, []
+
+    def visit(m: str) -> None:
+        state[m] = "open"
+        stack.append(m)
+        for t in sorted(graph[m]):
+            if state.get(t) == "open":
+                cycle = [*stack[stack.index(t) :], t]
+                found.append(" -> ".join(cycle) + ": an import cycle (move what both need into a third module)")
+            elif t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    return found
+
+
+def private_imports(sources: dict[str, tuple[bool, str]]) -> list[str]:
+    """Every use of another levjepa module's private name: ``from M import _x`` (``_x`` not a module of the
+    importer's own package) and ``m._x`` where ``m`` names an imported levjepa module."""
+    modules = set(sources)
+    found = []
+    for module, (is_package, text) in sorted(sources.items()):
+        tree = ast.parse(text)
+        package = module if is_package else module.rpartition(".")[0]
+        aliases: dict[str, str] = {}  # local name -> imported levjepa module
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in modules and alias.asname:
+                        aliases[alias.asname] = alias.name
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(module, is_package, node)
+                if not (base == "levjepa" or base.startswith("levjepa.")):
+                    continue
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    if full in modules:
+                        aliases[alias.asname or alias.name] = full
+                    private = alias.name.startswith("_") and not alias.name.startswith("__")
+                    own = full in modules and full.rpartition(".")[0] == package  # a private sibling module
+                    if private and base != module and not own:
+                        found.append(f"{module}:{node.lineno} imports {alias.name} from {base}: a private name")
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and aliases[node.value.id] != module
+            ):
+                found.append(f"{module}:{node.lineno} uses {aliases[node.value.id]}.{node.attr}: a private name")
+    return found
+
+
 def _package_sources() -> dict[str, tuple[bool, str]]:
     return {
         _module_name(path, SRC): (path.name == "__init__.py", path.read_text())
@@ -150,6 +231,42 @@ def test_the_check_catches_upward_sideways_and_distributed_imports():
     assert one("levjepa.newthing", "")  # a module the table does not place
     assert not one("levjepa.formats.load", "from levjepa.train.loop import build_models\nfrom . import features\n")
     assert not one("levjepa.distributed", "import torch.distributed as dist\n")
+
+
+# To burn down, like pyproject.toml's mypy list: cycles known and owned elsewhere. An entry that no longer
+# occurs fails the test too, so the list only shrinks.
+KNOWN_CYCLES = {
+    # formats/ is being rewritten (the issue on weights in and out): hub.py registers the AutoModel classes
+    # of transformers_auto.py, which calls hub.hub_forward back (function-local on the hub side)
+    "levjepa.formats.hub -> levjepa.formats.transformers_auto -> levjepa.formats.hub",
+}
+
+
+def test_no_import_cycle_between_files_and_no_private_name_used_across_modules():
+    sources = _package_sources()
+    cycles = {c.partition(":")[0] for c in file_cycles(sources)}
+    assert cycles - KNOWN_CYCLES == set()
+    assert KNOWN_CYCLES - cycles == set(), "a known cycle is gone: remove it from KNOWN_CYCLES"
+    assert private_imports(sources) == []
+
+
+def test_the_check_catches_a_file_cycle_and_a_private_import():
+    def src(**modules: str) -> dict[str, tuple[bool, str]]:
+        return {name.replace("__", "."): (False, text) for name, text in modules.items()}
+
+    cycle = src(levjepa__data__a="from levjepa.data import b\n", levjepa__data__b="def f():\n    from . import a\n")
+    assert file_cycles(cycle) == ["levjepa.data.a -> levjepa.data.b -> levjepa.data.a: an import cycle (move what "
+                                  "both need into a third module)"]  # fmt: skip
+    assert not file_cycles(src(levjepa__data__a="from levjepa.data import b\n", levjepa__data__b=""))
+    assert private_imports(
+        src(levjepa__data__a="def f():\n    from levjepa.data.b import _decode\n", levjepa__data__b="")
+    )
+    attr = src(levjepa__data__a="import levjepa.data.b as bm\nx = bm._open\n", levjepa__data__b="")
+    assert private_imports(attr) == ["levjepa.data.a:2 uses levjepa.data.b._open: a private name"]
+    assert private_imports(src(levjepa__data__a="from levjepa.data import b\nx = b._open()\n", levjepa__data__b=""))
+    ok = src(levjepa__objective__s="from levjepa.objective import _chunked\n", levjepa__objective___chunked="")
+    assert not private_imports(ok)  # a package's own private module, imported by its sibling
+    assert not private_imports(src(levjepa__data__a="from levjepa.data.b import decode\n", levjepa__data__b=""))
 
 
 RNG_OWNER = "levjepa.rng"
