@@ -3,7 +3,8 @@
 Every weight to 1e-5 with token dropping on (ρ = 0.75: a clip's kept tokens are keyed by the clip, not the
 rank) and no parameter exempt (the final LayerNorm has no bias whose gradient is structurally zero). Then the
 2-rank run resumes on one rank accumulating 2 micro-batches and follows the 1-rank run step by step, across
-an epoch boundary.
+an epoch boundary. And 2 ranks each accumulating 2 micro-batches (GradCache with its explicit gradient
+all-reduce) give the weights and gradient norms of 1 rank.
 
 AdamW runs with eps = 1e-6: its first step moves a weight by lr·g/(|g| + eps), so a gradient near eps — not
 structurally zero, but tiny on this data (a GELU unit that barely fires) — turns the float rounding of a
@@ -81,3 +82,39 @@ def test_two_ranks_equal_one_rank_then_the_run_resumes_on_one_rank(tmp_path):
         assert a.keys() == b.keys()
         for key in a:
             torch.testing.assert_close(b[key], a[key], rtol=1e-5, atol=1e-5, msg=f"{name}: {key}")
+
+
+# optim.eps=1e-4: with GradCache on two ranks the gradients' float32 rounding differs a little more than
+# under DDP (5e-5 of a small parameter's gradient norm; in float64 the step agrees to 4e-14), and AdamW's first
+# step turns that into up to lr·δg/eps on a tiny gradient; at 1e-4 the weights agree to ~1e-6
+EVERY_STEP = ("train.steps=3", "train.checkpoint_every=1", "optim.eps=1e-4")
+
+
+def _accumulating_rank_run(rank: int, world: int, run_dir: str):
+    pretrain(tiny_config(*OVERRIDES, "data.batch_size=4", *EVERY_STEP), run_dir, progress=False)
+
+
+@pytest.mark.distributed
+def test_two_ranks_accumulating_two_micro_batches_equal_one_rank(tmp_path):
+    # 2 ranks x 2 micro-batches of 4 (GradCache on each rank, its gradients all-reduced outside DDP, SIGReg's
+    # statistics and the BatchNorm over both ranks' caches) against 1 rank x one pass of 16: the same weights
+    # after every step and the same gradient norm (which a gradient off by a factor, to which AdamW is blind,
+    # would change)
+    ref = tmp_path / "one"
+    pretrain(tiny_config(*OVERRIDES, "data.batch_size=16", *EVERY_STEP), ref, progress=False)
+    run = tmp_path / "two"
+    run_gloo(_accumulating_rank_run, 2, str(run))
+    assert json.loads((run / "env.json").read_text())["world_size"] == 2
+    enc, _ = build_models(tiny_config(*OVERRIDES), seed=0)
+    for step in (1, 2, 3):
+        a, b = _weights(ref, step), _weights(run, step)
+        assert a.keys() == b.keys()
+        for key in a:
+            torch.testing.assert_close(b[key], a[key], rtol=1e-5, atol=1e-5, msg=f"step {step}: {key}")
+    moved = max(float((a[f"encoder.{k}"] - v).abs().max()) for k, v in enc.state_dict().items())
+    assert moved > 1e-4  # three steps did change the weights
+    got, want = ([json.loads(x) for x in (p / "metrics.jsonl").read_text().splitlines()] for p in (run, ref))
+    assert [m["step"] for m in got] == [m["step"] for m in want] == [1, 2, 3]
+    for g, w in zip(got, want, strict=True):
+        assert g["grad_norm"] == pytest.approx(w["grad_norm"], rel=5e-5), g["step"]
+        assert g["sigreg"] == pytest.approx(w["sigreg"], rel=1e-5, abs=1e-5), g["step"]
