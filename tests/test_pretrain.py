@@ -337,11 +337,16 @@ def test_compiled_training_matches_eager(tmp_path):
 
 
 def test_the_literal_ema_is_written_and_a_copy_before_its_first_update_is_not_called_an_average(tmp_path):
-    # train.ema_warmup=0 reaches the EMA (its checkpoint metadata), and a checkpoint written before the first
-    # EMA update (1 step, an update every 32) holds the initial weights: it says so
+    # train.ema_warmup=0 reaches the EMA (its checkpoint metadata); a checkpoint written before the first EMA
+    # update (step 1, an update every 2 steps) holds the initial weights and says so, and the copy after one
+    # update at the fixed decay says how much of it is still the initialisation
     path = tmp_path / "run"
-    pretrain(tiny_config("train.steps=1", "train.ema_every=32", "train.ema_warmup=0"), path, progress=False)
-    _, meta = load_tensors(path / "checkpoints" / "step_000001" / "ema.safetensors")
+    cfg = tiny_config("train.steps=2", "train.checkpoint_every=1", "train.ema_every=2", "train.ema_warmup=0")
+    pretrain(cfg, path, progress=False)
+    first, last = (path / "checkpoints" / f"step_{s:06d}" for s in (1, 2))
+    _, meta = load_tensors(first / "ema.safetensors")
     assert float(meta["ema_warmup"]) == 0.0 and int(meta["ema_updates"]) == 0
-    text = levjepa.load(path).weights_info
+    text = levjepa.load(first).weights_info
     assert "average" not in text and "before its first update: the initial weights" in text
+    after = levjepa.load(last).weights_info
+    assert "1 update(s) at a fixed decay 0.99 from the initial weights, 99% of it still the initialisation" in after

@@ -11,8 +11,8 @@ Two forms, one interface (``augment_to_device``, ``pin_memory``, ``bad_files``, 
   and normalises. Clips decoded together (``data.repeats``) share one frame span: ``frames`` holds ``F``
   spans, sample ``b`` reads ``frames[span[b], frame_index[b]]``. Bytes per clip of 1 × 224 + 4 × 96 views,
   16 frames, 256 × 454 source: at most 5.6 MB of frames (half with 2 clips per span; ``bench/data.md``
-  gives the measured mean) instead of 4.2 MB of views. The worker no longer resizes (6 ms per clip, 40 %
-  of its work in ``bench/data.md``).
+  gives the measured mean) instead of 4.2 MB of views. The worker no longer resizes (what that saved:
+  ``bench/data.md``, "Each lever, and whether it stays").
 
 Both give ``[global float [G, B, C, T, Sg, Sg], local float [V, B, C, T, Sl, Sl]]``, ImageNet-normalised,
 the same numbers within one uint8 level (the worker rounds its resize to integers).

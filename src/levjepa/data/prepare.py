@@ -1,9 +1,9 @@
 """``levjepa data prepare SRC DST``: re-encode a folder of videos into a form that is cheap to train on.
 
 Why: a training clip needs 16 frames from a random point of a video. From a 720p file with a key frame
-every 250 frames, PyAV decodes on average ~125 large frames to reach the window (~180 ms on one core
-here); from a 256-px file with a key frame every 16 frames it decodes ~38 small ones (~15 ms). See
-``bench/data.md``.
+every 250 frames, PyAV decodes on average ~125 large frames to reach the window; from a 256-px file with a
+key frame every 16 frames it decodes ~38 small ones. What that costs in time: ``bench/data.md``,
+"Numbers the data/ module docs used to carry".
 
 What it writes: for every video under ``SRC`` (recursively, the same files ``list_media`` finds), an
 H.264 mp4 at ``DST/<same relative path>.mp4`` (extension replaced; ``name.ext.mp4`` when two sources would
@@ -15,10 +15,10 @@ collide) with
   (``bframes=1:b-adapt=0:b-pyramid=none:scenecut=0:open-gop=0``). Every odd frame but the last of a GOP
   is then a non-reference B-frame, and the file is marked (mp4 comment ``FIXED_GOP_COMMENT``) so that
   training at an even frame stride decodes with ``skip_frame=NONREF`` and never touches those frames
-  (``video.py``). Measured on the benchmark clip (``bench/data.md``): decoding a 16-frame window at
-  stride 2 decodes 22 frames instead of 39 and costs ~15 % less CPU, for ~6 % more bytes.
+  (``video.py``). On the benchmark clip a 16-frame window at stride 2 then decodes 22 frames instead of
+  39, for somewhat more bytes (the CPU and bytes measured: ``bench/data.md``, "Each lever").
   ``--no-fixed-gop`` gives x264's adaptive GOP (a key frame at least every ``--keyint`` frames),
-* ``--tune fastdecode`` (no CABAC, no deblocking: faster decoding for a few % more bytes), ``--crf``
+* ``--tune fastdecode`` (no CABAC, no deblocking: faster decoding for more bytes), ``--crf``
   (default 23) and ``--preset`` (default veryfast),
 * the source frame rate, or ``--fps`` (frames dropped or repeated by timestamp), and no audio.
 

@@ -259,8 +259,9 @@ class SyntheticSource:
         return f"synthetic:train/{j}"
 
     def load_many(self, items: list[int], generators: list[torch.Generator], count: int = 1) -> list[Decoded]:
-        """``load`` for several items at once (the batch's fresh clips rendered in one call, ~4x cheaper than
-        one by one); item ``i`` reads ``generators[i]`` exactly as ``load`` would."""
+        """``load`` for several items at once (the batch's fresh clips rendered in one call, cheaper than one
+        by one: ``bench/data.md``, "Numbers the data/ module docs used to carry"); item ``i`` reads
+        ``generators[i]`` exactly as ``load`` would."""
         if self.fresh:
             from levjepa.data import synthetic
 

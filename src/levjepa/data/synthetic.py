@@ -416,8 +416,9 @@ def render(cfg: SyntheticConfig, params: ClipParams, pool: ImagePool) -> torch.T
 
 @contextlib.contextmanager
 def _one_thread() -> Iterator[None]:
-    """Rendering is memory-bound: one thread does it in ~1-2 s, while two intra-op threads on a busy 2-core
-    machine were measured 5-15x slower (they spin on each other). Restores the thread count after."""
+    """Rendering is memory-bound: two intra-op threads on a busy 2-core machine spin on each other and are
+    much slower than one (measured: ``bench/data.md``, "Numbers the data/ module docs used to carry").
+    Restores the thread count after."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -410,8 +410,9 @@ _local = threading.local()
 
 
 def _reformatter() -> Any:
-    """One FFmpeg converter per thread: it caches its scaling context, which is costly to build (about
-    1-5 ms, more than converting a 256-px frame) and would otherwise be rebuilt for every frame."""
+    """One FFmpeg converter per thread: it caches its scaling context, which costs more to build than
+    converting a 256-px frame (``bench/data.md``, "Numbers the data/ module docs used to carry") and would
+    otherwise be rebuilt for every frame."""
     if not hasattr(_local, "reformatter"):
         from av.video.reformatter import VideoReformatter
 
