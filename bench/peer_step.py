@@ -1,0 +1,242 @@
+"""levjepa's training step against the reference LeVJEPA step, same settings, interleaved; and a profile of ours.
+
+    python bench/peer_step.py                                   # levjepa only
+    python bench/peer_step.py --reference PATH/TO/module.py     # beside the reference (MLO-lab/LeVJEPA)
+    python bench/peer_step.py --profile                         # torch.profiler: step ÷ (matmul + attention)
+
+The reference code is CC BY-NC 4.0: it is never shipped with levjepa. ``--reference`` names the user's copy
+of its ``module.py`` (it needs ``vit_tiny``, ``Projector`` and ``SIGReg`` with training-time token dropping),
+loaded at run time; its step is assembled as the official ``main.py`` ``multiview_forward`` does (the global
+view, then the ``(b v)`` local views, through the encoder in train mode with ``token_drop_rate = ρ``,
+``token_drop_mode="random"``; one projector call on the ``[B, 1 + V, D]`` CLS; ``pred_loss + 0.02 · sigreg``),
+then backward and ``torch.optim.AdamW`` (lr 4e-4, betas (0.9, 0.95), weight decay 0.04 off biases, norms and
+1-D parameters, as ``main.py``). levjepa's step is ``levjepa.train.step.train_step`` on the
+``vit-tiny-consumer`` preset (its gradient clipping and fused AdamW included).
+
+Both: ViT-Tiny, per-frame 16×16 patches, 16 frames, 1 global view at 224 and 4 local at 96, block-causal
+attention, 3D RoPE, projector 2048 → 256, λ = 0.02, fp32, ``--threads`` intra-op threads. The inputs are the
+normalised float views each implementation's loader hands its step (levjepa ``[V, B, C, T, H, W]`` groups,
+the reference ``[B, T, C, H, W]`` and ``[B, V, T, C, H, W]``).
+
+Each (setting, implementation) runs in a fresh process (``--worker``), so that its peak RSS
+(``ru_maxrss``: imports, model, optimiser state, activations) is its own; the processes are interleaved —
+every round runs every setting with both implementations, their order alternating — so load from other
+processes on a shared machine hits both alike. A process runs one warm-up step and ``--steps`` timed steps;
+a setting's ms/step is the median over rounds of each process's median step.
+
+``--profile`` runs levjepa's step (ρ = 0.95, batch 8) under ``torch.profiler`` and prints the step's time
+over the self CPU time of its matrix products (``mm``, ``addmm``, ``bmm``, convolutions) and attention kernels
+(``scaled_dot_product_*`` forward and backward), with the largest other ops: what is left to remove.
+
+Results and the commands that made them: ``bench/train.md`` (A training step near its limit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from levjepa.config import apply_overrides
+from levjepa.objective import build_objective
+from levjepa.presets import preset
+from levjepa.rng import sample_keys
+from levjepa.train.loop import build_models
+from levjepa.train.optim import build_optimizer
+from levjepa.train.step import Pretrainer, train_step
+
+# name -> (drop ratio, batch)
+SETTINGS = {"rho0.95_b8": (0.95, 8), "rho0.75_b8": (0.75, 8), "nodrop_b2": (0.0, 2)}
+LABELS = {"rho0.95_b8": "ρ = 0.95, batch 8", "rho0.75_b8": "ρ = 0.75, batch 8", "nodrop_b2": "no dropping, batch 2"}
+FRAMES, GLOBAL, LOCAL, NUM_LOCAL, LAMBDA = 16, 224, 96, 4, 0.02
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mkldnn_convolution")
+ATTENTION_PREFIX = "aten::_scaled_dot_product"
+
+
+def _views(batch: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Normalised float views: global ``[1, B, C, T, 224, 224]``, local ``[4, B, C, T, 96, 96]``."""
+    g = torch.Generator().manual_seed(seed)
+    glob = torch.randn(1, batch, 3, FRAMES, GLOBAL, GLOBAL, generator=g)
+    local = torch.randn(NUM_LOCAL, batch, 3, FRAMES, LOCAL, LOCAL, generator=g)
+    return glob, local
+
+
+def levjepa_step(rho: float, batch: int, compile_blocks: bool = False) -> Callable[[int], None]:
+    """``step(i)``: one ``train_step`` of the ``vit-tiny-consumer`` preset at drop ratio ``rho``."""
+    overrides = ["data.sources=/unused", f"model.drop_ratio={rho}", f"data.batch_size={batch}"]
+    cfg = apply_overrides(preset("vit-tiny-consumer"), [*overrides, f"train.batch_size={batch}"])
+    model = Pretrainer(*build_models(cfg, seed=0))
+    if compile_blocks:
+        model.encoder.compile_blocks()
+    objective = build_objective(cfg.objective)
+    objective.check_finite = False
+    opt = build_optimizer(model, cfg.optim)
+    views = list(_views(batch))
+    keys = sample_keys(0, "drop", 0, positions=range(batch))
+
+    def step(i: int) -> None:
+        out = train_step(model, objective, opt, [views], [keys], step=i, lr=4e-4, grad_clip=cfg.optim.grad_clip)
+        float(out.loss)
+
+    return step
+
+
+def reference_step(path: str, rho: float, batch: int) -> Callable[[int], None]:
+    """``step(i)``: the reference step (module docstring) from the user's ``module.py`` at ``path``."""
+    spec = importlib.util.spec_from_file_location("levjepa_reference_module", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"--reference {path}: not a Python module")
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    torch.manual_seed(0)
+    encoder = ref.vit_tiny(
+        img_size=GLOBAL,
+        patch_size=16,
+        num_frames=FRAMES,
+        tubelet_size=1,
+        use_rope=True,
+        token_drop_rate=rho,
+        token_drop_mode="random",
+        attn_mode="block_causal",
+    ).train()
+    projector = ref.Projector(input_dim=encoder.embed_dim, hidden_dim=2048, output_dim=256).train()
+    sigreg = ref.SIGReg()
+    params = [(n, p) for m in (encoder, projector) for n, p in m.named_parameters()]
+    no_decay = [p for n, p in params if "bias" in n.lower() or "norm" in n.lower() or p.ndim == 1]
+    decay = [p for n, p in params if not ("bias" in n.lower() or "norm" in n.lower() or p.ndim == 1)]
+    groups = [{"params": decay, "weight_decay": 0.04}, {"params": no_decay, "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=4e-4, betas=(0.9, 0.95))
+    glob, local = _views(batch)
+    global_frame = glob[0].transpose(1, 2).contiguous()  # [B, T, C, H, W]: the official loader's layout
+    local_frames = local.permute(1, 0, 3, 2, 4, 5).contiguous()  # [B, V, T, C, H, W]
+
+    def step(i: int) -> None:
+        b = global_frame.shape[0]
+        opt.zero_grad(set_to_none=True)
+        global_cls = encoder(global_frame.permute(0, 2, 1, 3, 4))[:, 0].unsqueeze(1)  # "b t c h w -> b c t h w"
+        local_tokens = encoder(local_frames.flatten(0, 1).permute(0, 2, 1, 3, 4))  # "b v t c h w -> (b v) c t h w"
+        local_cls = local_tokens[:, 0].reshape(b, NUM_LOCAL, -1)  # "(b v) d -> b v d"
+        embeddings = projector(torch.cat([global_cls, local_cls], dim=1))
+        pred_loss = (embeddings[:, :1] - embeddings).pow(2).mean()
+        loss = pred_loss + LAMBDA * sigreg(embeddings.transpose(0, 1))  # "b v d -> v b d"
+        loss.backward()
+        opt.step()
+        float(loss)
+
+    return step
+
+
+def worker(impl: str, setting: str, steps: int, reference: str | None) -> dict:
+    """One process's run: a warm-up step, then ``steps`` timed steps; its median ms and peak RSS."""
+    rho, batch = SETTINGS[setting]
+    if impl == "reference":
+        assert reference is not None
+        step = reference_step(reference, rho, batch)
+    else:
+        step = levjepa_step(rho, batch, compile_blocks=impl == "levjepa_compiled")
+    step(0)
+    times = []
+    for i in range(1, steps + 1):
+        t0 = time.perf_counter()
+        step(i)
+        times.append((time.perf_counter() - t0) * 1e3)
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    return {"impl": impl, "setting": setting, "ms": statistics.median(times), "rss_mib": rss_mib}
+
+
+def profile(rho: float, batch: int, steps: int) -> dict:
+    """Profiler totals of levjepa's step: step time, matmul and attention self time (ms per step)."""
+    from torch.profiler import ProfilerActivity, record_function
+    from torch.profiler import profile as torch_profile
+
+    step = levjepa_step(rho, batch)
+    step(0)
+    step(1)
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(steps):
+            with record_function("train_step"):
+                step(2 + i)
+    events = prof.key_averages()
+    step_ms = sum(e.cpu_time_total for e in events if e.key == "train_step") / 1e3 / steps
+    matmul = sum(e.self_cpu_time_total for e in events if e.key in MATMUL_OPS) / 1e3 / steps
+    attention = sum(e.self_cpu_time_total for e in events if e.key.startswith(ATTENTION_PREFIX)) / 1e3 / steps
+    others = sorted(
+        (e for e in events if e.key not in MATMUL_OPS and not e.key.startswith(ATTENTION_PREFIX)),
+        key=lambda e: -e.self_cpu_time_total,
+    )
+    top = [(e.key, e.self_cpu_time_total / 1e3 / steps, e.count // steps) for e in others[:20] if e.key != "train_step"]
+    return {"step_ms": step_ms, "matmul_ms": matmul, "attention_ms": attention, "top_other": top}
+
+
+def _run_worker(impl: str, setting: str, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, __file__, "--worker", impl, setting, "--steps", str(args.steps)]
+    cmd += ["--threads", str(args.threads)] + (["--reference", args.reference] if args.reference else [])
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"worker {impl} {setting} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reference", help="path to the reference LeVJEPA module.py (never shipped with levjepa)")
+    ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated among {', '.join(SETTINGS)}")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds (one process per setting and side)")
+    ap.add_argument("--steps", type=int, default=3, help="timed steps per process, after one warm-up step")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--compiled", action="store_true", help="also time levjepa with train.compile (Inductor)")
+    ap.add_argument("--profile", action="store_true", help="profile levjepa's rho = 0.95 batch 8 step instead")
+    ap.add_argument("--out", type=Path, help="write the rows as JSON here")
+    ap.add_argument("--worker", nargs=2, metavar=("IMPL", "SETTING"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.worker:
+        print(json.dumps(worker(*args.worker, args.steps, args.reference)))
+        return
+    if args.profile:
+        res = profile(0.95, 8, args.steps)
+        ratio = res["step_ms"] / (res["matmul_ms"] + res["attention_ms"])
+        print(f"step {res['step_ms']:.0f} ms, matmul {res['matmul_ms']:.0f} ms, attention {res['attention_ms']:.0f} ms")
+        print(f"step / (matmul + attention) = {ratio:.3f} (overhead {100 * (1 - 1 / ratio):.1f} % of the step)")
+        for name, ms, count in res["top_other"]:
+            print(f"  {ms:7.1f} ms  {count:5d}x  {name}")
+        if args.out:
+            args.out.write_text(json.dumps({**res, "ratio": ratio}, indent=1))
+        return
+    impls = ["levjepa"] + (["levjepa_compiled"] if args.compiled else []) + (["reference"] if args.reference else [])
+    settings = args.settings.split(",")
+    results: dict[tuple[str, str], list[dict]] = {}
+    for r in range(args.rounds):
+        for setting in settings:
+            for impl in impls if r % 2 == 0 else impls[::-1]:
+                row = _run_worker(impl, setting, args)
+                results.setdefault((impl, setting), []).append(row)
+                print(f"  round {r} {setting:11s} {impl:16s} {row['ms']:8.0f} ms  {row['rss_mib']:6.0f} MiB", flush=True)
+    head = "| setting | " + " | ".join(f"{i} ms/step" for i in impls)
+    head += " | reference / levjepa | peak RSS " + " / ".join(impls) + " (MiB) |" if args.reference else " | peak RSS |"
+    print("\n" + head + "\n|" + " --- |" * (head.count("|") - 1))
+    table = []
+    for setting in settings:
+        ms = {i: statistics.median(x["ms"] for x in results[(i, setting)]) for i in impls}
+        rss = {i: max(x["rss_mib"] for x in results[(i, setting)]) for i in impls}
+        cells = " | ".join(f"{ms[i]:.0f}" for i in impls)
+        ratio = f" | {ms['reference'] / ms['levjepa']:.2f}" if args.reference else ""
+        print(f"| {LABELS[setting]} | {cells}{ratio} | " + " / ".join(f"{rss[i]:.0f}" for i in impls) + " |")
+        table.append({"setting": setting, "ms": ms, "rss_mib": rss})
+    if args.out:
+        args.out.write_text(json.dumps(table, indent=1))
+
+
+if __name__ == "__main__":
+    main()
