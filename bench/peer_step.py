@@ -222,7 +222,8 @@ def main() -> None:
             for impl in impls if r % 2 == 0 else impls[::-1]:
                 row = _run_worker(impl, setting, args)
                 results.setdefault((impl, setting), []).append(row)
-                print(f"  round {r} {setting:11s} {impl:16s} {row['ms']:8.0f} ms  {row['rss_mib']:6.0f} MiB", flush=True)
+                line = f"  round {r} {setting:11s} {impl:16s} {row['ms']:8.0f} ms  {row['rss_mib']:6.0f} MiB"
+                print(line, flush=True)
     head = "| setting | " + " | ".join(f"{i} ms/step" for i in impls)
     head += " | reference / levjepa | peak RSS " + " / ".join(impls) + " (MiB) |" if args.reference else " | peak RSS |"
     print("\n" + head + "\n|" + " --- |" * (head.count("|") - 1))
