@@ -6,7 +6,7 @@ functions in :mod:`levjepa.presets`; the command line changes any field with ``s
 
 Batch sizes. ``train.batch_size`` is the *effective* global batch per optimizer step (3072 in the
 paper). ``data.batch_size`` is the micro-batch each rank runs at once. Gradient accumulation makes up the
-rest: ``accum = train.batch_size / (data.batch_size * world_size)``, which must be a whole number.
+rest: ``micro_batches() = train.batch_size / (data.batch_size * world_size)`` per rank, a whole number.
 With ``train.accumulation="global"`` (the default) the loss — invariance, SIGReg (whose statistic carries
 the factor N = batch) and the projector's BatchNorm — sees the whole effective batch, whatever the split
 into ranks × micro-batches (GradCache, see ``levjepa.train.step``), so a run trains the same objective on
