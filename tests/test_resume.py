@@ -85,6 +85,28 @@ def test_the_micro_batch_may_change_on_resume_only_while_the_loss_sees_the_effec
     assert "\n" not in str(err.value)
 
 
+def test_a_local_accumulation_run_resumes_only_on_its_number_of_processes(finished_run, tmp_path):
+    # under local the loss sees data.batch_size x world size clips: another world size is another objective.
+    # The run's env.json says how many processes trained it (here rewritten to 2, as a 2-rank run writes it)
+    import shutil
+
+    def two_ranks(run):
+        env = json.loads((run / "env.json").read_text())
+        (run / "env.json").write_text(json.dumps({**env, "world_size": 2}))
+
+    local = tmp_path / "local"
+    pretrain(tiny_config("train.steps=2", "train.accumulation=local"), local, progress=False)
+    two_ranks(local)
+    before = _files(local)
+    with pytest.raises(ConfigError, match=r"on 1 process\(es\) of a run trained on 2 under train\.accumulation=local"):
+        pretrain(tiny_config("train.steps=3", "train.accumulation=local"), local, resume=True, progress=False)
+    assert _files(local) == before
+    run = tmp_path / "global"  # the default, global: the loss sees the effective batch on any number of GPUs
+    shutil.copytree(finished_run, run)
+    two_ranks(run)
+    assert pretrain(tiny_config("train.steps=3"), run, resume=True, progress=False).steps == 3
+
+
 def test_resume_help_lists_what_may_change(capsys):
     with pytest.raises(SystemExit):
         main(["pretrain", "--help"])

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from levjepa import distributed
+from levjepa.config import ConfigError
 from levjepa.data import BadFileReport
 from levjepa.train.config import PretrainConfig, check_resume
 from levjepa.weights import BAD_FILES, CONFIG, METRICS, atomic_write_text, latest_checkpoint, read_json, write_json
@@ -46,6 +47,8 @@ __all__ = [
     "run_directory",
     "write_run_info",
 ]
+
+ENV = "env.json"  # python, torch, devices, host, world size, command line of the (last) start
 
 
 class RunDirError(ValueError):
@@ -100,7 +103,7 @@ def write_run_info(path: Path, config: dict[str, Any], world_size: int) -> None:
         "world_size": world_size,
         "argv": sys.argv,
     }
-    write_json(path / "env.json", env)
+    write_json(path / ENV, env)
     src = Path(__file__).resolve().parent
     sha = _git(["rev-parse", "HEAD"], src)
     diff = _git(["diff", "HEAD"], src) if sha else None
@@ -142,10 +145,24 @@ def _open(
         prepare_run_dir(path, resume=resume, overwrite=overwrite)
         if resume:
             check_resume(read_json(path / CONFIG), cfg)
+            _check_world_size(path, cfg, info.world_size)
         else:
             created = "emptied" if existed else "created"
     distributed.barrier()
     return path, created
+
+
+def _check_world_size(path: Path, cfg: PretrainConfig, world_size: int) -> None:
+    """Under ``train.accumulation=local`` the loss sees ``data.batch_size × world size`` clips, so a resume on
+    another number of processes would continue another objective: refused (``global`` resumes on any)."""
+    env = path / ENV
+    saved = read_json(env).get("world_size") if env.is_file() else None
+    if cfg.train.accumulation == "local" and saved is not None and saved != world_size:
+        raise ConfigError(
+            f"--resume on {world_size} process(es) of a run trained on {saved} under train.accumulation=local: "
+            "there the loss sees data.batch_size x world size clips (SIGReg's N), so the run would continue "
+            f"another objective. Resume it on {saved}, or start a new run (train.accumulation=global resumes on any)"
+        )
 
 
 @contextmanager
