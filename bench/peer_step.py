@@ -22,7 +22,8 @@ Each (setting, implementation) runs in a fresh process (``--worker``), so that i
 (``ru_maxrss``: imports, model, optimiser state, activations) is its own; the processes are interleaved —
 every round runs every setting with both implementations, their order alternating — so load from other
 processes on a shared machine hits both alike. A process runs one warm-up step and ``--steps`` timed steps;
-a setting's ms/step is the median over rounds of each process's median step.
+a setting's ms/step is the minimum over rounds of each process's fastest step (the least disturbed by other
+load: on a shared machine a median still moves with what else runs), its peak RSS the largest of its runs.
 
 ``--profile`` runs levjepa's step (ρ = 0.95, batch 8) under ``torch.profiler`` and prints the step's time
 over the self CPU time of its matrix products (``mm``, ``addmm``, ``bmm``, convolutions) and attention kernels
@@ -37,7 +38,6 @@ import argparse
 import importlib.util
 import json
 import resource
-import statistics
 import subprocess
 import sys
 import time
@@ -138,7 +138,7 @@ def reference_step(path: str, rho: float, batch: int) -> Callable[[int], None]:
 
 
 def worker(impl: str, setting: str, steps: int, reference: str | None) -> dict:
-    """One process's run: a warm-up step, then ``steps`` timed steps; its median ms and peak RSS."""
+    """One process's run: a warm-up step, then ``steps`` timed steps; its fastest step (ms) and peak RSS."""
     rho, batch = SETTINGS[setting]
     if impl == "reference":
         assert reference is not None
@@ -152,7 +152,7 @@ def worker(impl: str, setting: str, steps: int, reference: str | None) -> dict:
         step(i)
         times.append((time.perf_counter() - t0) * 1e3)
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    return {"impl": impl, "setting": setting, "ms": statistics.median(times), "rss_mib": rss_mib}
+    return {"impl": impl, "setting": setting, "ms": min(times), "rss_mib": rss_mib}
 
 
 def profile(rho: float, batch: int, steps: int) -> dict:
@@ -229,7 +229,7 @@ def main() -> None:
     print("\n" + head + "\n|" + " --- |" * (head.count("|") - 1))
     table = []
     for setting in settings:
-        ms = {i: statistics.median(x["ms"] for x in results[(i, setting)]) for i in impls}
+        ms = {i: min(x["ms"] for x in results[(i, setting)]) for i in impls}
         rss = {i: max(x["rss_mib"] for x in results[(i, setting)]) for i in impls}
         cells = " | ".join(f"{ms[i]:.0f}" for i in impls)
         ratio = f" | {ms['reference'] / ms['levjepa']:.2f}" if args.reference else ""
