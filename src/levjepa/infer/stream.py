@@ -26,6 +26,8 @@ Design:
   offsets as training clips of ``W`` frames.
 * :func:`stream_video` pushes a decoded video one tubelet at a time, reading CLS every ``every`` frames and
   timing every push (``levjepa stream``).
+* Each push (and each ``cls()``) builds its block-causal mask once, as the additive bias every layer's SDPA
+  call takes (``levjepa.model.attention.attn_bias``), ``[1, 1, L_new, L_cache + L_new]`` for the whole batch.
 * The cache grows by concatenation (one copy of the cached keys/values per push and layer); the
   attention of a new frame is already linear in the cache size, so this does not change the order of the
   per-frame cost.
@@ -39,7 +41,7 @@ import torch
 from torch import Tensor
 
 from levjepa.data.views import normalize
-from levjepa.model.attention import TokenMeta, build_attn_mask
+from levjepa.model.attention import TokenMeta, attn_bias, build_attn_mask
 from levjepa.model.vit import VideoEncoder
 
 __all__ = ["StreamingEncoder", "stream_video"]
@@ -111,7 +113,7 @@ class StreamingEncoder:
         new = positions[0, :, 0]  # [L] temporal slots (same for every clip)
         keys = new if self._frames is None else torch.cat([self._frames, new])  # [L_cache + L]
         q, k = TokenMeta.patches(new[None]), TokenMeta.patches(keys[None])
-        attn_mask = build_attn_mask("block_causal", q, k, self._window_slots)  # [1, 1, L, L_cache + L]
+        attn_mask = attn_bias(build_attn_mask("block_causal", q, k, self._window_slots), x)  # [1, 1, L, L_cache + L]
         rope = enc.rope(positions[:1])  # [1, 1, L, hd], broadcast over the batch
         for blk, cache in zip(enc.blocks, self._caches, strict=True):
             x = blk(x, rope, attn_mask, cache.append)
@@ -135,7 +137,7 @@ class StreamingEncoder:
         x = enc.cls_token.expand(self._shape[0], 1, -1)  # [B, 1, D]
         position, q = enc.cls_meta(self._next_slot - 1, dev)  # at the newest pushed slot, as in the full forward
         k = TokenMeta.patches(self._frames[None]).cat(q)  # the cached patches, then CLS (cache.peek's order)
-        attn_mask = build_attn_mask("block_causal", q, k, self._window_slots)  # [1, 1, 1, L_cache + 1]
+        attn_mask = attn_bias(build_attn_mask("block_causal", q, k, self._window_slots), x)  # [1, 1, 1, L_cache + 1]
         rope = enc.rope(position)
         for blk, cache in zip(enc.blocks, self._caches, strict=True):
             x = blk(x, rope, attn_mask, cache.peek)

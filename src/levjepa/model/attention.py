@@ -20,11 +20,21 @@ Design:
 * ``window = W`` (in temporal slots) additionally bounds what is read to the last ``W`` slots: patches of
   slot ``t`` read slots ``t − W < s ≤ t``, CLS reads the last ``W`` slots of its clip. It is what the
   streaming encoder's sliding window computes; ``None`` (training, evaluation) is unbounded.
-* One implementation on every device: ``F.scaled_dot_product_attention`` with a boolean mask
-  ``[B, 1, Lq, Lk]`` broadcast over heads (built once per forward, shared by all layers). On CUDA, SDPA
-  picks a fused kernel that accepts arbitrary masks (memory-efficient attention); without a mask
-  (bidirectional, no window) it can take the flash kernel. Attention scores are ~2 % of the encoder's FLOPs
-  at ρ = 0.95 (158- and 30-token sequences), so no mask-specialised kernel was written;
+* **One mask per forward, in the form the kernel takes.** ``F.scaled_dot_product_attention`` turns a
+  boolean mask into an additive float one (0 where allowed, −inf elsewhere) inside every call, and autograd
+  keeps that float copy for the backward pass: one per layer. So the encoder builds the additive bias
+  once per forward (:func:`attn_bias`, in the dtype the queries will have, the autocast dtype under
+  autocast, so no layer casts it either) and every layer receives the same tensor, which autograd saves
+  once. Patterns that need no mask get none: bidirectional without a window is ``None`` (SDPA's fastest
+  kernels). When every clip keeps the whole grid (no dropping: evaluation, extraction, ρ = 0) the token
+  metadata is the same for every clip and the bias is ``[1, 1, L, L]``, broadcast over the batch, instead
+  of one ``[B, 1, L, L]`` copy per clip (at 16×224², L = 3137: 39 MiB in float32 rather than 39 MiB per
+  clip and per layer). Block-causal with dropping is per clip, ``[B, 1, L, L]`` — small at the kept
+  lengths (158 and 30 tokens at ρ = 0.95).
+* One implementation on every device: ``F.scaled_dot_product_attention`` with that bias broadcast over
+  heads. On CUDA, SDPA picks a fused kernel that accepts arbitrary masks (memory-efficient attention);
+  without a mask it can take the flash kernel. Attention scores are ~2 % of the encoder's FLOPs at
+  ρ = 0.95 (158- and 30-token sequences), so no mask-specialised kernel was written;
   ``bench/gpu_encoder.py`` times the op per backend and mask type, and the whole step with and without mask.
 """
 
@@ -38,7 +48,7 @@ from torch import Tensor, nn
 
 from levjepa.model.rope import apply_rope
 
-__all__ = ["Attention", "KVCache", "TokenMeta", "bidirectional", "block_causal", "build_attn_mask"]
+__all__ = ["Attention", "KVCache", "TokenMeta", "attn_bias", "bidirectional", "block_causal", "build_attn_mask"]
 
 
 class TokenMeta(NamedTuple):
@@ -94,6 +104,18 @@ def build_attn_mask(kind: str, q: TokenMeta, k: TokenMeta, window: int | None = 
     return MASKS[kind](q, k, window)[:, None]
 
 
+def attn_bias(attn_mask: Tensor | None, like: Tensor) -> Tensor | None:
+    """The additive form of a boolean ``attn_mask`` (what SDPA would otherwise build from it in every call):
+    0 where a query may attend, −inf elsewhere, in the dtype the queries computed from ``like`` (the
+    tokens) will have: the autocast dtype under autocast, ``like.dtype`` otherwise. ``None`` stays ``None``."""
+    if attn_mask is None:
+        return None
+    device = like.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else like.dtype
+    bias = torch.zeros(attn_mask.shape, dtype=dtype, device=attn_mask.device)
+    return bias.masked_fill_(~attn_mask, float("-inf"))
+
+
 class KVCache(Protocol):
     """Streaming hook: receives this call's rotated keys/values ``[B, h, L, hd]`` and returns the keys/values
     to attend over (the cached past followed by them), storing what it keeps."""
@@ -113,6 +135,8 @@ class Attention(nn.Module):
     def forward(
         self, x: Tensor, rope: tuple[Tensor, Tensor], attn_mask: Tensor | None, kv_cache: KVCache | None = None
     ) -> Tensor:
+        """``x`` ``[B, L, D]``; ``rope`` from ``Rope3D`` (``[B or 1, 1, L, hd]``); ``attn_mask`` boolean or
+        additive (:func:`attn_bias`), ``[B or 1, 1, L, L_k]``, or ``None``."""
         b, n, d = x.shape
         q, k, v = self.qkv(x).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)  # [B, h, L, hd] each

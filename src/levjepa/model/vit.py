@@ -7,7 +7,8 @@ Data flow of one call (``B`` clips, ``N`` grid tokens, ``L`` kept tokens, ``D`` 
       -> keep_idx [B, L] (training: uniform or tube, explicit generator; inference: all N, L = N)
       -> PatchEmbed: kept patches' pixels -> tokens [B, L, D], positions [B, L, 3] = original (t, y, x)
       -> prepend the learnable CLS (one parameter shared by all views, always kept) -> x [B, 1+L, D]
-      -> RoPE cos/sin [B, 1, 1+L, hd/2] and attn_mask [B, 1, 1+L, 1+L] from the tokens present
+      -> RoPE cos/sin [B, 1, 1+L, hd] and the additive attention bias [B, 1, 1+L, 1+L] from the tokens
+         present, once for all layers ([1, ...] when no token is dropped: the same for every clip)
       -> depth x pre-LN block: x += attn(LN(x)); x += mlp(LN(x))
       -> final LayerNorm (optional, no bias) -> EncoderOutput(cls [B, D], patches [B, L, D], positions [B, L, 3])
 
@@ -40,7 +41,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from levjepa.model.attention import Attention, KVCache, TokenMeta, build_attn_mask
+from levjepa.model.attention import Attention, KVCache, TokenMeta, attn_bias, build_attn_mask
 from levjepa.model.config import EncoderConfig
 from levjepa.model.rope import Rope3D
 from levjepa.model.tokens import PatchEmbed, check_video, sample_keep_idx
@@ -194,7 +195,8 @@ class VideoEncoder(nn.Module):
         name: str,
         keys: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor], Tensor | None]:
-        """Tokens with CLS ``[B, 1+L, D]``, patch positions ``[B, L, 3]``, RoPE, ``attn_mask``."""
+        """Tokens with CLS ``[B, 1+L, D]``, patch positions ``[B, L, 3]``, RoPE and the additive attention bias,
+        built once for every layer (``attention.py``)."""
         self.check_input(video, name)
         b = video.shape[0]
         grid = self.patch_embed.grid(video)  # (T', H', W')
@@ -208,12 +210,15 @@ class VideoEncoder(nn.Module):
             c = self.cfg
             keep_idx = sample_keep_idx(b, grid, c.drop_ratio, c.drop_mode, generator, video.device, keys=keys)
         patches, positions = self.patch_embed(video, keep_idx)  # [B, L, D], [B, L, 3]
+        # every clip keeps the whole grid: one row of positions serves the batch (RoPE [1, 1, 1+L, hd], bias
+        # [1, 1, 1+L, 1+L], broadcast); with dropping each clip has its own (B rows)
+        rows = positions if keep_idx is not None else positions[:1]
         cls_pos, cls_meta = self.cls_meta(grid[0] - 1, video.device)  # CLS at the newest slot
-        all_pos = torch.cat([cls_pos.expand(b, 1, 3), positions], dim=1)  # [B, 1+L, 3]
-        meta = cls_meta.cat(TokenMeta.patches(positions[..., 0]))  # [B, 1+L]
+        all_pos = torch.cat([cls_pos.expand(rows.shape[0], 1, 3), rows], dim=1)  # [B or 1, 1+L, 3]
+        meta = cls_meta.cat(TokenMeta.patches(rows[..., 0]))  # [B or 1, 1+L]
         attn_mask = build_attn_mask(self.cfg.attention, meta, meta, self.window_slots(window))
         x = torch.cat([self.cls_token.expand(b, -1, -1).to(patches.dtype), patches], dim=1)  # [B, 1+L, D]
-        return x, positions, self.rope(all_pos), attn_mask
+        return x, positions, self.rope(all_pos), attn_bias(attn_mask, x)
 
     def _block(self, blk: nn.Module, x: Tensor, rope: tuple[Tensor, Tensor], attn_mask: Tensor | None) -> Tensor:
         if self.cfg.grad_checkpointing and self.training and torch.is_grad_enabled():
