@@ -23,12 +23,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also write the training projector (projector.safetensors), for continued pretraining elsewhere",
     )
+    deploy = parser.add_argument_group("deployment graphs (beside the weights; levjepa.formats.deploy)")
+    deploy.add_argument(
+        "--format",
+        choices=("safetensors", "onnx", "pt2"),
+        default="safetensors",
+        help="safetensors: the weights only (default); onnx / pt2: also the clip encoder and the streaming step",
+    )
+    deploy.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="precision of the graphs")
+    deploy.add_argument("--quantize", choices=("none", "int8"), default="none", help="int8: dynamic quantization")
+    deploy.add_argument("--window", type=int, default=None, help="streaming window in frames (default: clip length)")
+    deploy.add_argument("--size", type=int, default=None, help="frame side in pixels (default: the clip size)")
+    deploy.add_argument("--opset", type=int, default=18, help="ONNX opset (default: 18)")
 
 
 def main(args: argparse.Namespace) -> int:
-    loaded = export_encoder(args.run, args.out, weights=args.weights, with_projector=args.with_projector)
+    graphs = "none" if args.format == "safetensors" else args.format
+    loaded = export_encoder(
+        args.run,
+        args.out,
+        weights=args.weights,
+        with_projector=args.with_projector,
+        graphs=graphs,
+        window=args.window,
+        size=args.size,
+        dtype=args.dtype,
+        quantize=args.quantize,
+        opset=args.opset,
+    )
+    extra = "" if graphs == "none" else f", clip_encoder.{graphs}, stream_step.{graphs}"
     print(
         f"exported {loaded.describe()} -> {args.out}/model.safetensors (+ config.json, preprocessor_config.json, "
-        "README.md)"
+        f"README.md{extra})"
     )
     return 0

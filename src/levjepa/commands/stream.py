@@ -7,6 +7,10 @@ taken every ``--every`` frames and written, with the per-frame latency, to ``--o
 ``cls [R, D]``, ``frame [R]``, ``time_s [R]``, ``latency_ms [F]``)::
 
     levjepa stream runs/demo VIDEO.mp4 --window 16 --every 4 --out stream.safetensors
+    levjepa stream exports/demo VIDEO.mp4 --backend onnx --every 4     # the exported step, onnxruntime
+
+``--backend onnx`` runs the streaming step that ``levjepa export RUN --out DIR --format onnx`` wrote: its
+window and frame size are fixed by the export (``--window`` / ``--size`` must agree or be left out).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import torch
 from levjepa.commands._device import add_device_argument, local_device
 from levjepa.config import ConfigError, check_range
 from levjepa.data.eval_clip import load_eval_video
+from levjepa.formats.deploy import read_deploy, stream_video_onnx
 from levjepa.formats.load import load_encoder
 from levjepa.infer.stream import stream_video
 from levjepa.weights import save_tensors
@@ -33,27 +38,57 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weights", choices=("ema", "online"), default="ema")
     parser.add_argument("--window", type=int, default=None, help="sliding window in frames (default: unbounded)")
     parser.add_argument("--every", type=int, default=1, help="read out CLS every this many frames")
-    parser.add_argument("--size", type=int, default=224, help="short side of the frames fed to the encoder")
+    parser.add_argument(
+        "--size",
+        type=int,
+        default=None,
+        help="short side of the frames fed to the encoder (default: 224; onnx: the export's)",
+    )
     parser.add_argument("--frame-stride", type=int, default=1, help="keep every n-th decoded frame")
     parser.add_argument("--max-frames", type=int, default=None)
     add_device_argument(parser)
     parser.add_argument("--out", type=Path, default=None, help="write CLS readouts + latencies (safetensors)")
+    parser.add_argument(
+        "--backend",
+        choices=("torch", "onnx"),
+        default="torch",
+        help="torch: the KV-cache encoder (default); onnx: the export's stream_step.onnx through onnxruntime",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     args.device = local_device(args.device)
     if args.every < 1 or (args.window is not None and args.window < 1):
         raise ConfigError("--every and --window must be >= 1")
-    check_range("--size", args.size, 16, 4096, "pixels")
+    if args.size is not None:
+        check_range("--size", args.size, 16, 4096, "pixels")
     check_range("--frame-stride", args.frame_stride, 1, 1000)
     if args.max_frames is not None:
         check_range("--max-frames", args.max_frames, 1, 10**7)
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
-    video = load_eval_video(
-        args.video, size=args.size, patch=loaded.encoder.cfg.patch_size, frame_stride=args.frame_stride
-    )
+    patch = loaded.encoder.cfg.patch_size
+    if args.backend == "onnx":
+        record = read_deploy(args.checkpoint)
+        if args.window is not None and args.window != record["window"]:
+            raise ConfigError(
+                f"--window {args.window}: {args.checkpoint}'s streaming step was exported with a window of "
+                f"{record['window']} frames (its cache holds no more); leave --window out or re-export"
+            )
+        args.window = record["window"]
+        if args.size is not None and args.size != record["height"]:
+            raise ConfigError(
+                f"--size {args.size}: {args.checkpoint}'s streaming step takes {record['height']}-px frames "
+                "(fixed at export); leave --size out or re-export with --size"
+            )
+        args.size = record["height"]
+    elif args.size is None:
+        args.size = 224
+    video = load_eval_video(args.video, size=args.size, patch=patch, frame_stride=args.frame_stride)
     frames = video.frames[: args.max_frames] if args.max_frames else video.frames
-    out = stream_video(loaded.encoder, frames, window=args.window, every=args.every, device=args.device)
+    if args.backend == "onnx":
+        out = stream_video_onnx(args.checkpoint, frames, every=args.every)
+    else:
+        out = stream_video(loaded.encoder, frames, window=args.window, every=args.every, device=args.device)
     lat = out["latency_ms"]
     summary = {
         "frames": int(lat.numel()),
@@ -62,6 +97,7 @@ def main(args: argparse.Namespace) -> int:
         "latency_ms_median": float(lat.median()),
         "latency_ms_last": float(lat[-1]),
         "window": args.window,
+        "backend": args.backend,
         "weights": loaded.describe(),
     }
     print(json.dumps(summary, indent=1))

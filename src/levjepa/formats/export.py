@@ -28,12 +28,13 @@ import statistics
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from levjepa import __version__
 from levjepa.config import to_dict
+from levjepa.formats.deploy import DeployConfig, check_deploy, export_onnx, export_pt2
 from levjepa.formats.load import (
     HUB_FORMAT,
     LoadedEncoder,
@@ -310,9 +311,25 @@ def export_encoder(
     weights: WeightsKind = "ema",
     device: str = "cpu",
     with_projector: bool = False,
+    graphs: Literal["none", "onnx", "pt2"] = "none",
+    window: int | None = None,
+    size: int | None = None,
+    dtype: Literal["fp32", "fp16"] = "fp32",
+    quantize: Literal["none", "int8"] = "none",
+    opset: int = 18,
 ) -> LoadedEncoder:
-    """Write the hub layout to ``out`` for the encoder at ``source`` (a run, a checkpoint, an export)."""
+    """Write the hub layout to ``out`` for the encoder at ``source`` (a run, a checkpoint, an export), and with
+    ``graphs`` the deployment graphs beside it (``levjepa.formats.deploy``: the streaming ``window`` in frames,
+    default the clip length; the frame ``size``, default the clip size; ``dtype``, ``quantize``, ``opset``)."""
     loaded = load_encoder(source, weights=weights, device=device)
+    pre = loaded.preprocessing or preprocessing_of(loaded.run_config)
+    deploy = None
+    if graphs != "none":
+        side = pre.size if size is None else size
+        deploy = DeployConfig(pre.num_frames if window is None else window, side, side, dtype, quantize, opset)
+        check_deploy(loaded.encoder, deploy)  # before anything is written
+    elif (window, size, dtype, quantize) != (None, None, "fp32", "none"):
+        raise WeightsError("window, size, dtype and quantize shape the deployment graphs: export with graphs='onnx'")
     run_dir = Path(loaded.run_dir) if loaded.run_dir else None
     probe = run_dir / PROBE_RESULTS if run_dir else None
     projector = load_projector(source) if with_projector else None
@@ -333,4 +350,9 @@ def export_encoder(
         imported_from=loaded.imported_from,
         preprocessing=loaded.preprocessing,
     )
+    if graphs != "none" and deploy is not None:
+        write = export_onnx if graphs == "onnx" else export_pt2
+        record = write(loaded.encoder, out, deploy)
+        path = Path(out) / CONFIG
+        write_json(path, {**read_json(path), "deploy": record})
     return loaded

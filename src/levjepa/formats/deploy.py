@@ -1,0 +1,398 @@
+"""Deployment graphs of an encoder: the clip encoder and the streaming step, as ONNX or ``torch.export``.
+
+``levjepa export RUN --out DIR --format onnx`` (or ``pt2``) writes, beside the hub layout
+(``levjepa.formats.export``)::
+
+    DIR/clip_encoder.onnx   pixel_values [B, C, T, H, W] (normalised float) -> cls [B, D], patches [B, N, D]
+                            (N = T/τ·H/p·W/p, (t, y, x) order); B, T, H and W dynamic (multiples of τ and p)
+    DIR/stream_step.onnx    one tubelet of frames plus the KV cache in -> CLS over the window, the new patch
+                            tokens and the updated cache out (below); the whole streaming loop runs outside
+                            Python, with the window of ``levjepa stream --window W``
+    DIR/config.json         "deploy": file names, window, frame size, dtype, quantization, opset, the
+                            inputs and outputs with their shapes; "preprocessing": mean, std, size (the
+                            graphs take normalised frames: nothing is hidden in them)
+
+**The streaming step** (:class:`StreamStep`) is :class:`levjepa.infer.StreamingEncoder` with a window of
+``W`` frames (``S = W/τ`` temporal slots of ``P = H/p·W/p`` tokens), written with fixed shapes::
+
+    inputs   frames   [B, C, τ, H, W]   the new tubelet, normalised
+             slot     [1] int64         its temporal slot: 0, 1, 2, ... since the stream began
+             cache_k  [depth, B, heads, (S−1)·P, head_dim]   rotated keys of the last S−1 slots (zeros at start)
+             cache_v  [depth, B, heads, (S−1)·P, head_dim]
+    outputs  cls      [B, D]            CLS over the last S slots (the new one included)
+             patches  [B, P, D]         the new slot's patch features (after the final norm)
+             cache_k, cache_v           the same shapes: the oldest slot dropped, the new one appended
+
+Cached tokens of slots before 0 (the first S−1 steps) are masked out, so from the first frame on each
+step equals ``StreamingEncoder(window=W).push`` then ``cls()`` (``tests/test_deploy.py``). Block-causal
+attention only: with bidirectional attention a frame's features depend on the future.
+
+**Precision.** fp32 by default; ``dtype="fp16"`` exports the half-precision graph (for GPU runtimes; CPU
+runtimes run few ops in fp16). ``quantize="int8"`` applies onnxruntime's *dynamic* quantization to the
+exported graph: weights of every MatMul/Gemm stored as int8, activations quantized per call from their
+own range. Dynamic, not static, because it needs no calibration set and adapts to each input's range —
+ViT activations have outliers that a static range calibrated on a few clips clips or wastes precision on.
+The graphs are traced with ``torch.export`` (``strict=False``) and written with ``torch.onnx.export``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from levjepa.model import VideoEncoder
+from levjepa.model.attention import TokenMeta, build_attn_mask
+from levjepa.weights import WeightsError
+
+__all__ = [
+    "CLIP_ONNX",
+    "STREAM_ONNX",
+    "ClipEncoder",
+    "check_deploy",
+    "DeployConfig",
+    "StreamStep",
+    "export_onnx",
+    "export_pt2",
+    "initial_cache",
+    "OnnxStream",
+    "read_deploy",
+    "stream_video_onnx",
+]
+
+CLIP_ONNX, STREAM_ONNX = "clip_encoder.onnx", "stream_step.onnx"
+CLIP_PT2, STREAM_PT2 = "clip_encoder.pt2", "stream_step.pt2"
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
+MIN_OPSET, MAX_OPSET = 18, 23  # what torch.onnx's exporter writes / what the onnx package knows here
+
+
+@dataclass(frozen=True)
+class DeployConfig:
+    """What a deployment export fixes: the streaming window (frames), the frame size (pixels), dtype, int8."""
+
+    window: int = 16
+    height: int = 224
+    width: int = 224
+    dtype: Literal["fp32", "fp16"] = "fp32"
+    quantize: Literal["none", "int8"] = "none"
+    opset: int = 18
+
+
+class ClipEncoder(nn.Module):
+    """``pixel_values [B, C, T, H, W] -> (cls [B, D], patches [B, N, D])``: the encoder's inference forward."""
+
+    def __init__(self, encoder: VideoEncoder) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, pixel_values: Tensor) -> tuple[Tensor, Tensor]:
+        out = self.encoder.forward_features(pixel_values)
+        return out.cls, out.patches
+
+
+class StreamStep(nn.Module):
+    """One step of the windowed KV-cache stream with explicit cache tensors (module docstring)."""
+
+    def __init__(self, encoder: VideoEncoder, window: int, height: int, width: int) -> None:
+        super().__init__()
+        cfg = encoder.cfg
+        if cfg.attention != "block_causal":
+            raise WeightsError(
+                f"stream step: the encoder's attention is {cfg.attention}; streaming needs block_causal "
+                "(with bidirectional attention past features depend on future frames)"
+            )
+        self.slots = encoder.window_slots(window)  # ValueError unless a positive multiple of the tubelet
+        if height % cfg.patch_size or width % cfg.patch_size:
+            raise WeightsError(
+                f"stream step: frame size {height}x{width} is not a multiple of the patch {cfg.patch_size}"
+            )
+        self.encoder = encoder
+        self.height, self.width = height, width
+        self.per_slot = (height // cfg.patch_size) * (width // cfg.patch_size)
+        self.cached = (int(self.slots or 0) - 1) * self.per_slot  # tokens of the S−1 previous slots
+
+    def cache_shape(self, batch: int) -> tuple[int, int, int, int, int]:
+        c = self.encoder.cfg
+        return (c.depth, batch, c.heads, self.cached, c.head_dim)
+
+    def forward(
+        self, frames: Tensor, slot: Tensor, cache_k: Tensor, cache_v: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        enc, p = self.encoder, self.per_slot
+        dev = frames.device
+        x, positions = enc.patch_embed(frames)  # [B, P, D], positions at slot 0
+        positions = positions + torch.stack([slot[0], slot[0] * 0, slot[0] * 0])  # at the stream's slot
+        past = slot[0] - (int(self.slots or 0) - 1) + torch.arange(self.cached, device=dev) // p  # [Lc] slots
+        valid = past >= 0  # cached tokens from before the stream began are zeros: masked out
+        patch_meta = TokenMeta.patches(positions[:1, :, 0])
+        past_meta = TokenMeta.patches(past[None])
+        mask = build_attn_mask("block_causal", patch_meta, past_meta.cat(patch_meta), self.slots)  # [1,1,P,Lc+P]
+        mask = mask & torch.cat([valid, torch.ones(p, dtype=torch.bool, device=dev)])
+        rope = enc.rope(positions[:1])
+        new_k, new_v = [], []
+        for i, blk in enumerate(enc.blocks):
+
+            def with_cache(k: Tensor, v: Tensor, i: int = i) -> tuple[Tensor, Tensor]:
+                keys, values = torch.cat([cache_k[i], k], dim=2), torch.cat([cache_v[i], v], dim=2)
+                new_k.append(keys[:, :, p:])
+                new_v.append(values[:, :, p:])
+                return keys, values
+
+            x = blk(x, rope, mask, with_cache)
+        patches = enc.norm(x)
+        # CLS over the window: the cache as updated (S−1 old slots + the new one), then CLS itself
+        b = frames.shape[0]
+        cls_x = enc.cls_token.expand(b, 1, -1).to(x.dtype)
+        rotated_at = slot[0] if enc.cfg.rope_layout == "levjepa" else slot[0] * 0
+        cls_rope = enc.rope(torch.stack([rotated_at, slot[0] * 0, slot[0] * 0]).view(1, 1, 3))
+        cls_meta = TokenMeta(slot.view(1, 1), torch.ones(1, 1, dtype=torch.bool, device=dev))
+        keys_meta = TokenMeta.patches(torch.cat([past, positions[0, :, 0]])[None]).cat(cls_meta)
+        cls_mask = build_attn_mask("block_causal", cls_meta, keys_meta, self.slots)
+        cls_mask = cls_mask & torch.cat([valid, torch.ones(p + 1, dtype=torch.bool, device=dev)])
+        for i, blk in enumerate(enc.blocks):
+
+            def read_cache(k: Tensor, v: Tensor, i: int = i) -> tuple[Tensor, Tensor]:
+                full_k = torch.cat([cache_k[i], new_k[i][:, :, -p:]], dim=2)  # the old slots, then the new one
+                full_v = torch.cat([cache_v[i], new_v[i][:, :, -p:]], dim=2)
+                return torch.cat([full_k, k], dim=2), torch.cat([full_v, v], dim=2)
+
+            cls_x = blk(cls_x, cls_rope, cls_mask, read_cache)
+        return enc.norm(cls_x)[:, 0], patches, torch.stack(new_k), torch.stack(new_v)
+
+
+def initial_cache(step: StreamStep, batch: int = 1, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
+    """The empty cache a stream starts with: zeros (masked out by ``slot``)."""
+    shape = step.cache_shape(batch)
+    return torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
+
+
+def _example(encoder: VideoEncoder, dc: DeployConfig) -> tuple[Tensor, StreamStep, tuple[Tensor, ...]]:
+    c = encoder.cfg
+    dtype = DTYPES[dc.dtype]
+    clip = torch.zeros(2, c.in_chans, 2 * c.tubelet, dc.height, dc.width, dtype=dtype)
+    step = StreamStep(encoder, dc.window, dc.height, dc.width)
+    k, v = initial_cache(step, 1, dtype)
+    frames = torch.zeros(1, c.in_chans, c.tubelet, dc.height, dc.width, dtype=dtype)
+    return clip, step, (frames, torch.tensor([0]), k, v)
+
+
+def check_deploy(encoder: VideoEncoder, dc: DeployConfig) -> None:
+    """One-line ``WeightsError`` for a deployment export that cannot be written as asked."""
+    if dc.dtype not in DTYPES:
+        raise WeightsError(f"--dtype {dc.dtype}: valid choices are {', '.join(DTYPES)}")
+    if dc.quantize not in ("none", "int8"):
+        raise WeightsError(f"--quantize {dc.quantize}: valid choices are none, int8")
+    if dc.quantize == "int8" and dc.dtype != "fp32":
+        raise WeightsError("--quantize int8 quantizes the fp32 graph: drop --dtype fp16")
+    if not MIN_OPSET <= dc.opset <= MAX_OPSET:
+        raise WeightsError(f"--opset {dc.opset}: the exporter writes opsets {MIN_OPSET}..{MAX_OPSET}")
+    if encoder.cfg.attention != "block_causal":
+        raise WeightsError("the streaming step needs a block_causal encoder (this one is bidirectional)")
+    c = encoder.cfg
+    if dc.window < c.tubelet or dc.window % c.tubelet:
+        raise WeightsError(f"--window {dc.window}: expected a positive multiple of the tubelet ({c.tubelet} frames)")
+    if dc.height % c.patch_size or dc.width % c.patch_size or min(dc.height, dc.width) < c.patch_size:
+        raise WeightsError(f"--size {dc.height}x{dc.width}: expected a multiple of the patch size {c.patch_size}")
+
+
+def _dims(encoder: VideoEncoder) -> dict[str, dict[int, Any]]:
+    from torch.export import Dim
+
+    c = encoder.cfg
+    t, h, w = Dim("slots", min=1, max=4096), Dim("rows", min=1, max=512), Dim("cols", min=1, max=512)
+    return {"pixel_values": {0: Dim("batch", min=1, max=4096), 2: c.tubelet * t, 3: c.patch_size * h,
+                             4: c.patch_size * w}}  # fmt: skip
+
+
+def _quiet() -> Any:
+    """The exporters' and the quantizer's chatter (progress lines, warnings, log records) kept off the terminal."""
+    import contextlib
+    import io
+    import logging
+    import warnings
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("ignore")
+    stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    for name in ("", "torch.onnx"):  # the root logger (onnxruntime's quantizer) and the exporter's own
+        logger = logging.getLogger(name)
+        stack.callback(logger.setLevel, logger.level)
+        logger.setLevel(logging.ERROR)
+    return stack
+
+
+def export_onnx(encoder: VideoEncoder, out: str | Path, dc: DeployConfig) -> dict[str, Any]:
+    """Write ``clip_encoder.onnx`` and ``stream_step.onnx`` to ``out``; returns the config's "deploy" record."""
+    check_deploy(encoder, dc)
+    out = Path(out)
+    enc = _cast(encoder, dc)
+    clip, step, step_args = _example(enc, dc)
+    # one self-contained file per graph while protobuf's 2 GB allows it (ViT-L in fp32 does), external data beyond
+    external = sum(p.numel() * p.element_size() for p in enc.parameters()) > 1.5 * 2**30
+    with _quiet():
+        clip_ep = torch.export.export(ClipEncoder(enc), (clip,), dynamic_shapes=_dims(enc), strict=False)
+        torch.onnx.export(clip_ep, (clip,), str(out / CLIP_ONNX), input_names=["pixel_values"],
+                          output_names=["cls", "patches"], opset_version=dc.opset, dynamo=True,
+                          external_data=external)  # fmt: skip
+        step_ep = torch.export.export(step, step_args, strict=False)
+        torch.onnx.export(step_ep, step_args, str(out / STREAM_ONNX), input_names=["frames", "slot", "cache_k",
+                          "cache_v"], output_names=["cls", "patches", "new_cache_k", "new_cache_v"],
+                          opset_version=dc.opset, dynamo=True, external_data=external)  # fmt: skip
+    if dc.quantize == "int8":
+        _quantize(out / CLIP_ONNX)
+        _quantize(out / STREAM_ONNX)
+    return _record(enc, step, dc, {"clip_encoder": CLIP_ONNX, "stream_step": STREAM_ONNX}, "onnx")
+
+
+def export_pt2(encoder: VideoEncoder, out: str | Path, dc: DeployConfig) -> dict[str, Any]:
+    """Write ``clip_encoder.pt2`` and ``stream_step.pt2`` (``torch.export`` programs) to ``out``."""
+    check_deploy(encoder, dc)
+    if dc.quantize != "none":
+        raise WeightsError("--quantize int8 applies to --format onnx only")
+    out = Path(out)
+    enc = _cast(encoder, dc)
+    clip, step, step_args = _example(enc, dc)
+    with _quiet():
+        torch.export.save(
+            torch.export.export(ClipEncoder(enc), (clip,), dynamic_shapes=_dims(enc), strict=False), out / CLIP_PT2
+        )
+        torch.export.save(torch.export.export(step, step_args, strict=False), out / STREAM_PT2)
+    return _record(enc, step, dc, {"clip_encoder": CLIP_PT2, "stream_step": STREAM_PT2}, "pt2")
+
+
+def _cast(encoder: VideoEncoder, dc: DeployConfig) -> VideoEncoder:
+    import copy
+
+    enc = copy.deepcopy(encoder).eval().requires_grad_(False)
+    return enc.to(DTYPES[dc.dtype])
+
+
+def _quantize(path: Path) -> None:
+    try:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError as err:
+        raise WeightsError("--quantize int8 needs onnxruntime (pip install 'levjepa[deploy]')") from err
+    tmp = path.with_suffix(".fp32.onnx")
+    path.rename(tmp)
+    with _quiet():
+        quantize_dynamic(str(tmp), str(path), weight_type=QuantType.QInt8)
+    tmp.unlink()
+
+
+def _record(enc: VideoEncoder, step: StreamStep, dc: DeployConfig, files: dict[str, str], fmt: str) -> dict[str, Any]:
+    c = enc.cfg
+    lc = step.cached
+    return {
+        "format": fmt,
+        "files": files,
+        **dataclasses.asdict(dc),
+        "tubelet": c.tubelet,
+        "patch_size": c.patch_size,
+        "clip_encoder": {
+            "inputs": {"pixel_values": ["batch", c.in_chans, "frames", "height", "width"]},
+            "outputs": {"cls": ["batch", c.dim], "patches": ["batch", "frames/τ·height/p·width/p", c.dim]},
+        },
+        "stream_step": {
+            "inputs": {
+                "frames": [1, c.in_chans, c.tubelet, dc.height, dc.width],
+                "slot": [1],
+                "cache_k": [c.depth, 1, c.heads, lc, c.head_dim],
+                "cache_v": [c.depth, 1, c.heads, lc, c.head_dim],
+            },
+            "outputs": {
+                "cls": [1, c.dim],
+                "patches": [1, step.per_slot, c.dim],
+                "new_cache_k": [c.depth, 1, c.heads, lc, c.head_dim],
+                "new_cache_v": [c.depth, 1, c.heads, lc, c.head_dim],
+            },
+        },
+    }
+
+
+def read_deploy(export_dir: str | Path) -> dict[str, Any]:
+    """The "deploy" record of an export's ``config.json`` (``WeightsError`` when it has none)."""
+    from levjepa.weights import CONFIG, read_json
+
+    path = Path(export_dir) / CONFIG
+    data = read_json(path) if path.is_file() else {}
+    record = data.get("deploy")
+    if not isinstance(record, dict):
+        raise WeightsError(
+            f"{export_dir}: no deployment graphs here (config.json has no 'deploy'); write them with "
+            f"`levjepa export RUN --out {export_dir} --format onnx`"
+        )
+    return record
+
+
+class OnnxStream:
+    """The exported streaming step run by onnxruntime: ``push(frames [1, C, τ, H, W])`` returns the new patch
+    features, ``cls`` holds the CLS over the window after the last push (numpy arrays throughout)."""
+
+    def __init__(self, export_dir: str | Path, providers: list[str] | None = None) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError as err:
+            raise WeightsError("--backend onnx needs onnxruntime (pip install 'levjepa[deploy]')") from err
+        self.record = record = read_deploy(export_dir)
+        if record.get("format") != "onnx":
+            raise WeightsError(f"{export_dir}: its deployment graphs are {record.get('format')!r}, not onnx")
+        path = Path(export_dir) / record["files"]["stream_step"]
+        self.session = ort.InferenceSession(str(path), providers=providers or ["CPUExecutionProvider"])
+        self.frames_shape = tuple(record["stream_step"]["inputs"]["frames"])
+        self.cache_shape = tuple(record["stream_step"]["inputs"]["cache_k"])
+        self.dtype = "float16" if record["dtype"] == "fp16" else "float32"
+        self.reset()
+
+    def reset(self) -> None:
+        import numpy as np
+
+        self.cache_k = np.zeros(self.cache_shape, self.dtype)
+        self.cache_v = np.zeros(self.cache_shape, self.dtype)
+        self.slot = 0
+        self.cls: Any = None
+
+    def push(self, frames: Any) -> Any:
+        import numpy as np
+
+        if tuple(frames.shape) != self.frames_shape:
+            raise WeightsError(
+                f"frames of shape {tuple(frames.shape)}: this export streams {self.frames_shape} "
+                f"([1, C, τ, H, W], fixed at export: --size / export --height --width)"
+            )
+        feeds = {
+            "frames": np.ascontiguousarray(frames, dtype=self.dtype),
+            "slot": np.array([self.slot], np.int64),
+            "cache_k": self.cache_k,
+            "cache_v": self.cache_v,
+        }
+        self.cls, patches, self.cache_k, self.cache_v = self.session.run(None, feeds)
+        self.slot += 1
+        return patches
+
+
+def stream_video_onnx(export_dir: str | Path, frames: Tensor, *, every: int) -> dict[str, Tensor]:
+    """:func:`levjepa.infer.stream.stream_video` through the exported step: uint8 frames ``[F, H, W, 3]`` pushed
+    one tubelet at a time by onnxruntime; the same readouts and per-push latencies."""
+    import time
+
+    from levjepa.data.views import normalize
+
+    stream = OnnxStream(export_dir)
+    tau = int(stream.record["tubelet"])
+    cls, at, latency = [], [], []
+    usable = (frames.shape[0] // tau) * tau
+    for start in range(0, usable, tau):
+        clip = normalize(frames[start : start + tau].permute(3, 0, 1, 2).unsqueeze(0)).numpy()  # [1, C, τ, H, W]
+        t0 = time.perf_counter()
+        stream.push(clip)
+        latency.append((time.perf_counter() - t0) * 1e3)
+        seen = start + tau
+        if seen % every == 0 or seen == usable:
+            cls.append(torch.from_numpy(stream.cls[0]).float())
+            at.append(seen - 1)
+    return {"cls": torch.stack(cls), "frame": torch.tensor(at), "latency_ms": torch.tensor(latency)}
