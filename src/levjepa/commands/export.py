@@ -8,6 +8,7 @@ with the model card) that ``levjepa.load(DIR)``, ``levjepa.from_pretrained(DIR)`
 from __future__ import annotations
 
 import argparse
+from typing import Literal
 
 from levjepa.formats.export import export_encoder
 
@@ -38,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    graphs = "none" if args.format == "safetensors" else args.format
+    graphs: Literal["none", "onnx", "pt2"] = "none" if args.format == "safetensors" else args.format
     loaded = export_encoder(
         args.run,
         args.out,

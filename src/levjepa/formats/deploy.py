@@ -130,7 +130,7 @@ class StreamStep(nn.Module):
         valid = past >= 0  # cached tokens from before the stream began are zeros: masked out
         patch_meta = TokenMeta.patches(positions[:1, :, 0])
         past_meta = TokenMeta.patches(past[None])
-        mask = build_attn_mask("block_causal", patch_meta, past_meta.cat(patch_meta), self.slots)  # [1,1,P,Lc+P]
+        mask = _mask(patch_meta, past_meta.cat(patch_meta), self.slots)  # [1, 1, P, Lc + P]
         mask = mask & torch.cat([valid, torch.ones(p, dtype=torch.bool, device=dev)])
         rope = enc.rope(positions[:1])
         new_k, new_v = [], []
@@ -151,7 +151,7 @@ class StreamStep(nn.Module):
         cls_rope = enc.rope(torch.stack([rotated_at, slot[0] * 0, slot[0] * 0]).view(1, 1, 3))
         cls_meta = TokenMeta(slot.view(1, 1), torch.ones(1, 1, dtype=torch.bool, device=dev))
         keys_meta = TokenMeta.patches(torch.cat([past, positions[0, :, 0]])[None]).cat(cls_meta)
-        cls_mask = build_attn_mask("block_causal", cls_meta, keys_meta, self.slots)
+        cls_mask = _mask(cls_meta, keys_meta, self.slots)
         cls_mask = cls_mask & torch.cat([valid, torch.ones(p + 1, dtype=torch.bool, device=dev)])
         for i, blk in enumerate(enc.blocks):
 
@@ -162,6 +162,12 @@ class StreamStep(nn.Module):
 
             cls_x = blk(cls_x, cls_rope, cls_mask, read_cache)
         return enc.norm(cls_x)[:, 0], patches, torch.stack(new_k), torch.stack(new_v)
+
+
+def _mask(q: TokenMeta, k: TokenMeta, window: int | None) -> Tensor:
+    mask = build_attn_mask("block_causal", q, k, window)
+    assert mask is not None  # block-causal attention always has a mask
+    return mask
 
 
 def initial_cache(step: StreamStep, batch: int = 1, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
