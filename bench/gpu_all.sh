@@ -32,6 +32,7 @@ step sigreg 95 python3 bench/gpu_sigreg.py --out "$OUT" --budget-s 70
 step encoder 120 python3 bench/gpu_encoder.py --out "$OUT" --budget-s 75
 step data 35 python3 bench/gpu_data.py --out "$OUT" --budget-s 30
 step train 120 python3 bench/gpu_train.py --out "$OUT" --budget-s 100
-step demo_sweep 110 python3 bench/demo_sweep.py --out "$OUT" --device cuda --jobs 4 --workers 3 --budget-s 60
+step demo_sweep 90 python3 bench/demo_sweep.py --out "$OUT" --device cuda --jobs 4 --workers 3 --budget-s 50
 step eval 50 python3 bench/gpu_eval.py --out "$OUT" --budget-s 40
+step deploy 45 python3 bench/gpu_deploy.py --out "$OUT" --budget-s 30
 echo "done $(date +%T)" >>"$LOG"
