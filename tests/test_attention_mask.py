@@ -17,7 +17,14 @@ from levjepa.model.attention import TokenMeta, attn_bias, block_causal
 from levjepa.model.tokens import grid_positions, sample_keep_idx
 from levjepa.rng import fold_keys, sample_keys
 
-TOL = {"rtol": 1e-5, "atol": 2e-6}
+
+def assert_close(got: Tensor, want: Tensor, msg: str = "") -> None:
+    """Equal to float32 rounding: the largest difference within 1e-6 of the largest entry (a gradient summed
+    over many tokens carries rounding of the order of its scale, not of each entry)."""
+    assert got.shape == want.shape, msg
+    err, scale = float((got - want).detach().abs().max()), float(want.detach().abs().max())
+    assert err <= 1e-6 * scale + 1e-9, f"{msg}: max |difference| {err:.3g} against max |value| {scale:.3g}"
+
 
 # ---- the reference: the forward as it was before the bias was built once (kept verbatim in substance) ---
 
@@ -110,14 +117,14 @@ def _compare(enc: VideoEncoder, video: Tensor, drop: bool, window: int | None = 
         keep_idx = sample_keep_idx(video.shape[0], grid, c.drop_ratio, c.drop_mode, torch.Generator().manual_seed(seed))
     tokens, positions = reference_forward(ref, video, keep_idx, window)
     assert torch.equal(out.positions, positions)
-    torch.testing.assert_close(out.tokens, tokens, **TOL)
+    assert_close(out.tokens, tokens)
     weights = torch.randn_like(tokens)  # a random linear read-out of every token: every gradient path
     (out.tokens * weights).sum().backward()
     (tokens * weights).sum().backward()
     got, want = _grads(enc), _grads(ref)
     assert got.keys() == want.keys() and len(got) == len(list(enc.parameters()))
     for name in want:
-        torch.testing.assert_close(got[name], want[name], **TOL, msg=name)
+        assert_close(got[name], want[name], name)
 
 
 @pytest.mark.parametrize("attention", ["block_causal", "bidirectional"])
@@ -158,13 +165,13 @@ def test_forward_views_equals_the_reference_per_group():
         want.append(reference_forward(ref, video, keep_idx)[0][:, 0].view(v, b, -1))
         slot += v
     want_cls = torch.cat(want)
-    torch.testing.assert_close(cls, want_cls, **TOL)
+    assert_close(cls, want_cls)
     weights = torch.randn_like(cls)
     (cls * weights).sum().backward()
     (want_cls * weights).sum().backward()
     got, ref_grads = _grads(enc), _grads(ref)
     for name in ref_grads:
-        torch.testing.assert_close(got[name], ref_grads[name], **TOL, msg=name)
+        assert_close(got[name], ref_grads[name], name)
 
 
 @pytest.mark.parametrize("window", [None, 2])
@@ -178,8 +185,8 @@ def test_stream_equals_the_reference_forward(window):
         per_frame = enc.patch_embed.grid(video)[1] * enc.patch_embed.grid(video)[2]
         for t in range(video.shape[2]):
             new = stream.push(video[:, :, t : t + 1])
-            torch.testing.assert_close(new, tokens[:, 1 + t * per_frame : 1 + (t + 1) * per_frame], **TOL)
-        torch.testing.assert_close(stream.cls(), tokens[:, 0], **TOL)
+            assert_close(new, tokens[:, 1 + t * per_frame : 1 + (t + 1) * per_frame])
+        assert_close(stream.cls(), tokens[:, 0])
 
 
 # ---- one bias, batch 1 without dropping ----------------------------------------------------------------------

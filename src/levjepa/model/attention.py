@@ -138,8 +138,10 @@ class Attention(nn.Module):
         """``x`` ``[B, L, D]``; ``rope`` from ``Rope3D`` (``[B or 1, 1, L, hd]``); ``attn_mask`` boolean or
         additive (:func:`attn_bias`), ``[B or 1, 1, L, L_k]``, or ``None``."""
         b, n, d = x.shape
-        q, k, v = self.qkv(x).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)  # [B, h, L, hd] each
+        qk, v = self.qkv(x).view(b, n, 3, self.heads, d // self.heads).split([2, 1], dim=2)  # [B, L, 2|1, h, hd]
+        cos, sin = (t.transpose(1, 2).unsqueeze(2) for t in rope)  # [B or 1, L, 1, 1, hd]: over q, k and heads
+        q, k = apply_rope(qk, cos, sin).transpose(1, 3).unbind(2)  # queries and keys in one rotation
+        v = v.squeeze(2).transpose(1, 2)  # [B, h, L, hd] each
         if kv_cache is not None:
             k, v = kv_cache(k, v)  # [B, h, L_past + L, hd]
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # [B, h, L, hd]

@@ -27,6 +27,9 @@ Design (the choices the paper leaves open):
   its absolute index, which is what a sliding-window stream of any length needs. Under bidirectional
   attention the same position is used.
 * Angles, cos and sin are computed in float32 and the rotated query/key are cast back to the input dtype.
+* The tables are computed once per forward and shared by every layer; :func:`apply_rope` is one autograd
+  function (four kernels forward, four backward: no copy of the swapped halves, and autograd saves only
+  the tables), applied to the queries and keys of a layer together (``attention.py``).
 
 **The ``vjepa2`` layout** (``EncoderConfig.rope_layout="vjepa2"``): the function the official LeVJEPA code
 and its released checkpoints compute (V-JEPA 2's "pretrained-compatible" RoPE), reproduced exactly so that
@@ -44,6 +47,8 @@ leaves every attention score ``⟨q, k⟩`` unchanged.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -130,9 +135,45 @@ class Rope3D(nn.Module):
         return f"head_dim={self.head_dim}, pairs(t,y,x)={self.split}, base={self.base:g}"
 
 
+class _Rotate(torch.autograd.Function):
+    """``y = x·cos + swap(x)·sin`` (``swap`` exchanges the two halves of the last dim), whose transpose is
+    ``g·cos + swap(g·sin)``: the backward pass is the same four kernels with the halves of ``sin`` exchanged,
+    and autograd keeps only the tables (shared by every layer of a forward), not a rotated copy of ``x``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        if cos.requires_grad or sin.requires_grad:
+            raise ValueError("apply_rope: the RoPE tables are functions of positions, not differentiable inputs")
+        ctx.save_for_backward(cos, sin)
+        ctx.shape = x.shape
+        return _rotate(x, cos, sin, transpose=False)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        cos, sin = ctx.saved_tensors
+        dx = _rotate(grad, cos, sin, transpose=True)
+        return (dx if dx.shape == ctx.shape else dx.sum_to_size(ctx.shape)), None, None
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor, *, transpose: bool) -> Tensor:
+    """``[x1·c1 + x2·s1, x2·c2 + x1·s2]`` (``transpose``: ``s1`` and ``s2`` exchanged), computed in at least
+    float32 into one buffer (a multiply and a fused multiply-add per half), then cast to ``x.dtype``."""
+    n = x.shape[-1] // 2
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    out = torch.empty(torch.broadcast_shapes(x.shape, cos.shape), dtype=dtype, device=x.device)
+    x1, x2, o1, o2 = x[..., :n], x[..., n:], out[..., :n], out[..., n:]
+    s1, s2 = (sin[..., n:], sin[..., :n]) if transpose else (sin[..., :n], sin[..., n:])
+    torch.mul(x1, cos[..., :n], out=o1)
+    o1.addcmul_(x2, s1)
+    torch.mul(x2, cos[..., n:], out=o2)
+    o2.addcmul_(x1, s2)
+    return out.to(x.dtype)
+
+
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate each pair ``(x[i], x[i+n])`` of ``x`` ``[..., L, 2n]`` by its angle, given ``(cos, sin)`` from
-    :meth:`Rope3D.forward`: ``[x1, x2] -> [x1·cos − x2·sin, x2·cos + x1·sin]`` (float32, then ``x.dtype``)."""
-    xf = x.float()
-    partner = xf.unflatten(-1, (2, -1)).flip(-2).flatten(-2)  # [x2, x1]: the other member of each pair
-    return (xf * cos + partner * sin).to(x.dtype)
+    :meth:`Rope3D.forward` (any layout that broadcasts against ``x``): ``[x1, x2] -> [x1·cos − x2·sin,
+    x2·cos + x1·sin]``, in float32 (float64 stays float64), then ``x.dtype``."""
+    out = _Rotate.apply(x, cos, sin)
+    assert isinstance(out, Tensor)
+    return out
