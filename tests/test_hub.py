@@ -93,3 +93,32 @@ def test_timm_names_on_the_encoder():
     assert torch.allclose(only[0], feats.patches, atol=1e-6)  # the last block, normed: the output's patches
     with pytest.raises(ValueError, match="NLC, NCTHW"):
         enc.forward_intermediates(x, output_fmt="NCHW")
+
+
+def test_a_hub_repo_id_is_downloaded_with_huggingface_hub_then_loaded(export, monkeypatch):
+    import huggingface_hub
+
+    run, out = export
+    asked = []
+
+    def snapshot_download(repo_id, revision=None, **_):
+        asked.append((repo_id, revision))
+        return str(out)  # what the hub cache would hold
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    model = from_pretrained("my-org/levjepa-demo", revision="v1")
+    assert asked == [("my-org/levjepa-demo", "v1")]
+    x = _clip(model.config, seed=4)
+    assert torch.equal(model(x).pooler_output, load_encoder(run).encoder(x))
+
+
+def test_from_pretrained_imports_an_official_folder_on_the_fly(tmp_path):
+    from test_official import fixture, hub_folder
+
+    t = fixture(2)
+    src = hub_folder(tmp_path / "hub", t, "backbone.", {"model_type": "levjepa_official", "attn_mode": "full"})
+    with pytest.raises(WeightsError, match="--heads"):
+        from_pretrained(src)  # the heads are not stated: the error says what to give
+    model = from_pretrained(src, heads=3)
+    got = model(pixel_values=t["input.video"]).last_hidden_state
+    assert (got - t["output.full"]).abs().max().item() < 1e-5 and "imported" in model.weights_info
