@@ -1,12 +1,19 @@
 """Weights in and out: every format an encoder is read from or written to.
 
-``load.py`` reads levjepa run directories, checkpoints and exports into a frozen encoder (``levjepa.load``);
-``export.py`` writes an encoder-only export. Evaluation, extraction and the commands read weights only
-through this package.
+* ``load.py`` — levjepa run directories, checkpoints and exports (old and hub layout) into a frozen encoder
+  (``levjepa.load``), and what ``model.init_from`` starts a run from;
+* ``official.py`` — the official LeVJEPA checkpoints (hub repo folders, Lightning ``.ckpt``), converted so
+  levjepa's encoder computes the official function (``levjepa import``);
+* ``export.py`` — the Hugging Face hub layout (``levjepa export``);
+* ``hub.py`` — ``LeVJEPAModel`` and ``from_pretrained`` (the official calling convention), and the
+  registration with transformers' ``AutoModel`` (``transformers_auto.py``);
+* ``deploy.py`` — the clip encoder and the streaming step as ONNX or ``torch.export`` graphs.
+
+Evaluation, extraction and the commands read weights only through this package.
 """
 
 from __future__ import annotations
 
-from levjepa.formats.load import LoadedEncoder, load, load_encoder, random_encoder
+from levjepa.formats.load import LoadedEncoder, load, load_encoder, load_init_weights, random_encoder
 
-__all__ = ["LoadedEncoder", "load", "load_encoder", "random_encoder"]
+__all__ = ["LoadedEncoder", "load", "load_encoder", "load_init_weights", "random_encoder"]
