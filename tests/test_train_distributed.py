@@ -6,11 +6,13 @@ rank) and no parameter exempt (the final LayerNorm has no bias whose gradient is
 an epoch boundary. And 2 ranks each accumulating 2 micro-batches (GradCache with its explicit gradient
 all-reduce) give the weights and gradient norms of 1 rank.
 
-AdamW runs with eps = 1e-6: its first step moves a weight by lr·g/(|g| + eps), so a gradient near eps — not
-structurally zero, but tiny on this data (a GELU unit that barely fires) — turns the float rounding of a
+AdamW runs with eps = 1e-4: its first step moves a weight by lr·g/(|g| + eps), so a gradient near eps — not
+structurally zero, but tiny on this data (a GELU unit that barely fires) — turns the float32 rounding of a
 different summation order (two ranks) into a step difference of up to lr·δg/eps. At the default 1e-8 that
-reached 1.4e-5 on one weight of the first MLP after step 1 on the built-in benchmark's clips; at 1e-6 the
-comparison is about sharding, the SIGReg all-reduce, the global BatchNorm and DDP, not about rounding.
+reached 1.4e-5 on one weight of the first MLP after step 1 on the built-in benchmark's clips; 1e-6 left
+8.4e-6 after 3 steps, at the edge of the 1e-5 tolerance, which the float attention bias of issue 28 (another
+summation order) pushed to 1.05e-5; at 1e-4 (typical gradients here are ~1e-2, so AdamW still normalises
+them) the comparison is about sharding, the SIGReg all-reduce, the global BatchNorm and DDP, not rounding.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ OVERRIDES = (
     "train.checkpoint_every=3",
     "train.log_every=1",
     "optim.schedule=flat",  # a step's learning rate does not depend on train.steps (the run is extended)
-    "optim.eps=1e-6",  # see the module doc: rounding near eps is not what this test is about
+    "optim.eps=1e-4",  # see the module doc: rounding near eps is not what this test is about
 )
 
 
@@ -84,10 +86,10 @@ def test_two_ranks_equal_one_rank_then_the_run_resumes_on_one_rank(tmp_path):
             torch.testing.assert_close(b[key], a[key], rtol=1e-5, atol=1e-5, msg=f"{name}: {key}")
 
 
-# optim.eps=1e-4: with GradCache on two ranks the gradients' float32 rounding differs a little more than
-# under DDP (5e-5 of a small parameter's gradient norm; in float64 the step agrees to 4e-14), and AdamW's first
-# step turns that into up to lr·δg/eps on a tiny gradient; at 1e-4 the weights agree to ~1e-6
-EVERY_STEP = ("train.steps=3", "train.checkpoint_every=1", "optim.eps=1e-4")
+# with GradCache on two ranks the gradients' float32 rounding differs a little more than under DDP (5e-5 of a
+# small parameter's gradient norm; in float64 the step agrees to 4e-14); at OVERRIDES' eps the weights agree
+# to ~1e-6
+EVERY_STEP = ("train.steps=3", "train.checkpoint_every=1")
 
 
 def _accumulating_rank_run(rank: int, world: int, run_dir: str):
