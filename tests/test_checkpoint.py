@@ -112,3 +112,31 @@ def test_prune_keeps_last_and_multiples(tmp_path):
     ckpt.prune(tmp_path, keep_last=2, keep_every=20)
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step_000020", "step_000040", "step_000050"]
     assert ckpt.latest_checkpoint(tmp_path).name == "step_000050"
+
+
+def test_weights_without_a_final_norm_from_before_its_last_bias_went_load_and_name_the_resume_override(tmp_path):
+    # final_norm=false encoders used to train the last block's mlp.fc2 bias (a constant shift of CLS that the
+    # projector's BatchNorm removes); such weights still load as they were, and a resume names the override
+    import levjepa
+    from levjepa.config import ConfigError, apply_overrides, to_dict
+    from levjepa.train.loop import build_models
+    from levjepa.train.step import Pretrainer
+    from train_utils import tiny_config
+
+    legacy = tiny_config("model.final_norm=false", "model.final_norm_bias=true")
+    model = Pretrainer(*build_models(legacy, seed=0))
+    last = f"encoder.blocks.{legacy.model.depth - 1}.mlp.fc2.bias"
+    assert last in model.state_dict()
+    ema, opt = EMA(model.encoder), build_optimizer(model, legacy.optim)
+    model_cfg = {k: v for k, v in to_dict(legacy.model).items() if k != "final_norm_bias"}  # as written then
+    path = ckpt.save_checkpoint(
+        tmp_path, model=model, ema=ema, optimizer=opt, state=ckpt.TrainerState(step=1), encoder_config=model_cfg
+    )
+    today = apply_overrides(legacy, ["model.final_norm_bias=false"])
+    fresh = Pretrainer(*build_models(today, seed=0))
+    assert last not in fresh.state_dict()
+    with pytest.raises(ConfigError, match=r"model\.final_norm_bias=true"):
+        ckpt.load_checkpoint(path, model=fresh, ema=EMA(fresh.encoder), optimizer=build_optimizer(fresh, today.optim))
+    loaded = levjepa.load(path, weights="online")
+    assert loaded.blocks[-1].mlp.fc2.bias is not None
+    assert torch.equal(loaded.blocks[-1].mlp.fc2.bias, model.encoder.blocks[-1].mlp.fc2.bias)
