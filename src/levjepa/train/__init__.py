@@ -1,4 +1,4 @@
-"""Pretraining: configs, the step, the loop, EMA, optimiser, checkpoints and the run directory."""
+"""Pretraining: configs, the step, the loop, EMA, optimiser, checkpoints, the run directory and the reporting."""
 
 from __future__ import annotations
 
