@@ -2,6 +2,7 @@
 
     python bench/peer_step.py                                   # levjepa only
     python bench/peer_step.py --reference PATH/TO/module.py     # beside the reference (MLO-lab/LeVJEPA)
+    python bench/peer_step.py --baseline /tmp/old               # beside an earlier levjepa (its src/ and bench/)
     python bench/peer_step.py --profile                         # torch.profiler: step ÷ (matmul + attention)
 
 The reference code is CC BY-NC 4.0: it is never shipped with levjepa. ``--reference`` names the user's copy
@@ -22,7 +23,9 @@ Each (setting, implementation) runs in a fresh process (``--worker``), so that i
 (``ru_maxrss``: imports, model, optimiser state, activations) is its own; the processes are interleaved —
 every round runs every setting with both implementations, their order alternating — so load from other
 processes on a shared machine hits both alike. A process runs one warm-up step and ``--steps`` timed steps;
-a setting's ms/step is the minimum over rounds of each process's fastest step (the least disturbed by other
+``--baseline DIR`` adds an earlier levjepa checkout (e.g. ``git archive <commit> src bench | tar -x -C DIR``)
+to the same rounds, run by its own copy of this script: before and after measured side by side. A setting's
+ms/step is the minimum over rounds of each process's fastest step (the least disturbed by other
 load: on a shared machine a median still moves with what else runs), its peak RSS the largest of its runs.
 
 ``--profile`` runs levjepa's step (ρ = 0.95, batch 8) under ``torch.profiler`` and prints the step's time
@@ -180,17 +183,21 @@ def profile(rho: float, batch: int, steps: int) -> dict:
 
 
 def _run_worker(impl: str, setting: str, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, __file__, "--worker", impl, setting, "--steps", str(args.steps)]
+    script, as_impl = __file__, impl
+    if impl == "baseline":  # the earlier checkout's own script and src/ time its levjepa step
+        script, as_impl = str(Path(args.baseline) / "bench" / "peer_step.py"), "levjepa"
+    cmd = [sys.executable, script, "--worker", as_impl, setting, "--steps", str(args.steps)]
     cmd += ["--threads", str(args.threads)] + (["--reference", args.reference] if args.reference else [])
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(f"worker {impl} {setting} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "impl": impl}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reference", help="path to the reference LeVJEPA module.py (never shipped with levjepa)")
+    ap.add_argument("--baseline", help="an earlier levjepa checkout (src/, bench/) to time in the same rounds")
     ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated among {', '.join(SETTINGS)}")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds (one process per setting and side)")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per process, after one warm-up step")
@@ -214,7 +221,8 @@ def main() -> None:
         if args.out:
             args.out.write_text(json.dumps({**res, "ratio": ratio}, indent=1))
         return
-    impls = ["levjepa"] + (["levjepa_compiled"] if args.compiled else []) + (["reference"] if args.reference else [])
+    impls = (["baseline"] if args.baseline else []) + ["levjepa"] + (["levjepa_compiled"] if args.compiled else [])
+    impls += ["reference"] if args.reference else []
     settings = args.settings.split(",")
     results: dict[tuple[str, str], list[dict]] = {}
     for r in range(args.rounds):
@@ -224,16 +232,17 @@ def main() -> None:
                 results.setdefault((impl, setting), []).append(row)
                 line = f"  round {r} {setting:11s} {impl:16s} {row['ms']:8.0f} ms  {row['rss_mib']:6.0f} MiB"
                 print(line, flush=True)
-    head = "| setting | " + " | ".join(f"{i} ms/step" for i in impls)
-    head += " | reference / levjepa | peak RSS " + " / ".join(impls) + " (MiB) |" if args.reference else " | peak RSS |"
-    print("\n" + head + "\n|" + " --- |" * (head.count("|") - 1))
+    ours = [i for i in impls if i != "reference"]
+    ratio_cols = [f"reference / {i}" for i in ours] if args.reference else []
+    cols = [f"{i} ms/step" for i in impls] + ratio_cols + [f"peak RSS {' / '.join(impls)} (MiB)"]
+    print("\n| setting | " + " | ".join(cols) + " |\n|" + " --- |" * (len(cols) + 1))
     table = []
     for setting in settings:
         ms = {i: min(x["ms"] for x in results[(i, setting)]) for i in impls}
         rss = {i: max(x["rss_mib"] for x in results[(i, setting)]) for i in impls}
-        cells = " | ".join(f"{ms[i]:.0f}" for i in impls)
-        ratio = f" | {ms['reference'] / ms['levjepa']:.2f}" if args.reference else ""
-        print(f"| {LABELS[setting]} | {cells}{ratio} | " + " / ".join(f"{rss[i]:.0f}" for i in impls) + " |")
+        cells = [f"{ms[i]:.0f}" for i in impls] + [f"{ms['reference'] / ms[i]:.2f}" for i in ours if args.reference]
+        cells.append(" / ".join(f"{rss[i]:.0f}" for i in impls))
+        print(f"| {LABELS[setting]} | " + " | ".join(cells) + " |")
         table.append({"setting": setting, "ms": ms, "rss_mib": rss})
     if args.out:
         args.out.write_text(json.dumps(table, indent=1))

@@ -237,6 +237,28 @@ def test_compiled_blocks_trace_and_run_forward_and_backward():
     _compiled_vs_eager("aot_eager", local_views=0)
 
 
+def test_compiled_blocks_have_static_shapes_one_graph_per_view_shape():
+    # the kept-token counts are fixed per view, so each view shape (and grad mode) gets a graph with its sizes
+    # known: no symbolic size reaches the backend (TorchDynamo's default would make the second shape dynamic)
+    torch._dynamo.reset()
+    graphs: list[list[tuple[int, ...]]] = []
+
+    def record(gm, example_inputs):
+        assert all(isinstance(t, torch.Tensor) for t in example_inputs), "a symbolic size is a graph input"
+        graphs.append([tuple(t.shape) for t in example_inputs])
+        return gm.forward
+
+    torch.manual_seed(0)
+    enc = VideoEncoder(encoder_config("vit-test", drop_ratio=0.5)).compile_blocks(backend=record)
+    groups = [torch.randn(1, 2, 3, 2, 32, 32), torch.randn(2, 2, 3, 2, 16, 16)]
+    drop = sample_keys(0, "drop", 0, positions=range(2))
+    for _ in range(2):  # a second step compiles nothing new
+        enc.forward_views(*groups, keys=drop).sum().backward()
+    assert len(graphs) == 2  # the global and the local view shape, shared by every block
+    tokens = {next(s for s in shapes if len(s) == 3) for shapes in graphs}  # x [V·B, 1 + kept, D]
+    assert tokens == {(2, 1 + 16, 32), (4, 1 + 4, 32)}
+
+
 @pytest.mark.slow
 def test_compiled_blocks_with_inductor_match_eager():
     _compiled_vs_eager("inductor", local_views=2)

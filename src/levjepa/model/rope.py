@@ -28,7 +28,7 @@ Design (the choices the paper leaves open):
   attention the same position is used.
 * Angles, cos and sin are computed in float32 and the rotated query/key are cast back to the input dtype.
 * The tables are computed once per forward and shared by every layer; :func:`apply_rope` is one autograd
-  function (four kernels forward, four backward: no copy of the swapped halves, and autograd saves only
+  function (three kernels forward, three backward: no copy of the swapped halves, and autograd saves only
   the tables), applied to the queries and keys of a layer together (``attention.py``).
 
 **The ``vjepa2`` layout** (``EncoderConfig.rope_layout="vjepa2"``): the function the official LeVJEPA code
@@ -137,7 +137,7 @@ class Rope3D(nn.Module):
 
 class _Rotate(torch.autograd.Function):
     """``y = x·cos + swap(x)·sin`` (``swap`` exchanges the two halves of the last dim), whose transpose is
-    ``g·cos + swap(g·sin)``: the backward pass is the same four kernels with the halves of ``sin`` exchanged,
+    ``g·cos + swap(g·sin)``: the backward pass is the same three kernels with the halves of ``sin`` exchanged,
     and autograd keeps only the tables (shared by every layer of a forward), not a rotated copy of ``x``."""
 
     @staticmethod
@@ -156,17 +156,14 @@ class _Rotate(torch.autograd.Function):
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor, *, transpose: bool) -> Tensor:
-    """``[x1·c1 + x2·s1, x2·c2 + x1·s2]`` (``transpose``: ``s1`` and ``s2`` exchanged), computed in at least
-    float32 into one buffer (a multiply and a fused multiply-add per half), then cast to ``x.dtype``."""
+    """``[x1·c1 + x2·s1, x2·c2 + x1·s2]`` (``transpose``: ``s1`` and ``s2`` exchanged) in at least float32:
+    one multiply over the whole width, then a fused multiply-add into each half in place (three kernels,
+    no ``out=``, which TorchDynamo cannot trace into views), cast to ``x.dtype``."""
     n = x.shape[-1] // 2
-    dtype = torch.promote_types(x.dtype, torch.float32)
-    out = torch.empty(torch.broadcast_shapes(x.shape, cos.shape), dtype=dtype, device=x.device)
-    x1, x2, o1, o2 = x[..., :n], x[..., n:], out[..., :n], out[..., n:]
     s1, s2 = (sin[..., n:], sin[..., :n]) if transpose else (sin[..., :n], sin[..., n:])
-    torch.mul(x1, cos[..., :n], out=o1)
-    o1.addcmul_(x2, s1)
-    torch.mul(x2, cos[..., n:], out=o2)
-    o2.addcmul_(x1, s2)
+    out = x * cos  # float32 tables: at least float32
+    out[..., :n].addcmul_(x[..., n:], s1)
+    out[..., n:].addcmul_(x[..., :n], s2)
     return out.to(x.dtype)
 
 

@@ -25,9 +25,9 @@ Data flow of one call (``B`` clips, ``N`` grid tokens, ``L`` kept tokens, ``D`` 
   weight, the patch embedding and CLS (timm / V-JEPA), zero biases, LayerNorm (1, 0), and each block's
   residual output projections (``attn.proj``, ``mlp.fc2``) divided by ``sqrt(2·layer)`` (V-JEPA), so
   deep residual streams start small.
-* ``compile_blocks()`` compiles each block in place (identical blocks share one compiled graph; the
-  state-dict keys are unchanged), the fast path on GPU; ``grad_checkpointing`` recomputes blocks in the
-  backward pass.
+* ``compile_blocks()`` compiles each block in place with static shapes (identical blocks share one
+  compiled graph per view shape; the state-dict keys are unchanged), the fast path on GPU;
+  ``grad_checkpointing`` recomputes blocks in the backward pass.
 """
 
 from __future__ import annotations
@@ -147,7 +147,13 @@ class VideoEncoder(nn.Module):
             blk.mlp.fc2.weight.div_(math.sqrt(2.0 * layer))
 
     def compile_blocks(self, **kwargs: Any) -> VideoEncoder:
-        """``torch.compile`` each block in place (GPU fast path); returns ``self``."""
+        """``torch.compile`` each block in place, forward and backward (regional compilation); returns ``self``.
+
+        Shapes are static (``dynamic=False`` unless ``kwargs`` say otherwise): the kept-token counts are fixed
+        per view shape, so training sees a handful of shapes (each view group, with and without grad), each
+        compiled once with its sizes known; by default TorchDynamo would turn the second view shape into a
+        dynamic-shape graph shared by all, slower kernels and no CUDA graphs (``mode="reduce-overhead"``)."""
+        kwargs.setdefault("dynamic", False)
         for blk in self.blocks:
             blk.compile(**kwargs)
         return self
