@@ -158,12 +158,13 @@ def worker(impl: str, setting: str, steps: int, reference: str | None) -> dict:
     return {"impl": impl, "setting": setting, "ms": min(times), "rss_mib": rss_mib}
 
 
-def profile(rho: float, batch: int, steps: int) -> dict:
-    """Profiler totals of levjepa's step: step time, matmul and attention self time (ms per step)."""
+def profile(rho: float, batch: int, steps: int, compiled: bool = False) -> dict:
+    """Profiler totals of levjepa's step (``compiled``: with ``train.compile``, after its compilation): step
+    time, matmul and attention self time (ms per step)."""
     from torch.profiler import ProfilerActivity, record_function
     from torch.profiler import profile as torch_profile
 
-    step = levjepa_step(rho, batch)
+    step = levjepa_step(rho, batch, compile_blocks=compiled)
     step(0)
     step(1)
     with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -202,7 +203,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds (one process per setting and side)")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per process, after one warm-up step")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--compiled", action="store_true", help="also time levjepa with train.compile (Inductor)")
+    ap.add_argument("--compiled", action="store_true", help="also time (or profile) levjepa with train.compile")
     ap.add_argument("--profile", action="store_true", help="profile levjepa's rho = 0.95 batch 8 step instead")
     ap.add_argument("--out", type=Path, help="write the rows as JSON here")
     ap.add_argument("--worker", nargs=2, metavar=("IMPL", "SETTING"), help=argparse.SUPPRESS)
@@ -212,7 +213,7 @@ def main() -> None:
         print(json.dumps(worker(*args.worker, args.steps, args.reference)))
         return
     if args.profile:
-        res = profile(0.95, 8, args.steps)
+        res = profile(0.95, 8, args.steps, compiled=args.compiled)
         ratio = res["step_ms"] / (res["matmul_ms"] + res["attention_ms"])
         print(f"step {res['step_ms']:.0f} ms, matmul {res['matmul_ms']:.0f} ms, attention {res['attention_ms']:.0f} ms")
         print(f"step / (matmul + attention) = {ratio:.3f} (overhead {100 * (1 - 1 / ratio):.1f} % of the step)")
