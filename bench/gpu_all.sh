@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Every GPU check of the project in one run on one H200 (< 9.5 minutes), for the device tool:
+# Every GPU check of the project in one run on one H200 (< 11 minutes), for the device tool:
 #
 #   run(command="bash bench/gpu_all.sh", carry=[".whl"], timeout_s=600)
+#   run(command="ONLY=train_step bash bench/gpu_all.sh", timeout_s=120)   # one step by name (over 600 s in all)
 #
 # .whl holds the PyAV wheel for Python 3.12 (the GPU image has no PyAV): `python3 -m pip download --no-deps
 # --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 -d .whl av`.
@@ -20,8 +21,9 @@ fi
   date; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 } >>"$LOG" 2>&1
-step() {  # step NAME SECONDS COMMAND...
+step() {  # step NAME SECONDS COMMAND... (only the steps named in $ONLY when it is set)
   local name=$1 secs=$2; shift 2
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
   echo "=== $name (limit ${secs}s) $(date +%T)" >>"$LOG"
   local t0=$SECONDS
   timeout "$secs" "$@" >>"$LOG" 2>&1
@@ -34,5 +36,6 @@ step data 35 python3 bench/gpu_data.py --out "$OUT" --budget-s 30
 step train 120 python3 bench/gpu_train.py --out "$OUT" --budget-s 100
 step demo_sweep 90 python3 bench/demo_sweep.py --out "$OUT" --device cuda --jobs 4 --workers 3 --budget-s 50
 step eval 50 python3 bench/gpu_eval.py --out "$OUT" --budget-s 40
+step train_step 90 python3 bench/gpu_step.py --out "$OUT" --budget-s 80
 step deploy 45 python3 bench/gpu_deploy.py --out "$OUT" --budget-s 30
 echo "done $(date +%T)" >>"$LOG"
