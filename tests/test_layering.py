@@ -235,11 +235,7 @@ def test_the_check_catches_upward_sideways_and_distributed_imports():
 
 # To burn down, like pyproject.toml's mypy list: cycles known and owned elsewhere. An entry that no longer
 # occurs fails the test too, so the list only shrinks.
-KNOWN_CYCLES = {
-    # formats/ is being rewritten (the issue on weights in and out): hub.py registers the AutoModel classes
-    # of transformers_auto.py, which calls hub.hub_forward back (function-local on the hub side)
-    "levjepa.formats.hub -> levjepa.formats.transformers_auto -> levjepa.formats.hub",
-}
+KNOWN_CYCLES: set[str] = set()
 
 
 def test_no_import_cycle_between_files_and_no_private_name_used_across_modules():

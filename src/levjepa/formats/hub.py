@@ -21,8 +21,6 @@ already imported, ``import levjepa.formats.hub`` always tries.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,50 +29,11 @@ from torch import Tensor, nn
 
 from levjepa.formats.load import Preprocessing, freeze, load_encoder
 from levjepa.formats.official import Overrides, read_official
+from levjepa.formats.outputs import LeVJEPAOutput, hub_forward
 from levjepa.model import VideoEncoder
 from levjepa.weights import WeightsError
 
 __all__ = ["LeVJEPAModel", "LeVJEPAOutput", "from_pretrained", "register_transformers"]
-
-
-@dataclass
-class LeVJEPAOutput:
-    """``last_hidden_state`` ``[B, 1+N, D]``, ``pooler_output`` ``[B, D]``, ``hidden_states`` (or ``None``)."""
-
-    last_hidden_state: Tensor
-    pooler_output: Tensor
-    hidden_states: tuple[Tensor, ...] | None = None
-
-    def to_tuple(self) -> tuple[Any, ...]:
-        fields = (self.last_hidden_state, self.pooler_output, self.hidden_states)
-        return tuple(f for f in fields if f is not None)
-
-    def __getitem__(self, key: int | str) -> Any:
-        return getattr(self, key) if isinstance(key, str) else self.to_tuple()[key]
-
-    def keys(self) -> Iterator[str]:
-        return iter(k for k in ("last_hidden_state", "pooler_output", "hidden_states") if getattr(self, k) is not None)
-
-
-def as_clips(pixel_values: Tensor) -> Tensor:
-    """``[B, C, T, H, W]`` as it is, ``[B, C, H, W]`` as one-frame clips; anything else a ``ValueError``."""
-    if not isinstance(pixel_values, Tensor):
-        raise ValueError(f"pixel_values: expected a float tensor [B, C, T, H, W], got {type(pixel_values).__name__}")
-    if pixel_values.dim() == 4:
-        return pixel_values[:, :, None]
-    return pixel_values
-
-
-def hub_forward(encoder: VideoEncoder, pixel_values: Tensor, output_hidden_states: bool = False) -> LeVJEPAOutput:
-    """The official outputs of ``encoder`` on ``pixel_values`` (see the module docstring)."""
-    video = as_clips(pixel_values)
-    if output_hidden_states:
-        outs = encoder.get_intermediate_layers(video, list(range(encoder.cfg.depth)), norm=False)
-        hidden = tuple(o.tokens for o in outs)
-        last = encoder.norm(hidden[-1])
-        return LeVJEPAOutput(last, last[:, 0], hidden)
-    tokens = encoder.forward_features(video).tokens
-    return LeVJEPAOutput(tokens, tokens[:, 0])
 
 
 class LeVJEPAModel(nn.Module):

@@ -14,7 +14,7 @@ from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedMode
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from levjepa.config import from_dict
-from levjepa.formats.hub import hub_forward
+from levjepa.formats.outputs import hub_forward
 from levjepa.model import EncoderConfig, VideoEncoder
 
 __all__ = ["LeVJEPAConfig", "LeVJEPATransformersModel", "register"]
