@@ -279,15 +279,22 @@ def _cast(encoder: VideoEncoder, dc: DeployConfig) -> VideoEncoder:
 
 
 def _quantize(path: Path) -> None:
+    """Dynamic int8 quantization in place. The graph is first folded by onnxruntime's pre-processing: the
+    exporter feeds some weights to their MatMuls through a Transpose, which the quantizer would skip."""
     try:
         from onnxruntime.quantization import QuantType, quantize_dynamic
+        from onnxruntime.quantization.shape_inference import quant_pre_process
     except ImportError as err:
         raise WeightsError("--quantize int8 needs onnxruntime (pip install 'levjepa[deploy]')") from err
-    tmp = path.with_suffix(".fp32.onnx")
+    tmp, folded = path.with_suffix(".fp32.onnx"), path.with_suffix(".folded.onnx")
     path.rename(tmp)
-    with _quiet():
-        quantize_dynamic(str(tmp), str(path), weight_type=QuantType.QInt8)
-    tmp.unlink()
+    try:
+        with _quiet():
+            quant_pre_process(str(tmp), str(folded), skip_symbolic_shape=True)
+            quantize_dynamic(str(folded), str(path), weight_type=QuantType.QInt8)
+    finally:
+        tmp.unlink(missing_ok=True)
+        folded.unlink(missing_ok=True)
 
 
 def _record(enc: VideoEncoder, step: StreamStep, dc: DeployConfig, files: dict[str, str], fmt: str) -> dict[str, Any]:
