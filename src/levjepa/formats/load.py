@@ -359,23 +359,26 @@ def read_hub_config(export_dir: str | Path) -> dict[str, Any] | None:
     return None
 
 
+C = TypeVar("C")
+
+
+def _section(cls: type[C], data: dict[str, Any], key: str, where: Path) -> C | None:
+    """``data[key]`` parsed into ``cls`` (``None`` when absent); a bad value names the file and the key."""
+    if not isinstance(data.get(key), dict):
+        return None
+    try:
+        return from_dict(cls, data[key])
+    except ConfigError as err:
+        raise WeightsError(f"{where}: bad {key}: {err}") from err
+
+
 def _from_hub(export_dir: Path, data: dict[str, Any], device: str | torch.device) -> LoadedEncoder:
     file = export_dir / HUB_WEIGHTS
     cfg = _encoder_config(data["encoder"], str(export_dir / CONFIG))
     tensors, _ = load_tensors(file)
     encoder = _build(cfg, tensors, file, device)
-    run_cfg = None
-    if isinstance(data.get("run_config"), dict):
-        try:
-            run_cfg = from_dict(PretrainConfig, data["run_config"])
-        except ConfigError as err:
-            raise WeightsError(f"{export_dir / CONFIG}: bad run_config: {err}") from err
-    pre = None
-    if isinstance(data.get("preprocessing"), dict):
-        try:
-            pre = from_dict(Preprocessing, data["preprocessing"])
-        except ConfigError as err:
-            raise WeightsError(f"{export_dir / CONFIG}: bad preprocessing: {err}") from err
+    run_cfg = _section(PretrainConfig, data, "run_config", export_dir / CONFIG)
+    pre = _section(Preprocessing, data, "preprocessing", export_dir / CONFIG)
     return LoadedEncoder(
         encoder=encoder,
         config=cfg,
