@@ -5,10 +5,15 @@ objectives never import ``torch.distributed`` themselves, and every helper below
 process, so the same code runs on a laptop and under ``torchrun``.
 
 Launch: ``torchrun --nproc_per_node=N [--nnodes ...] -m levjepa pretrain ...`` sets ``RANK``,
-``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``. Under SLURM (``srun``) the
-``SLURM_PROCID`` / ``SLURM_NTASKS`` / ``SLURM_LOCALID`` variables are accepted when the torchrun ones are
-absent (``MASTER_ADDR`` / ``MASTER_PORT`` must then be exported by the job script); SLURM is never
-required. The backend is NCCL when the process has a GPU and gloo otherwise.
+``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``. Under SLURM, ``srun`` starting one task
+per GPU is enough: when the torchrun variables are absent, ``SLURM_PROCID`` / ``SLURM_STEP_NUM_TASKS`` (or
+``SLURM_NTASKS``) / ``SLURM_LOCALID`` give the rank, world size and local rank, and :func:`slurm_rendezvous`
+derives ``MASTER_ADDR`` (the first host of ``SLURM_STEP_NODELIST`` / ``SLURM_JOB_NODELIST``, parsed here,
+no ``scontrol``) and ``MASTER_PORT`` (15000 + the last four digits of ``SLURM_JOB_ID``, Lightning's rule)
+unless the job script exported them. ``SLURM_NTASKS > 1`` in a process that ``srun`` did not start (the
+batch script itself runs ``python``: no ``SLURM_STEP_NUM_TASKS``) is the one-process-in-a-multi-task-
+allocation mistake, refused in one line (:class:`LaunchError`). SLURM is never required. The backend is
+NCCL when the process has a GPU and gloo otherwise.
 
 Gradient semantics of :func:`all_reduce_mean` (the SIGReg statistics go through it). The forward returns
 ``s = mean_r s_r`` on every rank; the backward is the true adjoint of that mean summed over the ranks'
@@ -38,12 +43,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 __all__ = [
     "DistInfo",
+    "LaunchError",
     "SyncBatchNorm1d",
     "all_gather_objects",
     "all_gather_rows",
     "all_reduce_gradients",
     "all_reduce_mean",
     "all_reduce_sum",
+    "any_rank",
     "barrier",
     "broadcast_object",
     "convert_sync_batchnorm",
@@ -54,6 +61,8 @@ __all__ = [
     "reduce_scalars",
     "resolve_device",
     "setup",
+    "slurm_first_host",
+    "slurm_rendezvous",
     "teardown",
     "world_size",
     "wrap_ddp",
@@ -80,27 +89,87 @@ def _env_int(*names: str) -> int | None:
     return None
 
 
+class LaunchError(ValueError):
+    """The processes were started in a way that cannot work (the message says how to start them)."""
+
+
+def slurm_first_host(nodelist: str) -> str:
+    """The first host of a SLURM host list, as ``scontrol show hostnames`` would list it first:
+    ``node07`` -> ``node07``, ``gpu[003-010,012]`` -> ``gpu003``, ``a[1-2]-ib[0-1],b4`` -> ``a1-ib0``."""
+    depth, end = 0, len(nodelist)
+    for i, char in enumerate(nodelist):  # the first entry: up to the first comma outside brackets
+        depth += (char == "[") - (char == "]")
+        if char == "," and depth == 0:
+            end = i
+            break
+    entry, host = nodelist[:end].strip(), ""
+    while "[" in entry:
+        head, _, rest = entry.partition("[")
+        ranges, _, entry = rest.partition("]")
+        host += head + ranges.split(",")[0].split("-")[0]
+    host += entry
+    if not host or any(c in host for c in "[],"):
+        raise LaunchError(f"SLURM host list {nodelist!r}: cannot read its first host; export MASTER_ADDR")
+    return host
+
+
+def slurm_rendezvous(environ: Mapping[str, str]) -> dict[str, str]:
+    """``MASTER_ADDR`` / ``MASTER_PORT`` for ranks that ``srun`` started (module docstring), for those of the
+    two that ``environ`` lacks; ``{}`` outside SLURM or when both are set."""
+    out: dict[str, str] = {}
+    nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+    if "MASTER_ADDR" not in environ and nodelist:
+        out["MASTER_ADDR"] = slurm_first_host(nodelist)
+    job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
+    if "MASTER_PORT" not in environ and job and job.isdigit():
+        out["MASTER_PORT"] = str(15000 + int(job[-4:]))
+    return out
+
+
+def _world() -> int:
+    """The number of processes the launcher started (module docstring); refuses one process of an allocation
+    that asked for several tasks."""
+    if _env_int("WORLD_SIZE") is not None:
+        return _env_int("WORLD_SIZE") or 1
+    tasks = _env_int("SLURM_NTASKS", "SLURM_NPROCS") or 1
+    step_tasks = _env_int("SLURM_STEP_NUM_TASKS")
+    if tasks > 1 and step_tasks is None:
+        raise LaunchError(
+            f"SLURM allocated {tasks} tasks (SLURM_NTASKS={tasks}) but this one process was not started by srun: "
+            "start every rank with `srun python -m levjepa ...` (or one `torchrun --nproc_per_node=N` per node), "
+            "or ask for --ntasks=1"
+        )
+    return step_tasks or tasks
+
+
 def setup(device: str | None = None, timeout_s: float = 1800.0) -> DistInfo:
     """Initialise the process group if the environment asks for more than one process.
 
     ``device``: ``"cpu"``, ``"cuda"`` or ``None`` (a GPU when one is visible). Returns this process's
-    rank, world size, local rank and the device it should use.
+    rank, world size, local rank and the device it should use. A launch that cannot work (CUDA asked for
+    and absent, a SLURM allocation of several tasks running one process, no rendezvous address) raises a
+    :class:`LaunchError` that says what to do.
     """
-    world = _env_int("WORLD_SIZE", "SLURM_NTASKS") or 1
+    world = _world()
     rank_ = _env_int("RANK", "SLURM_PROCID") or 0
     local = _env_int("LOCAL_RANK", "SLURM_LOCALID") or 0
     want_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
     if want_cuda and not torch.cuda.is_available():
-        raise RuntimeError("device='cuda' was asked for but torch.cuda.is_available() is False")
+        raise LaunchError(
+            f"train.device={device} but torch sees no CUDA device (torch {torch.__version__}, CUDA build "
+            f"{torch.version.cuda}): use train.device=cpu or auto, or install a CUDA build of torch on a GPU machine"
+        )
     dev = torch.device("cuda", local % max(torch.cuda.device_count(), 1)) if want_cuda else torch.device("cpu")
     if want_cuda:
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
+        if _env_int("WORLD_SIZE") is None:  # srun started the ranks: the rendezvous from SLURM's variables
+            os.environ.update(slurm_rendezvous(os.environ))
         for var in ("MASTER_ADDR", "MASTER_PORT"):
             if var not in os.environ:
-                raise RuntimeError(
-                    f"WORLD_SIZE={world} but {var} is not set: launch with torchrun, or export "
-                    "MASTER_ADDR and MASTER_PORT in the SLURM job script"
+                raise LaunchError(
+                    f"{world} processes but {var} is not set: launch with torchrun or srun, or export "
+                    "MASTER_ADDR and MASTER_PORT"
                 )
         os.environ.setdefault("RANK", str(rank_))
         os.environ.setdefault("WORLD_SIZE", str(world))
@@ -228,6 +297,16 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     box = [obj]
     dist.broadcast_object_list(box, src=src)
     return box[0]
+
+
+def any_rank(flag: bool) -> bool:
+    """Whether ``flag`` is true on any rank (one tiny all-reduce; every rank must call it). Alone: ``flag``."""
+    if world_size() == 1:
+        return flag
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+    box = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(box, op=dist.ReduceOp.MAX)
+    return bool(box.item())
 
 
 def barrier() -> None:

@@ -12,7 +12,8 @@ parses its arguments, calls library functions and prints; what it computes lives
 One error path for every command: a user's mistake — a bad config key or value (``ConfigError``), data that
 cannot be read (``DataError``), weights that are missing or unsafe (``WeightsError``), a run directory that
 cannot be used (``RunDirError``), a missing file or a bad option — ends with one line on stderr,
-``levjepa <command>: <message>``, and exit status 2 (a run stopped on purpose, ``TrainingStopped``: 1).
+``levjepa <command>: <message>``, and exit status 2 (a run stopped on purpose, ``TrainingStopped``: 1; a run
+that a SIGTERM / SIGUSR1 stopped after writing a checkpoint, ``Preempted``: 75, the status to requeue on).
 ``--debug`` (anywhere on the line) or ``LEVJEPA_DEBUG=1`` shows the traceback instead. A closed pipe
 (``levjepa ... | head``) ends the command quietly; Ctrl-C ends it with status 130.
 """
@@ -40,6 +41,8 @@ COMMANDS: dict[str, str] = {
     "data": "data tools: `data check` scans a source, `data prepare` re-encodes videos, `data pack` shards them",
     "flops": "forward / training FLOPs per clip and per run for a config",
     "stream": "stream a video through the KV-cache encoder, frame by frame",
+    "classify": "predict labels of videos with a kept probe or a fine-tuned classifier",
+    "finetune": "fine-tune an encoder + head end to end on a labelled index",
 }
 
 
@@ -84,12 +87,14 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """The library's error types for a user's mistakes (imported once a command runs: they pull in torch)."""
     from levjepa.config import ConfigError
     from levjepa.data.badfiles import DataError
+    from levjepa.distributed import LaunchError
     from levjepa.train.run_dir import RunDirError
     from levjepa.weights import WeightsError
 
     return (
         UsageError,
         ConfigError,
+        LaunchError,
         DataError,
         WeightsError,
         RunDirError,
@@ -165,6 +170,7 @@ def _run(command: str, argv: list[str], debug: bool) -> int:
     module.add_arguments(parser)
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     from levjepa.train.loop import TrainingStopped
+    from levjepa.train.preemption import REQUEUE_EXIT, Preempted
 
     errors = _user_errors()
     name = command
@@ -186,6 +192,10 @@ def _run(command: str, argv: list[str], debug: bool) -> int:
             file=sys.stderr,
         )
         return 2
+    except Preempted as err:
+        if err.is_main:
+            print(f"levjepa {name}: {err}", file=sys.stderr)
+        return REQUEUE_EXIT
     except TrainingStopped as err:
         if debug:
             raise

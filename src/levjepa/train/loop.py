@@ -5,7 +5,9 @@ projector + objective + AdamW + EMA (a :class:`Trainer`: what is fixed for the r
 for each optimizer step fetch ``micro_batches`` micro-batches and call
 :func:`levjepa.train.step.train_step` (``_step``, which also updates the EMA every ``ema_every`` steps), read
 the skip flags (``_check_skips``), log label-free monitors every ``log_every`` steps (``_log``, shown and
-written by ``levjepa.train.report``) and checkpoint every ``checkpoint_every`` steps (``_checkpoint``). What
+written by ``levjepa.train.report``) and checkpoint every ``checkpoint_every`` steps (``_checkpoint``); a
+SIGTERM or SIGUSR1 (a scheduler's pre-emption) ends the run after the step it is in with a checkpoint and
+:class:`levjepa.train.preemption.Preempted` (``_stop_if_signalled``). What
 changes from step to step is a small :class:`TrainState`. Only the main rank writes. The loop knows nothing
 of evaluation: ``levjepa pretrain`` reads the run back to evaluate it (``train.eval_at_end``).
 
@@ -35,6 +37,7 @@ from levjepa.train import checkpoint as ckpt
 from levjepa.train.config import PretrainConfig
 from levjepa.train.ema import EMA
 from levjepa.train.optim import build_optimizer, lr_at
+from levjepa.train.preemption import Preempted, StopSignals
 from levjepa.train.report import MetricsLogger, Progress, RunSummary, check_loggers, format_summary
 from levjepa.train.run_dir import read_bad_files, run_directory, write_run_info
 from levjepa.train.start import StartWeights, load_start_weights
@@ -180,24 +183,42 @@ def _train(trainer: Trainer, state: TrainState, *, resume: bool, progress: bool)
             micro_batches=trainer.micro_batches,
         )
     )
-    logger = MetricsLogger(path, loggers=tc.loggers, config=to_dict(cfg)) if info.is_main else None
+    # a resume hides the TensorBoard events logged after its checkpoint (metrics.jsonl is truncated to it)
+    purge = state.step + 1 if resume else None
+    logger = MetricsLogger(path, loggers=tc.loggers, config=to_dict(cfg), purge_step=purge) if info.is_main else None
     report = Progress(total=tc.steps, start_step=state.step, batch_size=tc.batch_size, device=info.device,
                       logger=logger, is_main=info.is_main, show=progress)  # fmt: skip
     check_every = min(tc.log_every, tc.max_consecutive_skips)
     start = state.step
     try:
-        while state.step < tc.steps:
-            out = _step(trainer, state, batches)
-            if _due(state.step, check_every, tc.steps):
-                _check_skips(trainer, state)
-            if _due(state.step, tc.log_every, tc.steps):
-                _log(trainer, state, out, report)
-            report.advance()
-            if _due(state.step, tc.checkpoint_every, tc.steps):
-                _checkpoint(trainer, state, bad_files)
+        with StopSignals() as stop:
+            while state.step < tc.steps:
+                out = _step(trainer, state, batches)
+                if _due(state.step, check_every, tc.steps):
+                    _check_skips(trainer, state)
+                if _due(state.step, tc.log_every, tc.steps):
+                    _log(trainer, state, out, report)
+                report.advance()
+                checkpointed = _due(state.step, tc.checkpoint_every, tc.steps)
+                if checkpointed:
+                    _checkpoint(trainer, state, bad_files)
+                _stop_if_signalled(trainer, state, bad_files, stop, checkpointed=checkpointed)
     finally:
         report.close()
     return _finish(trainer, state, start, report.elapsed())
+
+
+def _stop_if_signalled(
+    trainer: Trainer, state: TrainState, bad_files: BadFileReport, stop: StopSignals, *, checkpointed: bool
+) -> None:
+    """After a SIGTERM / SIGUSR1 on any rank (all ranks agree, so all stop after the same step): a checkpoint
+    of the step just done (unless one was just written), then :class:`Preempted`."""
+    if not distributed.any_rank(stop.received is not None) or state.step >= trainer.cfg.train.steps:
+        return
+    if not checkpointed:
+        _checkpoint(trainer, state, bad_files)
+    name = distributed.broadcast_object(stop.received or "a stop signal")  # the rank that got it may not be 0
+    raise Preempted(name, state.step, ckpt.latest_checkpoint(trainer.path), trainer.path, is_main=trainer.info.is_main)
 
 
 def _build(

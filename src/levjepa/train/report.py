@@ -65,11 +65,17 @@ class MetricsLogger:
     ``tensorboard``: event files in ``RUN_DIR/tb`` (skipped with one note when the package is missing);
     ``wandb``: a W&B run named after the run directory (project ``$WANDB_PROJECT``, default ``levjepa``) with the
     config; ``mlflow``: an MLflow run (tracking URI from ``$MLFLOW_TRACKING_URI`` as MLflow reads it) with the
-    config as parameters. Only what is asked for is imported.
+    config as parameters. Only what is asked for is imported. ``purge_step`` (a resume: its checkpoint's step
+    + 1) makes TensorBoard drop the events logged after the checkpoint, so resumed curves have no duplicate
+    steps.
     """
 
     def __init__(
-        self, path: Path, loggers: Sequence[str] = ("tensorboard",), config: dict[str, Any] | None = None
+        self,
+        path: Path,
+        loggers: Sequence[str] = ("tensorboard",),
+        config: dict[str, Any] | None = None,
+        purge_step: int | None = None,
     ) -> None:
         self.file = open(path / METRICS, "a", buffering=1)  # noqa: SIM115 (closed in close())
         self.tb: Any = None
@@ -85,7 +91,8 @@ class MetricsLogger:
                     file=sys.stderr,
                 )
             else:
-                self.tb = SummaryWriter(log_dir=str(path / "tb"))
+                # purge_step: TensorBoard hides the events of steps >= it written before (a resumed run's)
+                self.tb = SummaryWriter(log_dir=str(path / "tb"), purge_step=purge_step)
         if "wandb" in loggers:
             import wandb
 

@@ -10,16 +10,25 @@ module makes or reopens the directory, writes the files a run starts with, and r
       git_diff.patch     the uncommitted changes, when there are any
       metrics.jsonl      one JSON object per logging step (report.MetricsLogger; read back by weights.read_metrics)
       tb/                TensorBoard event files (`tensorboard --logdir RUN_DIR/tb`; train.loggers)
+      .lock              held (fcntl) by the process running the run; says its pid, host and start time
 
 An existing, non-empty run directory is never overwritten silently: pass ``resume=True`` (continue it) or
 ``overwrite=True`` (delete it first). A resume's config is checked against the run's ``config.json`` before
 anything is written (:func:`levjepa.train.config.check_resume`), and a start that fails before its first
 metrics line or checkpoint removes the directory it created (:func:`run_directory`), so the same command can
 simply be run again. Files are written atomically and follow the umask (``levjepa.weights``).
+
+One process runs a run directory at a time (:class:`RunLock`): the main rank holds an ``fcntl`` lock on
+``RUN_DIR/.lock`` for the run's life, so a second ``--resume`` of a live run (a requeued job overlapping its
+predecessor) is refused in one line naming the holder's pid, host and start time. The kernel releases the lock
+when its process dies, so the lock of a killed job (kill -9, a lost node) is stale and simply taken over.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import json
 import os
 import platform
 import shutil
@@ -41,6 +50,7 @@ from levjepa.weights import BAD_FILES, CONFIG, METRICS, atomic_write_text, lates
 
 __all__ = [
     "RunDirError",
+    "RunLock",
     "default_run_dir",
     "prepare_run_dir",
     "read_bad_files",
@@ -49,6 +59,7 @@ __all__ = [
 ]
 
 ENV = "env.json"  # python, torch, devices, host, world size, command line of the (last) start
+LOCK = ".lock"  # the lock of the process running the run (RunLock)
 
 
 class RunDirError(ValueError):
@@ -78,6 +89,51 @@ def prepare_run_dir(path: str | Path, *, resume: bool, overwrite: bool) -> Path:
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+class RunLock:
+    """An exclusive ``fcntl`` lock on ``RUN_DIR/.lock`` (module docstring): ``acquire`` refuses with a
+    :class:`RunDirError` while another live process holds it; the file then says who (pid, host, start time).
+    On a file system without locks (``ENOLCK``) the run goes on unlocked, with one note."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / LOCK
+        self.fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            holder = os.read(fd, 4096).decode(errors="replace").strip()
+            os.close(fd)
+            if err.errno in (errno.EACCES, errno.EAGAIN):
+                raise RunDirError(
+                    f"{self.path.parent} is in use by another process ({_holder(holder)}): wait for it to end, or "
+                    "stop it, before running this run again"
+                ) from None
+            print(f"note: {self.path}: the file system offers no lock ({err.strerror}); not locked", file=sys.stderr)
+            return self
+        import time
+
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor releases the lock; the file stays (unlinking it races)
+            self.fd = None
+
+
+def _holder(text: str) -> str:
+    try:
+        who = json.loads(text)
+        return f"pid {who['pid']} on {who['host']}, started {who['started']}"
+    except (ValueError, KeyError, TypeError):
+        return "see its .lock file"
 
 
 def _git(args: list[str], cwd: Path) -> str | None:
@@ -133,23 +189,27 @@ def _remove_failed_start(path: Path, created: str) -> None:
 
 def _open(
     cfg: PretrainConfig, run_dir: str | Path | None, info: distributed.DistInfo, *, resume: bool, overwrite: bool
-) -> tuple[Path, str]:
-    """The run directory every rank writes to (the main rank's choice), prepared, and what this call did to it:
+) -> tuple[Path, str, RunLock]:
+    """The run directory every rank writes to (the main rank's choice), prepared, what this call did to it:
     "created" (it did not exist), "emptied" (it existed: empty, or --overwrite deleted what it held) or "" (a
-    resumed run's, which is never removed)."""
+    resumed run's, which is never removed), and its lock (held by the main rank)."""
     path = Path(run_dir) if run_dir is not None else default_run_dir(cfg.preset)
     path = Path(distributed.broadcast_object(str(path)))
     created = ""
+    lock = RunLock(path)
     if info.is_main:
         existed = path.exists()
+        if overwrite and (path / LOCK).is_file():
+            RunLock(path).acquire().release()  # never delete a directory a live run is writing
         prepare_run_dir(path, resume=resume, overwrite=overwrite)
-        if resume:
+        if resume:  # a refused resume leaves the directory as it was, its lock file included
             check_resume(read_json(path / CONFIG), cfg)
             _check_world_size(path, cfg, info.world_size)
         else:
             created = "emptied" if existed else "created"
+        lock.acquire()
     distributed.barrier()
-    return path, created
+    return path, created, lock
 
 
 def _check_world_size(path: Path, cfg: PretrainConfig, world_size: int) -> None:
@@ -172,13 +232,16 @@ def run_directory(
     """The run directory for the body of the ``with`` (``run_dir``, or a new one under ``runs/``), opened as
     ``resume`` / ``overwrite`` say; if the body raises before the run wrote a metrics line or a checkpoint, a
     directory this call created (or emptied) is removed (or left empty)."""
-    path, created = _open(cfg, run_dir, info, resume=resume, overwrite=overwrite)
+    path, created, lock = _open(cfg, run_dir, info, resume=resume, overwrite=overwrite)
     try:
         yield path
     except BaseException:
         if created and not _started(path):
+            lock.release()
             _remove_failed_start(path, created)
         raise
+    finally:
+        lock.release()
 
 
 def read_bad_files(path: Path, resume: bool) -> BadFileReport:
