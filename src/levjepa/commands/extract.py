@@ -3,8 +3,9 @@
 SOURCE: a folder of videos and images (recursive), a V-JEPA index file (``path label`` rows), or single
 files. See ``levjepa.eval.extract`` for the windows, the output files and the index. ``--format per_video``
 writes one ``<video>.npy`` ``[windows, D]`` per video (temporal-action-detection layout), resumes a killed
-job, and splits the videos over ``torchrun`` ranks. ``--device auto`` (default) uses the GPU when there is
-one, under bf16 autocast.
+job, and splits the videos over ``torchrun`` ranks. Run again into the same ``--out``, a job continues only
+features of the same encoder and settings, and refuses others in one line (``--overwrite`` deletes them
+first). ``--device auto`` (default) uses the GPU when there is one, under bf16 autocast.
 """
 
 from __future__ import annotations
@@ -47,7 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=d.batch_size, help="windows per forward pass")
     parser.add_argument("--shard-rows", type=int, default=d.shard_rows, help="rows per output file")
     add_device_argument(parser)
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="no bar and no progress lines")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete the features of another encoder or settings found in --out (refused without it)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -76,7 +82,9 @@ def _run(args: argparse.Namespace, cfg: ExtractConfig, device: str, main: bool) 
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=device)
     print(f"encoder: {loaded.describe()}")
     sources = args.sources if len(args.sources) > 1 else args.sources[0]
-    res = extract(loaded.encoder, sources, args.out, cfg, device=device, progress=not args.no_progress)
+    res = extract(
+        loaded.encoder, sources, args.out, cfg, device=device, progress=not args.no_progress, overwrite=args.overwrite
+    )
     if not main:
         return 0
     print(

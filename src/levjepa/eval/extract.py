@@ -31,14 +31,28 @@ encoder runs on ``device`` (``auto``: the GPU when there is one) under bf16 auto
 ``index.jsonl``: one JSON object per row — ``row, shard, offset, path, kind, label, window, start_frame,
 end_frame`` (source frame indices, inclusive) ``, start_time, end_time`` (seconds, of those frames)
 ``, num_frames, padded``; ``bad_files.json``: every file that could not be read, with the reason (a bad
-file is reported and skipped, never fatal); ``extract.json``: the settings and counts. Every feature file is
-written atomically (``levjepa.eval.feature_writer``).
+file is reported and skipped, never fatal — but a source of which no file could be read is an error);
+``extract.json``: the settings and counts. Every feature file is written atomically
+(``levjepa.eval.feature_writer``).
+
+**Run again into the same output.** ``extract.json`` records, from the start of a job, its *signature*: the
+encoder's fingerprint (:func:`encoder_fingerprint`: a hash of its config and weights) and every setting that
+changes a feature (all of :class:`ExtractConfig` but ``workers`` and ``batch_size``). A job into a folder
+that holds features continues only under the same signature (``per_video``: the videos already written are
+kept, the others computed; the shard formats are rewritten whole, their old shards deleted first); under
+another signature — or features without one — it is refused with one line naming what differs, unless
+``overwrite=True`` deletes the old features first. A folder never mixes two encoders or two settings.
+
+**Progress.** A bar on a terminal; otherwise (a SLURM ``.out`` file) one line every 30 s and at the end:
+``extract: 120/1000 files  3400 rows  4.1 files/s  eta 3m34s``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -62,7 +76,19 @@ from levjepa.infer.stream import StreamingEncoder
 from levjepa.model.vit import VideoEncoder
 from levjepa.weights import atomic_write_text
 
-__all__ = ["ExtractConfig", "ExtractResult", "extract", "read_index", "video_names", "window_starts"]
+__all__ = [
+    "ExtractConfig",
+    "ExtractResult",
+    "encoder_fingerprint",
+    "extract",
+    "read_index",
+    "signature",
+    "video_names",
+    "window_starts",
+]
+
+# settings that do not change a feature (everything else of ExtractConfig is part of the signature)
+_NOT_IN_SIGNATURE = ("workers", "batch_size")
 
 
 @dataclass(frozen=True)
@@ -373,6 +399,80 @@ class _Loaded(Dataset[tuple[int, Any, str]]):
             return i, None, str(err) or type(err).__name__
 
 
+def encoder_fingerprint(encoder: VideoEncoder) -> str:
+    """A short hash of the encoder's config and every weight (its bytes, in key order): two encoders that
+    compute the same function from the same weights share it; any other weight or setting changes it."""
+    digest = hashlib.sha256(json.dumps(to_dict(encoder.cfg), sort_keys=True).encode())
+    for key, tensor in sorted(encoder.state_dict().items()):
+        digest.update(key.encode())
+        digest.update(tensor.detach().to("cpu", copy=True).contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def signature(encoder: VideoEncoder, cfg: ExtractConfig) -> dict[str, Any]:
+    """What the features of a job depend on (module doc): the encoder's fingerprint and the settings."""
+    settings = {k: v for k, v in to_dict(cfg).items() if k not in _NOT_IN_SIGNATURE}
+    return {"encoder": encoder_fingerprint(encoder), **settings}
+
+
+def _outputs(out: Path) -> list[Path]:
+    """The files of an extraction in ``out`` (what ``overwrite`` deletes; nothing else of the folder)."""
+    found = [out / n for n in ("index.jsonl", "extract.json", "bad_files.json") if (out / n).is_file()]
+    found += sorted(out.glob("features-*.safetensors")) + sorted(out.glob("bad_files-*.json"))
+    found += sorted(p for p in out.glob("*.npy"))
+    found += sorted(p for p in out.glob("*.json") if p.with_suffix(".npy").is_file())  # per-video rows
+    return found
+
+
+def _open_output(out: Path, sig: dict[str, Any], *, overwrite: bool, is_main: bool) -> None:
+    """Make ``out`` ready for a job of signature ``sig`` (module doc): continue, refuse, or delete what an
+    earlier job of another signature left. Records ``sig`` in ``extract.json`` before any feature is written."""
+    previous = _outputs(out)
+    if previous and is_main:
+        record = out / "extract.json"
+        saved = json.loads(record.read_text()).get("signature") if record.is_file() else None
+        if saved != sig:
+            if not overwrite:
+                if saved is None:
+                    what = "features without a recorded encoder and settings (an older levjepa, or an unfinished job)"
+                else:
+                    changed = [f"{k} {saved.get(k)!r} -> {sig.get(k)!r}" for k in sig if saved.get(k) != sig.get(k)]
+                    what = "features of another " + ("encoder" if saved.get("encoder") != sig["encoder"] else "setting")
+                    what += f" ({', '.join(changed)})"
+                raise DataError(
+                    f"{out} holds {what}: choose another --out, or pass --overwrite to delete them and extract again"
+                )
+            previous_files = previous
+        else:
+            previous_files = [] if sig["format"] == "per_video" else previous  # shards are rewritten whole
+        for path in previous_files:
+            path.unlink()
+    distributed.barrier()
+    if is_main:
+        atomic_write_text(out / "extract.json", json.dumps({"signature": sig, "status": "running"}, indent=2) + "\n")
+    distributed.barrier()
+
+
+class _Lines:
+    """Progress off a terminal (module doc): a line every ``every`` seconds and at the end, on stderr."""
+
+    def __init__(self, total: int, show: bool, every: float = 30.0) -> None:
+        self.total, self.show, self.every = total, show, every
+        self.done = 0
+        self.start = self.last = time.perf_counter()
+
+    def update(self, rows: int, *, final: bool = False) -> None:
+        self.done += not final
+        now = time.perf_counter()
+        if self.show and (final or now - self.last >= self.every):
+            rate = self.done / max(now - self.start, 1e-9)
+            eta = (self.total - self.done) / rate if rate > 0 else float("nan")
+            eta_s = f"{int(eta // 60)}m{int(eta % 60):02d}s" if eta == eta else "?"
+            print(f"extract: {self.done}/{self.total} files  {rows} rows  {rate:.1f} files/s  eta {eta_s}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            self.last = now
+
+
 def extract(
     encoder: VideoEncoder,
     source: str | list[str],
@@ -381,9 +481,12 @@ def extract(
     *,
     device: str = "cpu",
     progress: bool = True,
+    overwrite: bool = False,
 ) -> ExtractResult:
     """Extract features of every video/image of ``source`` (a folder, an index file, a file, or a list of
-    paths) into ``out_dir`` (see the module doc). Bad files are reported in ``bad_files.json``."""
+    paths) into ``out_dir`` (see the module doc). Bad files are reported in ``bad_files.json``; a source of
+    which no file can be read raises ``DataError``. ``out_dir`` holding features of another encoder or
+    settings is refused (``DataError``) unless ``overwrite`` deletes them first."""
     start = time.perf_counter()
     device = distributed.resolve_device(device)
     out = Path(out_dir)
@@ -396,6 +499,8 @@ def extract(
     rank, world = distributed.rank(), distributed.world_size()
     if world > 1 and not per_video:
         raise ValueError("extract under torchrun: use --format per_video (one file per video, split over ranks)")
+    sig = signature(encoder, cfg)
+    _open_output(out, sig, overwrite=overwrite, is_main=rank == 0)
     names = video_names(items) if per_video else []
     order = [i for i in range(rank, len(items), world) if not (per_video and (out / f"{names[i]}.json").is_file())]
     writer: _Writer | _PerVideoWriter = _PerVideoWriter(out, cfg) if per_video else _Writer(out, cfg)
@@ -404,6 +509,7 @@ def extract(
         report.merge(BadFileReport.read(out / f"bad_files-{rank}.json"))
     batcher = _Batcher(encoder, writer, cfg, device)
     bar = tqdm(total=len(order), desc="extract", unit="file", disable=None if progress else True)  # None: tty only
+    lines = _Lines(len(order), show=progress and bar.disable and rank == 0)
     with frozen_eval(encoder):
         for i, loaded, reason in decode_in_workers(_Loaded(items, order, cfg, encoder.cfg.patch_size), cfg.workers):
             item = items[i]
@@ -418,9 +524,11 @@ def extract(
                     batcher.flush()
                     writer.finish(names[i])
             bar.update(1)
+            lines.update(writer.rows)
         batcher.flush()
     bar.close()
     writer.close()
+    lines.update(writer.rows, final=True)
     rows = -1  # known on rank 0 only
     if per_video:
         distributed.barrier()
@@ -432,6 +540,11 @@ def extract(
     else:
         report.write(out / "bad_files.json")
         shards, total_rows = writer.shards, writer.rows
+    if rank == 0 and report.total == len(items):
+        raise DataError(
+            f"unreadable: none of the {len(items)} file(s) of {source!r} could be read (reasons in "
+            f"{out / 'bad_files.json'}); check the paths and `levjepa data check SOURCE`"
+        )
     result = ExtractResult(
         rows=total_rows,
         files=len(items) - report.total,
@@ -442,7 +555,8 @@ def extract(
         info={"config": to_dict(cfg), "bad_file_counts": report.counts, "device": device},
     )
     if rank == 0:
-        atomic_write_text(out / "extract.json", json.dumps(dict(vars(result)), indent=2) + "\n")
+        record = {"signature": sig, "status": "complete", **vars(result)}
+        atomic_write_text(out / "extract.json", json.dumps(record, indent=2) + "\n")
     return result
 
 
