@@ -20,7 +20,13 @@ Tasks (``--task``):
 ``--no-baseline``. ``--probe attentive,linear,knn`` or ``all``; ``--probe-depth 4`` switches the attentive
 probe to V-JEPA 2's 4-block variant. ``--budget demo|full`` sets the grid and (built-in benchmark) the
 split sizes; ``--set epochs=5`` etc. overrides the probe config. Prints the table; ``--out`` writes JSON
-with every probe of every grid. Both kinds of task go through the one harness, ``levjepa.eval.harness.evaluate``.
+with every probe of every grid.
+
+The probe chosen for each task is kept (``levjepa.eval.kept_probes``): ``--probes-dir`` (default
+``RUN/probes`` for a run, checkpoint or export directory, else ``probes/`` beside ``--out``) gets
+``<task>/<probe>/`` per probe, a classifier that ``levjepa classify DIR VIDEOS`` runs; ``--save-all`` keeps
+every probe of the grid too, ``--no-save`` none. Both kinds of task go through the one harness,
+``levjepa.eval.harness.evaluate``.
 """
 
 from __future__ import annotations
@@ -34,11 +40,14 @@ from levjepa.commands._device import add_device_argument, setup_device
 from levjepa.config import ConfigError, apply_overrides
 from levjepa.data import BadFileReport
 from levjepa.eval.config import PROBES, EvalConfig
-from levjepa.eval.dataset_task import dataset_task
+from levjepa.eval.dataset_task import DatasetTask, dataset_task
 from levjepa.eval.harness import Task, evaluate
+from levjepa.eval.kept_probes import save_probes
 from levjepa.eval.probes import probe_config
 from levjepa.eval.protocols import PROTOCOLS
+from levjepa.eval.result import EvalResult
 from levjepa.eval.synthetic_task import SYNTHETIC_TITLE, TASKS, synthetic_config_for, synthetic_splits
+from levjepa.formats.classifier import Protocol
 from levjepa.formats.load import LoadedEncoder, load_encoder, random_encoder
 
 __all__ = ["add_arguments", "main"]
@@ -82,6 +91,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_argument(parser)
     parser.add_argument("--seed", type=int, default=0, help="probe seed")
     parser.add_argument("--out", default=None, help="write the JSON result here")
+    parser.add_argument("--probes-dir", default=None, help="where the kept probes go (default: RUN/probes)")
+    parser.add_argument("--save-all", action="store_true", help="keep every probe of the grid, not only the chosen")
+    parser.add_argument("--no-save", action="store_true", help="keep no probe")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -146,6 +158,7 @@ def _main(args: argparse.Namespace) -> int:
         cache_dir=args.cache,
         progress=True,
         title=title,
+        keep_heads="none" if args.no_save else "all" if args.save_all else "best",
     )
     result = evaluate({name: le.encoder for name, le in loaded.items()}, task, evaluation)
     if result is None:  # not rank 0: the features are done, rank 0 trains the probes
@@ -154,6 +167,8 @@ def _main(args: argparse.Namespace) -> int:
     for name, le in loaded.items():  # which copy each column is (the EMA copy by default)
         print(f"{name}: {le.describe()}")
     print(result.table())
+    if not args.no_save:
+        _save(args, result, loaded, task)
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -164,3 +179,30 @@ def _main(args: argparse.Namespace) -> int:
     if bad is not None and bad.total:
         print(f"{bad.total} unreadable file(s) skipped: {bad.counts}")
     return 0
+
+
+def _probes_dir(args: argparse.Namespace) -> Path:
+    if args.probes_dir:
+        return Path(args.probes_dir)
+    if Path(args.checkpoint).is_dir():
+        return Path(args.checkpoint) / "probes"
+    return (Path(args.out).parent if args.out else Path(".")) / "probes"
+
+
+def _save(args: argparse.Namespace, result: EvalResult, loaded: dict[str, LoadedEncoder], task: Task) -> None:
+    """Keep the chosen probe of each task and probe name of every pretrained column (module doc)."""
+    if isinstance(task, DatasetTask):
+        v = task.test_views
+        protocol = Protocol(v.size, v.frames, v.frame_stride, v.segments, v.crops)
+        labels = {"labels": task.label_names}
+    else:
+        syn = synthetic_config_for(next(iter(loaded.values())).run_config, args.synthetic)
+        protocol = Protocol(syn.size, syn.num_frames, 1, 1, 1)
+        labels = {t: tuple(str(i) for i in range(c)) for t, c in task.num_classes.items()}
+    columns = [name for name in loaded if name != "random-init"]
+    root = _probes_dir(args)
+    for name in columns:
+        out = root if len(columns) == 1 else root / loaded[name].weights
+        source = str(Path(args.checkpoint).resolve())
+        for d in save_probes(result, name, loaded[name], out, protocol=protocol, labels=labels, encoder_source=source):
+            print(f"kept probe: {d}")

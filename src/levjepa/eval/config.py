@@ -43,12 +43,14 @@ class EvalConfig:
     cache_dir: str | None = None  # feature cache, keyed by the weights and the data
     progress: bool = False
     title: str = ""  # what the table's caption calls the evaluation
+    keep_heads: Literal["none", "best", "all"] = "none"  # results also hold the chosen (or every) probe's weights
 
     def __post_init__(self) -> None:
         check(self.budget in BUDGETS, f"budget={self.budget!r}: valid choices are {', '.join(BUDGETS)}")
         check(len(self.probes) > 0, "eval: at least one probe")
         for p in self.probes:
             check(p in PROBES, f"probe {p!r}: valid choices are {', '.join(PROBES)}")
+        check(self.keep_heads in ("none", "best", "all"), f"eval.keep_heads={self.keep_heads!r}: none, best, all")
         check(self.batch_size >= 1, f"eval.batch_size={self.batch_size}: must be >= 1")
 
     @property

@@ -52,6 +52,7 @@ class DatasetTask:
     protocol: Protocol | None
     features_dir: Path = Path("features")
     bad_files: BadFileReport | None = None
+    label_names: tuple[str, ...] = ()  # class names in index order (index files: the integers)
     report_seconds: bool = False  # the stores are reused by a second call: a wall time would mean two things
     stores: dict[str, dict[str, Path]] = field(default_factory=dict)  # encoder -> split -> store folder
 
@@ -146,6 +147,9 @@ def dataset_task(
     num_classes = proto.num_classes if proto is not None else max(2, top + 1)
     if top >= num_classes:
         raise DataError(f"unreadable: a label {top} is out of range for --protocol {protocol} ({num_classes} classes)")
+    _check_labels(splits, {s: str(p) for s, p in zip(SPLITS, paths, strict=False)})
+    by_index = {i: n for n, i in (classes or {}).items()}
+    label_names = tuple(by_index.get(i, str(i)) for i in range(num_classes))
     return DatasetTask(
         splits,
         {s: str(p) for s, p in zip(SPLITS, paths, strict=False)},
@@ -155,4 +159,19 @@ def dataset_task(
         proto,
         Path(features_dir),
         bad_files,
+        label_names,
     )
+
+
+def _check_labels(splits: Mapping[str, list[MediaItem]], paths: Mapping[str, str]) -> None:
+    """A task needs two classes in TRAIN, and VAL / TEST may only hold classes TRAIN has."""
+    seen = {int(it.label or 0) for it in splits["train"]}
+    if len(seen) < 2:
+        raise DataError(f"unreadable: {paths['train']}: every row has the label {seen.pop()}: need >= 2 classes")
+    for split in ("val", "test"):
+        unseen = sorted({int(it.label or 0) for it in splits.get(split, [])} - seen)
+        if unseen:
+            raise DataError(
+                f"unreadable: {paths[split]}: label(s) {unseen[:5]} never occur in TRAIN {paths['train']}: a probe "
+                "or classifier cannot learn a class it never saw"
+            )

@@ -21,7 +21,6 @@ cache (:func:`cached_features`), so features are recomputed only when the weight
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from torch import Tensor, nn
 
 from levjepa.data.eval_clip import as_clip
 from levjepa.data.views import normalize
+from levjepa.formats.classifier import weights_fingerprint
 from levjepa.model.vit import VideoEncoder
 from levjepa.weights import WeightsError, load_tensors, save_tensors
 
@@ -117,13 +117,9 @@ def compute_features(
 
 
 def encoder_fingerprint(encoder: nn.Module) -> str:
-    """SHA-1 over the state dict (names, shapes, dtypes and bytes): equal weights <=> equal fingerprint."""
-    h = hashlib.sha1()
-    for name, t in sorted(encoder.state_dict().items()):
-        t = t.detach().cpu().contiguous()
-        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
+    """SHA-1 over the state dict (names, shapes, dtypes and bytes): equal weights <=> equal fingerprint
+    (``levjepa.formats.classifier.weights_fingerprint``, which a kept probe records)."""
+    return weights_fingerprint(encoder)
 
 
 def cached_features(

@@ -84,6 +84,7 @@ def probe_sources(
             classes=num_classes,
             generator=make_generator("probe", cfg.seed, ",".join(tasks), probe),
             device=cfg.device,
+            keep=cfg.keep_heads,
         )
         for t in tasks:
             out[t][probe] = res[t]

@@ -28,7 +28,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +44,7 @@ __all__ = [
     "choose_probes",
     "evaluate_probes",
     "lr_factor",
+    "probe_row",
     "standardizer",
     "train_probe_grid",
     "train_probes",
@@ -125,6 +126,10 @@ class GridResult:
     epochs: int
     seconds: float
     extra: dict[str, Any] = field(default_factory=dict)
+    # kept heads (``keep="best"`` / ``"all"`` of :func:`train_probes`): grid index -> the state dict of that
+    # one probe (a row of the grid, ``levjepa.model.classifier.build_head``), and its HeadConfig fields
+    heads: dict[int, dict[str, Tensor]] = field(default_factory=dict, repr=False)
+    head_fields: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def best_val(self) -> float:
@@ -176,6 +181,31 @@ def _param_decay(model: nn.Module) -> tuple[list[Tensor], list[bool]]:
         params.append(p)
         decay.append(p.dim() >= 3 or name.endswith("query"))  # per-probe matrices and the query
     return params, decay
+
+
+def probe_row(model: nn.Module, row: int, num_classes: int) -> dict[str, Tensor]:
+    """The state dict of probe ``row`` of a stacked grid as a grid of one (its first ``num_classes`` logits)."""
+    g = getattr(model, "num_probes")  # noqa: B009 (both grid classes have it)
+    out = {}
+    for name, t in model.state_dict().items():
+        if name.endswith(("feat_mean", "feat_std")):  # the linear probe's standardiser is shared
+            out[name] = t.detach().clone()
+            continue
+        if t.shape[0] != g:
+            raise ValueError(f"probe_row: {name} {list(t.shape)} has no probe dimension of {g}")
+        r = t[row : row + 1].detach()
+        if name.startswith("head."):
+            r = r[..., :num_classes]
+        out[name] = r.clone()
+    return out
+
+
+def _head_fields(kind: ProbeKind, model: nn.Module, what: str) -> dict[str, Any]:
+    """What ``HeadConfig`` needs to rebuild one probe of ``model`` (besides the class count)."""
+    fields: dict[str, Any] = {"kind": kind, "input": what, "dim": int(getattr(model, "dim"))}  # noqa: B009
+    if kind == "attentive":
+        fields.update(depth=int(getattr(model, "depth")), num_heads=int(getattr(model, "num_heads")))  # noqa: B009
+    return fields
 
 
 def _task_slices(classes: Mapping[str, int], g: int) -> dict[str, tuple[slice, int]]:
@@ -287,10 +317,12 @@ def train_probes(
     classes: Mapping[str, int],
     generator: torch.Generator,
     device: str = "cpu",
+    keep: Literal["none", "best", "all"] = "none",
 ) -> dict[str, GridResult]:
     """Train the (lr × wd) grid of ``kind`` probes reading input ``what`` for every task of ``classes``
     (task -> class count) on ``train``, choose on ``val``, report on ``test``; returns task -> result.
-    ``generator`` draws the initialisation, then each epoch's order."""
+    ``generator`` draws the initialisation, then each epoch's order. ``keep``: the results also hold the
+    chosen probe's weights (``best``) or every probe's (``all``), as ``GridResult.heads``."""
     start = time.perf_counter()
     n = len(train)
     if n == 0:
@@ -323,7 +355,19 @@ def train_probes(
     ev = {"batch_size": 2 * cfg.batch_size, "device": str(device)}
     val_res = evaluate_probes(model, val, what, slices, **ev)  # type: ignore[arg-type]
     test_res = None if test is None else evaluate_probes(model, test, what, slices, **ev)  # type: ignore[arg-type]
-    return choose_probes(kind, cfg, val_res, test_res, seconds=time.perf_counter() - start, extra=train.info())
+    results = choose_probes(kind, cfg, val_res, test_res, seconds=time.perf_counter() - start, extra=train.info())
+    if keep != "none":
+        for t, (sl, c) in slices.items():
+            res = results[t]
+            rows = range(len(grid)) if keep == "all" else [res.best]
+            res.heads = {i: probe_row(model, sl.start + i, c) for i in rows}
+            res.head_fields = {
+                **_head_fields(kind, model, what),
+                "mlp_ratio": cfg.mlp_ratio,
+                "init_std": cfg.init_std,
+                "num_classes": c,
+            }
+    return results
 
 
 Labels = Tensor | Mapping[str, Tensor]

@@ -1,0 +1,103 @@
+"""``levjepa classify MODEL VIDEOS...``: predictions of a kept probe or a fine-tuned classifier.
+
+``MODEL`` is a classifier directory: a probe kept by ``levjepa probe`` (``RUN/probes/<task>/<probe>``) or a
+fine-tuned classifier (``levjepa finetune``'s ``OUT/best``, or its export). ``VIDEOS`` are files, folders
+(recursive) or index files (``path label`` rows: the accuracy over them is printed too). Every file is cut
+into the views of the classifier's protocol and their probabilities averaged (``levjepa.eval.predict``);
+``--windows`` gives one prediction per window of a long video with its time span. The top-``--top-k``
+labels go to stdout as a table and, with ``--out``, to a CSV (``.csv``) or JSON Lines file (any other
+name). Decoding runs in ``--workers`` processes, the model on ``--device`` (the GPU when there is one); an
+unreadable file is listed at the end, not fatal — unless no file at all could be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+from levjepa.commands._device import add_device_argument, local_device
+from levjepa.data import BadFileReport, DataError, MediaItem, list_media
+from levjepa.eval.predict import Prediction, accuracy, predict
+from levjepa.formats.classifier import load_classifier
+
+__all__ = ["add_arguments", "main"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="a kept probe (RUN/probes/TASK/PROBE) or a fine-tuned classifier")
+    parser.add_argument("videos", nargs="+", help="video / image files, folders or index files")
+    parser.add_argument("--top-k", type=int, default=5, help="labels per prediction")
+    parser.add_argument("--out", default=None, help="write the predictions: .csv, else JSON Lines")
+    parser.add_argument("--windows", action="store_true", help="one prediction per window of each video")
+    parser.add_argument("--encoder", default=None, help="read the encoder from here (it must be the same weights)")
+    parser.add_argument("--workers", type=int, default=2, help="decoding processes")
+    parser.add_argument("--batch-size", type=int, default=8, help="files per forward")
+    add_device_argument(parser)
+
+
+def _row(q: Prediction) -> str:
+    where = q.path if q.window is None else f"{q.path} [{q.start_time:.2f}-{q.end_time:.2f} s]"
+    tops = "  ".join(f"{n} {p:.3f}" for n, p in zip(q.labels, q.probs, strict=True))
+    return f"{where}\t{tops}"
+
+
+def _write(path: Path, predictions: list[Prediction]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix.lower() == ".csv":
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            k = max((len(q.labels) for q in predictions), default=0)
+            head = ["path", "window", "start_time", "end_time", "truth"]
+            w.writerow(head + [f"{x}{j + 1}" for j in range(k) for x in ("label", "prob")])
+            for q in predictions:
+                tops = [v for n, p in zip(q.labels, q.probs, strict=True) for v in (n, f"{p:.6f}")]
+                w.writerow([q.path, q.window, q.start_time, q.end_time, q.truth, *tops])
+    else:
+        path.write_text("".join(json.dumps(q.to_json()) + "\n" for q in predictions))
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.top_k < 1:
+        raise DataError(f"unreadable: --top-k {args.top_k}: must be >= 1")
+    device = local_device(args.device)
+    clf = load_classifier(args.model, encoder=args.encoder, device=device)
+    items: list[MediaItem] = [it for src in args.videos for it in list_media(src)]
+    if not items:
+        raise DataError(f"missing: no video or image in {' '.join(args.videos)}")
+    bad = BadFileReport(warn=False)  # listed at the end
+    rec = clf.record
+    p = rec.protocol
+    print(
+        f"{args.model}: {rec.head.kind} head on {clf.encoder.describe()}; {len(rec.labels)} classes; "
+        f"views {p.segments}×{p.crops} of {p.frames}×{p.size}² every {p.frame_stride} frame(s)",
+        file=sys.stderr,
+    )
+    predictions = []
+    for q in predict(
+        clf,
+        items,
+        top_k=args.top_k,
+        workers=args.workers,
+        device=device,
+        windows=args.windows,
+        batch_files=args.batch_size,
+        bad=bad,
+    ):
+        predictions.append(q)
+        print(_row(q))
+    if not predictions:
+        raise DataError(f"unreadable: none of the {len(items)} file(s) could be read ({bad.counts})")
+    acc = accuracy(predictions)
+    if acc is not None:
+        print(f"accuracy {acc:.1f} % over {sum(q.truth is not None for q in predictions)} labelled prediction(s)")
+    if args.out:
+        _write(Path(args.out), predictions)
+        print(f"wrote {args.out}", file=sys.stderr)
+    if bad.total:
+        print(f"{bad.total} unreadable file(s) skipped:", file=sys.stderr)
+        for path, reason in bad.files.items():
+            print(f"  {path}: {reason}", file=sys.stderr)
+    return 0

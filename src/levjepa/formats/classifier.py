@@ -1,0 +1,150 @@
+"""A classifier on disk: a kept probe (``levjepa probe``) or a fine-tuned classifier (``levjepa finetune``).
+
+A classifier directory holds::
+
+    DIR/classifier.json    format "levjepa-classifier/1"; "head" (every HeadConfig field), "labels" (class
+                           names, index order), "protocol" (size, frames, frame_stride, segments, crops:
+                           how ``classify`` cuts a file into views, levjepa.data.eval_clip), "encoder"
+                           (source path, weights copy, fingerprint, whether the weights are in DIR) and
+                           "trained" (how the head was trained and scored)
+    DIR/head.safetensors   the head's state dict (levjepa.model.probe_heads, one row)
+
+A kept probe reads a frozen encoder that stays where it is: ``encoder.source`` and ``encoder.weights`` name
+it, and :func:`load_classifier` refuses, in one line, an encoder whose :func:`weights_fingerprint` differs
+from the one the head was trained on. A fine-tuned classifier changed its encoder, so the encoder is in
+``DIR`` too, in the hub layout (``model.safetensors`` + ``config.json`` with ``id2label`` / ``label2id``,
+``levjepa.formats.export``): ``levjepa.load(DIR)`` reads it as a plain encoder, and ``levjepa export DIR``
+writes it again with its head.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from levjepa.config import from_dict, to_dict
+from levjepa.formats.load import LoadedEncoder, load_encoder
+from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
+from levjepa.weights import WeightsError, load_tensors, read_json, save_tensors, write_json
+
+__all__ = [
+    "CLASSIFIER",
+    "CLASSIFIER_FORMAT",
+    "HEAD_WEIGHTS",
+    "ClassifierRecord",
+    "LoadedClassifier",
+    "Protocol",
+    "id2label",
+    "is_classifier",
+    "load_classifier",
+    "read_classifier",
+    "weights_fingerprint",
+    "write_classifier",
+]
+
+CLASSIFIER = "classifier.json"
+HEAD_WEIGHTS = "head.safetensors"
+CLASSIFIER_FORMAT = "levjepa-classifier/1"
+
+
+def weights_fingerprint(module: nn.Module) -> str:
+    """SHA-1 over the state dict (names, shapes, dtypes and bytes): equal weights <=> equal fingerprint."""
+    h = hashlib.sha1()
+    for name, t in sorted(module.state_dict().items()):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How a file becomes the views a classifier reads (``levjepa.data.eval_clip.load_eval_views``)."""
+
+    size: int = 224
+    frames: int = 16
+    frame_stride: int = 2
+    segments: int = 1
+    crops: int = 1
+
+
+@dataclass(frozen=True)
+class ClassifierRecord:
+    """``classifier.json`` (see the module doc); written with ``to_dict``, read back with ``from_dict``."""
+
+    head: HeadConfig
+    labels: tuple[str, ...]
+    protocol: Protocol
+    encoder_source: str  # the run / checkpoint / export the encoder is read from ("." : this directory)
+    encoder_weights: str  # which copy of it: ema, online
+    encoder_fingerprint: str
+    trained: dict[str, Any] = field(default_factory=dict)
+    format: str = CLASSIFIER_FORMAT
+
+
+def id2label(labels: Sequence[str]) -> dict[str, Any]:
+    """The hub's ``id2label`` / ``label2id`` of ``labels``."""
+    return {"id2label": {str(i): n for i, n in enumerate(labels)}, "label2id": {n: i for i, n in enumerate(labels)}}
+
+
+def is_classifier(path: str | Path) -> bool:
+    return (Path(path) / CLASSIFIER).is_file()
+
+
+def write_classifier(out: str | Path, record: ClassifierRecord, head_state: Mapping[str, torch.Tensor]) -> Path:
+    """Write ``classifier.json`` and ``head.safetensors`` into ``out`` (created)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_tensors(out / HEAD_WEIGHTS, head_state, {"format": "pt", "levjepa_format": CLASSIFIER_FORMAT})
+    write_json(out / CLASSIFIER, to_dict(record))
+    return out
+
+
+def read_classifier(path: str | Path) -> ClassifierRecord:
+    p = Path(path)
+    if not is_classifier(p):
+        raise WeightsError(f"{p}: not a classifier (no {CLASSIFIER}): give a kept probe or a fine-tuned classifier")
+    data = read_json(p / CLASSIFIER)
+    if data.get("format") != CLASSIFIER_FORMAT:
+        raise WeightsError(f"{p / CLASSIFIER}: format {data.get('format')!r}, this levjepa reads {CLASSIFIER_FORMAT}")
+    return from_dict(ClassifierRecord, data)
+
+
+@dataclass
+class LoadedClassifier:
+    model: VideoClassifier
+    record: ClassifierRecord
+    encoder: LoadedEncoder
+
+
+def load_classifier(
+    path: str | Path, *, encoder: str | Path | None = None, device: str | torch.device = "cpu"
+) -> LoadedClassifier:
+    """The classifier in ``path`` on ``device`` (eval mode): its head, and the encoder it reads — ``encoder``
+    when given, else the one the record names. An encoder whose weights are not those the head was trained
+    on is refused (``WeightsError``, one line)."""
+    p = Path(path)
+    rec = read_classifier(p)
+    src = Path(encoder) if encoder is not None else p if rec.encoder_source == "." else Path(rec.encoder_source)
+    if not src.exists():
+        raise WeightsError(f"{p}: its encoder {rec.encoder_source} is gone; give it with --encoder PATH")
+    loaded = load_encoder(src, weights=rec.encoder_weights, device=device)  # type: ignore[arg-type]
+    fp = weights_fingerprint(loaded.encoder)
+    if fp != rec.encoder_fingerprint:
+        raise WeightsError(
+            f"{p}: its head was trained on the encoder {rec.encoder_fingerprint[:12]} ({rec.encoder_weights} weights "
+            f"of {rec.encoder_source}), but {src} holds {fp[:12]}: a head reads only the encoder it was trained on"
+        )
+    head = build_head(rec.head)
+    state, _ = load_tensors(p / HEAD_WEIGHTS)
+    head.load_state_dict(state)
+    model = VideoClassifier(loaded.encoder, rec.head, head).to(device).eval()
+    for q in model.parameters():
+        q.requires_grad_(False)
+    return LoadedClassifier(model, rec, loaded)

@@ -1,0 +1,113 @@
+"""A video classifier: the encoder plus one probe head, the model that ``probe`` keeps, ``finetune`` trains and
+``classify`` runs.
+
+The head is one row (``G = 1``) of the stacked probe heads of ``levjepa.model.probe_heads``: the attentive
+probe (one learnable query cross-attending every output token, V-JEPA's protocol) or the linear probe (a
+linear map of the standardised mean-pooled patch tokens, or of CLS). A probe kept by ``levjepa probe`` is the
+row of its grid that validation chose, so the classifier computes what the probe computed when it was scored.
+
+**Views of a file** (the evaluation protocol, ``levjepa.data.eval_clip.load_eval_views``): ``segments`` clips
+spread over the video × ``crops`` spatial crops, segment-major. As in the frozen evaluation
+(``levjepa.eval.source.StoreSource``), a (file, crop) sample reads its segments together — the attentive head
+the concatenation of their tokens ``[segments · (1+L), D]``, the linear head their features averaged — and
+the class probabilities of a file's crops are averaged (:meth:`VideoClassifier.probabilities`).
+
+``token_dtype``: a frozen probe trained on float16 tokens (the feature stores keep tokens in float16), so
+the kept probe reads its tokens rounded to float16 to compute the numbers it was scored with; a fine-tuned
+classifier reads them in float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from levjepa.config import check
+from levjepa.model.probe_heads import AttentiveProbeGrid, LinearProbeGrid
+from levjepa.model.vit import VideoEncoder
+
+__all__ = ["HeadConfig", "VideoClassifier", "build_head", "view_inputs"]
+
+HeadInput = Literal["tokens", "mean", "cls"]
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """One classification head: its kind, what it reads, its sizes (``levjepa.model.probe_heads``)."""
+
+    kind: Literal["attentive", "linear"] = "attentive"
+    input: HeadInput = "tokens"  # attentive: tokens; linear: mean (pooled patches) or cls
+    dim: int = 192
+    num_classes: int = 2
+    depth: int = 1
+    num_heads: int = 0  # 0 = max(1, dim // 64)
+    mlp_ratio: float = 4.0
+    init_std: float = 0.02
+    token_dtype: Literal["float32", "float16"] = "float32"
+
+    def __post_init__(self) -> None:
+        check(self.kind in ("attentive", "linear"), f"head.kind={self.kind!r}: valid choices are attentive, linear")
+        valid = ("tokens",) if self.kind == "attentive" else ("mean", "cls")
+        check(self.input in valid, f"head.input={self.input!r}: a {self.kind} head reads {' or '.join(valid)}")
+        check(self.num_classes >= 2, f"head.num_classes={self.num_classes}: a classifier needs >= 2 classes")
+        check(self.dim >= 1 and self.depth >= 1, f"head: dim={self.dim}, depth={self.depth} must be >= 1")
+
+
+def build_head(cfg: HeadConfig, generator: torch.Generator | None = None) -> nn.Module:
+    """The head of ``cfg``: a probe grid of one row, ``[B, ...] -> [1, B, C]``."""
+    if cfg.kind == "attentive":
+        return AttentiveProbeGrid(
+            1,
+            cfg.dim,
+            cfg.num_classes,
+            depth=cfg.depth,
+            num_heads=cfg.num_heads,
+            mlp_ratio=cfg.mlp_ratio,
+            init_std=cfg.init_std,
+            generator=generator,
+        )
+    return LinearProbeGrid(1, cfg.dim, cfg.num_classes, generator=generator)
+
+
+def view_inputs(cls: Tensor, patches: Tensor, cfg: HeadConfig, segments: int = 1, crops: int = 1) -> Tensor:
+    """What the head reads for each (file, crop): ``cls`` [B·S·C, D] and ``patches`` [B·S·C, L, D] of the views,
+    file-major then segment-major -> ``[B·C, ...]`` (tokens ``[B·C, S·(1+L), D]``, pooled ``[B·C, D]``)."""
+    n, d = cls.shape
+    s, c = segments, crops
+    b = n // (s * c)
+    if b * s * c != n:
+        raise ValueError(f"view_inputs: {n} views are not files × {s} segments × {c} crops")
+    if cfg.input == "tokens":
+        tokens = torch.cat([cls[:, None], patches], 1)
+        if cfg.token_dtype == "float16":
+            tokens = tokens.to(torch.float16)
+        tokens = tokens.view(b, s, c, tokens.shape[1], d).transpose(1, 2)  # [B, C, S, 1+L, D]
+        return tokens.reshape(b * c, s * tokens.shape[3], d)
+    x = cls.float() if cfg.input == "cls" else patches.float().mean(1)
+    return x.view(b, s, c, d).transpose(1, 2).reshape(b * c, s, d).mean(1)
+
+
+class VideoClassifier(nn.Module):
+    """``encoder`` + ``head``: normalised clips ``[N, C, T, H, W]`` -> logits (see the module doc)."""
+
+    def __init__(self, encoder: VideoEncoder, head_cfg: HeadConfig, head: nn.Module | None = None) -> None:
+        super().__init__()
+        if head_cfg.dim != encoder.cfg.dim:
+            raise ValueError(f"classifier: a head of width {head_cfg.dim} on an encoder of width {encoder.cfg.dim}")
+        self.encoder, self.head_cfg = encoder, head_cfg
+        self.head = head if head is not None else build_head(head_cfg)
+
+    def forward(self, video: Tensor, *, segments: int = 1, crops: int = 1, drop: bool = False) -> Tensor:
+        """Logits ``[B·crops, classes]`` of each (file, crop) sample; ``drop``: the encoder drops tokens as in
+        pretraining (``model.drop_ratio``; fine-tuning with a kept fraction)."""
+        out = self.encoder.forward_features(video, drop=drop)
+        return self.head(view_inputs(out.cls, out.patches, self.head_cfg, segments, crops))[0]
+
+    def probabilities(self, video: Tensor, *, segments: int = 1, crops: int = 1) -> Tensor:
+        """Class probabilities ``[B, classes]`` of each file: the softmax of every crop, averaged."""
+        logits = self(video, segments=segments, crops=crops)
+        probs = logits.float().softmax(-1)
+        return probs.view(-1, crops, probs.shape[-1]).mean(1)

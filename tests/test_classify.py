@@ -1,0 +1,127 @@
+"""Kept probes and ``levjepa classify``: a probe kept by ``levjepa probe`` reproduces its test accuracy on the
+test index, file by file, with the protocol's multi-view averaging; a head refuses another encoder; bad
+input ends in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from levjepa.cli import main
+from levjepa.data import write_video
+from levjepa.eval.protocols import PROTOCOLS, Protocol
+from levjepa.formats.classifier import read_classifier
+from test_export import make_run_dir
+
+# 2 segments x 3 crops of 4 frames at 16 px (2 x 2 patches of vit-test per frame): every view path of the
+# standard protocols, at a size the default suite affords
+TINY = Protocol("tiny", 4, 1, 16, 2, 3, 3, False, "test")
+
+
+def write_index(root: Path, split: str, n: int, seed: int) -> Path:
+    """``n`` noisy 12-frame videos whose brightness says the class (0, 1, 2), except every fourth, which shows
+    the next class: no probe gets them all right."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for i in range(n):
+        label = i % 3
+        shown = label if i % 4 != 3 else (label + 1) % 3
+        frames = rng.integers(0, 255, (12, 16, 24, 3)).astype(np.float32) * 0.8 + 12 * shown
+        path = root / f"{split}{i}.mp4"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_video(path, frames.clip(0, 255).astype(np.uint8), fps=10)
+        lines.append(f"{path.name} {label}")
+    (root / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    return root / f"{split}.txt"
+
+
+@pytest.fixture
+def index_task(tmp_path, monkeypatch):
+    monkeypatch.setitem(PROTOCOLS, "tiny", TINY)
+    monkeypatch.chdir(tmp_path)  # the feature stores: ./features
+    media = tmp_path / "media"
+    return [write_index(media, s, n, seed) for s, n, seed in (("train", 12, 0), ("val", 6, 1), ("test", 9, 2))]
+
+
+def test_kept_probes_reproduce_their_test_accuracy(tmp_path, index_task, capsys):
+    run = make_run_dir(tmp_path, steps=(5,))
+    out = tmp_path / "res" / "probe.json"
+    task = "index:" + ",".join(map(str, index_task))
+    args = ["probe", str(run), "--task", task, "--protocol", "tiny", "--no-baseline", "--workers", "0"]
+    assert main([*args, "--probe", "attentive,linear,linear_cls", "--set", "epochs=3", "--out", str(out)]) == 0
+    capsys.readouterr()
+    reported = json.loads(out.read_text())["results"]["pretrained-ema"]["labels"]
+    accs = []
+    for probe in ("attentive", "linear", "linear_cls"):
+        kept = run / "probes" / "labels" / probe
+        rec = read_classifier(kept)
+        assert rec.protocol.segments == 2 and rec.protocol.crops == 3 and rec.trained["chosen"]
+        assert rec.trained["lr"] == reported[probe]["best"]["lr"]
+        preds = tmp_path / f"{probe}.jsonl"
+        assert main(["classify", str(kept), str(index_task[2]), "--workers", "0", "--out", str(preds)]) == 0
+        rows = [json.loads(line) for line in preds.read_text().splitlines()]
+        assert len(rows) == 9 and all(abs(sum(r["probs"]) - 1) < 1e-5 for r in rows)  # top-5 of 3 classes: all
+        acc = 100.0 * sum(r["classes"][0] == r["truth"] for r in rows) / len(rows)
+        assert acc == pytest.approx(reported[probe]["best"]["test_acc"], abs=1e-9), probe
+        assert f"accuracy {acc:.1f} %" in capsys.readouterr().out
+        accs.append(acc)
+    assert len(set(accs)) > 1 or 0 < accs[0] < 100  # the numbers compared are not trivially all equal
+
+
+def test_a_head_refuses_another_encoder_and_unreadable_input(tmp_path, index_task, capsys):
+    run = make_run_dir(tmp_path, steps=(5,))
+    other = make_run_dir(tmp_path / "other", steps=(5,), seed=3)
+    task = "index:" + ",".join(map(str, index_task[:2]))
+    args = ["probe", str(run), "--task", task, "--protocol", "tiny", "--no-baseline", "--workers", "0"]
+    assert main([*args, "--probe", "linear", "--set", "linear_epochs=2"]) == 0
+    kept = run / "probes" / "labels" / "linear"
+    capsys.readouterr()
+    assert main(["classify", str(kept), str(index_task[1]), "--encoder", str(other), "--workers", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "a head reads only the encoder it was trained on" in err
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "a.mp4").write_bytes(b"not a video")
+    (broken / "b.mp4").write_bytes(b"")
+    assert main(["classify", str(kept), str(broken), "--workers", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "none of the 2 file(s) could be read" in err[-1]
+    # one unreadable file among readable ones is listed, not fatal
+    assert main(["classify", str(kept), str(index_task[1]), str(broken / "a.mp4"), "--workers", "0"]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.strip().splitlines()) == 6 + 1 and "a.mp4" in captured.err
+
+
+def test_windows_give_one_prediction_per_window_with_its_time_span(tmp_path, index_task, capsys):
+    run = make_run_dir(tmp_path, steps=(5,))
+    task = "index:" + ",".join(map(str, index_task[:2]))
+    args = ["probe", str(run), "--task", task, "--protocol", "tiny", "--no-baseline", "--workers", "0"]
+    assert main([*args, "--probe", "linear", "--set", "linear_epochs=2"]) == 0
+    out = tmp_path / "w.csv"
+    video = index_task[1].parent / "val0.mp4"  # 12 frames at 10 fps: windows of 4 frames
+    assert main(["classify", str(run / "probes/labels/linear"), str(video), "--windows", "--out", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("path,window,start_time,end_time,truth,label1,prob1")
+    spans = [(float(r.split(",")[2]), float(r.split(",")[3])) for r in lines[1:]]
+    assert [t for span in spans for t in span] == pytest.approx([0.0, 0.4, 0.4, 0.8, 0.8, 1.2])
+
+
+def test_bad_index_tasks_are_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    media = tmp_path / "m"
+    train = write_index(media, "train", 3, 0)
+    run = make_run_dir(tmp_path, steps=(5,))
+    one = media / "one.txt"
+    one.write_text("train0.mp4 0\ntrain3.mp4 0\n")
+    unseen = media / "unseen.txt"
+    unseen.write_text("train0.mp4 0\ntrain1.mp4 7\n")
+    for split_files, msg in (((one, train), "need >= 2 classes"), ((train, unseen), "never occur in TRAIN")):
+        before = sorted(p.name for p in run.rglob("*"))
+        task = "index:" + ",".join(map(str, split_files))
+        assert main(["probe", str(run), "--task", task, "--no-baseline", "--workers", "0"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and msg in err
+        assert sorted(p.name for p in run.rglob("*")) == before
