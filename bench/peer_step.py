@@ -27,6 +27,8 @@ processes on a shared machine hits both alike. A process runs one warm-up step a
 to the same rounds, run by its own copy of this script: before and after measured side by side. A setting's
 ms/step is the minimum over rounds of each process's fastest step (the least disturbed by other
 load: on a shared machine a median still moves with what else runs), its peak RSS the largest of its runs.
+With ``--threads 1`` the process's CPU time per step is printed too (``cpu ms``): the compute of the step,
+which other processes on the machine disturb far less than its wall time.
 
 ``--profile`` runs levjepa's step (ρ = 0.95, batch 8) under ``torch.profiler`` and prints the step's time
 over the self CPU time of its matrix products (``mm``, ``addmm``, ``bmm``, convolutions) and attention kernels
@@ -149,13 +151,14 @@ def worker(impl: str, setting: str, steps: int, reference: str | None) -> dict:
     else:
         step = levjepa_step(rho, batch, compile_blocks=impl == "levjepa_compiled")
     step(0)
-    times = []
+    times, cpu = [], []
     for i in range(1, steps + 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         step(i)
         times.append((time.perf_counter() - t0) * 1e3)
+        cpu.append((time.process_time() - c0) * 1e3)
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    return {"impl": impl, "setting": setting, "ms": min(times), "rss_mib": rss_mib}
+    return {"impl": impl, "setting": setting, "ms": min(times), "cpu_ms": min(cpu), "rss_mib": rss_mib}
 
 
 def profile(rho: float, batch: int, steps: int, compiled: bool = False) -> dict:
@@ -231,20 +234,23 @@ def main() -> None:
             for impl in impls if r % 2 == 0 else impls[::-1]:
                 row = _run_worker(impl, setting, args)
                 results.setdefault((impl, setting), []).append(row)
-                line = f"  round {r} {setting:11s} {impl:16s} {row['ms']:8.0f} ms  {row['rss_mib']:6.0f} MiB"
+                line = f"  round {r} {setting:11s} {impl:16s} {row['ms']:8.0f} ms  {row.get('cpu_ms', 0):8.0f} cpu ms"
+                line += f"  {row['rss_mib']:6.0f} MiB"
                 print(line, flush=True)
     ours = [i for i in impls if i != "reference"]
-    ratio_cols = [f"reference / {i}" for i in ours] if args.reference else []
-    cols = [f"{i} ms/step" for i in impls] + ratio_cols + [f"peak RSS {' / '.join(impls)} (MiB)"]
-    print("\n| setting | " + " | ".join(cols) + " |\n|" + " --- |" * (len(cols) + 1))
     table = []
-    for setting in settings:
-        ms = {i: min(x["ms"] for x in results[(i, setting)]) for i in impls}
-        rss = {i: max(x["rss_mib"] for x in results[(i, setting)]) for i in impls}
-        cells = [f"{ms[i]:.0f}" for i in impls] + [f"{ms['reference'] / ms[i]:.2f}" for i in ours if args.reference]
-        cells.append(" / ".join(f"{rss[i]:.0f}" for i in impls))
-        print(f"| {LABELS[setting]} | " + " | ".join(cells) + " |")
-        table.append({"setting": setting, "ms": ms, "rss_mib": rss})
+    for key, unit in (("ms", "ms/step"), ("cpu_ms", "CPU ms/step"))[: 2 if args.threads == 1 else 1]:
+        ratio_cols = [f"reference / {i}" for i in ours] if args.reference else []
+        cols = [f"{i} {unit}" for i in impls] + ratio_cols + [f"peak RSS {' / '.join(impls)} (MiB)"]
+        print("\n| setting | " + " | ".join(cols) + " |\n|" + " --- |" * (len(cols) + 1))
+        for setting in settings:
+            ms = {i: min(x.get(key, x["ms"]) for x in results[(i, setting)]) for i in impls}
+            rss = {i: max(x["rss_mib"] for x in results[(i, setting)]) for i in impls}
+            cells = [f"{ms[i]:.0f}" for i in impls]
+            cells += [f"{ms['reference'] / ms[i]:.2f}" for i in ours if args.reference]
+            cells.append(" / ".join(f"{rss[i]:.0f}" for i in impls))
+            print(f"| {LABELS[setting]} | " + " | ".join(cells) + " |")
+            table.append({"setting": setting, "measure": key, "ms": ms, "rss_mib": rss})
     if args.out:
         args.out.write_text(json.dumps(table, indent=1))
 
