@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -86,3 +88,25 @@ def test_index_and_folder_sources_mix_videos_and_images(tmp_path):
             assert idx == [idx[0] + 2 * k for k in range(4)]
             kinds.add("video")
     assert kinds == {"image", "video"}
+
+
+def test_an_index_with_class_name_labels_is_read_with_its_label_map(tmp_path):
+    from levjepa.data.sources import read_index_labels
+
+    train = tmp_path / "train.txt"
+    train.write_text("clips/a.mp4 right\nclips/b.mp4 left\nclips/c d.mp4 left\n")
+    items, classes = read_index_labels(train)
+    assert classes == {"left": 0, "right": 1}
+    assert [(Path(it.path).name, it.label) for it in items] == [("a.mp4", 1), ("b.mp4", 0), ("c d.mp4", 0)]
+    val = tmp_path / "val.txt"
+    val.write_text("clips/e.mp4 up\nclips/f.mp4 right\n")
+    items, merged = read_index_labels(val, classes)  # the training split's numbers, a new name after them
+    assert merged == {"left": 0, "right": 1, "up": 2} and [it.label for it in items] == [2, 1]
+    ints = tmp_path / "ints.txt"
+    ints.write_text("clips/a.mp4 3\nclips/my video.mp4\n")
+    items, none = read_index_labels(ints)
+    assert none is None and [it.label for it in items] == [3, None] and items[1].path.endswith("my video.mp4")
+    mixed = tmp_path / "mixed.txt"
+    mixed.write_text("clips/a.mp4 3\nclips/b.mp4 left\n")
+    with pytest.raises(DataError, match=r"line 2: .* mixes integer labels and class names"):
+        read_index_labels(mixed)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -110,3 +111,13 @@ def test_progress_lines_off_a_terminal(media, tmp_path, capsys):
         extract(_encoder(), str(media), tmp_path / "o", ExtractConfig(**BASE), progress=True)
     lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("extract:")]
     assert lines and lines[-1].startswith("extract: 2/2 files  ") and "files/s" in lines[-1]
+
+
+def test_an_index_with_class_names_writes_its_label_map_beside_the_features(media, tmp_path):
+    index = tmp_path / "train.txt"
+    index.write_text(f"{media / 'a.mp4'} walking\n{media / 'b.mp4'} jumping\n")
+    out = tmp_path / "o"
+    _run(_encoder(), index, out, format="npy")
+    assert json.loads((out / "labels.json").read_text()) == {"jumping": 0, "walking": 1}
+    labels = {Path(r["path"]).name: r["label"] for r in read_index(out)}
+    assert labels == {"a.mp4": 1, "b.mp4": 0}

@@ -8,7 +8,10 @@ A *source* is a string in ``DataConfig.sources``:
   (leading ``.``, e.g. ``prepare``'s partial outputs) are skipped. When every file lies in a first-level
   sub-folder, the sub-folder (in sorted order) is the label, ImageFolder-style; otherwise labels are None.
 * a **V-JEPA index file** — one ``path label`` row per clip, separated by whitespace, no header (V-JEPA's
-  CSV format). The label is the last field when it is an integer (it may be absent); a relative path is
+  CSV format). The label is the last field when it is an integer (it may be absent), or a class name
+  (``videos/a.mp4 left``, Kinetics-style lists) when the path before it names a media file and the whole row
+  does not; class names are numbered in sorted order (:func:`read_index_labels` returns that map, and takes
+  a training split's map to keep a validation split's numbers), and one file uses one kind; a relative path is
   relative to the index file's folder; blank lines and ``#`` comments are skipped. Rows whose extension is
   an image extension are images; every other row is a video. Rows are *not* checked for existence here:
   a missing file is reported as a bad file when it is read, like every other bad file. A file with no row, or
@@ -58,6 +61,7 @@ __all__ = [
     "list_media",
     "media_kind",
     "parse_index",
+    "read_index_labels",
 ]
 
 SYNTHETIC = "synthetic"
@@ -101,7 +105,35 @@ def _list_folder(root: Path) -> list[MediaItem]:
 
 def parse_index(path: str | os.PathLike) -> list[MediaItem]:
     """Parse a V-JEPA index file (``path label`` rows, no header; see the module docstring)."""
-    path = Path(path)
+    return read_index_labels(path)[0]
+
+
+def read_index_labels(
+    path: str | os.PathLike, classes: dict[str, int] | None = None
+) -> tuple[list[MediaItem], dict[str, int] | None]:
+    """The rows of an index file and, when its labels are class names, the map name -> label (``None`` for
+    integer labels). ``classes`` (a training split's map) numbers the names it knows as it says; a name it
+    does not know gets the next free number, in sorted order."""
+    items, names = _read_index(Path(path))
+    if not any(names):
+        return items, None
+    known = dict(classes or {})
+    for name in sorted({n for n in names if n} - known.keys()):
+        known[name] = max(known.values(), default=-1) + 1
+    labelled = [MediaItem(it.path, known[n] if n else it.label, it.kind) for it, n in zip(items, names, strict=True)]
+    return labelled, known
+
+
+def _class_name(line: str, parts: list[str]) -> str | None:
+    """The class name ending a row (``videos/a.mp4 left``): the path before it names a media file by its
+    extension and the whole row does not (a path with a space stays a path)."""
+    if len(parts) == 2 and media_kind(parts[0].strip()) is not None and media_kind(line) is None:
+        return parts[1]
+    return None
+
+
+def _read_index(path: Path) -> tuple[list[MediaItem], list[str | None]]:
+    """The rows of an index file and the class name of each (``None``: an integer label or none)."""
     base = path.parent
     items: list[MediaItem] = []
     try:
@@ -114,25 +146,35 @@ def parse_index(path: str | os.PathLike) -> list[MediaItem]:
         raise DataError(f"missing: index file {path} does not exist") from None
     except IsADirectoryError:
         raise DataError(f"unreadable: index file {path} is a folder (give the folder as a source instead)") from None
+    names: list[str | None] = []
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         parts = line.rsplit(None, 1)
         label: int | None = None
-        file = line
+        file, name = line, None
         if len(parts) == 2:
             try:
                 label = int(parts[1])
                 file = parts[0].strip()
             except ValueError:
-                label, file = None, line
+                name = _class_name(line, parts)
+                file = parts[0].strip() if name else line
         if not file:
             raise DataError(f"unreadable: index file {path} line {lineno}: {raw!r} has no path")
+        if (name is not None and label is None and any(n is None for n in names) and items) or (
+            name is None and label is not None and any(names)
+        ):
+            raise DataError(
+                f"unreadable: index file {path} line {lineno}: {raw!r} mixes integer labels and class names; "
+                "use one kind in a file"
+            )
         full = file if os.path.isabs(file) else os.path.normpath(base / file)
         items.append(MediaItem(str(full), label, media_kind(full) or "video"))
+        names.append(name)
     _check_looks_like_index(path, items)
-    return items
+    return items, names
 
 
 def _check_looks_like_index(path: Path, items: list[MediaItem]) -> None:

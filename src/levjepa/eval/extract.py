@@ -32,7 +32,8 @@ encoder runs on ``device`` (``auto``: the GPU when there is one) under bf16 auto
 end_frame`` (source frame indices, inclusive) ``, start_time, end_time`` (seconds, of those frames)
 ``, num_frames, padded``; ``bad_files.json``: every file that could not be read, with the reason (a bad
 file is reported and skipped, never fatal — but a source of which no file could be read is an error);
-``extract.json``: the settings and counts. Every feature file is written atomically
+``extract.json``: the settings and counts; ``labels.json``: the class name -> label map when an index
+file labels its rows by name. Every feature file is written atomically
 (``levjepa.eval.feature_writer``).
 
 **Run again into the same output.** ``extract.json`` records, from the start of a job, its *signature*: the
@@ -68,9 +69,10 @@ from levjepa import distributed
 from levjepa.config import check, to_dict
 from levjepa.data import BadFileReport, DataError, list_media, normalize
 from levjepa.data.eval_clip import load_eval_clip, load_eval_video
-from levjepa.data.sources import MediaItem
+from levjepa.data.sources import MediaItem, media_kind, read_index_labels
 from levjepa.data.workers import decode_in_workers
 from levjepa.eval.feature_writer import save_npy, write_shard
+from levjepa.eval.features import encoder_fingerprint as weights_fingerprint
 from levjepa.eval.features import frozen_eval
 from levjepa.infer.stream import StreamingEncoder
 from levjepa.model.vit import VideoEncoder
@@ -400,13 +402,11 @@ class _Loaded(Dataset[tuple[int, Any, str]]):
 
 
 def encoder_fingerprint(encoder: VideoEncoder) -> str:
-    """A short hash of the encoder's config and every weight (its bytes, in key order): two encoders that
-    compute the same function from the same weights share it; any other weight or setting changes it."""
-    digest = hashlib.sha256(json.dumps(to_dict(encoder.cfg), sort_keys=True).encode())
-    for key, tensor in sorted(encoder.state_dict().items()):
-        digest.update(key.encode())
-        digest.update(tensor.detach().to("cpu", copy=True).contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
+    """A short hash of the encoder's config (attention mode, RoPE layout, ...: what its weights do not say)
+    and of its weights' fingerprint (``levjepa.eval.features.encoder_fingerprint``, what feature stores are
+    named by): equal for the same function from the same weights, different after any change of either."""
+    config = json.dumps(to_dict(encoder.cfg), sort_keys=True)
+    return hashlib.sha256(f"{config}\n{weights_fingerprint(encoder)}".encode()).hexdigest()[:16]
 
 
 def signature(encoder: VideoEncoder, cfg: ExtractConfig) -> dict[str, Any]:
@@ -415,9 +415,26 @@ def signature(encoder: VideoEncoder, cfg: ExtractConfig) -> dict[str, Any]:
     return {"encoder": encoder_fingerprint(encoder), **settings}
 
 
+def _list_items(sources: list[str]) -> tuple[list[MediaItem], dict[str, int] | None]:
+    """Every item of ``sources`` and, when index files label rows by class name, one name -> label map over
+    all of them (``labels.json``; the index's ``label`` field holds the numbers)."""
+    items: list[MediaItem] = []
+    classes: dict[str, int] | None = None
+    for source in sources:
+        path = Path(source).expanduser()
+        if path.is_file() and media_kind(str(path)) is None:  # an index file
+            found, names = read_index_labels(path, classes)
+            classes = names or classes
+            items += found
+        else:
+            items += list_media(source)
+    return items, classes
+
+
 def _outputs(out: Path) -> list[Path]:
     """The files of an extraction in ``out`` (what ``overwrite`` deletes; nothing else of the folder)."""
-    found = [out / n for n in ("index.jsonl", "extract.json", "bad_files.json") if (out / n).is_file()]
+    names = ("index.jsonl", "extract.json", "bad_files.json", "labels.json")
+    found = [out / n for n in names if (out / n).is_file()]
     found += sorted(out.glob("features-*.safetensors")) + sorted(out.glob("bad_files-*.json"))
     found += sorted(p for p in out.glob("*.npy"))
     found += sorted(p for p in out.glob("*.json") if p.with_suffix(".npy").is_file())  # per-video rows
@@ -491,7 +508,7 @@ def extract(
     device = distributed.resolve_device(device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    items = [m for s in source for m in list_media(s)] if isinstance(source, list) else list_media(str(source))
+    items, classes = _list_items(source if isinstance(source, list) else [str(source)])
     if not items:
         raise DataError(f"missing: extract found no video or image in {source!r}")
     _check_encoder(encoder, cfg)
@@ -501,6 +518,8 @@ def extract(
         raise ValueError("extract under torchrun: use --format per_video (one file per video, split over ranks)")
     sig = signature(encoder, cfg)
     _open_output(out, sig, overwrite=overwrite, is_main=rank == 0)
+    if classes and rank == 0:
+        atomic_write_text(out / "labels.json", json.dumps(classes, indent=2) + "\n")
     names = video_names(items) if per_video else []
     order = [i for i in range(rank, len(items), world) if not (per_video and (out / f"{names[i]}.json").is_file())]
     writer: _Writer | _PerVideoWriter = _PerVideoWriter(out, cfg) if per_video else _Writer(out, cfg)
