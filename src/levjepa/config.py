@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import math
 import types
 import typing
 from collections.abc import Sequence
@@ -107,9 +108,10 @@ def _parse_scalar(text: str, tp: Any, key: str) -> Any:
         raise ConfigError(f"{key}={text!r}: expected a boolean (true/false)")
     if inner in (int, float, str):
         try:
-            return inner(text.strip()) if inner is not str else text
+            value = inner(text.strip()) if inner is not str else text
         except ValueError:
             raise ConfigError(f"{key}={text!r}: expected {inner.__name__}") from None
+        return _finite(value, key)
     raise ConfigError(f"{key}: cannot parse a value of type {inner} from the command line")
 
 
@@ -181,12 +183,27 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return conv(cfg)
 
 
+def _finite(value: Any, key: str) -> Any:
+    """A float must be finite: ``inf`` / ``nan`` in a config is refused where it is read, not steps later."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key}={value}: must be a finite number")
+    return value
+
+
+def _scalar_text(inner: Any) -> bool:
+    """Whether a string in a config file is parsed as the command line parses it for a field of type
+    ``inner`` (a tuple, bool, int or float: ``sources = "vids"`` as ``data.sources=vids``)."""
+    return get_origin(inner) is tuple or inner in (bool, int, float)
+
+
 def _coerce(value: Any, tp: Any, key: str) -> Any:
     optional, inner = _is_optional(tp)
     if value is None:
         if optional:
             return None
         raise ConfigError(f"{key}: null is not allowed")
+    if isinstance(value, str) and _scalar_text(inner):
+        return _parse_scalar(value, tp, key)
     if dataclasses.is_dataclass(inner) and isinstance(inner, type):
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a section (mapping), got {type(value).__name__}")
@@ -208,7 +225,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         return float(value)
     if inner in (int, float, str, bool) and not isinstance(value, inner):
         raise ConfigError(f"{key}={value!r}: expected {inner.__name__}")
-    return value
+    return _finite(value, key)
 
 
 def from_dict(cls: type[T], data: dict[str, Any], *, prefix: str = "") -> T:

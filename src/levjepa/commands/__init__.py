@@ -11,7 +11,8 @@ parses its arguments, calls library functions and prints; what it computes lives
 
 One error path for every command: a user's mistake — a bad config key or value (``ConfigError``), data that
 cannot be read (``DataError``), weights that are missing or unsafe (``WeightsError``), a run directory that
-cannot be used (``RunDirError``), a missing file or a bad option — ends with one line on stderr,
+cannot be used (``RunDirError``), a launch that cannot work (``LaunchError``), a missing file, a full disk or
+a read-only file system, or a bad option — ends with one line on stderr,
 ``levjepa <command>: <message>``, and exit status 2 (a run stopped on purpose, ``TrainingStopped``: 1; a run
 that a SIGTERM / SIGUSR1 stopped after writing a checkpoint, ``Preempted``: 75, the status to requeue on).
 ``--debug`` (anywhere on the line) or ``LEVJEPA_DEBUG=1`` shows the traceback instead. A closed pipe
@@ -21,6 +22,7 @@ that a SIGTERM / SIGUSR1 stopped after writing a checkpoint, ``Preempted``: 75, 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -106,7 +108,24 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     )
 
 
+# what the system says when a file cannot be written -> what to do about it
+_SYSTEM_ERRORS: dict[int, str] = {
+    errno.ENOSPC: "free space there or choose another output folder (nothing written so far is lost)",
+    errno.EDQUOT: "your disk quota is full: free space or choose another output folder",
+    errno.EROFS: "the file system is read-only: choose an output folder on a writable one",
+}
+
+
+def _system_error(err: BaseException) -> bool:
+    """A full disk, a full quota or a read-only file system: the user's to fix, so one line naming the path."""
+    return isinstance(err, OSError) and err.errno in _SYSTEM_ERRORS
+
+
 def _message(err: BaseException) -> str:
+    if _system_error(err):
+        assert isinstance(err, OSError)
+        where = err.filename if err.filename is not None else "a file"
+        return f"{where}: {(err.strerror or str(err)).lower()}: {_SYSTEM_ERRORS[err.errno]}"
     if isinstance(err, OSError) and err.filename is not None and err.strerror:
         return f"{err.filename}: {err.strerror.lower()}"
     return str(err) or type(err).__name__
@@ -180,6 +199,11 @@ def _run(command: str, argv: list[str], debug: bool) -> int:
         return int(module.main(args) or 0)
     except errors as err:
         if debug:
+            raise
+        print(f"levjepa {name}: {_message(err)}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        if debug or not _system_error(err):
             raise
         print(f"levjepa {name}: {_message(err)}", file=sys.stderr)
         return 2

@@ -81,15 +81,20 @@ def resolve_config(
         if not (resume / CONFIG).is_file():
             raise ConfigError(f"{resume}: no config.json here, so there is no run to resume")
         saved = read_json(resume / CONFIG)
+        _refuse_export(saved, resume, "--resume")
         cfg = apply_overrides(from_dict(PretrainConfig, saved), overrides)
         check_resume(saved, cfg)
         return cfg
     if not preset_name and config_file is None:
         raise ConfigError(f"give --preset NAME ({', '.join(PRESETS)}), --config FILE or --resume RUN_DIR")
-    cfg = preset(preset_name) if preset_name else PretrainConfig()
+    data = read_config_file(config_file) if config_file is not None else {}
+    if config_file is not None:
+        _refuse_export(data, config_file.parent, "--config")
+    base = _base_preset(preset_name, data, config_file)
+    cfg = preset(base) if base != "custom" else PretrainConfig()
     if config_file is not None:
         try:
-            cfg = merge_config(cfg, read_config_file(config_file))
+            cfg = merge_config(cfg, data)
         except ConfigError as err:
             raise ConfigError(f"{config_file}: {err}" if str(config_file) not in str(err) else str(err)) from None
     cfg = apply_overrides(cfg, overrides)
@@ -99,6 +104,29 @@ def resolve_config(
             "(a folder of videos, a V-JEPA index file `path label`, or several comma-separated)"
         )
     return cfg
+
+
+def _refuse_export(data: dict[str, Any], path: Path, option: str) -> None:
+    """A levjepa export (``model_type: levjepa``: an encoder's weights, no run) where a run is expected."""
+    if data.get("model_type") == "levjepa" or "exported_at" in data:
+        raise ConfigError(
+            f"{option} {path}: this is a levjepa export (an encoder's weights, not a run directory): to continue "
+            f"pretraining from it start a run with model.init_from={path}; `levjepa probe/extract {path}` read it as is"
+        )
+
+
+def _base_preset(preset_name: str | None, data: dict[str, Any], config_file: Path | None) -> str:
+    """The preset a run starts from: ``--preset``, else the config file's ``preset`` key (a finished run's
+    ``config.json`` names its own), else the defaults (``custom``). A file naming another preset than
+    ``--preset``, or no preset at all, is refused."""
+    named = data.get("preset")
+    if named is not None and named != "custom" and named not in PRESETS:
+        raise ConfigError(
+            f"{config_file}: preset = {named!r} is not a preset: choose one of {', '.join(PRESETS)}, or drop the key"
+        )
+    if preset_name and named not in (None, "custom", preset_name):
+        raise ConfigError(f"{config_file} says preset = {named!r} but --preset {preset_name}: keep one of the two")
+    return preset_name or (named if named is not None else "custom")
 
 
 def evaluate_run(cfg: PretrainConfig, run_dir: Path) -> dict[str, Any]:

@@ -169,7 +169,11 @@ def visualize(
     if query is None:
         query = (grid[0] // 2, grid[1] // 2, grid[2] // 2)
     if not all(0 <= q < g for q, g in zip(query, grid, strict=True)):
-        raise ValueError(f"visualize: query (t, y, x) = {query} outside the token grid {grid}")
+        top = tuple(g - 1 for g in grid)
+        raise ConfigError(
+            f"--query {','.join(map(str, query))}: outside the token grid {grid} (t, y, x): each coordinate from 0 "
+            f"to {','.join(map(str, top))}; omit --query for the centre patch"
+        )
     q_index = (query[0] * grid[1] + query[1]) * grid[2] + query[2]
     rgb, ratio = pca_rgb(tokens)
     sim = cosine_map(tokens, q_index)

@@ -17,6 +17,7 @@ hardware).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -48,6 +49,12 @@ class OptimConfig:
     grad_clip: float | None = 1.0
 
     def __post_init__(self) -> None:
+        for name in ("lr", "start_lr", "final_lr", "weight_decay", "grad_clip"):
+            value = getattr(self, name, None)
+            check(
+                value is None or math.isfinite(value),
+                f"optim.{name}={value}: must be a finite number (inf / nan would make every step non-finite)",
+            )
         check(self.lr > 0, f"optim.lr must be > 0, got {self.lr}")
         check(self.start_lr >= 0 and self.final_lr >= 0, "optim.start_lr and optim.final_lr must be >= 0")
         check(self.warmup_steps >= 0, f"optim.warmup_steps must be >= 0, got {self.warmup_steps}")

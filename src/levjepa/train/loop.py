@@ -20,6 +20,8 @@ logged with its step number, and ``max_consecutive_skips`` skips in a row stop t
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,7 +31,7 @@ import torch
 
 from levjepa import distributed
 from levjepa.config import ConfigError, to_dict
-from levjepa.data import BadFileReport, FrameBatch, ViewBatch, build_pretrain_loader
+from levjepa.data import BadFileReport, DataConfig, FrameBatch, ViewBatch, build_pretrain_loader
 from levjepa.model import Projector, VideoEncoder
 from levjepa.objective import Objective, build_objective, embedding_diagnostics, shift_invariant
 from levjepa.rng import sample_keys, seeded_init
@@ -44,7 +46,7 @@ from levjepa.train.start import StartWeights, load_start_weights
 from levjepa.train.step import Pretrainer, StepOutput, train_step
 from levjepa.weights import BAD_FILES
 
-__all__ = ["TrainState", "Trainer", "TrainingStopped", "build_models", "pretrain"]
+__all__ = ["TrainState", "Trainer", "TrainingStopped", "available_cores", "build_models", "pretrain"]
 
 
 class TrainingStopped(RuntimeError):
@@ -174,7 +176,7 @@ def _train(trainer: Trainer, state: TrainState, *, resume: bool, progress: bool)
     state.bad_files = bad_files.total
     batches = iter(
         build_pretrain_loader(
-            cfg.data,
+            _capped_workers(cfg.data, info),
             seed=tc.seed,
             rank=info.rank,
             world_size=info.world_size,
@@ -219,6 +221,28 @@ def _stop_if_signalled(
         _checkpoint(trainer, state, bad_files)
     name = distributed.broadcast_object(stop.received or "a stop signal")  # the rank that got it may not be 0
     raise Preempted(name, state.step, ckpt.latest_checkpoint(trainer.path), trainer.path, is_main=trainer.info.is_main)
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity: what a SLURM or container limit leaves it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _capped_workers(data: DataConfig, info: distributed.DistInfo) -> DataConfig:
+    """``data.num_workers`` capped at this rank's share of the available cores (the processes of one node
+    share them: ``LOCAL_WORLD_SIZE`` under torchrun, ``SLURM_NTASKS_PER_NODE`` under srun); more loader
+    processes than cores only thrash. The data each step sees does not depend on the worker count."""
+    per_node = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]
+    local = int(per_node) if per_node.isdigit() and int(per_node) > 0 else 1
+    cap = max(1, available_cores() // local)
+    if data.num_workers <= cap:
+        return data
+    if info.is_main:
+        print(f"data.num_workers={data.num_workers} capped at {cap}: the cores this process may use", file=sys.stderr)
+    return dataclasses.replace(data, num_workers=cap)
 
 
 def _build(

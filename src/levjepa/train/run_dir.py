@@ -46,7 +46,16 @@ from levjepa import distributed
 from levjepa.config import ConfigError
 from levjepa.data import BadFileReport
 from levjepa.train.config import PretrainConfig, check_resume
-from levjepa.weights import BAD_FILES, CONFIG, METRICS, atomic_write_text, latest_checkpoint, read_json, write_json
+from levjepa.weights import (
+    BAD_FILES,
+    CONFIG,
+    METRICS,
+    atomic_write_text,
+    checkpoint_step,
+    latest_checkpoint,
+    read_json,
+    write_json,
+)
 
 __all__ = [
     "RunDirError",
@@ -205,11 +214,24 @@ def _open(
         if resume:  # a refused resume leaves the directory as it was, its lock file included
             check_resume(read_json(path / CONFIG), cfg)
             _check_world_size(path, cfg, info.world_size)
+            _check_steps(path, cfg)
         else:
             created = "emptied" if existed else "created"
         lock.acquire()
     distributed.barrier()
     return path, created, lock
+
+
+def _check_steps(path: Path, cfg: PretrainConfig) -> None:
+    """A resume must not end before the step its checkpoint stands at (it would train nothing and rewrite the
+    run's config with a shorter length)."""
+    latest = latest_checkpoint(path)
+    done = checkpoint_step(latest) if latest is not None else 0
+    if cfg.train.steps < done:
+        raise ConfigError(
+            f"--resume {path} with train.steps={cfg.train.steps}: the run is already at step {done}; give "
+            f"train.steps > {done} to train on, or leave it (its checkpoints are kept)"
+        )
 
 
 def _check_world_size(path: Path, cfg: PretrainConfig, world_size: int) -> None:
