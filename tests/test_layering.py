@@ -40,6 +40,8 @@ LAYERS: dict[str, int] = {
     "levjepa.presets": 4,
     # tools over trained encoders and configs
     "levjepa.tools": 5,
+    # end-to-end fine-tuning of an encoder + head (reads labelled data through eval)
+    "levjepa.finetune": 5,
     # the command line: every subcommand and the dispatch
     "levjepa.commands": 6,
     # the console script and `python -m levjepa`

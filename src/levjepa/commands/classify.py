@@ -77,7 +77,9 @@ def main(args: argparse.Namespace) -> int:
     )
     predictions = []
     for q in predict(
-        clf,
+        clf.model,
+        rec.labels,
+        rec.protocol,
         items,
         top_k=args.top_k,
         workers=args.workers,

@@ -26,7 +26,8 @@ from torch.utils.data import Dataset
 from levjepa.data import BadFileReport, DataError, MediaItem, normalize
 from levjepa.data.eval_clip import load_eval_video, load_eval_views
 from levjepa.data.workers import decode_in_workers
-from levjepa.formats.classifier import LoadedClassifier, Protocol
+from levjepa.formats.classifier import Protocol
+from levjepa.model.classifier import VideoClassifier
 
 __all__ = ["Prediction", "accuracy", "predict"]
 
@@ -107,14 +108,16 @@ def _top(probs: Tensor, names: tuple[str, ...], k: int) -> tuple[list[str], list
 
 
 @torch.no_grad()
-def _probs(clf: LoadedClassifier, views: Tensor, device: str, segments: int, crops: int) -> Tensor:
+def _probs(model: VideoClassifier, views: Tensor, device: str, segments: int, crops: int) -> Tensor:
     x = normalize(views.to(device, non_blocking=True))
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.device(device).type == "cuda"):
-        return clf.model.probabilities(x, segments=segments, crops=crops).float().cpu()
+        return model.probabilities(x, segments=segments, crops=crops).float().cpu()
 
 
 def predict(
-    clf: LoadedClassifier,
+    model: VideoClassifier,
+    names: tuple[str, ...],
+    p: Protocol,
     items: list[MediaItem],
     *,
     top_k: int = 5,
@@ -124,14 +127,13 @@ def predict(
     batch_files: int = 8,
     bad: BadFileReport | None = None,
 ) -> Iterator[Prediction]:
-    """Predictions of ``clf`` for ``items``, in order (see the module doc)."""
-    rec = clf.record
-    names, p = rec.labels, rec.protocol
-    data = _Views(items, p, clf.model.encoder.cfg.patch_size, windows)
+    """Predictions of ``model`` (in eval mode; class names ``names``, views of protocol ``p``) for ``items``,
+    in order (see the module doc)."""
+    data = _Views(items, p, model.encoder.cfg.patch_size, windows)
     pending: list[tuple[int, Tensor]] = []
 
     def flush() -> Iterator[Prediction]:
-        probs = _probs(clf, torch.cat([v for _, v in pending]), device, p.segments, p.crops)
+        probs = _probs(model, torch.cat([v for _, v in pending]), device, p.segments, p.crops)
         for (i, _), pr in zip(pending, probs, strict=True):
             yield Prediction(items[i].path, *_top(pr, names, top_k), truth=items[i].label)
         pending.clear()
@@ -143,7 +145,7 @@ def predict(
             continue
         if spans is not None:  # one prediction per window, each window one centre view
             probs = torch.cat(
-                [_probs(clf, views[j : j + batch_files], device, 1, 1) for j in range(0, len(views), batch_files)]
+                [_probs(model, views[j : j + batch_files], device, 1, 1) for j in range(0, len(views), batch_files)]
             )
             for w, (pr, (t0, t1)) in enumerate(zip(probs, spans.tolist(), strict=True)):
                 yield Prediction(items[i].path, *_top(pr, names, top_k), items[i].label, w, t0, t1)

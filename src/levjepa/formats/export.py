@@ -34,6 +34,7 @@ import torch
 
 from levjepa import __version__
 from levjepa.config import to_dict
+from levjepa.formats.classifier import HEAD_WEIGHTS, id2label, is_classifier, read_classifier, write_classifier
 from levjepa.formats.deploy import DeployConfig, check_deploy, export_onnx, export_pt2
 from levjepa.formats.load import (
     HUB_FORMAT,
@@ -54,6 +55,7 @@ from levjepa.weights import (
     PROJECTOR_WEIGHTS,
     WeightsError,
     atomic_write_text,
+    load_tensors,
     read_json,
     read_metrics,
     save_tensors,
@@ -240,8 +242,10 @@ def write_export(
     imported_from: Mapping[str, Any] | None = None,
     preprocessing: Preprocessing | None = None,
     license: str = "mit",
+    extra: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write the hub layout (module docstring) to ``out`` (created; every file written atomically)."""
+    """Write the hub layout (module docstring) to ``out`` (created; every file written atomically); ``extra``
+    adds keys to ``config.json`` (a classifier's ``id2label`` / ``label2id``)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise WeightsError(f"{out}: exists and is not a directory; choose another --out")
@@ -264,6 +268,7 @@ def write_export(
         "init_from": config.init_from,
         "imported_from": dict(imported_from) if imported_from else None,
         "run_config": to_dict(run_config) if run_config is not None else None,
+        **dict(extra or {}),
     }
     meta = {"format": "pt", "levjepa_format": HUB_FORMAT, "encoder_config": to_dict(config), "weights": weights}
     save_tensors(out / HUB_WEIGHTS, encoder_state, meta)
@@ -332,6 +337,7 @@ def export_encoder(
         raise WeightsError("window, size, dtype and quantize shape the deployment graphs: export with graphs='onnx'")
     run_dir = Path(loaded.run_dir) if loaded.run_dir else None
     probe = run_dir / PROBE_RESULTS if run_dir else None
+    head = read_classifier(source) if is_classifier(source) else None  # a fine-tuned classifier: its head too
     projector = load_projector(source) if with_projector else None
     if with_projector and projector is None:
         raise WeightsError(f"{source}: holds no projector weights to export (--with-projector)")
@@ -349,7 +355,10 @@ def export_encoder(
         projector_state=projector,
         imported_from=loaded.imported_from,
         preprocessing=loaded.preprocessing,
+        extra=None if head is None else id2label(head.labels),
     )
+    if head is not None:
+        write_classifier(out, head, load_tensors(Path(source) / HEAD_WEIGHTS)[0])
     if graphs != "none" and deploy is not None:
         write = export_onnx if graphs == "onnx" else export_pt2
         record = write(loaded.encoder, out, deploy)

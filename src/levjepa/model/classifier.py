@@ -100,10 +100,18 @@ class VideoClassifier(nn.Module):
         self.encoder, self.head_cfg = encoder, head_cfg
         self.head = head if head is not None else build_head(head_cfg)
 
-    def forward(self, video: Tensor, *, segments: int = 1, crops: int = 1, drop: bool = False) -> Tensor:
-        """Logits ``[B·crops, classes]`` of each (file, crop) sample; ``drop``: the encoder drops tokens as in
-        pretraining (``model.drop_ratio``; fine-tuning with a kept fraction)."""
-        out = self.encoder.forward_features(video, drop=drop)
+    def forward(
+        self,
+        video: Tensor,
+        *,
+        segments: int = 1,
+        crops: int = 1,
+        drop: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Logits ``[B·crops, classes]`` of each (file, crop) sample; ``drop``: the encoder drops tokens at
+        random as in pretraining (its ``drop_ratio``, drawn from ``generator``: fine-tuning a kept fraction)."""
+        out = self.encoder.forward_features(video, drop=drop, generator=generator)
         return self.head(view_inputs(out.cls, out.patches, self.head_cfg, segments, crops))[0]
 
     def probabilities(self, video: Tensor, *, segments: int = 1, crops: int = 1) -> Tensor:

@@ -129,8 +129,9 @@ class _StackedQueryBlock(nn.Module):
             attn = torch.einsum("gbld,ghd->gbhl", xhat, u).softmax(dim=-1)
             pooled = torch.einsum("gbhl,gbld->gbhd", attn, xhat)
         pooled = pooled * gamma[:, None, None] + beta[:, None, None]  # Σ_n a_n LN(x_n) per head
-        wv = self.v.weight.view(g, d, nh, dh)
-        heads_out = torch.einsum("gbhi,gihd->gbhd", pooled, wv) + self.v.bias.view(g, 1, nh, dh)
+        wv, bv = self.v.weight.view(g, d, nh, dh), self.v.bias
+        assert bv is not None  # the value projection has a bias
+        heads_out = torch.einsum("gbhi,gihd->gbhd", pooled, wv) + bv.view(g, 1, nh, dh)
         z = self.query[:, None] + self.proj(heads_out.flatten(2))  # [G, B, D], residual with the query
         return z + self.mlp(self.norm_mlp(z))
 
@@ -163,12 +164,13 @@ class AttentiveProbeGrid(nn.Module):
                 f"{num_classes}, {depth}"
             )
         hidden = int(dim * mlp_ratio)
-        kw = {"std": init_std, "gen": generator}
+        std, gen = init_std, generator
         self.blocks = nn.ModuleList(
-            _StackedSelfBlock(num_probes, dim, heads, hidden, layer_id=i + 1, **kw) for i in range(depth - 1)
+            _StackedSelfBlock(num_probes, dim, heads, hidden, std=std, gen=gen, layer_id=i + 1)
+            for i in range(depth - 1)
         )
-        self.pool = _StackedQueryBlock(num_probes, dim, heads, hidden, layer_id=max(1, depth - 1), **kw)
-        self.head = _StackedLinear(num_probes, dim, num_classes, **kw)
+        self.pool = _StackedQueryBlock(num_probes, dim, heads, hidden, std=std, gen=gen, layer_id=max(1, depth - 1))
+        self.head = _StackedLinear(num_probes, dim, num_classes, std=std, gen=gen)
         self.num_probes, self.dim, self.num_classes, self.depth, self.num_heads = (
             num_probes,
             dim,
@@ -190,6 +192,9 @@ class AttentiveProbeGrid(nn.Module):
 
 class LinearProbeGrid(nn.Module):
     """``num_probes`` linear classifiers on standardised pooled features: ``[B, D] -> [G, B, C]``."""
+
+    feat_mean: Tensor  # buffers [D]: the training features' mean and standard deviation
+    feat_std: Tensor
 
     def __init__(self, num_probes: int, dim: int, num_classes: int, *, generator: torch.Generator | None = None):
         super().__init__()

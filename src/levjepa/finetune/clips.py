@@ -1,0 +1,88 @@
+"""Training clips for fine-tuning: sample position ``p`` -> an augmented clip, the same whatever the ranks or
+the restart.
+
+The run reads an endless stream of positions; step ``s`` holds positions ``[s · B, (s + 1) · B)`` (``B`` the
+effective batch), and rank ``r`` of ``R`` takes every ``R``-th of them. Position ``p`` is clip
+``perm_e[p mod n]`` of epoch ``e = p // n`` (``perm_e`` a permutation drawn from ``(seed, "order", e)``), and
+its augmentation is drawn from ``(seed, "augment", p)``: a resumed run, or one on another number of ranks,
+sees the same clips (``tests/test_finetune.py`` resumes bit-exactly).
+
+Augmentation (VideoMAE's fine-tuning: a random temporal window, a random resized crop, a horizontal flip):
+the window of ``frames`` frames at ``frame_stride`` starts anywhere in the video; the frames are resized to a
+short side of ``size`` (``levjepa.data.eval_clip``), then a square of ``crop_scale`` of the area at a random
+place is cut and resized back to ``size`` (the same box for every frame), then flipped with ``flip_p``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from levjepa.data import DataError, MediaItem, probe_video
+from levjepa.data.eval_clip import load_eval_clip
+from levjepa.finetune.config import FinetuneConfig
+from levjepa.rng import make_generator
+
+__all__ = ["TrainClips", "augment"]
+
+
+def augment(clip: Tensor, cfg: FinetuneConfig, gen: torch.Generator) -> Tensor:
+    """uint8 ``[T, S, S, 3]`` -> the random resized crop and flip of the module doc, uint8 ``[T, S, S, 3]``."""
+    s = clip.shape[1]
+    lo, hi = cfg.crop_scale
+    area = lo + (hi - lo) * float(torch.rand((), generator=gen))
+    side = max(1, min(s, round(s * math.sqrt(area))))
+    top = int(torch.randint(0, s - side + 1, (), generator=gen))
+    left = int(torch.randint(0, s - side + 1, (), generator=gen))
+    x = clip[:, top : top + side, left : left + side].permute(0, 3, 1, 2).float()
+    if side != s:
+        x = F.interpolate(x, size=(s, s), mode="bilinear", antialias=True, align_corners=False)
+    if float(torch.rand((), generator=gen)) < cfg.flip_p:
+        x = x.flip(-1)
+    return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+
+
+class TrainClips(Dataset[tuple[int, Tensor | None, int, str]]):
+    """``j`` -> (position, uint8 clip [C, T, S, S] or None, label, the error) for positions
+    ``positions[j]`` (see the module doc)."""
+
+    def __init__(self, items: list[MediaItem], positions: list[int], cfg: FinetuneConfig, patch: int) -> None:
+        self.items, self.positions, self.cfg, self.patch = items, positions, cfg, patch
+        self._perms: dict[int, list[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def item_at(self, p: int) -> int:
+        n = len(self.items)
+        epoch = p // n
+        if epoch not in self._perms:
+            self._perms[epoch] = torch.randperm(n, generator=make_generator(self.cfg.seed, "order", epoch)).tolist()
+        return self._perms[epoch][p % n]
+
+    def __getitem__(self, j: int) -> tuple[int, Tensor | None, int, str]:
+        p = self.positions[j]
+        it, cfg = self.items[self.item_at(p)], self.cfg
+        gen = make_generator(cfg.seed, "augment", p)
+        try:
+            start = 0
+            if it.kind == "video":
+                n = probe_video(it.path).num_frames
+                room = max(0, n - ((cfg.frames - 1) * cfg.frame_stride + 1))
+                start = int(torch.randint(0, room + 1, (), generator=gen))
+            clip = load_eval_clip(
+                it.path,
+                num_frames=cfg.frames,
+                size=cfg.size,
+                patch=self.patch,
+                frame_stride=cfg.frame_stride,
+                start=start,
+                kind=it.kind,
+            )
+        except (DataError, OSError, RuntimeError, ValueError) as err:
+            return p, None, int(it.label or 0), str(err) or type(err).__name__
+        return p, augment(clip, cfg, gen).permute(3, 0, 1, 2).contiguous(), int(it.label or 0), ""

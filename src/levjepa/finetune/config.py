@@ -1,0 +1,97 @@
+"""What a fine-tuning run is: :class:`FinetuneConfig`, frozen, written to ``OUT/config.json`` and compared on
+``--resume`` (:func:`check_resume`).
+
+Defaults follow the video fine-tuning recipes (VideoMAE, Tong et al. 2022, its ``run_class_finetuning.py``:
+AdamW betas (0.9, 0.999), weight decay 0.05, layer-wise lr decay 0.75, drop-path 0.1, label smoothing 0.1,
+mixup optional, warm-up then cosine to ``min_lr``; V-JEPA's attentive classifier head on top of the encoder,
+Bardes et al. 2024). The learning rate is for the effective batch ``batch_size`` (the sum over ranks and
+micro-batches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+from levjepa.config import ConfigError, check
+
+__all__ = ["RESUMABLE", "FinetuneConfig", "check_resume"]
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """Every setting of a fine-tuning run (see the module doc)."""
+
+    source: str = ""  # a levjepa run, checkpoint, export or imported weights
+    weights: Literal["ema", "online"] = "ema"  # which copy of a run's weights to start from
+    random_init: bool = False  # start from the same architecture at random initialisation (a baseline)
+    task: tuple[str, ...] = ()  # TRAIN, VAL[, TEST] split files
+    protocol: str | None = None  # levjepa.eval.protocols: frames, stride, size and the val/test views
+    frames: int = 16
+    frame_stride: int = 2
+    size: int = 224
+    head: Literal["attentive", "linear"] = "attentive"
+    head_depth: int = 1
+    steps: int = 1000
+    batch_size: int = 16  # effective batch: micro_batch x micro-batches x ranks
+    micro_batch: int = 0  # clips per forward on one rank; 0 = batch_size / ranks (no accumulation)
+    lr: float = 5e-4
+    min_lr: float = 1e-6
+    warmup_steps: int = 50
+    weight_decay: float = 0.05
+    layer_decay: float = 0.75
+    beta1: float = 0.9
+    beta2: float = 0.999
+    drop_path: float = 0.1
+    label_smoothing: float = 0.1
+    mixup: float = 0.0  # Beta(alpha, alpha) of mixup; 0 = off (VideoMAE: 0.8)
+    keep_ratio: float = 1.0  # tokens kept per clip during training (1 = every token)
+    crop_scale: tuple[float, float] = (0.4, 1.0)  # random resized crop, area fraction of the square
+    flip_p: float = 0.5
+    seed: int = 0
+    eval_every: int = 100
+    checkpoint_every: int = 100
+    log_every: int = 10
+    workers: int = 2
+    loggers: tuple[str, ...] = ("tensorboard",)
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        check(len(self.task) in (2, 3), f"task: expected TRAIN,VAL[,TEST] files, got {list(self.task)}")
+        check(self.head_depth >= 1 and self.steps >= 1, "head_depth and steps must be >= 1")
+        check(self.batch_size >= 1 and self.micro_batch >= 0, "batch_size >= 1 and micro_batch >= 0")
+        check(0 < self.keep_ratio <= 1, f"keep_ratio={self.keep_ratio}: must be in (0, 1]")
+        check(0 <= self.drop_path < 1, f"drop_path={self.drop_path}: must be in [0, 1)")
+        check(0 <= self.label_smoothing < 1, f"label_smoothing={self.label_smoothing}: must be in [0, 1)")
+        check(self.mixup >= 0 and 0 < self.layer_decay <= 1, "mixup >= 0 and layer_decay in (0, 1]")
+        check(0 < self.crop_scale[0] <= self.crop_scale[1] <= 1, f"crop_scale={self.crop_scale}: 0 < lo <= hi <= 1")
+        for name in ("eval_every", "checkpoint_every", "log_every"):
+            check(getattr(self, name) >= 1, f"{name}={getattr(self, name)}: must be >= 1")
+
+    def micro_batches(self, world_size: int) -> tuple[int, int]:
+        """(clips per forward, forwards per step) on each of ``world_size`` ranks."""
+        per_rank, rest = divmod(self.batch_size, world_size)
+        micro = self.micro_batch or per_rank
+        if rest or micro < 1 or per_rank % micro:
+            raise ConfigError(
+                f"batch_size={self.batch_size} must be a multiple of micro_batch ({micro}) x ranks ({world_size})"
+            )
+        return micro, per_rank // micro
+
+
+# what --resume may change: how long the run goes on, what it logs and keeps, how it decodes
+RESUMABLE = ("steps", "eval_every", "checkpoint_every", "log_every", "workers", "loggers", "device", "micro_batch")
+
+
+def check_resume(saved: dict[str, Any], new: FinetuneConfig) -> None:
+    """Refuse a resume that would change what is trained (``RESUMABLE`` lists what may change)."""
+    names = [f.name for f in fields(FinetuneConfig)]
+    from levjepa.config import to_dict
+
+    now = to_dict(new)
+    changed = [k for k in names if k not in RESUMABLE and saved.get(k) != now[k]]
+    if changed:
+        diffs = ", ".join(f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in changed)
+        raise ConfigError(
+            f"--resume may change only {', '.join(RESUMABLE)}; this command changes {diffs}: start a new --out"
+        )

@@ -1,0 +1,129 @@
+"""``levjepa finetune``: a tiny encoder fine-tuned for a few steps resumes after an interruption bit-exactly,
+its best classifier runs in ``levjepa classify`` and exports with ``id2label``; the recipe's pieces do what
+their docstrings say; bad input ends in one line and leaves the source untouched."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import levjepa.finetune.loop as ft_loop
+from levjepa.cli import main
+from levjepa.finetune.config import FinetuneConfig
+from levjepa.finetune.recipe import layer_id, lr_at, param_groups, soft_targets
+from levjepa.formats.classifier import load_classifier
+from levjepa.formats.load import load_encoder
+from levjepa.model import encoder_config
+from levjepa.model.classifier import HeadConfig, VideoClassifier
+from levjepa.model.vit import VideoEncoder
+from levjepa.weights import load_tensors
+from test_classify import write_index
+from test_export import make_run_dir
+
+# 4 frames of 16 px, every augmentation and source of randomness on: mixup, drop-path, half the tokens
+RECIPE = [
+    "frames=4",
+    "frame_stride=1",
+    "size=16",
+    "steps=4",
+    "batch_size=4",
+    "micro_batch=2",
+    "warmup_steps=1",
+    "eval_every=2",
+    "checkpoint_every=2",
+    "log_every=1",
+    "workers=0",
+    "loggers=",
+    "mixup=0.8",
+    "drop_path=0.2",
+    "keep_ratio=0.5",
+    "lr=1e-3",
+]
+
+
+@pytest.fixture
+def task(tmp_path):
+    media = tmp_path / "media"
+    files = [write_index(media, s, n, seed) for s, n, seed in (("train", 6, 0), ("val", 3, 1), ("test", 3, 2))]
+    return "index:" + ",".join(map(str, files))
+
+
+def test_finetune_resumes_bit_exactly_and_classifies(tmp_path, task, monkeypatch, capsys):
+    run = make_run_dir(tmp_path, steps=(5,))
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    args = ["finetune", str(run), "--task", task, "--device", "cpu", *RECIPE]
+    assert main([*args, "--out", str(whole)]) == 0
+    original = ft_loop.train_step
+
+    def killed_after_two(module, opt, batches, cfg, step, ctx):
+        if step == 2:
+            raise KeyboardInterrupt  # the job is killed after the step-2 checkpoint
+        return original(module, opt, batches, cfg, step, ctx)
+
+    monkeypatch.setattr(ft_loop, "train_step", killed_after_two)
+    assert main([*args, "--out", str(cut)]) == 130
+    assert sorted(p.name for p in (cut / "checkpoints").iterdir() if p.is_dir()) == ["step_000002"]
+    monkeypatch.setattr(ft_loop, "train_step", original)
+    assert main([*args, "--out", str(cut), "--resume"]) == 0
+    a, _ = load_tensors(whole / "checkpoints/step_000004/model.safetensors")
+    b, _ = load_tensors(cut / "checkpoints/step_000004/model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    start, _ = load_tensors(run / "checkpoints/step_000005/ema.safetensors")
+    enc = {k[len("encoder.") :]: v for k, v in a.items() if k.startswith("encoder.")}
+    assert any(not torch.equal(enc[k], start[f"encoder.{k}"]) for k in enc)  # the encoder itself trained
+    lines = [json.loads(x) for x in (cut / "metrics.jsonl").read_text().splitlines()]
+    whole_lines = [json.loads(x) for x in (whole / "metrics.jsonl").read_text().splitlines()]
+    losses = [(r["step"], r["loss"]) for r in lines if "loss" in r]
+    assert losses == [(r["step"], r["loss"]) for r in whole_lines if "loss" in r] and len(losses) == 4
+    results = json.loads((whole / "results.json").read_text())
+    assert results == json.loads((cut / "results.json").read_text())
+    # the best classifier runs in classify, and classify's accuracy on the test index is results.json's
+    capsys.readouterr()
+    test_index = task.split(",")[2]
+    assert main(["classify", str(whole / "best"), test_index, "--workers", "0", "--top-k", "2"]) == 0
+    assert f"accuracy {results['test_acc']:.1f} %" in capsys.readouterr().out
+    # export: the hub layout with id2label and the head beside the encoder; load() reads a plain encoder
+    hub = tmp_path / "hub"
+    assert main(["export", str(whole / "best"), "--out", str(hub)]) == 0
+    config = json.loads((hub / "config.json").read_text())
+    assert config["id2label"] == {"0": "0", "1": "1", "2": "2"} and config["label2id"]["2"] == 2
+    assert (hub / "head.safetensors").is_file() and load_encoder(hub).config == load_encoder(whole / "best").config
+    assert load_classifier(hub).record.labels == ("0", "1", "2")
+
+
+def test_bad_input_is_one_line_and_leaves_the_source_alone(tmp_path, task, capsys):
+    run = make_run_dir(tmp_path, steps=(5,))
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+    args = ["finetune", str(run), "--task", task, "--device", "cpu", *RECIPE]
+    assert main([*args, "--out", str(run / "ft")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "inside (or holds) the source" in err
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
+    one = tmp_path / "media" / "one.txt"
+    one.write_text("train0.mp4 0\ntrain3.mp4 0\n")
+    single = f"index:{one},{task.split(',')[1]}"
+    assert main(["finetune", str(run), "--task", single, "--out", str(tmp_path / "o"), *RECIPE]) == 2
+    assert "need >= 2 classes" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    assert main([*args, "--out", str(tmp_path / "o2"), "steps=1", "eval_every=1", "checkpoint_every=1"]) == 0
+    assert main([*args, "--out", str(tmp_path / "o2"), "--resume", "steps=2", "lr=0.1"]) == 2
+    assert "--resume may change only" in capsys.readouterr().err
+
+
+def test_recipe_pieces():
+    cfg = FinetuneConfig(task=("a", "b"), steps=100, warmup_steps=10, lr=1e-3, min_lr=1e-5, layer_decay=0.5)
+    assert lr_at(0, cfg) == pytest.approx(1e-4) and lr_at(9, cfg) == pytest.approx(1e-3)
+    assert (
+        lr_at(100, cfg) == pytest.approx(1e-5)
+        and lr_at(99, cfg) > 1e-5
+        and lr_at(55, cfg) == pytest.approx(0.5 * (1e-3 + 1e-5))
+    )
+    enc = VideoEncoder(encoder_config("vit-test"))
+    model = VideoClassifier(enc, HeadConfig(dim=enc.cfg.dim, num_classes=3))
+    assert layer_id("encoder.patch_embed.proj.weight", 2) == 0 and layer_id("encoder.blocks.1.attn.qkv.weight", 2) == 2
+    assert layer_id("head.pool.query", 2) == 3 and layer_id("encoder.norm.weight", 2) == 3
+    scales = {round(g["lr_scale"], 6) for g in param_groups(model, cfg)}
+    assert scales == {0.125, 0.25, 0.5, 1.0}  # embedding, block 0, block 1, head and final norm
+    y = soft_targets(torch.tensor([2, 0]), 3, 0.3)
+    assert torch.allclose(y.sum(1), torch.ones(2)) and y[0, 2] == pytest.approx(0.8) and y[0, 0] == pytest.approx(0.1)
