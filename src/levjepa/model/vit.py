@@ -166,6 +166,7 @@ class VideoEncoder(nn.Module):
         kernels and no CUDA graphs (``mode="reduce-overhead"``)."""
         kwargs.setdefault("dynamic", False)
         for blk in self.blocks:
+            assert isinstance(blk, Block)
             setattr(blk, "forward_groups", torch.compile(blk.forward_groups, **kwargs))  # noqa: B010 (shadows the method)
         return self
 
