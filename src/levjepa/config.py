@@ -10,7 +10,11 @@ Every component of levjepa takes a frozen dataclass of its own (``EncoderConfig`
 * ``to_dict`` / ``from_dict`` round-trip a config through plain JSON types (the resolved config that every
   run directory stores). ``from_dict`` is strict: unknown keys raise, missing keys take their defaults.
 * ``read_config_file(path)`` reads a config file (JSON; TOML; YAML when PyYAML is installed) and
-  ``merge_config(cfg, data)`` lays its keys over a config (a run's ``config.json`` is such a file).
+  ``merge_config(cfg, data)`` lays its keys over a config (a run's ``config.json`` is such a file). A string
+  in a file takes the command line's forms (``sources = "a,b"``, ``num_local = "3"``); a float must be
+  finite wherever it comes from (``inf`` / ``nan`` are refused where they are read).
+* ``config_reference(cls)`` lists every key of a config with its type, default and the comment beside its
+  field (``levjepa pretrain --help-config``).
 
 Range checks live in each config's ``__post_init__`` so a bad value fails where it is built, whether it
 came from a preset, a JSON file or the command line.
@@ -20,8 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import json
 import math
+import re
 import types
 import typing
 from collections.abc import Sequence
@@ -290,3 +296,51 @@ def merge_config(cfg: T, data: dict[str, Any]) -> T:
     """``cfg`` with the keys of ``data`` (nested sections, as in ``config.json``) laid over it, validated like
     :func:`from_dict`: a partial file changes only what it names."""
     return from_dict(type(cfg), _merge(to_dict(cfg), data))
+
+
+_FIELD = re.compile(r"^\s+(\w+)\s*:[^#]*?(?:#\s*(.*))?$")
+
+
+def _field_comments(cls: type) -> dict[str, str]:
+    """The comment of each field of ``cls`` in its source: the one on the field's line, else the comment lines
+    just above it."""
+    try:
+        lines = inspect.getsource(cls).splitlines()
+    except (OSError, TypeError):
+        return {}
+    comments: dict[str, str] = {}
+    above: list[str] = []
+    names = set(field_names(cls))
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            above.append(stripped.lstrip("# "))
+            continue
+        match = _FIELD.match(line)
+        if match and match.group(1) in names and match.group(1) not in comments:
+            comments[match.group(1)] = match.group(2) or " ".join(above)
+        above = []
+    return comments
+
+
+def _type_name(tp: Any) -> str:
+    text = str(tp).replace("typing.", "")
+    return tp.__name__ if isinstance(tp, type) else text
+
+
+def config_reference(cls: type, prefix: str = "") -> str:
+    """Every key of config class ``cls`` (sections recursively), one per line: ``section.key  type  default
+    — comment``, the comment taken from the field's source. Generated, so it cannot fall behind the code."""
+    rows: list[str] = []
+    hints = _hints(cls)
+    comments = _field_comments(cls)
+    instance = cls()
+    for f in dataclasses.fields(cls):
+        value = getattr(instance, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            rows.append(config_reference(type(value), f"{prefix}{f.name}."))
+            continue
+        default = json.dumps(to_dict(value)) if not isinstance(value, str) else value
+        note = comments.get(f.name, "")
+        rows.append(f"{prefix}{f.name} = {default}    [{_type_name(hints[f.name])}]" + (f"  {note}" if note else ""))
+    return "\n".join(rows)

@@ -1,6 +1,7 @@
 """The ``levjepa`` command line, the top floor: one module per sub-command, and this dispatch.
 
-``levjepa <command> --help`` shows a command's own options. A command module exposes
+``levjepa <command> --help`` shows a command's own options with their defaults, and the command module's
+docstring (its examples) below them. A command module exposes
 ``add_arguments(parser)`` and ``main(args) -> int``; it is imported only when its command runs, so
 ``levjepa --help`` stays instant and a broken optional piece never takes the others down.
 
@@ -183,11 +184,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _quiet_broken_pipe()
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """``--help``: each option's default (unless its help already says it) and the command's module docstring,
+    its examples first, as the epilog, as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not text:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _epilog(module: object) -> str:
+    """The command module's docstring without its first line (the description says it)."""
+    doc = (getattr(module, "__doc__", None) or "").strip()
+    return doc.partition("\n")[2].strip()
+
+
 def _run(command: str, argv: list[str], debug: bool) -> int:
     module = importlib.import_module(f"levjepa.commands.{MODULES.get(command, command)}")
-    parser = _Parser(prog=f"levjepa {command}", description=COMMANDS[command])
+    parser = _Parser(
+        prog=f"levjepa {command}", description=COMMANDS[command], epilog=_epilog(module), formatter_class=_HelpFormatter
+    )
     module.add_arguments(parser)
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    for action in parser._actions:  # an option without help still shows its default
+        if action.help is None and action.default not in (None, False, argparse.SUPPRESS):
+            action.help = "(default: %(default)s)"
     from levjepa.train.loop import TrainingStopped
     from levjepa.train.preemption import REQUEUE_EXIT, Preempted
 

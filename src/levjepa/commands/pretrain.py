@@ -7,6 +7,7 @@ Examples::
     torchrun --nproc_per_node=8 -m levjepa pretrain --preset vit-b-paper data.sources=/data/videos
     levjepa pretrain --resume runs/vitb                      # continue exactly where it stopped
     levjepa pretrain --preset demo-cpu --print-config        # the resolved config, then exit
+    levjepa pretrain --help-config                           # every config key: default, type, meaning
     levjepa pretrain --config runs/demo/config.json train.steps=2000 --run-dir runs/demo2   # a run's config again
     levjepa pretrain --preset vit-b-paper model.init_from=imported/vitl data.sources=/data/videos  # continued
 
@@ -21,7 +22,8 @@ valid choices listed. ``--config FILE`` (JSON, TOML, or YAML with PyYAML) lays a
 ``levjepa.train.config.RESUMABLE`` (listed by ``--help``); anything else is refused before the run directory
 is touched.
 
-The run itself is :func:`levjepa.train.pretrain`; with ``train.eval_at_end`` (the demo) this command then
+The run itself is :func:`levjepa.train.pretrain`; with ``train.eval_at_end`` (the demo; turned off, with a
+note, when ``data.sources`` is not the built-in benchmark and the key was not set) this command then
 reads the final checkpoint back from the run directory and evaluates it on the built-in benchmark:
 frozen probes of the EMA and online weights beside the same architecture at the random initialisation the
 run started from (``probe_results.json``).
@@ -36,7 +38,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from levjepa.config import ConfigError, apply_overrides, from_dict, merge_config, read_config_file, to_dict
+from levjepa.config import (
+    ConfigError,
+    apply_overrides,
+    config_reference,
+    from_dict,
+    merge_config,
+    read_config_file,
+    to_dict,
+)
 from levjepa.eval import EvalConfig, evaluate_benchmark
 from levjepa.formats.load import load_encoder, load_init_weights, random_encoder
 from levjepa.presets import PRESETS, needs_sources, preset
@@ -64,6 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--overwrite", action="store_true", help="delete an existing --run-dir first")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    parser.add_argument(
+        "--help-config", action="store_true", help="list every config key with its type, default and meaning, then exit"
+    )
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bar: one log line per train.log_every steps"
     )
@@ -98,6 +111,17 @@ def resolve_config(
         except ConfigError as err:
             raise ConfigError(f"{config_file}: {err}" if str(config_file) not in str(err) else str(err)) from None
     cfg = apply_overrides(cfg, overrides)
+    explicit = any(o.split("=")[0].strip() == "train.eval_at_end" for o in overrides) or "eval_at_end" in data.get(
+        "train", {}
+    )
+    if cfg.train.eval_at_end and not explicit and tuple(cfg.data.sources) != ("synthetic",):
+        print(
+            f"note: train.eval_at_end off: this run trains on {', '.join(cfg.data.sources)}, and the evaluation at "
+            "the end is the built-in benchmark's (train.eval_at_end=true runs it anyway; `levjepa probe RUN --task "
+            "index:TRAIN,VAL` evaluates on your own labels)",
+            file=sys.stderr,
+        )
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, eval_at_end=False))
     if needs_sources(cfg):
         raise ConfigError(
             f"preset {cfg.preset} trains on your videos: add data.sources=PATH "
@@ -134,6 +158,12 @@ def evaluate_run(cfg: PretrainConfig, run_dir: Path) -> dict[str, Any]:
     beside the random initialisation the run started from; writes ``probe_results.json``. (The EMA copy is
     what the paper evaluates; ``levjepa probe RUN --weights online`` adds the online weights, at the cost of
     one more encoder to probe.)"""
+    print(
+        f"train.eval_at_end: frozen probes of {run_dir} on the built-in benchmark (image source "
+        f"{cfg.data.synthetic.image_source}; train.eval_at_end=false skips this)",
+        file=sys.stderr,
+        flush=True,
+    )
     encoders = {
         "pretrained (EMA)": load_encoder(run_dir, weights="ema").encoder,
         "random init": random_encoder(cfg.model, seed=cfg.train.seed).encoder,
@@ -146,8 +176,21 @@ def evaluate_run(cfg: PretrainConfig, run_dir: Path) -> dict[str, Any]:
     return data
 
 
+def config_help() -> str:
+    """``--help-config``: every key of :class:`PretrainConfig`, generated from the dataclasses and their comments."""
+    head = (
+        "Every config key: section.key = default  [type]  meaning. Set one with section.key=value on the command\n"
+        "line (a tuple as a,b; null as none) or in a --config file; presets change some defaults (--preset NAME\n"
+        f"--print-config shows them). A --resume may change only: {', '.join(RESUMABLE)}.\n"
+    )
+    return head + "\n" + config_reference(PretrainConfig)
+
+
 def main(args: argparse.Namespace) -> int:
     """Errors (a bad key, a refused resume, unreadable data) reach the dispatcher, which prints them in one line."""
+    if args.help_config:
+        print(config_help())
+        return 0
     cfg = resolve_config(args.preset, args.overrides, args.resume, args.config)
     start = None
     if cfg.model.init_from and args.resume is None:  # continued pretraining: the source's weights and architecture

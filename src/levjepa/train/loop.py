@@ -40,7 +40,7 @@ from levjepa.train.config import PretrainConfig
 from levjepa.train.ema import EMA
 from levjepa.train.optim import build_optimizer, lr_at
 from levjepa.train.preemption import Preempted, StopSignals
-from levjepa.train.report import MetricsLogger, Progress, RunSummary, check_loggers, format_summary
+from levjepa.train.report import MetricsLogger, Progress, RunSummary, check_loggers, format_summary, start_banner
 from levjepa.train.run_dir import read_bad_files, run_directory, write_run_info
 from levjepa.train.start import StartWeights, load_start_weights
 from levjepa.train.step import Pretrainer, StepOutput, train_step
@@ -174,17 +174,18 @@ def _train(trainer: Trainer, state: TrainState, *, resume: bool, progress: bool)
     cfg, info, path, tc = trainer.cfg, trainer.info, trainer.path, trainer.cfg.train
     bad_files = read_bad_files(path, resume)
     state.bad_files = bad_files.total
-    batches = iter(
-        build_pretrain_loader(
-            _capped_workers(cfg.data, info),
-            seed=tc.seed,
-            rank=info.rank,
-            world_size=info.world_size,
-            start_step=state.step * trainer.micro_batches,  # the step is the data position (train/checkpoint.py)
-            bad_files=bad_files,
-            micro_batches=trainer.micro_batches,
-        )
+    loader = build_pretrain_loader(
+        _capped_workers(cfg.data, info),
+        seed=tc.seed,
+        rank=info.rank,
+        world_size=info.world_size,
+        start_step=state.step * trainer.micro_batches,  # the step is the data position (train/checkpoint.py)
+        bad_files=bad_files,
+        micro_batches=trainer.micro_batches,
     )
+    if info.is_main:
+        print(_banner(trainer, state, sum(len(s) for s in loader.dataset.sources)), file=sys.stderr, flush=True)
+    batches = iter(loader)
     # a resume hides the TensorBoard events logged after its checkpoint (metrics.jsonl is truncated to it)
     purge = state.step + 1 if resume else None
     logger = MetricsLogger(path, loggers=tc.loggers, config=to_dict(cfg), purge_step=purge) if info.is_main else None
@@ -208,6 +209,27 @@ def _train(trainer: Trainer, state: TrainState, *, resume: bool, progress: bool)
     finally:
         report.close()
     return _finish(trainer, state, start, report.elapsed())
+
+
+def _banner(trainer: Trainer, state: TrainState, items: int) -> str:
+    cfg, model = trainer.cfg, trainer.model
+    names = {torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast"}
+    precision = names.get(trainer.autocast_dtype, "fp32") if trainer.autocast_dtype is not None else "fp32"
+    return start_banner(
+        run_dir=trainer.path,
+        start_step=state.step,
+        steps=cfg.train.steps,
+        device=trainer.info.device,
+        world_size=trainer.info.world_size,
+        encoder_params=sum(p.numel() for p in model.encoder.parameters()),
+        projector_params=sum(p.numel() for p in model.projector.parameters()),
+        items=items,
+        sources=cfg.data.sources,
+        batch_size=cfg.train.batch_size,
+        micro_batch=cfg.data.batch_size,
+        micro_batches=trainer.micro_batches,
+        precision=precision,
+    )
 
 
 def _stop_if_signalled(

@@ -6,6 +6,7 @@
   :func:`log_line` per log step on stderr (a SLURM ``.out`` file gets lines, not carriage returns), the rate
   in clips/s since the last log, peak memory, and the time left at the mean rate since this process started
   (or resumed). It holds the timing, so the loop's state holds training state only.
+* :func:`start_banner` is what a run says before its first step: where it writes, on what, with what.
 * :class:`RunSummary` is what ``pretrain`` returns; :func:`format_summary` prints it and :func:`summary_json`
   writes it (``levjepa pretrain --summary-json``).
 """
@@ -39,6 +40,7 @@ __all__ = [
     "format_summary",
     "log_line",
     "peak_memory_gb",
+    "start_banner",
     "summary_json",
 ]
 
@@ -211,6 +213,47 @@ class Progress:
         self.bar.close()
         if self.logger is not None:
             self.logger.close()
+
+
+def _millions(count: int) -> str:
+    return f"{count / 1e6:.1f}M" if count >= 100_000 else f"{count / 1e3:.1f}k"
+
+
+def start_banner(
+    *,
+    run_dir: Path,
+    start_step: int,
+    steps: int,
+    device: torch.device,
+    world_size: int,
+    encoder_params: int,
+    projector_params: int,
+    items: int,
+    sources: Sequence[str],
+    batch_size: int,
+    micro_batch: int,
+    micro_batches: int,
+    precision: str,
+) -> str:
+    """The lines a run prints before its first step, e.g.::
+
+    pretrain runs/vitb: new run, steps 0 -> 320
+      device cpu x 1 process, precision fp32; encoder 5.6M parameters (+ projector 0.6M)
+      data 1600 items from synthetic
+      batch 64 = 16 clips x 4 micro-batches x 1 process (the loss sees all 64)
+    """
+    what = f"resuming at step {start_step}" if start_step else "new run"
+    processes = f"{world_size} process{'es' if world_size > 1 else ''}"
+    return "\n".join(
+        [
+            f"pretrain {run_dir}: {what}, steps {start_step} -> {steps}",
+            f"  device {device.type} x {processes}, precision {precision}; encoder {_millions(encoder_params)} "
+            f"parameters (+ projector {_millions(projector_params)})",
+            f"  data {items} items from {', '.join(sources)}",
+            f"  batch {batch_size} = {micro_batch} clips x {micro_batches} "
+            f"micro-batch{'es' if micro_batches > 1 else ''} x {processes} (the loss sees all {batch_size})",
+        ]
+    )
 
 
 @dataclass
