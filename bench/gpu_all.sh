@@ -38,4 +38,5 @@ step demo_sweep 90 python3 bench/demo_sweep.py --out "$OUT" --device cuda --jobs
 step eval 50 python3 bench/gpu_eval.py --out "$OUT" --budget-s 40
 step train_step 90 python3 bench/gpu_step.py --out "$OUT" --budget-s 80
 step deploy 45 python3 bench/gpu_deploy.py --out "$OUT" --budget-s 30
+step fp16 40 python3 -m levjepa pretrain --preset demo-cpu train.precision=fp16 train.device=cuda train.steps=30 train.eval_at_end=false --no-progress --run-dir "$OUT/fp16"  # loss scaling on a GPU
 echo "done $(date +%T)" >>"$LOG"

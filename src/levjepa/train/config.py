@@ -72,7 +72,8 @@ class TrainConfig:
     steps: int = 10_000  # optimizer steps
     batch_size: int = 3072  # effective global clips per optimizer step
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
+    # auto: bf16 autocast on CUDA, fp32 on CPU; fp16: autocast with loss scaling (GPUs without bf16: V100, T4)
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     compile: bool = False  # torch.compile each encoder block (GPU fast path; see levjepa.train.loop)
     accumulation: Literal["global", "local"] = "global"  # one loss on the effective batch, or one per micro-batch
     ema_decay: float = 0.9999  # Polyak copy: theta_bar <- decay * theta_bar + (1 - decay) * theta ...

@@ -26,6 +26,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -72,9 +73,24 @@ def _device(cfg: PretrainConfig) -> str | None:
 
 
 def _autocast_dtype(cfg: PretrainConfig, device: torch.device) -> torch.dtype | None:
+    if cfg.train.precision == "fp16":
+        return torch.float16
     if cfg.train.precision == "bf16" or (cfg.train.precision == "auto" and device.type == "cuda"):
         return torch.bfloat16
     return None
+
+
+def _grad_scaler(
+    cfg: PretrainConfig, device: torch.device, saved: dict[str, Any] | None
+) -> torch.amp.GradScaler | None:
+    """fp16's loss scaler (``levjepa.train.step``), restored from the checkpoint's state when there is one (the
+    scale is part of the trajectory: a resume continues it bit-exactly)."""
+    if cfg.train.precision != "fp16":
+        return None
+    scaler = torch.amp.GradScaler(device.type)
+    if saved:
+        scaler.load_state_dict(saved)
+    return scaler
 
 
 @dataclass(kw_only=True)
@@ -91,6 +107,7 @@ class Trainer:
     objective: Objective
     micro_batches: int  # micro-batches per optimizer step on each rank
     autocast_dtype: torch.dtype | None
+    scaler: torch.amp.GradScaler | None = None  # train.precision=fp16: the loss scale
 
 
 @dataclass
@@ -228,7 +245,7 @@ def _banner(trainer: Trainer, state: TrainState, items: int) -> str:
         batch_size=cfg.train.batch_size,
         micro_batch=cfg.data.batch_size,
         micro_batches=trainer.micro_batches,
-        precision=precision,
+        precision=precision + (" + loss scaling" if trainer.scaler is not None else ""),
     )
 
 
@@ -303,6 +320,7 @@ def _build(
         objective=objective,
         micro_batches=micro_batches,
         autocast_dtype=_autocast_dtype(cfg, info.device),
+        scaler=_grad_scaler(cfg, info.device, (saved.extra or {}).get("grad_scaler")),
     )
     return trainer, TrainState(step=saved.step, consecutive=torch.tensor(saved.consecutive_skips, device=info.device))
 
@@ -326,8 +344,12 @@ def _step(trainer: Trainer, state: TrainState, batches: Iterator[ViewBatch | Fra
         grad_clip=cfg.optim.grad_clip,
         autocast_dtype=trainer.autocast_dtype,
         accumulation=cfg.train.accumulation,
+        scaler=trainer.scaler,
     )
-    state.consecutive = torch.where(out.skipped, state.consecutive + 1, torch.zeros_like(state.consecutive))
+    # under fp16 an overflow of the scaled gradients is the scaler's business (it skips the step and halves
+    # the scale, counted with the skips); only a non-finite loss counts towards stopping the run
+    stops = out.skipped if trainer.scaler is None else ~torch.isfinite(out.loss)
+    state.consecutive = torch.where(stops, state.consecutive + 1, torch.zeros_like(state.consecutive))
     state.pending.append((step, out.skipped))
     state.step = step + 1
     if trainer.ema.due(state.step):
@@ -427,7 +449,10 @@ def _checkpoint(trainer: Trainer, state: TrainState, bad_files: BadFileReport) -
     reported and retried at the next checkpoint, except at the last step."""
     cfg, path, step = trainer.cfg, trainer.path, state.step
     if trainer.info.is_main:
-        saved = ckpt.TrainerState(step=step, consecutive_skips=int(state.consecutive), extra={"metrics": state.metrics})
+        extra: dict[str, Any] = {"metrics": state.metrics}
+        if trainer.scaler is not None:
+            extra["grad_scaler"] = trainer.scaler.state_dict()
+        saved = ckpt.TrainerState(step=step, consecutive_skips=int(state.consecutive), extra=extra)
         try:
             state.checkpoint = ckpt.save_checkpoint(
                 path,

@@ -43,7 +43,11 @@ mean DDP takes; the loop does not wrap the model in DDP then).
 
 Precision: under ``autocast_dtype=torch.bfloat16`` the encoder and projector run in bf16; the
 projections are cast to float32 (float64 stays float64) before the objective, whose characteristic-function
-statistics are float32 anyway.
+statistics are float32 anyway. Under ``torch.float16`` (GPUs without bf16: V100, T4) a ``scaler``
+(``torch.amp.GradScaler``) multiplies the loss before every backward (GradCache's cached CLS gradient is
+then scaled too, so every micro-batch's backward is), the gradients are unscaled after the rank average and
+before clipping, and a step whose scaled gradients overflowed is skipped like any non-finite step while the
+scaler halves its scale (and doubles it after ``growth_interval`` clean steps).
 """
 
 from __future__ import annotations
@@ -110,6 +114,11 @@ def _autocast(device_type: str, dtype: torch.dtype | None) -> contextlib.Abstrac
 StepResult = tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]  # loss, terms, z
 
 
+def _scaled(loss: torch.Tensor, scaler: torch.amp.GradScaler | None) -> torch.Tensor:
+    """The loss to backpropagate: times the fp16 loss scale when there is a scaler."""
+    return loss if scaler is None else scaler.scale(loss)
+
+
 def _single_or_local(
     model: nn.Module,
     objective: nn.Module,
@@ -117,6 +126,7 @@ def _single_or_local(
     drops: Sequence[DropSource],
     step: int,
     autocast_dtype: torch.dtype | None,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> StepResult:
     """One pass per micro-batch, each with its own loss (``1/n`` of it backpropagated); DDP syncs the last."""
     n = len(micro_batches)
@@ -130,7 +140,7 @@ def _single_or_local(
             with _autocast(views[0].device.type, autocast_dtype):
                 z = model(views, drop)
             out = objective(loss_dtype(z), step)
-            (out.loss / n).backward()
+            _scaled(out.loss / n, scaler).backward()
         loss = out.loss.detach()
         loss_sum = loss if loss_sum is None else loss_sum + loss
         for key, value in out.terms.items():
@@ -146,6 +156,7 @@ def _grad_cache(
     drops: Sequence[DropSource],
     step: int,
     autocast_dtype: torch.dtype | None,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> StepResult:
     """GradCache over the rank's micro-batches (module docstring): one loss on the whole batch."""
     core = model.module if distributed.is_ddp(model) else model
@@ -165,7 +176,7 @@ def _grad_cache(
     with _autocast(device_type, autocast_dtype):
         z = core.project(cls)
     out = objective(loss_dtype(z), step)
-    out.loss.backward()
+    _scaled(out.loss, scaler).backward()  # cls.grad carries the scale into every micro-batch's backward
     assert cls.grad is not None  # the objective's backward reached the cached CLS
     grads = cls.grad.split(sizes, dim=1)
     last.backward(grads[-1])
@@ -198,6 +209,7 @@ def train_step(
     grad_clip: float | None = None,
     autocast_dtype: torch.dtype | None = None,
     accumulation: Accumulation = "global",
+    scaler: torch.amp.GradScaler | None = None,
 ) -> StepOutput:
     """Accumulate gradients over ``micro_batches`` (each a list of float view groups) and step once.
 
@@ -206,6 +218,7 @@ def train_step(
     wrapped in DDP; without DDP on several ranks the gradients are averaged over ranks here.
     ``accumulation``: ``"global"`` (one loss on the whole batch, GradCache when there are several
     micro-batches) or ``"local"`` (one loss per micro-batch, gradients averaged); see the module docstring.
+    ``scaler``: fp16's loss scaling (module docstring), updated here after the step.
     """
     if len(micro_batches) != len(drops) or not micro_batches:
         raise ValueError(f"need one drop source per micro-batch, got {len(micro_batches)} and {len(drops)}")
@@ -215,18 +228,22 @@ def train_step(
         group["lr"] = lr
     optimizer.zero_grad(set_to_none=True)
     if accumulation == "global" and len(micro_batches) > 1:
-        loss, terms, z = _grad_cache(model, objective, micro_batches, drops, step, autocast_dtype)
+        loss, terms, z = _grad_cache(model, objective, micro_batches, drops, step, autocast_dtype, scaler)
         synced_by_ddp = False
     else:
-        loss, terms, z = _single_or_local(model, objective, micro_batches, drops, step, autocast_dtype)
+        loss, terms, z = _single_or_local(model, objective, micro_batches, drops, step, autocast_dtype, scaler)
         synced_by_ddp = distributed.is_ddp(model)
     params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
     if not synced_by_ddp:
         distributed.all_reduce_gradients(params)  # mean over ranks; nothing alone
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # the true gradients, before clipping; records overflows for update()
     grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm=grad_clip if grad_clip else math.inf, foreach=True)
     skipped = ~(torch.isfinite(loss) & torch.isfinite(grad_norm))
     # fused AdamW reads these two attributes and skips the update on the device when found_inf is 1
     optimizer.grad_scale = None  # type: ignore[attr-defined]
     optimizer.found_inf = skipped.to(device=params[0].device, dtype=torch.float32)  # type: ignore[attr-defined]
     optimizer.step()
+    if scaler is not None:
+        scaler.update()  # an overflow (found by unscale_) halves the scale; growth_interval clean steps double it
     return StepOutput(loss=loss, terms=terms, grad_norm=grad_norm.detach(), skipped=skipped, z=z)
