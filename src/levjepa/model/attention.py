@@ -40,7 +40,6 @@ Design:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 import torch
@@ -49,16 +48,7 @@ from torch import Tensor, nn
 
 from levjepa.model.rope import apply_rope
 
-__all__ = [
-    "Attention",
-    "Group",
-    "KVCache",
-    "TokenMeta",
-    "attn_bias",
-    "bidirectional",
-    "block_causal",
-    "build_attn_mask",
-]
+__all__ = ["Attention", "KVCache", "TokenMeta", "attn_bias", "bidirectional", "block_causal", "build_attn_mask"]
 
 
 class TokenMeta(NamedTuple):
@@ -133,22 +123,8 @@ class KVCache(Protocol):
     def __call__(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]: ...
 
 
-class Group(NamedTuple):
-    """``batch`` sequences of ``length`` tokens, laid one after another in a packed ``[N, D]`` token tensor,
-    with their RoPE tables (``[batch or 1, 1, length, hd]``) and attention bias or mask."""
-
-    batch: int
-    length: int
-    rope: tuple[Tensor, Tensor]
-    attn_mask: Tensor | None
-
-
 class Attention(nn.Module):
-    """Multi-head self-attention with 3D RoPE on queries and keys, over one or several groups of sequences.
-
-    Several groups (a step's global and local views) share every per-token operation: the ``qkv`` and output
-    projections run once on the packed ``[N, D]`` tokens of all groups; only RoPE and SDPA, whose shapes
-    depend on the sequence length, run per group on views of that one ``qkv`` output."""
+    """Multi-head self-attention with 3D RoPE on queries and keys."""
 
     def __init__(self, dim: int, heads: int, qkv_bias: bool = True) -> None:
         super().__init__()
@@ -156,21 +132,17 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: Tensor, groups: Sequence[Group], kv_cache: KVCache | None = None) -> Tensor:
-        """``x`` ``[N, D]``: the groups' tokens one after another (``N = Σ batch·length``); each group's
-        ``rope`` from ``Rope3D`` and ``attn_mask`` boolean or additive (:func:`attn_bias`),
-        ``[batch or 1, 1, length, L_k]``, or ``None``; ``kv_cache`` (streaming) with one group."""
-        n_tokens, d = x.shape
-        hd = d // self.heads
-        qkv = self.qkv(x).view(n_tokens, 3, self.heads, hd)
-        ys = []
-        for part, g in zip(qkv.split([g.batch * g.length for g in groups]), groups, strict=True):
-            qk, v = part.view(g.batch, g.length, 3, self.heads, hd).split([2, 1], dim=2)  # [B, L, 2|1, h, hd]
-            cos, sin = (t.transpose(1, 2).unsqueeze(2) for t in g.rope)  # [B or 1, L, 1, 1, hd]: q, k, heads
-            q, k = apply_rope(qk, cos, sin).transpose(1, 3).unbind(2)  # queries and keys in one rotation
-            v = v.squeeze(2).transpose(1, 2)  # [B, h, L, hd] each
-            if kv_cache is not None:
-                k, v = kv_cache(k, v)  # [B, h, L_past + L, hd]
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=g.attn_mask)  # [B, h, L, hd]
-            ys.append(y.transpose(1, 2).reshape(g.batch * g.length, d))
-        return self.proj(ys[0] if len(ys) == 1 else torch.cat(ys))
+    def forward(
+        self, x: Tensor, rope: tuple[Tensor, Tensor], attn_mask: Tensor | None, kv_cache: KVCache | None = None
+    ) -> Tensor:
+        """``x`` ``[B, L, D]``; ``rope`` from ``Rope3D`` (``[B or 1, 1, L, hd]``); ``attn_mask`` boolean or
+        additive (:func:`attn_bias`), ``[B or 1, 1, L, L_k]``, or ``None``."""
+        b, n, d = x.shape
+        qk, v = self.qkv(x).view(b, n, 3, self.heads, d // self.heads).split([2, 1], dim=2)  # [B, L, 2|1, h, hd]
+        cos, sin = (t.transpose(1, 2).unsqueeze(2) for t in rope)  # [B or 1, L, 1, 1, hd]: over q, k and heads
+        q, k = apply_rope(qk, cos, sin).transpose(1, 3).unbind(2)  # queries and keys in one rotation
+        v = v.squeeze(2).transpose(1, 2)  # [B, h, L, hd] each
+        if kv_cache is not None:
+            k, v = kv_cache(k, v)  # [B, h, L_past + L, hd]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # [B, h, L, hd]
+        return self.proj(y.transpose(1, 2).reshape(b, n, d))

@@ -18,11 +18,9 @@ Data flow of one call (``B`` clips, ``N`` grid tokens, ``L`` kept tokens, ``D`` 
 * CLS sits at RoPE position ``(T/τ − 1, 0, 0)`` (see ``rope.py``; :meth:`VideoEncoder.cls_meta`, which the
   streaming encoder uses too) and is masked as in ``attention.py``.
 * No absolute position embedding: one set of weights runs any resolution and clip length.
-* ``forward_views`` packs the tokens of every *group* of same-shaped views (the global group at 224, the
-  local group at 96, each with its ``V_g·B`` clips) into one ``[N, D]`` tensor: each block runs its
-  norms, projections and MLP once for all of them, and only RoPE and attention (whose shapes depend on the
-  sequence length) once per group, never a loop over clips or views. The ``[ΣV_g, B, D]`` CLS it returns
-  feeds one ``projector(cls.flatten(0, 1))`` call.
+* ``forward_views`` runs each *group* of same-shaped views (the global group at 224, the local group at 96)
+  as one transformer call with its ``V_g·B`` clips batched: two calls per step, never a loop over clips or
+  views. The ``[ΣV_g, B, D]`` CLS it returns feeds one ``projector(cls.flatten(0, 1))`` call.
 * Init (a choice; the paper does not say): truncated normal std ``init_std = 0.02`` for every linear
   weight, the patch embedding and CLS (timm / V-JEPA), zero biases, LayerNorm (1, 0), and each block's
   residual output projections (``attn.proj``, ``mlp.fc2``) divided by ``sqrt(2·layer)`` (V-JEPA), so
@@ -43,7 +41,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from levjepa.model.attention import Attention, Group, KVCache, TokenMeta, attn_bias, build_attn_mask
+from levjepa.model.attention import Attention, KVCache, TokenMeta, attn_bias, build_attn_mask
 from levjepa.model.config import EncoderConfig
 from levjepa.model.rope import Rope3D
 from levjepa.model.tokens import PatchEmbed, check_video, sample_keep_idx
@@ -86,14 +84,7 @@ class Block(nn.Module):
     def forward(
         self, x: Tensor, rope: tuple[Tensor, Tensor], attn_mask: Tensor | None, kv_cache: KVCache | None = None
     ) -> Tensor:
-        """One group of sequences ``x`` ``[B, L, D]`` (RoPE and mask as in ``Attention``)."""
-        b, n, d = x.shape
-        return self.forward_groups(x.reshape(b * n, d), [Group(b, n, rope, attn_mask)], kv_cache).view(b, n, d)
-
-    def forward_groups(self, x: Tensor, groups: Sequence[Group], kv_cache: KVCache | None = None) -> Tensor:
-        """Packed tokens ``x`` ``[N, D]`` of one or several groups (``Attention``): every per-token operation
-        runs once on all of them."""
-        x = x + self.attn(self.norm1(x), groups, kv_cache)  # [N, D]
+        x = x + self.attn(self.norm1(x), rope, attn_mask, kv_cache)  # [B, L, D]
         return x + self.mlp(self.norm2(x))
 
 
@@ -158,16 +149,13 @@ class VideoEncoder(nn.Module):
     def compile_blocks(self, **kwargs: Any) -> VideoEncoder:
         """``torch.compile`` each block in place, forward and backward (regional compilation); returns ``self``.
 
-        What is compiled is :meth:`Block.forward_groups`, which every path goes through (the training forward
-        calls it with both view groups packed; the state-dict keys do not change). Shapes are static
-        (``dynamic=False`` unless ``kwargs`` say otherwise): the kept-token counts are fixed per view shape,
-        so training sees a couple of shapes (with and without grad), each compiled once with its sizes known;
-        by default TorchDynamo would turn a second shape into a symbolic-size graph shared by all, slower
-        kernels and no CUDA graphs (``mode="reduce-overhead"``)."""
+        Shapes are static (``dynamic=False`` unless ``kwargs`` say otherwise): the kept-token counts are fixed
+        per view shape, so training sees a handful of shapes (each view group, with and without grad), each
+        compiled once with its sizes known; by default TorchDynamo would turn the second view shape into a
+        dynamic-shape graph shared by all, slower kernels and no CUDA graphs (``mode="reduce-overhead"``)."""
         kwargs.setdefault("dynamic", False)
         for blk in self.blocks:
-            assert isinstance(blk, Block)
-            setattr(blk, "forward_groups", torch.compile(blk.forward_groups, **kwargs))  # noqa: B010 (shadows the method)
+            blk.compile(**kwargs)
         return self
 
     # ---- tokens ---------------------------------------------------------------------------------------
@@ -238,14 +226,10 @@ class VideoEncoder(nn.Module):
         x = torch.cat([self.cls_token.expand(b, -1, -1).to(patches.dtype), patches], dim=1)  # [B, 1+L, D]
         return x, positions, self.rope(all_pos), attn_bias(attn_mask, x)
 
-    def _blocks(self, x: Tensor, groups: list[Group]) -> Tensor:
-        """Every block over packed tokens ``x`` ``[N, D]`` of ``groups``."""
-        ckpt = self.cfg.grad_checkpointing and self.training and torch.is_grad_enabled()
-        for blk in self.blocks:
-            assert isinstance(blk, Block)
-            run = blk.forward_groups
-            x = checkpoint(run, x, groups, use_reentrant=False) if ckpt else run(x, groups)
-        return x
+    def _block(self, blk: nn.Module, x: Tensor, rope: tuple[Tensor, Tensor], attn_mask: Tensor | None) -> Tensor:
+        if self.cfg.grad_checkpointing and self.training and torch.is_grad_enabled():
+            return checkpoint(blk, x, rope, attn_mask, use_reentrant=False)
+        return blk(x, rope, attn_mask)
 
     def _encode(
         self,
@@ -258,9 +242,9 @@ class VideoEncoder(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """Block outputs before the final norm ``[B, 1+L, D]`` (CLS first) and patch positions ``[B, L, 3]``."""
         x, positions, rope, attn_mask = self._prepare(video, drop, generator, window, name, keys)
-        b, n, d = x.shape
-        x = self._blocks(x.reshape(b * n, d), [Group(b, n, rope, attn_mask)])  # [B·(1+L), D]
-        return x.view(b, n, d), positions
+        for blk in self.blocks:
+            x = self._block(blk, x, rope, attn_mask)  # [B, 1+L, D]
+        return x, positions
 
     # ---- public API -----------------------------------------------------------------------------------
     def forward_features(
@@ -302,15 +286,15 @@ class VideoEncoder(nn.Module):
             raise ValueError(
                 "forward_views: token dropping needs per-clip keys (keys=...) or a generator (generator=...)"
             )
-        batch = 0
+        batch = None
         slot = 0
-        tokens, packed = [], []
+        cls = []
         for i, views in enumerate(groups):
             if not isinstance(views, Tensor) or views.dim() != 6:
                 shape = tuple(views.shape) if isinstance(views, Tensor) else type(views).__name__
                 raise ValueError(f"forward_views: groups[{i}] must be [V, B, C, T, H, W], got {shape}")
             v, b = views.shape[:2]
-            batch = batch or b
+            batch = b if batch is None else batch
             if b != batch:
                 raise ValueError(
                     f"forward_views: groups[{i}] has B={b} clips but groups[0] has {batch}: "
@@ -320,14 +304,9 @@ class VideoEncoder(nn.Module):
                 raise ValueError(f"forward_views: keys must be int64 [B={b}], got shape {tuple(keys.shape)}")
             view_keys = None if keys is None else fold_keys(keys, slot, count=v).reshape(-1)  # [V·B], view-major
             slot += v
-            x, _, rope, attn_mask = self._prepare(views.flatten(0, 1), True, generator, None, f"groups[{i}]", view_keys)
-            vb, n, d = x.shape  # [V·B, 1+L, D]
-            tokens.append(x.reshape(vb * n, d))
-            packed.append(Group(vb, n, rope, attn_mask))
-        x = self._blocks(torch.cat(tokens), packed)  # [Σ V·B·(1+L), D]: the groups packed, one call per block
-        parts = x.split([g.batch * g.length for g in packed])
-        cls = torch.cat([part.view(g.batch, g.length, -1)[:, 0] for part, g in zip(parts, packed, strict=True)])
-        return self.norm(cls).view(-1, batch, cls.shape[-1])  # [ΣV, B, D], view-major within each group
+            x, _ = self._encode(views.flatten(0, 1), True, generator, None, f"groups[{i}]", view_keys)  # [V·B, 1+L, D]
+            cls.append(self.norm(x[:, 0]).view(v, b, -1))  # [V, B, D]
+        return torch.cat(cls, dim=0)  # [ΣV, B, D]
 
     def get_intermediate_layers(
         self, video: Tensor, n: int | Sequence[int] = 1, *, norm: bool = True
