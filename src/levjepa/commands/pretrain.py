@@ -32,12 +32,15 @@ run started from (``probe_results.json``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from levjepa import __version__
 from levjepa.config import (
     ConfigError,
     apply_overrides,
@@ -53,6 +56,7 @@ from levjepa.presets import PRESETS, needs_sources, preset
 from levjepa.train.config import RESUMABLE, PretrainConfig, check_resume
 from levjepa.train.loop import pretrain
 from levjepa.train.report import summary_json
+from levjepa.train.run_dir import newer_writer
 from levjepa.train.start import with_architecture
 from levjepa.weights import CONFIG, PROBE_RESULTS, read_json, write_json
 
@@ -95,7 +99,8 @@ def resolve_config(
             raise ConfigError(f"{resume}: no config.json here, so there is no run to resume")
         saved = read_json(resume / CONFIG)
         _refuse_export(saved, resume, "--resume")
-        cfg = apply_overrides(from_dict(PretrainConfig, saved), overrides)
+        with _named_if_newer(resume):
+            cfg = apply_overrides(from_dict(PretrainConfig, saved), overrides)
         check_resume(saved, cfg)
         return cfg
     if not preset_name and config_file is None:
@@ -107,7 +112,8 @@ def resolve_config(
     cfg = preset(base) if base != "custom" else PretrainConfig()
     if config_file is not None:
         try:
-            cfg = merge_config(cfg, data)
+            with _named_if_newer(config_file.parent):
+                cfg = merge_config(cfg, data)
         except ConfigError as err:
             raise ConfigError(f"{config_file}: {err}" if str(config_file) not in str(err) else str(err)) from None
     cfg = apply_overrides(cfg, overrides)
@@ -128,6 +134,21 @@ def resolve_config(
             "(a folder of videos, a V-JEPA index file `path label`, or several comma-separated)"
         )
     return cfg
+
+
+@contextlib.contextmanager
+def _named_if_newer(run_dir: Path) -> Iterator[None]:
+    """A config a newer levjepa wrote may hold keys this one does not know: its error says which wrote it."""
+    try:
+        yield
+    except ConfigError as err:
+        newer = newer_writer(run_dir)
+        if newer is None:
+            raise
+        raise ConfigError(
+            f"{run_dir} was written by levjepa {newer}, newer than this one ({__version__}): upgrade levjepa to read "
+            f"it ({err})"
+        ) from None
 
 
 def _refuse_export(data: dict[str, Any], path: Path, option: str) -> None:

@@ -5,7 +5,7 @@ module makes or reopens the directory, writes the files a run starts with, and r
     RUN_DIR/
       config.json        the resolved PretrainConfig (what `--resume` reads back; written once the models are
                          built and, on resume, the checkpoint has loaded: a refused resume leaves it as it was)
-      env.json           python / torch / CUDA / devices / host / world size / command line
+      env.json           levjepa / python / torch / av / numpy / CUDA / devices / host / world size / command line
       git.json           the levjepa source's commit, branch and whether it was dirty
       git_diff.patch     the uncommitted changes, when there are any
       metrics.jsonl      one JSON object per logging step (report.MetricsLogger; read back by weights.read_metrics)
@@ -37,12 +37,13 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from levjepa import distributed
+from levjepa import __version__, distributed, release
 from levjepa.config import ConfigError
 from levjepa.data import BadFileReport
 from levjepa.train.config import PretrainConfig, check_resume
@@ -61,6 +62,7 @@ __all__ = [
     "RunDirError",
     "RunLock",
     "default_run_dir",
+    "newer_writer",
     "prepare_run_dir",
     "read_bad_files",
     "run_directory",
@@ -157,10 +159,13 @@ def write_run_info(path: Path, config: dict[str, Any], world_size: int) -> None:
     """config.json, env.json, git.json (+ git_diff.patch when the source tree is dirty)."""
     write_json(path / CONFIG, config)
     env = {
+        "levjepa": __version__,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "host": socket.gethostname(),
         "torch": torch.__version__,
+        "av": _version("av"),
+        "numpy": _version("numpy"),
         "cuda": torch.version.cuda,
         "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
         "cpu_count": os.cpu_count(),
@@ -180,6 +185,24 @@ def write_run_info(path: Path, config: dict[str, Any], world_size: int) -> None:
     write_json(path / "git.json", git)
     if diff:
         atomic_write_text(path / "git_diff.patch", diff)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def newer_writer(run_dir: Path) -> str | None:
+    """The levjepa version that wrote ``run_dir`` when it is newer than this one (its ``env.json``), else None:
+    what an error about the run's files should name (a newer levjepa may write keys this one does not know)."""
+    env = run_dir / ENV
+    try:
+        wrote = read_json(env).get("levjepa") if env.is_file() else None
+    except (OSError, ValueError):
+        return None
+    return wrote if isinstance(wrote, str) and release(wrote) > release(__version__) else None
 
 
 def _started(path: Path) -> bool:
