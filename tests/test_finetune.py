@@ -12,12 +12,13 @@ import torch
 import levjepa.finetune.loop as ft_loop
 from levjepa.cli import main
 from levjepa.finetune.config import FinetuneConfig
-from levjepa.finetune.recipe import layer_id, lr_at, param_groups, soft_targets
+from levjepa.finetune.recipe import DropPath, layer_id, lr_at, param_groups, soft_targets
 from levjepa.formats.classifier import load_classifier
 from levjepa.formats.load import load_encoder
 from levjepa.model import encoder_config
 from levjepa.model.classifier import HeadConfig, VideoClassifier
 from levjepa.model.vit import VideoEncoder
+from levjepa.rng import make_generator
 from levjepa.weights import load_tensors
 from test_classify import write_index
 from test_export import make_run_dir
@@ -127,3 +128,22 @@ def test_recipe_pieces():
     assert scales == {0.125, 0.25, 0.5, 1.0}  # embedding, block 0, block 1, head and final norm
     y = soft_targets(torch.tensor([2, 0]), 3, 0.3)
     assert torch.allclose(y.sum(1), torch.ones(2)) and y[0, 2] == pytest.approx(0.8) and y[0, 0] == pytest.approx(0.1)
+
+
+def test_drop_path_drops_whole_block_updates_only_in_training():
+    enc = VideoEncoder(encoder_config("vit-test"))
+    model = VideoClassifier(enc, HeadConfig(dim=enc.cfg.dim, num_classes=3)).train()
+    x = torch.randn(4, 3, 2, 16, 16, generator=make_generator("test", "x"))
+    plain = model(x)
+    dp = DropPath(model, 0.9)
+    assert dp.rates == [0.0, 0.9]  # rising with depth to the rate at the last block
+    dp.generator = make_generator("test", "dp")
+    dropped = model(x)
+    assert not torch.allclose(dropped, plain)
+    dp.generator = make_generator("test", "dp")
+    assert torch.equal(model(x), dropped)  # the draws come from the generator only
+    model.eval()
+    assert torch.allclose(model(x), plain)  # never at evaluation
+    dp.remove()
+    model.train()
+    assert torch.equal(model(x), plain)

@@ -9,7 +9,8 @@ split files at any size (``dataset_task.py``: ``protocols.py`` for ssv2, k400, i
 and SSv2 JSON; features streamed to disk by ``feature_store.py``). ``config.py`` holds :class:`EvalConfig`
 and the probe names, ``result.py`` the table and JSON. ``features.py`` computes frozen features in memory;
 ``feature_writer.py`` is the one way features reach the disk (stores and ``extract.py``). ``select.py`` is
-what ``levjepa select`` runs; weights are read and written by ``levjepa.formats``.
+what ``levjepa select`` runs; ``kept_probes.py`` keeps the probes a run chose (classifier directories) and
+``predict.py`` runs a classifier on files (``levjepa classify``); weights are read and written by ``levjepa.formats``.
 """
 
 from __future__ import annotations

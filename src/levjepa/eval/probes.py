@@ -33,8 +33,9 @@ BatchNorm before its linear head), then ``Linear(D, C)``.
 
 **The grid** (V-JEPA's ``multihead_kwargs``). ``G`` probes with different (learning rate, weight decay)
 are stacked on a leading parameter dimension and read the *same* batch in one forward pass
-(:func:`build_probe_grid`); how they train — the loss, the optimiser, the schedule, the choice on
-validation — is ``levjepa.eval.trainer``.
+(:func:`build_probe_grid`; the modules live in ``levjepa.model.probe_heads``, where the classifier that
+``probe`` keeps, ``finetune`` trains and ``classify`` runs takes one row of them); how they train — the
+loss, the optimiser, the schedule, the choice on validation — is ``levjepa.eval.trainer``.
 """
 
 from __future__ import annotations

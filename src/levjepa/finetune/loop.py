@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -189,10 +190,31 @@ def _finetune(cfg: FinetuneConfig, out: Path, info: distributed.DistInfo, *, res
             raise ConfigError(f"{out}: nothing to resume (no config.json); start without --resume")
         check_resume(read_json(out / CONFIG), cfg)
     loaded = _start_encoder(cfg, device)  # before anything is written: a bad source leaves no folder
+    created = not out.exists()
     if info.is_main:
         prepare_run_dir(out, resume=resume, overwrite=False)
         if not resume:
             write_run_info(out, to_dict(cfg), info.world_size)
+    try:
+        return _train(cfg, out, info, task, loaded, micro, accum, resume=resume)
+    except Exception:
+        if created and info.is_main and latest_checkpoint(out) is None:  # a start that failed leaves nothing
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _train(
+    cfg: FinetuneConfig,
+    out: Path,
+    info: distributed.DistInfo,
+    task: _Task,
+    loaded: LoadedEncoder,
+    micro: int,
+    accum: int,
+    *,
+    resume: bool,
+) -> FinetuneResult:
+    device = str(info.device)
     head_cfg = HeadConfig(
         kind=cfg.head,
         input="tokens" if cfg.head == "attentive" else "mean",

@@ -7,7 +7,9 @@
 * ``export.py`` — the Hugging Face hub layout (``levjepa export``);
 * ``hub.py`` — ``LeVJEPAModel`` and ``from_pretrained`` (the official calling convention), and the
   registration with transformers' ``AutoModel`` (``transformers_auto.py``);
-* ``deploy.py`` — the clip encoder and the streaming step as ONNX or ``torch.export`` graphs.
+* ``deploy.py`` — the clip encoder and the streaming step as ONNX or ``torch.export`` graphs;
+* ``classifier.py`` — a classifier directory (a kept probe or a fine-tuned classifier: head, labels,
+  protocol, the fingerprint of the encoder it reads), read back into ``levjepa.model.classifier``.
 
 Evaluation, extraction and the commands read weights only through this package.
 """
