@@ -118,10 +118,19 @@ def test_bad_index_tasks_are_one_line(tmp_path, capsys, monkeypatch):
     one.write_text("train0.mp4 0\ntrain3.mp4 0\n")
     unseen = media / "unseen.txt"
     unseen.write_text("train0.mp4 0\ntrain1.mp4 7\n")
-    for split_files, msg in (((one, train), "need >= 2 classes"), ((train, unseen), "never occur in TRAIN")):
+    broken = media / "broken.txt"
+    for name in ("x.mp4", "y.mp4", "z.mp4"):
+        (media / name).write_bytes(b"not a video")
+    broken.write_text("x.mp4 0\ny.mp4 1\nz.mp4 2\n")
+    cases = (
+        ((one, train), "need >= 2 classes"),
+        ((train, unseen), "never occur in TRAIN"),
+        ((broken, train), "none of the 3 file(s)"),
+    )
+    for split_files, msg in cases:
         before = sorted(p.name for p in run.rglob("*"))
         task = "index:" + ",".join(map(str, split_files))
-        assert main(["probe", str(run), "--task", task, "--no-baseline", "--workers", "0"]) == 2
+        assert main(["probe", str(run), "--task", task, "--no-baseline", "--workers", "0", "--size", "16"]) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and msg in err
         assert sorted(p.name for p in run.rglob("*")) == before

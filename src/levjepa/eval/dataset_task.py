@@ -91,7 +91,16 @@ class DatasetTask:
         if self.bad_files is not None:
             for p in self.stores[name].values():
                 self.bad_files.extend(BadFileReport.read(p / "bad_files.json").files.items())  # warns once per file
-        return {s: StoreSource(FeatureStore(p)) for s, p in self.stores[name].items()}
+        sources: dict[str, FeatureSource] = {s: StoreSource(FeatureStore(p)) for s, p in self.stores[name].items()}
+        for split, src in sources.items():
+            if len(src) == 0:
+                for other in sources.values():
+                    other.close()
+                raise DataError(
+                    f"unreadable: none of the {len(self.splits[split])} file(s) of {self.paths[split]} could be read "
+                    f"(reasons in {self.stores[name][split] / 'bad_files.json'})"
+                )
+        return sources
 
     def info(self) -> dict[str, Any]:
         return {
