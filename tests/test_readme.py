@@ -1,0 +1,190 @@
+"""The README's documented paths run as written (issue 27): every ``levjepa`` command line of its bash blocks
+and its command table is accepted by the command's own parser (options, choices, config keys), a tiny set of
+them runs end to end, and its Python blocks, read from README.md itself, run as scripts (in a fresh process:
+the pretraining block starts loader workers that re-import the script) on tiny inputs.
+
+The tiny inputs are what the README's placeholders name (``DIR``, ``RUN``, ``video``, ``clip.mp4``, ...), made
+here; the pretraining block runs with the tiny test overrides in place of its ``train.steps=100`` (the block
+as written, 100 steps of the demo, is the ``slow`` variant)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from levjepa.cli import main
+from levjepa.commands import COMMANDS, MODULES, _parse, _Parser
+from test_extract import _video
+from train_utils import TINY
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+SRC = str(ROOT / "src")
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+
+
+def _command_lines() -> list[list[str]]:
+    """Every levjepa invocation of the bash blocks and the command table, as argument lists after the command."""
+    lines: list[str] = []
+    for block in _blocks("bash"):
+        lines += block.replace("\\\n", " ").splitlines()
+    rows = [line for line in README.splitlines() if line.startswith("| `")]  # the command table
+    table = [span for row in rows for span in re.findall(r"`([^`]*levjepa [^`]*)`", row.split(" | ")[0])]
+    lines += [t.replace("[", "").replace("]", "").replace("...", "").replace("NAME", "demo-cpu") for t in table]
+    found = []
+    for line in lines:
+        if "$" in line or line.lstrip().startswith("#"):  # the sbatch script: its variables, its comments
+            continue
+        for part in re.split(r"&&|;", line.split("  #")[0]):
+            words = shlex.split(part, comments=True)
+            if "levjepa" in words:
+                found.append([w for w in words[words.index("levjepa") + 1 :] if w != "k=v"])
+    return [f for f in found if f and f[0] in COMMANDS]
+
+
+COMMAND_LINES = _command_lines()
+
+
+def test_the_readme_documents_every_command():
+    assert {line[0] for line in COMMAND_LINES} == set(COMMANDS)
+
+
+@pytest.mark.parametrize("argv", COMMAND_LINES, ids=[" ".join(a)[:60] for a in COMMAND_LINES])
+def test_every_documented_command_line_parses(argv):
+    import importlib
+
+    command, rest = argv[0], argv[1:]
+    module = importlib.import_module(f"levjepa.commands.{MODULES.get(command, command)}")
+    parser = _Parser(prog=f"levjepa {command}")
+    module.add_arguments(parser)
+    args = _parse(parser, rest)
+    if command == "pretrain" and args.resume is None:  # the config it names resolves (keys and values valid)
+        from levjepa.commands.pretrain import resolve_config
+
+        overrides = [o for o in args.overrides if "=" in o]
+        if args.config is None:
+            resolve_config(args.preset or "demo-cpu", overrides, None)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny run, its export, two videos and an index: what the README's placeholders stand for."""
+    root = tmp_path_factory.mktemp("readme")
+    run = root / "run"
+    assert (
+        main(["pretrain", "--preset", "demo-cpu", *TINY, "train.steps=2", "--run-dir", str(run), "--no-progress"]) == 0
+    )
+    videos = root / "videos"
+    videos.mkdir()
+    _video(videos / "video1.mp4", 40, h=32, w=32)
+    _video(videos / "video2.mp4", 30, h=32, w=32)
+    (root / "train.txt").write_text(f"{videos / 'video1.mp4'} 0\n{videos / 'video2.mp4'} 1\n")
+    return root
+
+
+def _script(tmp_path: Path, code: str, name: str = "block.py", timeout: float = 600) -> str:
+    script = tmp_path / name
+    script.write_text(code)
+    env = {"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, env=env,
+                         timeout=timeout)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def _pretrain_block() -> str:
+    (block,) = [b for b in _blocks("python") if "from levjepa.train import pretrain" in b]
+    return block
+
+
+def test_the_pretraining_block_runs_as_a_script_with_tiny_overrides(tmp_path):
+    block = _pretrain_block()
+    assert 'if __name__ == "__main__":' in block and '["train.steps=100"]' in block
+    fast = block.replace('["train.steps=100"]', repr([*TINY, "train.steps=2", "data.num_workers=1"]))
+    out = _script(tmp_path, fast).splitlines()
+    # 16 frames in tubelets of 2 (demo-cpu's), 32 px in 8-px patches: 8 x 4 x 4 tokens of dim 32
+    assert out[0] == "torch.Size([2, 32]) torch.Size([2, 128, 32]) torch.Size([2, 128, 3])"
+    assert 0.9 < float(out[1]) < 1.3  # SIGReg's null value on Gaussian input
+    assert "test" in "\n".join(out[2:]).lower()  # the probe table
+    assert (tmp_path / "runs" / "demo" / "checkpoints" / "latest").is_file()
+
+
+@pytest.mark.slow
+def test_the_pretraining_block_runs_as_written(tmp_path):
+    out = _script(tmp_path, _pretrain_block(), timeout=1800)
+    assert "torch.Size([2, 192])" in out.splitlines()[0]
+
+
+def test_the_hub_block_runs_on_an_export(tiny, tmp_path):
+    (block,) = [b for b in _blocks("python") if "levjepa.from_pretrained" in b]
+    export = tmp_path / "export"
+    assert main(["export", str(tiny / "run"), "--out", str(export)]) == 0
+    preamble = "import torch\nvideo = torch.randn(1, 3, 4, 32, 32)\n"  # what the block calls `video`
+    checks = "\nassert out.last_hidden_state.shape == (1, 1 + 2 * 16, 32)\n"  # tubelets of 2 frames, 4 x 4 patches
+    checks += "auto = model(pixel_values=video).last_hidden_state\n"  # AutoModel computes what levjepa's does
+    checks += "assert torch.allclose(auto, out.last_hidden_state, atol=1e-6)\nprint('ok')\n"
+    assert _script(tmp_path, preamble + block.replace('"DIR"', repr(str(export))) + checks).strip() == "ok"
+
+
+def test_the_feature_reading_block_reads_what_extract_and_probe_wrote(tiny, tmp_path, capsys):
+    (block,) = [b for b in _blocks("python") if "PER_VIDEO/video1.npy" in b]
+    run, videos = str(tiny / "run"), str(tiny / "videos")
+    small = ["--window", "4", "--stride", "4", "--size", "32", "--workers", "0", "--no-progress"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert (
+            main(["extract", run, videos, "--out", str(tmp_path / "PER_VIDEO"), "--format", "per_video", *small]) == 0
+        )
+        assert main(["extract", run, videos, "--out", str(tmp_path / "DIR"), "--format", "npy", "--patch", *small]) == 0
+        from levjepa.data import list_media
+        from levjepa.eval.feature_store import StoreConfig, build_store
+        from levjepa.formats.load import load_encoder
+
+        encoder = load_encoder(run).encoder
+        build_store(encoder, list_media(str(tiny / "train.txt")), tmp_path / "STORE",
+                    StoreConfig(frames=4, size=32, workers=0))  # fmt: skip
+    checks = "\nprint(feats.shape, len(rows), patches.dtype, tokens.dtype)\n"
+    out = _script(tmp_path, block + checks).split()
+    assert out[0:2] == ["(5,", "32)"] and int(out[2]) == 5 + 4  # video1: 20 kept frames, 5 windows; video2: 4
+    assert out[3:] == ["float16", "float16"]
+    assert np.load(tmp_path / "PER_VIDEO" / "video1.npy").shape == (5, 32)
+
+
+def test_the_documented_commands_run_on_a_tiny_input(tiny, tmp_path, capsys):
+    run, video = str(tiny / "run"), str(tiny / "videos" / "video1.mp4")
+    index = str(tiny / "train.txt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["stream", run, video, "--window", "4"]) == 0
+        assert main(["visualize", run, video, "--out", str(tmp_path / "vis"), "--frames", "4", "--size", "32"]) == 0
+        assert main(["select", run]) == 0
+        assert main(["data", "check", str(tiny / "videos")]) == 0
+        assert main(["flops"]) == 0
+        assert main(["pretrain", "--resume", run, "train.steps=3", "--no-progress"]) == 0
+    assert json.loads((tiny / "run" / "config.json").read_text())["train"]["steps"] == 3
+    assert (tmp_path / "vis" / "visualize.png").is_file() and index
+
+
+@pytest.mark.slow  # the ONNX export takes about 40 s here
+def test_the_onnx_streaming_block_runs_on_an_onnx_export(tiny, tmp_path):
+    (block,) = [b for b in _blocks("python") if "stream_step.onnx" in b]
+    run, export = tmp_path / "run", tmp_path / "DIR"  # the block streams tubelets of one frame
+    args = ["pretrain", "--preset", "demo-cpu", *TINY, "model.tubelet=1", "train.steps=1", "--run-dir", str(run)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main([*args, "--no-progress"]) == 0
+        assert main(["export", str(run), "--out", str(export), "--format", "onnx", "--window", "4"]) == 0
+    (tmp_path / "clip.mp4").symlink_to(tiny / "videos" / "video2.mp4")
+    out = _script(tmp_path, block).splitlines()
+    assert [int(line.split()[0]) for line in out] == list(range(30))  # one CLS readout per frame
