@@ -96,7 +96,7 @@ def test_finetune_resumes_bit_exactly_and_classifies(tmp_path, task, monkeypatch
 
 def test_bad_input_is_one_line_and_leaves_the_source_alone(tmp_path, task, capsys):
     run = make_run_dir(tmp_path, steps=(5,))
-    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}  # nothing below writes into the source run
     args = ["finetune", str(run), "--task", task, "--device", "cpu", *RECIPE]
     assert main([*args, "--out", str(run / "ft")]) == 2
     err = capsys.readouterr().err.strip()
@@ -110,6 +110,14 @@ def test_bad_input_is_one_line_and_leaves_the_source_alone(tmp_path, task, capsy
     assert main([*args, "--out", str(tmp_path / "o2"), "steps=1", "eval_every=1", "checkpoint_every=1"]) == 0
     assert main([*args, "--out", str(tmp_path / "o2"), "--resume", "steps=2", "lr=0.1"]) == 2
     assert "--resume may change only" in capsys.readouterr().err
+    # LP-FT from a kept probe: its head must be the one asked for
+    probe = ["probe", str(run), "--task", task, "--no-baseline", "--workers", "0", "--size", "16", "--frames", "4"]
+    assert main([*probe, "--probe", "linear", "--set", "linear_epochs=1", "--features", str(tmp_path / "f")]) == 0
+    kept = run / "probes" / "labels" / "linear"
+    assert main([*args, "--out", str(tmp_path / "o3"), f"head_from={kept}"]) == 2  # attentive asked
+    assert "head_from=" in capsys.readouterr().err and not (tmp_path / "o3").exists()
+    lp_ft = [*args, "--out", str(tmp_path / "o4"), "--head", "linear", f"head_from={kept}", "steps=1"]
+    assert main([*lp_ft, "eval_every=1", "checkpoint_every=1"]) == 0
 
 
 def test_recipe_pieces():

@@ -32,6 +32,7 @@ class FinetuneConfig:
     size: int = 224
     head: Literal["attentive", "linear"] = "attentive"
     head_depth: int = 1
+    head_from: str | None = None  # start the head from a kept probe (linear-probe-then-fine-tune, LP-FT)
     steps: int = 1000
     batch_size: int = 16  # effective batch: micro_batch x micro-batches x ranks
     micro_batch: int = 0  # clips per forward on one rank; 0 = batch_size / ranks (no accumulation)

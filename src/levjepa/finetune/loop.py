@@ -53,7 +53,16 @@ from levjepa.eval.protocols import PROTOCOLS, read_labelled
 from levjepa.finetune.clips import TrainClips
 from levjepa.finetune.config import FinetuneConfig, check_resume
 from levjepa.finetune.recipe import DropPath, lr_at, mix, param_groups, soft_targets
-from levjepa.formats.classifier import ClassifierRecord, Protocol, id2label, weights_fingerprint, write_classifier
+from levjepa.formats.classifier import (
+    HEAD_WEIGHTS,
+    ClassifierRecord,
+    Protocol,
+    id2label,
+    load_classifier,
+    read_classifier,
+    weights_fingerprint,
+    write_classifier,
+)
 from levjepa.formats.export import write_export
 from levjepa.formats.load import LoadedEncoder, load_encoder, random_encoder
 from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
@@ -62,7 +71,7 @@ from levjepa.train.checkpoint import TrainerState, latest_checkpoint, load_check
 from levjepa.train.ema import EMA
 from levjepa.train.report import MetricsLogger
 from levjepa.train.run_dir import prepare_run_dir, write_run_info
-from levjepa.weights import CONFIG, read_json, truncate_metrics, write_json
+from levjepa.weights import CONFIG, load_tensors, read_json, truncate_metrics, write_json
 
 __all__ = ["FinetuneResult", "finetune"]
 
@@ -125,6 +134,21 @@ def _start_encoder(cfg: FinetuneConfig, device: str) -> LoadedEncoder:
         p.requires_grad_(True)
     loaded.encoder = enc.to(device)
     return loaded
+
+
+def _probe_head(path: str, want: HeadConfig) -> tuple[HeadConfig, torch.nn.Module]:
+    """The head of the kept probe at ``path`` (LP-FT: Kumar et al., ICLR 2022, fine-tune from a trained
+    probe), read in float32; refused unless it is a head of the same kind and size for the same classes."""
+    rec = read_classifier(path)
+    got = dataclasses.replace(rec.head, token_dtype="float32")
+    if (got.kind, got.dim, got.num_classes) != (want.kind, want.dim, want.num_classes):
+        raise ConfigError(
+            f"head_from={path}: a {got.kind} head of width {got.dim} for {got.num_classes} classes; this fine-tuning "
+            f"needs a {want.kind} head of width {want.dim} for {want.num_classes} (--head, the task's classes)"
+        )
+    head = build_head(got)
+    head.load_state_dict(load_tensors(Path(path) / HEAD_WEIGHTS)[0])
+    return got, head
 
 
 def _check_out(cfg: FinetuneConfig, out: Path) -> None:
@@ -222,7 +246,10 @@ def _train(
         num_classes=len(task.labels),
         depth=cfg.head_depth,
     )
-    model = VideoClassifier(loaded.encoder, head_cfg, build_head(head_cfg, make_generator(cfg.seed, "head")))
+    head = build_head(head_cfg, make_generator(cfg.seed, "head"))
+    if cfg.head_from is not None:
+        head_cfg, head = _probe_head(cfg.head_from, head_cfg)
+    model = VideoClassifier(loaded.encoder, head_cfg, head)
     model = model.to(device).train()
     groups = param_groups(model, cfg)
     opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=False)
@@ -285,8 +312,6 @@ def _train(
             logger.close()
     test = None
     if info.is_main and "test" in task.splits:
-        from levjepa.formats.classifier import load_classifier
-
         best = load_classifier(out / BEST, device=device)
         test = _evaluate(best.model, task, "test", cfg, device)
     if info.is_main:
@@ -368,5 +393,15 @@ def train_step(
 
 
 def _recipe(cfg: FinetuneConfig) -> dict[str, Any]:
-    keys = ("lr", "layer_decay", "weight_decay", "drop_path", "label_smoothing", "mixup", "keep_ratio", "batch_size")
+    keys = (
+        "lr",
+        "layer_decay",
+        "weight_decay",
+        "drop_path",
+        "label_smoothing",
+        "mixup",
+        "keep_ratio",
+        "batch_size",
+        "head_from",
+    )
     return {k: getattr(cfg, k) for k in keys}
