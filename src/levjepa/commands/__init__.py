@@ -126,7 +126,7 @@ def _message(err: BaseException) -> str:
     if _system_error(err):
         assert isinstance(err, OSError)
         where = err.filename if err.filename is not None else "a file"
-        return f"{where}: {(err.strerror or str(err)).lower()}: {_SYSTEM_ERRORS[err.errno]}"
+        return f"{where}: {(err.strerror or str(err)).lower()}: {_SYSTEM_ERRORS.get(err.errno or 0, '')}"
     if isinstance(err, OSError) and err.filename is not None and err.strerror:
         return f"{err.filename}: {err.strerror.lower()}"
     return str(err) or type(err).__name__
