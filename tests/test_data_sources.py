@@ -98,6 +98,8 @@ def test_an_index_with_class_name_labels_is_read_with_its_label_map(tmp_path):
     items, classes = read_index_labels(train)
     assert classes == {"left": 0, "right": 1}
     assert [(Path(it.path).name, it.label) for it in items] == [("a.mp4", 1), ("b.mp4", 0), ("c d.mp4", 0)]
+    # without a shared map the names get no number: a split numbered alone could disagree with another
+    assert [it.label for it in parse_index(train)] == [None, None, None] and len(list_media(str(train))) == 3
     val = tmp_path / "val.txt"
     val.write_text("clips/e.mp4 up\nclips/f.mp4 right\n")
     items, merged = read_index_labels(val, classes)  # the training split's numbers, a new name after them

@@ -104,8 +104,10 @@ def _list_folder(root: Path) -> list[MediaItem]:
 
 
 def parse_index(path: str | os.PathLike) -> list[MediaItem]:
-    """Parse a V-JEPA index file (``path label`` rows, no header; see the module docstring)."""
-    return read_index_labels(path)[0]
+    """Parse a V-JEPA index file (``path label`` rows, no header; see the module docstring). Rows labelled by
+    class name come back unlabelled (``None``): their numbers depend on the map a caller shares across splits,
+    which :func:`read_index_labels` takes and returns."""
+    return _read_index(Path(path))[0]
 
 
 def read_index_labels(
