@@ -28,9 +28,9 @@ Design:
   once. Patterns that need no mask get none: bidirectional without a window is ``None`` (SDPA's fastest
   kernels). When every clip keeps the whole grid (no dropping: evaluation, extraction, ρ = 0) the token
   metadata is the same for every clip and the bias is ``[1, 1, L, L]``, broadcast over the batch, instead
-  of one ``[B, 1, L, L]`` copy per clip (at 16×224², L = 3137: 39 MiB in float32 rather than 39 MiB per
-  clip and per layer). Block-causal with dropping is per clip, ``[B, 1, L, L]`` — small at the kept
-  lengths (158 and 30 tokens at ρ = 0.95).
+  of one ``[B, 1, L, L]`` copy per clip (at 16×224², L = 3137: 38 MiB in float32, where SDPA's own
+  conversion kept 38 MiB per clip and per layer). Block-causal with dropping is per clip,
+  ``[B, 1, L, L]`` — small at the kept lengths (158 and 30 tokens at ρ = 0.95).
 * One implementation on every device: ``F.scaled_dot_product_attention`` with that bias broadcast over
   heads. On CUDA, SDPA picks a fused kernel that accepts arbitrary masks (memory-efficient attention);
   without a mask it can take the flash kernel. Attention scores are ~2 % of the encoder's FLOPs at
