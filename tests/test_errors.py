@@ -87,7 +87,7 @@ def test_cuda_asked_for_without_cuda_is_one_line(tmp_path, capsys):
 @pytest.mark.parametrize(("code", "advice"), [(errno.ENOSPC, "free space"), (errno.EROFS, "read-only")])
 def test_a_full_disk_or_a_read_only_file_system_is_one_line_naming_the_path(
     tmp_path, capsys, monkeypatch, code, advice
-):  # noqa: E501
+):
     import levjepa.train.run_dir as run_dir
 
     def refuse(path, data):
