@@ -5,7 +5,9 @@ for the pretraining loader): workers come from a clean single-threaded server, n
 process, whose other threads (tqdm's monitor, queue feeders, a trainer's CUDA context) may hold locks at
 fork time and deadlock a forked child; ``spawn`` where the platform has no forkserver. **Start-up**
 (:func:`worker_init`): FFmpeg's own log is silenced, since a worker reports a broken file as a reason string
-(``levjepa.data.badfiles``) and FFmpeg's messages about it would flood the log.
+(``levjepa.data.badfiles``) and FFmpeg's messages about it would flood the log; SIGTERM and SIGUSR1 are
+ignored, since SLURM signals every process of a job step and the main process, which stops the run cleanly
+at the end of the step (``levjepa.train.preemption``), still needs its workers until then.
 
 * :func:`decode_in_workers` — ``dataset[0], dataset[1], …`` in order from a ``DataLoader``'s workers, two
   items ahead per worker (feature stores, extraction);
@@ -16,6 +18,7 @@ fork time and deadlock a forked child; ``spawn`` where the platform has no forks
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -34,6 +37,8 @@ def worker_init(_: int = 0) -> None:
     import av
 
     av.logging.set_level(None)
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_IGN)  # the main process decides when the run stops; it ends its workers
 
 
 def decode_in_workers(dataset: Dataset[Any], workers: int) -> Iterator[Any]:
