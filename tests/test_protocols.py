@@ -170,3 +170,17 @@ def test_the_readme_index_command_runs_with_its_defaults(tmp_path, monkeypatch, 
     for label in ("attentive", "linear (mean)", "linear (CLS)", "kNN (CLS)"):
         assert f"| labels | {label} |" in text
     assert (tmp_path / "features").is_dir()
+
+
+def test_index_files_labelled_by_class_name_share_the_training_split_map(tmp_path):
+    """Kinetics-style lists (``path left``): names numbered in sorted order, validation numbered as training."""
+    from levjepa.eval.protocols import read_labelled
+
+    for name in ("a.mp4", "b.mp4", "c.mp4"):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "train.txt").write_text("a.mp4 right\nb.mp4 left\nc.mp4 up\n")
+    (tmp_path / "val.txt").write_text("c.mp4 left\na.mp4 up\n")
+    train, classes = read_labelled(tmp_path / "train.txt")
+    assert classes == {"left": 0, "right": 1, "up": 2} and [it.label for it in train] == [1, 0, 2]
+    val, same = read_labelled(tmp_path / "val.txt", classes=classes)
+    assert same == classes and [it.label for it in val] == [0, 2]

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from levjepa.config import check
 from levjepa.data import DataError
-from levjepa.data.sources import MediaItem, media_kind, parse_index
+from levjepa.data.sources import MediaItem, media_kind, read_index_labels
 
 __all__ = ["PROTOCOLS", "Protocol", "read_labelled"]
 
@@ -158,8 +158,9 @@ def read_labelled(
     classes: dict[str, int] | None = None,
     labels_file: str | os.PathLike | None = None,
 ) -> tuple[list[MediaItem], dict[str, int] | None]:
-    """Labelled items of one split file, and the class-name map (None for index files, whose labels are
-    integers already). ``classes`` from the training split keeps validation's indices consistent (Kinetics).
+    """Labelled items of one split file, and the class-name map (None for index files with integer labels).
+    ``classes`` from the training split keeps validation's indices consistent (Kinetics, and index files
+    labelled by class name, ``path left``).
     Format by content: a JSON list (Something-Something v2), a CSV whose header has ``youtube_id``
     (Kinetics), otherwise a ``path label`` index. Every row must carry a label."""
     p = Path(path)
@@ -171,7 +172,7 @@ def read_labelled(
     elif "youtube_id" in head.splitlines()[0] if head else False:
         items, names = _read_kinetics_csv(p, video_root, classes)
     else:
-        items, names = parse_index(p), None
+        items, names = read_index_labels(p, classes)  # integer labels, or class names numbered in sorted order
     unlabeled = [it.path for it in items if it.label is None]
     if unlabeled:
         raise DataError(f"unreadable: {p}: {len(unlabeled)} row(s) have no integer label, e.g. {unlabeled[0]!r}")
