@@ -48,7 +48,7 @@ class FinetuneConfig:
     mixup: float = 0.0  # Beta(alpha, alpha) of mixup; 0 = off (VideoMAE: 0.8)
     keep_ratio: float = 1.0  # tokens kept per clip during training (1 = every token)
     crop_scale: tuple[float, float] = (0.4, 1.0)  # random resized crop, area fraction of the square
-    flip_p: float = 0.5
+    flip_p: float = 0.5  # 0 where a mirror image is another class (digits, text: bench/finetune.md)
     seed: int = 0
     eval_every: int = 100
     checkpoint_every: int = 100
