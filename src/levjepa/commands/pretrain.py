@@ -189,7 +189,7 @@ def evaluate_run(cfg: PretrainConfig, run_dir: Path) -> dict[str, Any]:
         "pretrained (EMA)": load_encoder(run_dir, weights="ema").encoder,
         "random init": random_encoder(cfg.model, seed=cfg.train.seed).encoder,
     }
-    evaluation = EvalConfig(budget=cfg.train.eval_budget, seed=cfg.train.seed)
+    evaluation = EvalConfig(budget=cfg.train.eval_budget, seed=cfg.train.seed, progress=True)  # lines off a tty
     result = evaluate_benchmark(encoders, cfg.data.synthetic, evaluation)
     data = result.to_json()
     write_json(run_dir / PROBE_RESULTS, data)

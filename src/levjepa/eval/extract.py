@@ -53,7 +53,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -63,7 +62,6 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
-from tqdm import tqdm
 
 from levjepa import distributed
 from levjepa.config import check, to_dict
@@ -74,6 +72,7 @@ from levjepa.data.workers import decode_in_workers
 from levjepa.eval.feature_writer import save_npy, write_shard
 from levjepa.eval.features import encoder_fingerprint as weights_fingerprint
 from levjepa.eval.features import frozen_eval
+from levjepa.eval.progress import Progress
 from levjepa.infer.stream import StreamingEncoder
 from levjepa.model.vit import VideoEncoder
 from levjepa.weights import atomic_write_text
@@ -470,26 +469,6 @@ def _open_output(out: Path, sig: dict[str, Any], *, overwrite: bool, is_main: bo
     distributed.barrier()
 
 
-class _Lines:
-    """Progress off a terminal (module doc): a line every ``every`` seconds and at the end, on stderr."""
-
-    def __init__(self, total: int, show: bool, every: float = 30.0) -> None:
-        self.total, self.show, self.every = total, show, every
-        self.done = 0
-        self.start = self.last = time.perf_counter()
-
-    def update(self, rows: int, *, final: bool = False) -> None:
-        self.done += not final
-        now = time.perf_counter()
-        if self.show and (final or now - self.last >= self.every):
-            rate = self.done / max(now - self.start, 1e-9)
-            eta = (self.total - self.done) / rate if rate > 0 else float("nan")
-            eta_s = f"{int(eta // 60)}m{int(eta % 60):02d}s" if eta == eta else "?"
-            print(f"extract: {self.done}/{self.total} files  {rows} rows  {rate:.1f} files/s  eta {eta_s}",
-                  file=sys.stderr, flush=True)  # fmt: skip
-            self.last = now
-
-
 def extract(
     encoder: VideoEncoder,
     source: str | list[str],
@@ -527,8 +506,7 @@ def extract(
     if per_video and (out / f"bad_files-{rank}.json").is_file():
         report.merge(BadFileReport.read(out / f"bad_files-{rank}.json"))
     batcher = _Batcher(encoder, writer, cfg, device)
-    bar = tqdm(total=len(order), desc="extract", unit="file", disable=None if progress else True)  # None: tty only
-    lines = _Lines(len(order), show=progress and bar.disable and rank == 0)
+    report_progress = Progress(len(order), "extract", "file", show=progress and rank == 0)
     with frozen_eval(encoder):
         for i, loaded, reason in decode_in_workers(_Loaded(items, order, cfg, encoder.cfg.patch_size), cfg.workers):
             item = items[i]
@@ -542,12 +520,10 @@ def extract(
                 if isinstance(writer, _PerVideoWriter):
                     batcher.flush()
                     writer.finish(names[i])
-            bar.update(1)
-            lines.update(writer.rows)
+            report_progress.update(1, f"{writer.rows} rows")
         batcher.flush()
-    bar.close()
     writer.close()
-    lines.update(writer.rows, final=True)
+    report_progress.close(f"{writer.rows} rows")
     rows = -1  # known on rank 0 only
     if per_video:
         distributed.barrier()

@@ -66,6 +66,7 @@ from levjepa.data.eval_clip import load_eval_views
 from levjepa.data.workers import decode_in_workers
 from levjepa.eval.feature_writer import write_shard
 from levjepa.eval.features import encoder_fingerprint, frozen_eval
+from levjepa.eval.progress import Progress
 from levjepa.model.vit import VideoEncoder
 from levjepa.weights import atomic_write_text
 
@@ -240,11 +241,7 @@ def build_store(
     todo = [k for k in mine if not (out / f"index-{k:05d}.jsonl").is_file()]
     shards = {k: _Shard(k, k * cfg.shard_items, min(cfg.shard_items, len(items) - k * cfg.shard_items)) for k in todo}
     order = [i for k in todo for i in range(shards[k].first, shards[k].first + shards[k].remaining)]
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(order), desc=desc, unit="file", leave=False, disable=None)
+    bar = Progress(len(order), desc, "file", show=progress and rank == 0)
     pending: list[tuple[dict[str, Any], Tensor]] = []  # (row meta, one view) of the current shard
 
     def run(shard: _Shard) -> None:
@@ -273,10 +270,8 @@ def build_store(
                 run(shard)
                 shard.write(out)
                 del shards[shard.k]
-            if bar is not None:
-                bar.update(1)
-    if bar is not None:
-        bar.close()
+            bar.update(1)
+    bar.close()
     distributed.barrier()
     if rank == 0:
         _finish(out, manifest, n_shards)

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from levjepa.data.eval_clip import as_clip
 from levjepa.data.views import normalize
+from levjepa.eval.progress import Progress
 from levjepa.formats.classifier import weights_fingerprint
 from levjepa.model.vit import VideoEncoder
 from levjepa.weights import WeightsError, load_tensors, save_tensors
@@ -101,10 +102,7 @@ def compute_features(
         raise ValueError("compute_features: no clips (got an empty batch)")
     cls, mean, tokens = [], [], []
     starts = range(0, len(clips), batch_size)
-    if progress:
-        from tqdm import tqdm
-
-        starts = tqdm(starts, desc=desc, unit="batch", leave=False, disable=None)  # none when not a terminal
+    bar = Progress(len(clips), desc, "clip", show=progress)
     with frozen_eval(encoder):
         for i in starts:
             x = _normalize(clips[i : i + batch_size].to(device, non_blocking=True))
@@ -113,6 +111,8 @@ def compute_features(
             mean.append(out.patches.float().mean(1).cpu())
             if keep_tokens:
                 tokens.append(torch.cat([out.cls[:, None], out.patches], 1).to(torch.float16).cpu())
+            bar.update(len(x))
+    bar.close()
     return Features(torch.cat(cls), torch.cat(mean), torch.cat(tokens) if keep_tokens else None)
 
 

@@ -167,6 +167,7 @@ def read_labelled(
     if not p.is_file():
         raise DataError(f"missing: label file {p} does not exist")
     head = p.read_text(encoding="utf-8", errors="replace")[:4096].lstrip()
+    names: dict[str, int] | None
     if head.startswith("["):
         items, names = _read_ssv2_json(p, video_root, labels_file)
     elif "youtube_id" in head.splitlines()[0] if head else False:
