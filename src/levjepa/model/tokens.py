@@ -113,10 +113,9 @@ def sample_keep_idx(
 
     Per-clip keys are vectorised: one pass of integer ops over ``[batch, n]`` on the device, about 60 small
     kernels per view group. Drawing each clip from its own ``torch.Generator`` instead (a generator, a
-    ``rand``, a top-k and a sort per clip) costs the same on one CPU thread and ~2,500 kernel launches per
-    micro-batch on a GPU. Measured with ``python bench/accumulation.py --drop --rounds 15`` (128 clips ×
-    (3136 + 4 × 576) tokens, CPU time, one thread): keys 35 ms, per-clip generators 35 ms, one generator for
-    the batch 15 ms (but then a clip's tokens depend on its place in the batch).
+    ``rand``, a top-k and a sort per clip) costs as much on one CPU thread and ~2,500 kernel launches per
+    micro-batch on a GPU; one generator for the whole batch is cheaper, but then a clip's tokens depend on
+    its place in the batch. The costs, measured: ``bench/train.md`` § Keyed token dropping.
     """
     t, h, w = grid
     if mode == "uniform":
