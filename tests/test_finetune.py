@@ -155,3 +155,31 @@ def test_drop_path_drops_whole_block_updates_only_in_training():
     dp.remove()
     model.train()
     assert torch.equal(model(x), plain)
+
+
+def test_sigterm_during_finetune_checkpoints_exits_75_and_resumes_bit_exactly(tmp_path, task, monkeypatch):
+    """A scheduler's SIGTERM at step 1 (checkpoints every 2): the step finishes, a checkpoint of step 1 is
+    written, the command exits 75 (requeue), and --resume ends on the weights of an uninterrupted run."""
+    import os
+    import signal
+
+    run = make_run_dir(tmp_path, steps=(5,))
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    args = ["finetune", str(run), "--task", task, "--device", "cpu", *RECIPE]
+    assert main([*args, "--out", str(whole)]) == 0
+    original = ft_loop.train_step
+
+    def signalled_in_step_one(module, opt, batches, cfg, step, ctx):
+        out = original(module, opt, batches, cfg, step, ctx)
+        if step == 0:
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives while the step runs: handled after it
+        return out
+
+    monkeypatch.setattr(ft_loop, "train_step", signalled_in_step_one)
+    assert main([*args, "--out", str(cut)]) == 75
+    assert sorted(p.name for p in (cut / "checkpoints").iterdir() if p.is_dir()) == ["step_000001"]
+    monkeypatch.setattr(ft_loop, "train_step", original)
+    assert main([*args, "--out", str(cut), "--resume"]) == 0
+    a, _ = load_tensors(whole / "checkpoints/step_000004/model.safetensors")
+    b, _ = load_tensors(cut / "checkpoints/step_000004/model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -69,6 +69,7 @@ from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
 from levjepa.rng import make_generator
 from levjepa.train.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
 from levjepa.train.ema import EMA
+from levjepa.train.preemption import Preempted, StopSignals
 from levjepa.train.report import MetricsLogger
 from levjepa.train.run_dir import prepare_run_dir, write_run_info
 from levjepa.weights import CONFIG, load_tensors, read_json, truncate_metrics, write_json
@@ -278,34 +279,42 @@ def _train(
     ctx = StepContext(device, info.rank, head_cfg.num_classes, drop_path)
     t0, last = time.perf_counter(), state.step
     try:
-        for step in range(state.step, cfg.steps):
-            lr = lr_at(step, cfg)
-            total = train_step(module, opt, _micro_batches(stream, micro, accum, task, clips, bad), cfg, step, ctx)
-            done = step + 1
-            if logger is not None and (done % cfg.log_every == 0 or done == cfg.steps):
-                rate = (done - last) * cfg.batch_size / max(time.perf_counter() - t0, 1e-9)
-                t0, last = time.perf_counter(), done
-                rec = {"loss": total, "lr": lr, "clips_per_s": rate}
-                logger.log(done, rec)
-                print(f"step {done}/{cfg.steps}  loss {total:.4f}  lr {lr:.2e}  {rate:.1f} clips/s", file=sys.stderr)
-            if (done % cfg.eval_every == 0 or done == cfg.steps) and info.is_main:
-                val = _evaluate(model, task, "val", cfg, device)
-                if logger is not None:
-                    logger.log(done, {"val_acc": val})
-                print(f"step {done}/{cfg.steps}  val_acc {val:.1f}", file=sys.stderr)
-                if val > best_val:
-                    best_val, best_step = val, done
-                    _save_best(model, loaded, task, cfg, out, {"step": done, "val_acc": val, **_recipe(cfg)})
-            if (done % cfg.checkpoint_every == 0 or done == cfg.steps) and info.is_main:
-                extra = {"best_val": best_val, "best_step": best_step}
-                save_checkpoint(
-                    out,
-                    model=model,
-                    ema=ema,
-                    optimizer=opt,
-                    state=TrainerState(step=done, extra=extra),
-                    encoder_config=to_dict(loaded.config),
-                )
+        with StopSignals() as stop:
+            for step in range(state.step, cfg.steps):
+                lr = lr_at(step, cfg)
+                total = train_step(module, opt, _micro_batches(stream, micro, accum, task, clips, bad), cfg, step, ctx)
+                done = step + 1
+                if logger is not None and (done % cfg.log_every == 0 or done == cfg.steps):
+                    rate = (done - last) * cfg.batch_size / max(time.perf_counter() - t0, 1e-9)
+                    t0, last = time.perf_counter(), done
+                    rec = {"loss": total, "lr": lr, "clips_per_s": rate}
+                    logger.log(done, rec)
+                    print(
+                        f"step {done}/{cfg.steps}  loss {total:.4f}  lr {lr:.2e}  {rate:.1f} clips/s", file=sys.stderr
+                    )
+                if (done % cfg.eval_every == 0 or done == cfg.steps) and info.is_main:
+                    val = _evaluate(model, task, "val", cfg, device)
+                    if logger is not None:
+                        logger.log(done, {"val_acc": val})
+                    print(f"step {done}/{cfg.steps}  val_acc {val:.1f}", file=sys.stderr)
+                    if val > best_val:
+                        best_val, best_step = val, done
+                        _save_best(model, loaded, task, cfg, out, {"step": done, "val_acc": val, **_recipe(cfg)})
+                due = done % cfg.checkpoint_every == 0 or done == cfg.steps
+                stopped = done < cfg.steps and distributed.any_rank(stop.received is not None)  # pre-emption
+                if (due or stopped) and info.is_main:
+                    extra = {"best_val": best_val, "best_step": best_step}
+                    save_checkpoint(
+                        out,
+                        model=model,
+                        ema=ema,
+                        optimizer=opt,
+                        state=TrainerState(step=done, extra=extra),
+                        encoder_config=to_dict(loaded.config),
+                    )
+                if stopped:  # as pretrain: the step done, a checkpoint, one line, exit 75 (train.preemption)
+                    name = distributed.broadcast_object(stop.received or "a stop signal")
+                    raise Preempted(name, done, latest_checkpoint(out), out, is_main=info.is_main)
     finally:
         drop_path.remove()
         if logger is not None:
