@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,10 @@ def _teardown_worker(rank: int, world: int) -> tuple[list[str], list[str]]:
     DistributedDataParallel(torch.nn.Linear(3, 2))(torch.randn(4, 3)).sum().backward()
     running = _thread_names()
     distributed.teardown()
+    for _ in range(40):  # gloo's threads end asynchronously: give them 2 s (a group that outlives teardown never ends)
+        if not any("gloo" in name for name in _thread_names()):
+            break
+        time.sleep(0.05)
     return running, _thread_names()
 
 

@@ -239,6 +239,9 @@ def build_store(
     n_shards = math.ceil(len(items) / cfg.shard_items)
     mine = [k for k in range(rank, n_shards, world)]
     todo = [k for k in mine if not (out / f"index-{k:05d}.jsonl").is_file()]
+    for k in todo:  # a killed job's half-written temporaries of this rank's shards (atomic writes never finished)
+        for stale in out.glob(f".*-{k:05d}.*.tmp"):
+            stale.unlink(missing_ok=True)
     shards = {k: _Shard(k, k * cfg.shard_items, min(cfg.shard_items, len(items) - k * cfg.shard_items)) for k in todo}
     order = [i for k in todo for i in range(shards[k].first, shards[k].first + shards[k].remaining)]
     bar = Progress(len(order), desc, "file", show=progress and rank == 0)
