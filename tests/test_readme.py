@@ -115,7 +115,9 @@ def test_the_pretraining_block_runs_as_a_script_with_tiny_overrides(tmp_path):
     out = _script(tmp_path, fast).splitlines()
     # 16 frames in tubelets of 2 (demo-cpu's), 32 px in 8-px patches: 8 x 4 x 4 tokens of dim 32
     assert out[0] == "torch.Size([2, 32]) torch.Size([2, 128, 32]) torch.Size([2, 128, 3])"
-    assert 0.9 < float(out[1]) < 1.3  # SIGReg's null value on Gaussian input
+    # SIGReg on one unseeded Gaussian draw: its null value 1.05 up to the draw's noise (0.88 seen at N = 512);
+    # a statistic without its factor N (≈ 0.002) or scaled twice (≈ 500) fails
+    assert 0.6 < float(out[1]) < 1.6
     assert "test" in "\n".join(out[2:]).lower()  # the probe table
     assert (tmp_path / "runs" / "demo" / "checkpoints" / "latest").is_file()
 
