@@ -137,21 +137,32 @@ class _Views(Dataset[tuple[int, Tensor | None, str]]):
 
     def __getitem__(self, j: int) -> tuple[int, Tensor | None, str]:
         i = self.order[j]
-        it, cfg = self.items[i], self.cfg
-        try:
-            views = load_eval_views(
-                it.path,
-                num_frames=cfg.frames,
-                size=cfg.size,
-                patch=self.patch,
-                frame_stride=cfg.frame_stride,
-                segments=cfg.segments,
-                crops=cfg.crops,
-                kind=it.kind,
-            )
-        except (DataError, OSError, RuntimeError, ValueError) as err:
-            return i, None, str(err) or type(err).__name__
-        return i, views.permute(0, 4, 1, 2, 3).contiguous(), ""
+        cfg = self.cfg
+        views, reason = protocol_views(
+            self.items[i], self.patch, cfg.frames, cfg.size, cfg.frame_stride, cfg.segments, cfg.crops
+        )
+        return i, views, reason
+
+
+def protocol_views(
+    item: MediaItem, patch: int, frames: int, size: int, frame_stride: int, segments: int, crops: int
+) -> tuple[Tensor | None, str]:
+    """One item's test-time views ``[segments·crops, C, T, S, S]`` (uint8), or ``None`` and why it could not
+    be read (a worker reports a bad file, never raises)."""
+    try:
+        views = load_eval_views(
+            item.path,
+            num_frames=frames,
+            size=size,
+            patch=patch,
+            frame_stride=frame_stride,
+            segments=segments,
+            crops=crops,
+            kind=item.kind,
+        )
+    except (DataError, OSError, RuntimeError, ValueError) as err:
+        return None, str(err) or type(err).__name__
+    return views.permute(0, 4, 1, 2, 3).contiguous(), ""
 
 
 def _items_hash(items: list[MediaItem]) -> str:

@@ -24,8 +24,9 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from levjepa.data import BadFileReport, DataError, MediaItem, normalize
-from levjepa.data.eval_clip import load_eval_video, load_eval_views
+from levjepa.data.eval_clip import load_eval_video
 from levjepa.data.workers import decode_in_workers
+from levjepa.eval.feature_store import protocol_views
 from levjepa.formats.classifier import Protocol
 from levjepa.model.classifier import VideoClassifier
 
@@ -66,22 +67,13 @@ class _Views(Dataset[tuple[int, Tensor | None, Tensor | None, str]]):
 
     def __getitem__(self, i: int) -> tuple[int, Tensor | None, Tensor | None, str]:
         it, p = self.items[i], self.p
-        try:
-            if self.windows and it.kind == "video":
+        if self.windows and it.kind == "video":
+            try:
                 return (i, *_windows(it.path, p, self.patch), "")
-            views = load_eval_views(
-                it.path,
-                num_frames=p.frames,
-                size=p.size,
-                patch=self.patch,
-                frame_stride=p.frame_stride,
-                segments=p.segments,
-                crops=p.crops,
-                kind=it.kind,
-            )
-        except (DataError, OSError, RuntimeError, ValueError) as err:
-            return i, None, None, str(err) or type(err).__name__
-        return i, views.permute(0, 4, 1, 2, 3).contiguous(), None, ""
+            except (DataError, OSError, RuntimeError, ValueError) as err:
+                return i, None, None, str(err) or type(err).__name__
+        views, reason = protocol_views(it, self.patch, p.frames, p.size, p.frame_stride, p.segments, p.crops)
+        return i, views, None, reason
 
 
 def _windows(path: str, p: Protocol, patch: int) -> tuple[Tensor, Tensor]:
