@@ -61,7 +61,7 @@ from levjepa.data.shards import ShardSource, is_shard_store
 from levjepa.data.sources import SYNTHETIC, Decoded, FileSource, SyntheticSource, list_media
 from levjepa.data.video import hwaccel_status
 from levjepa.data.views import make_views, sample_view_params
-from levjepa.data.workers import start_context, worker_init
+from levjepa.data.workers import initializer, start_context
 from levjepa.rng import make_generator
 
 __all__ = [
@@ -337,7 +337,7 @@ class PretrainLoader:
             pin_memory=cfg.pin_memory and torch.cuda.is_available(),
             persistent_workers=cfg.persistent_workers and workers > 0,
             prefetch_factor=cfg.prefetch_factor if workers > 0 else None,
-            worker_init_fn=worker_init if workers > 0 else None,
+            worker_init_fn=initializer() if workers > 0 else None,
             multiprocessing_context=start_context(cfg.worker_start) if workers > 0 else None,
             # the base seed of the workers' torch RNG (unused: every draw has its own generator) comes from here,
             # not from the global RNG, which the loader would otherwise advance at each start by a random amount
@@ -377,8 +377,19 @@ class PretrainLoader:
         return batch
 
     def close(self) -> None:
-        """Stop the worker processes (they also stop when the loader is garbage-collected)."""
+        """Stop the worker processes now. Persistent workers otherwise live as long as the ``DataLoader``,
+        which a traceback or a reference cycle can keep until the interpreter exits (and they ignore the
+        SIGTERM with which multiprocessing ends a leftover worker at exit: ``levjepa.data.workers``)."""
         self._it = None
+        it, self.loader._iterator = self.loader._iterator, None  # the iterator a persistent loader keeps
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()  # what the iterator's __del__ does: a None to each worker, then join
+
+    def __enter__(self) -> PretrainLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def build_pretrain_loader(

@@ -7,7 +7,9 @@ fork time and deadlock a forked child; ``spawn`` where the platform has no forks
 (:func:`worker_init`): FFmpeg's own log is silenced, since a worker reports a broken file as a reason string
 (``levjepa.data.badfiles``) and FFmpeg's messages about it would flood the log; SIGTERM and SIGUSR1 are
 ignored, since SLURM signals every process of a job step and the main process, which stops the run cleanly
-at the end of the step (``levjepa.train.preemption``), still needs its workers until then.
+at the end of the step (``levjepa.train.preemption``), still needs its workers until then. The main process
+ends them itself: ``PretrainLoader.close``, and at exit SIGKILL for any that a leftover loader still holds;
+a worker of :func:`initializer` also ends when the main process does, a ``kill -9`` included.
 
 * :func:`decode_in_workers` — ``dataset[0], dataset[1], …`` in order from a ``DataLoader``'s workers, two
   items ahead per worker (feature stores, extraction);
@@ -17,28 +19,90 @@ at the end of the step (``levjepa.train.preemption``), still needs its workers u
 
 from __future__ import annotations
 
+import atexit
+import functools
 import multiprocessing as mp
+import os
+import select
 import signal
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from torch.utils.data import DataLoader, Dataset
 
-__all__ = ["decode_in_workers", "parallel_map", "start_context", "worker_init"]
+__all__ = ["decode_in_workers", "initializer", "parallel_map", "start_context", "worker_init"]
 
 
 def start_context(method: str = "forkserver") -> Any:
     """The multiprocessing context of ``method`` (``spawn`` where the platform does not offer it)."""
+    _end_leftover_workers_at_exit()
     return mp.get_context(method if method in mp.get_all_start_methods() else "spawn")
 
 
-def worker_init(_: int = 0) -> None:
-    """What every worker does first (see the module doc)."""
+@functools.cache
+def _end_leftover_workers_at_exit() -> None:
+    """At exit multiprocessing ends each daemon child still alive with SIGTERM and then joins it: a worker,
+    which ignores SIGTERM, would hold the exit forever (a ``DataLoader`` kept alive by a traceback or a
+    reference cycle leaves one). Registered after multiprocessing's own handler, this one runs first."""
+    atexit.register(_end_leftover_workers)
+
+
+def _end_leftover_workers(grace: float = 1.0) -> None:
+    """SIGTERM to every daemon child still alive, ``grace`` seconds to end, then SIGKILL."""
+    children = [p for p in mp.active_children() if p.daemon]
+    for p in children:
+        p.terminate()
+    deadline = time.monotonic() + grace
+    for p in children:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(grace)
+
+
+def worker_init(_: int = 0, main_pid: int | None = None) -> None:
+    """What every worker does first (see the module doc); with ``main_pid``, the worker also ends when that
+    process does (:func:`initializer`)."""
     import av
 
     av.logging.set_level(None)
     for sig in (signal.SIGTERM, signal.SIGUSR1):
         signal.signal(sig, signal.SIG_IGN)  # the main process decides when the run stops; it ends its workers
+    if main_pid is not None:
+        threading.Thread(target=_exit_with, args=(main_pid,), name="levjepa-main-watch", daemon=True).start()
+
+
+def initializer() -> Callable[..., None]:
+    """:func:`worker_init` bound to this process's pid, for the workers this process starts. A worker of the
+    forkserver is the server's child, not ours: PyTorch's own watch of the parent sees the server, which
+    lives as long as any of its children, so after a ``kill -9`` of this process its workers would live on."""
+    return functools.partial(worker_init, main_pid=os.getpid())
+
+
+def _exit_with(pid: int) -> None:
+    """End this process as soon as process ``pid`` has ended, however it ended."""
+    try:
+        handle = os.pidfd_open(pid)  # Linux ≥ 5.3: readable once the process has ended
+    except (AttributeError, OSError):
+        handle = None
+    if handle is not None:
+        select.select([handle], [], [])
+    else:
+        while _alive(pid):
+            time.sleep(1.0)
+    os._exit(0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def decode_in_workers(dataset: Dataset[Any], workers: int) -> Iterator[Any]:
@@ -52,7 +116,7 @@ def decode_in_workers(dataset: Dataset[Any], workers: int) -> Iterator[Any]:
         batch_size=None,
         num_workers=workers,
         multiprocessing_context=start_context(),
-        worker_init_fn=worker_init,
+        worker_init_fn=initializer(),
         prefetch_factor=2,
     )
     yield from loader
@@ -68,5 +132,5 @@ def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int, *
     items = list(items)
     if workers <= 1 or len(items) <= 1:
         return [fn(x) for x in tqdm(items, desc=desc, disable=None, leave=False)]
-    with ProcessPoolExecutor(max_workers=workers, mp_context=start_context(), initializer=worker_init) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=start_context(), initializer=initializer()) as pool:
         return list(tqdm(pool.map(fn, items, chunksize=1), total=len(items), desc=desc, disable=None, leave=False))

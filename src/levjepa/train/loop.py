@@ -225,6 +225,7 @@ def _train(trainer: Trainer, state: TrainState, *, resume: bool, progress: bool)
                 _stop_if_signalled(trainer, state, bad_files, stop, checkpointed=checkpointed)
     finally:
         report.close()
+        loader.close()  # its workers end here, not whenever the loader is collected
     return _finish(trainer, state, start, report.elapsed())
 
 
