@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Mapping
+import pickle
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -57,6 +59,7 @@ __all__ = [
     "is_ddp",
     "is_initialized",
     "is_main",
+    "main_rank_decides",
     "rank",
     "reduce_scalars",
     "resolve_device",
@@ -297,6 +300,44 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     box = [obj]
     dist.broadcast_object_list(box, src=src)
     return box[0]
+
+
+@contextmanager
+def main_rank_decides() -> Iterator[None]:
+    """``with main_rank_decides(): if is_main(): check()`` — the main rank's verdict, raised on every rank.
+
+    For checks only the main rank makes (a run directory's state, its lock): an exception the body raises
+    there is broadcast when the body ends, and every rank raises it, instead of the other ranks waiting
+    forever in their next collective. The main rank raises its own exception (its traceback kept); the others
+    an unpickled copy, the same type and message (a :class:`RuntimeError` naming them when the exception does
+    not survive pickling). Every rank must enter the block (it is one broadcast); alone it is a plain block.
+
+    Why not a quiet variant on the other ranks: the same exception on every rank is what a caller of the
+    Python API can catch on each, and it gives every rank the CLI's one-line message and exit status, so
+    torchrun's summary of the first failed rank names the real cause whichever rank it is. The price is that
+    line once per rank in a torchrun log.
+    """
+    mine: Exception | None = None
+    try:
+        yield
+    except Exception as err:  # every rank must reach the broadcast below
+        mine = err
+    verdict = broadcast_object(_portable(mine) if is_main() else None)
+    if mine is not None:
+        raise mine
+    if verdict is not None:
+        raise verdict
+
+
+def _portable(err: Exception | None) -> Exception | None:
+    """``err`` if a copy of it survives pickling (what a broadcast does to it), else a RuntimeError saying it."""
+    if err is None:
+        return None
+    try:
+        pickle.loads(pickle.dumps(err))
+        return err
+    except Exception:  # any failure to pickle or rebuild it: send its words instead
+        return RuntimeError(f"{type(err).__name__}: {err}")
 
 
 def any_rank(flag: bool) -> bool:

@@ -16,7 +16,8 @@ An existing, non-empty run directory is never overwritten silently: pass ``resum
 ``overwrite=True`` (delete it first). A resume's config is checked against the run's ``config.json`` before
 anything is written (:func:`levjepa.train.config.check_resume`), and a start that fails before its first
 metrics line or checkpoint removes the directory it created (:func:`run_directory`), so the same command can
-simply be run again. Files are written atomically and follow the umask (``levjepa.weights``).
+simply be run again. Under ``torchrun`` the main rank makes these checks and every rank raises its refusal
+(``distributed.main_rank_decides``). Files are written atomically and follow the umask (``levjepa.weights``).
 
 One process runs a run directory at a time (:class:`RunLock`): the main rank holds an ``fcntl`` lock on
 ``RUN_DIR/.lock`` for the run's life, so a second ``--resume`` of a live run (a requeued job overlapping its
@@ -229,19 +230,21 @@ def _open(
     path = Path(distributed.broadcast_object(str(path)))
     created = ""
     lock = RunLock(path)
-    if info.is_main:
-        existed = path.exists()
-        if overwrite and (path / LOCK).is_file():
-            RunLock(path).acquire().release()  # never delete a directory a live run is writing
-        prepare_run_dir(path, resume=resume, overwrite=overwrite)
-        if resume:  # a refused resume leaves the directory as it was, its lock file included
-            check_resume(read_json(path / CONFIG), cfg)
-            _check_world_size(path, cfg, info.world_size)
-            _check_steps(path, cfg)
-        else:
-            created = "emptied" if existed else "created"
-        lock.acquire()
-    distributed.barrier()
+    # the main rank checks and every rank raises its refusal (a barrier after a main-only check left the
+    # other ranks waiting there forever); the broadcast is also the barrier the ranks wait at
+    with distributed.main_rank_decides():
+        if info.is_main:
+            existed = path.exists()
+            if overwrite and (path / LOCK).is_file():
+                RunLock(path).acquire().release()  # never delete a directory a live run is writing
+            prepare_run_dir(path, resume=resume, overwrite=overwrite)
+            if resume:  # a refused resume leaves the directory as it was, its lock file included
+                check_resume(read_json(path / CONFIG), cfg)
+                _check_world_size(path, cfg, info.world_size)
+                _check_steps(path, cfg)
+            else:
+                created = "emptied" if existed else "created"
+            lock.acquire()
     return path, created, lock
 
 
