@@ -2,7 +2,12 @@
 the restart.
 
 The run reads an endless stream of positions; step ``s`` holds positions ``[s · B, (s + 1) · B)`` (``B`` the
-effective batch), and rank ``r`` of ``R`` takes every ``R``-th of them. Position ``p`` is clip
+effective batch), split into ``G = B / micro_batch`` global micro-batches: micro-batch ``g`` holds the
+positions ``s · B + g + G · j`` (``j < micro_batch``), and rank ``r`` of ``R``, accumulating ``A = G / R``
+micro-batches, computes ``g = m · R + r`` as its ``m``-th (:func:`rank_positions`; every position of rank
+``r`` is ``r`` modulo ``R``). What a micro-batch holds depends on ``g`` alone, not on ``(R, A)``, so its
+draws keyed by ``g`` (``loop.train_step``) make 2 ranks compute the step of 1 rank accumulating 2 (the
+micro-batch size the same; ``tests/test_finetune_distributed.py``). Position ``p`` is clip
 ``perm_e[p mod n]`` of epoch ``e = p // n`` (``perm_e`` a permutation drawn from ``(seed, "order", e)``), and
 its augmentation is drawn from ``(seed, "augment", p)``: a resumed run, or one on another number of ranks,
 sees the same clips (``tests/test_finetune.py`` resumes bit-exactly).
@@ -27,7 +32,17 @@ from levjepa.data.eval_clip import load_eval_clip
 from levjepa.finetune.config import FinetuneConfig
 from levjepa.rng import make_generator
 
-__all__ = ["TrainClips", "augment"]
+__all__ = ["TrainClips", "augment", "rank_positions"]
+
+
+def rank_positions(steps: range, batch_size: int, micro: int, accum: int, rank: int, world_size: int) -> list[int]:
+    """The positions rank ``rank`` of ``world_size`` reads over ``steps``, in the order it reads them: per step,
+    its ``accum`` micro-batches of ``micro`` clips, the ``m``-th the global micro-batch ``m · world_size + rank``
+    of the module doc."""
+    count = accum * world_size  # global micro-batches per step
+    return [
+        s * batch_size + m * world_size + rank + count * j for s in steps for m in range(accum) for j in range(micro)
+    ]
 
 
 def augment(clip: Tensor, cfg: FinetuneConfig, gen: torch.Generator) -> Tensor:

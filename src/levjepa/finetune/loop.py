@@ -24,8 +24,9 @@ validation accuracy so far (the encoder in the hub layout with ``id2label``, its
 
 **Resume** (``resume=True``): the saved config may differ only in ``RESUMABLE`` keys; the latest checkpoint
 is restored, the metrics logged after it dropped; since step ``s`` reads positions of the stream fixed by
-``(seed, s)`` and every stochastic choice is keyed by the step and position, the resumed run computes the
-same weights as an uninterrupted one (bit-exact on the CPU).
+``(seed, s)`` and every stochastic choice is keyed by the step and the position (the augmentation) or the
+global micro-batch (mixup, drop-path, token drop: ``train_step``), the resumed run computes the same weights
+as an uninterrupted one (bit-exact on the CPU).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from levjepa.data import BadFileReport, DataError, MediaItem, normalize
 from levjepa.data.workers import decode_in_workers
 from levjepa.eval.predict import accuracy, predict
 from levjepa.eval.protocols import PROTOCOLS, read_labelled
-from levjepa.finetune.clips import TrainClips
+from levjepa.finetune.clips import TrainClips, rank_positions
 from levjepa.finetune.config import FinetuneConfig, check_resume
 from levjepa.finetune.recipe import DropPath, lr_at, mix, param_groups, soft_targets
 from levjepa.formats.classifier import (
@@ -210,16 +211,21 @@ def _finetune(cfg: FinetuneConfig, out: Path, info: distributed.DistInfo, *, res
     _check_out(cfg, out)
     task = read_task(cfg)
     micro, accum = cfg.micro_batches(info.world_size)
-    if resume:
-        if not (out / CONFIG).is_file():
-            raise ConfigError(f"{out}: nothing to resume (no config.json); start without --resume")
-        check_resume(read_json(out / CONFIG), cfg)
+    # the main rank reads and prepares OUT and every rank raises what it refuses (main_rank_decides): the
+    # other ranks used to go on alone into DDP's first collective, to wait there or die of a gloo error
+    with distributed.main_rank_decides():
+        if resume and info.is_main:
+            if not (out / CONFIG).is_file():
+                raise ConfigError(f"{out}: nothing to resume (no config.json); start without --resume")
+            check_resume(read_json(out / CONFIG), cfg)
     loaded = _start_encoder(cfg, device)  # before anything is written: a bad source leaves no folder
-    created = not out.exists()
-    if info.is_main:
-        prepare_run_dir(out, resume=resume, overwrite=False)
-        if not resume:
-            write_run_info(out, to_dict(cfg), info.world_size)
+    created = False
+    with distributed.main_rank_decides():
+        if info.is_main:
+            created = not out.exists()
+            prepare_run_dir(out, resume=resume, overwrite=False)
+            if not resume:
+                write_run_info(out, to_dict(cfg), info.world_size)
     try:
         return _train(cfg, out, info, task, loaded, micro, accum, resume=resume)
     except Exception:
@@ -268,15 +274,10 @@ def _train(
     module = distributed.wrap_ddp(model, info)
     logger = MetricsLogger(out, cfg.loggers, to_dict(cfg), purge_step=state.step + 1) if info.is_main else None
     bad = BadFileReport()
-    positions = [
-        p
-        for s in range(state.step, cfg.steps)
-        for p in range(s * cfg.batch_size, (s + 1) * cfg.batch_size)
-        if p % info.world_size == info.rank
-    ]
+    positions = rank_positions(range(state.step, cfg.steps), cfg.batch_size, micro, accum, info.rank, info.world_size)
     clips = TrainClips(task.splits["train"], positions, cfg, loaded.config.patch_size)
     stream = decode_in_workers(clips, cfg.workers)
-    ctx = StepContext(device, info.rank, head_cfg.num_classes, drop_path)
+    ctx = StepContext(device, info.rank, info.world_size, head_cfg.num_classes, drop_path)
     t0, last = time.perf_counter(), state.step
     try:
         with StopSignals() as stop:
@@ -284,6 +285,8 @@ def _train(
                 lr = lr_at(step, cfg)
                 total = train_step(module, opt, _micro_batches(stream, micro, accum, task, clips, bad), cfg, step, ctx)
                 done = step + 1
+                if done % cfg.log_every == 0 or done == cfg.steps:
+                    total = distributed.reduce_scalars({"loss": total})["loss"]  # over ranks: the global batch's
                 if logger is not None and (done % cfg.log_every == 0 or done == cfg.steps):
                     rate = (done - last) * cfg.batch_size / max(time.perf_counter() - t0, 1e-9)
                     t0, last = time.perf_counter(), done
@@ -334,10 +337,12 @@ def _train(
 
 @dataclass
 class StepContext:
-    """What a step needs besides its batch: the device, the rank, the class count and the drop-path hooks."""
+    """What a step needs besides its batch: the device, the rank and world size, the class count and the
+    drop-path hooks."""
 
     device: str
     rank: int
+    world_size: int
     num_classes: int
     drop_path: DropPath
 
@@ -378,19 +383,25 @@ def train_step(
 ) -> float:
     """One optimizer step over ``batches`` (the micro-batches of this rank): soft-target cross-entropy of the
     mixed, label-smoothed targets, gradients summed over micro-batches (each loss divided by their count)
-    and averaged over ranks by DDP; returns the loss."""
+    and averaged over ranks by DDP; returns this rank's loss.
+
+    The draws of micro-batch ``m`` (its mixup λ, drop-path and token drop) are keyed by ``(seed, purpose,
+    step, g)``, ``g = m · ranks + rank`` its index among the step's global micro-batches, whose clips are
+    fixed by ``g`` alone (``clips.rank_positions``): ``R`` ranks accumulating ``A`` micro-batches compute the
+    step of 1 rank accumulating ``R · A`` of the same size."""
     lr = lr_at(step, cfg)
-    for g in opt.param_groups:
-        g["lr"] = lr * g["lr_scale"]
+    for group in opt.param_groups:
+        group["lr"] = lr * group["lr_scale"]
     opt.zero_grad(set_to_none=True)
     total = 0.0
     cuda = torch.device(ctx.device).type == "cuda"
     for m, (clips, labels) in enumerate(batches):
+        g = m * ctx.world_size + ctx.rank  # the global micro-batch (see the docstring)
         x = normalize(clips.to(ctx.device, non_blocking=True))
         y = soft_targets(labels.to(ctx.device), ctx.num_classes, cfg.label_smoothing)
-        x, y = mix(x, y, cfg.mixup, cfg.seed, "mixup", step, m, ctx.rank)
-        ctx.drop_path.generator = make_generator(cfg.seed, "drop_path", step, m, ctx.rank)
-        keys = make_generator(cfg.seed, "drop_tokens", step, m, ctx.rank)
+        x, y = mix(x, y, cfg.mixup, cfg.seed, "mixup", step, g)
+        ctx.drop_path.generator = make_generator(cfg.seed, "drop_path", step, g)
+        keys = make_generator(cfg.seed, "drop_tokens", step, g)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
             logits = module(x, drop=cfg.keep_ratio < 1, generator=keys)
         loss = torch.sum(-y * F.log_softmax(logits.float(), -1), -1).mean() / len(batches)
