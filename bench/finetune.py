@@ -36,23 +36,28 @@ def write_index(run: str, out: Path, task: str) -> None:
 
 
 def table(out: Path) -> None:
-    rows: list[tuple[str, str]] = []
+    """Markdown rows: each frozen probe of ``DIR/probe.json`` and each fine-tuning recipe of ``DIR/ft-NAME-seedS``
+    (mean over its seeds), test accuracy and the validation accuracy the readout was chosen on."""
+    rows: list[tuple[str, str, str]] = []
     probe = out / "probe.json"
     if probe.is_file():
-        acc = json.loads(probe.read_text())["accuracy"]["pretrained-ema"]["labels"]
-        for name, value in acc.items():
-            rows.append((f"frozen probe, {name}", f"{value:.1f}"))
-    groups: dict[str, list[float]] = {}
-    for res in sorted(out.glob("ft-*/results.json")):
-        name = res.parent.name.rsplit("-seed", 1)[0]
-        groups.setdefault(name, []).append(float(json.loads(res.read_text())["test_acc"]))
+        results = json.loads(probe.read_text())["results"]["pretrained-ema"]["labels"]
+        for name, res in results.items():
+            rows.append((f"frozen probe, {name}", f"{res['reported_acc']:.1f}", f"{res['best']['val_acc']:.1f}"))
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for path in sorted(out.glob("ft-*/results.json")):
+        name = path.parent.name.removeprefix("ft-").rsplit("-seed", 1)[0]
+        res = json.loads(path.read_text())
+        groups.setdefault(name, []).append((float(res["test_acc"]), float(res["best_val_acc"])))
     for name, accs in groups.items():
-        spread = f" ± {statistics.stdev(accs):.1f}" if len(accs) > 1 else ""
-        each = ", ".join(f"{a:.1f}" for a in accs)
-        rows.append((f"{name} ({len(accs)} seeds: {each})", f"{statistics.mean(accs):.1f}{spread}"))
-    print("| readout | test accuracy (%) |\n| --- | ---: |")
-    for name, value in rows:
-        print(f"| {name} | {value} |")
+        tests, vals = [a for a, _ in accs], [v for _, v in accs]
+        spread = f" ± {statistics.stdev(tests):.1f}" if len(tests) > 1 else ""
+        each = ", ".join(f"{a:.1f}" for a in tests)
+        rows.append((f"{name} ({len(tests)} seed(s): {each})", f"{statistics.mean(tests):.1f}{spread}",
+                     f"{statistics.mean(vals):.1f}"))  # fmt: skip
+    print("| readout | test accuracy (%) | val (chosen on) |\n| --- | ---: | ---: |")
+    for name, test, val in rows:
+        print(f"| {name} | {test} | {val} |")
 
 
 def main() -> None:
