@@ -4,6 +4,7 @@
     python bench/quality.py ssl --preset demo-cpu --out DIR [--eval-at 200,400,...] [--final online,random]
                                 [--resume] [k=v ...]
     python bench/quality.py table [--per-probe] DIR [DIR ...]
+    python bench/quality.py spread DIR [DIR ...]
     python bench/quality.py factors CHECKPOINT [CHECKPOINT ...] [--weights ema] [--random] [--out DIR]
 
 ``supervised`` — the **supervised ceiling**: the preset's encoder, trained on the same clips (the
@@ -18,6 +19,10 @@ probes as a pretrained one, beside the same encoder at random initialisation.
 steps are each frozen and probed (a learning curve); the random-init column is computed once. ``--resume``
 continues an interrupted ``DIR/run`` from its latest checkpoint (the same trajectory: ``levjepa pretrain
 --resume``), and each probed checkpoint is written to ``DIR/quality.json`` as it ends.
+
+``spread`` — the demo's targets run by run (one ``ssl`` directory per seed and thread count): pretrained vs random
+init and the margin per task, what each run misses, and the learning curve where ``--eval-at`` made one;
+exits 1 when a run misses a target or margin.
 
 ``factors`` — *what the frozen CLS encodes*: ridge regressions from a checkpoint's CLS (train split) to every
 factor that decides a clip — the labels and the nuisances (object and background colour, start and end
@@ -305,6 +310,46 @@ def table(dirs: list[Path], per_probe: bool = False) -> None:
                 print(f"| {d.name} | {enc} | {res['steps']} | {res['train_s']:.0f} | " + " | ".join(cells) + " |")
 
 
+# what the README's demo promises on every seed and thread count (issue 11's targets, issue 29): the best probe
+# of the pretrained EMA encoder at least this, and at least MARGIN points above the same encoder at random init
+TARGETS = {"appearance": 70.0, "motion": 90.0, "arrow": 95.0}
+MARGIN = 15.0
+
+
+def spread(dirs: list[Path]) -> int:
+    """Markdown: one row per ``ssl`` run (seed, threads: the directory's name), best probe per task, pretrained
+    vs random init with the margin, a ✗ on each target or margin missed; then the curve of each run that has
+    one. Returns how many runs miss something."""
+    print("| run | " + " | ".join(f"{t}: EMA vs random (margin)" for t in TASKS) + " | all met | train s | clips/s |")
+    print("| --- |" + " --- |" * len(TASKS) + " --- | ---: | ---: |")
+    missed, curves = 0, []
+    for d in dirs:
+        res = json.loads((d / "quality.json").read_text())
+        steps = res["steps"]
+        final = res["curve"][str(steps)]["accuracy"]
+        pre, rnd = final[f"EMA @ {steps}"], final["random init"]
+        cells, ok = [], True
+        for t in TASKS:
+            p, r = _best(pre[t])[1], _best(rnd[t])[1]
+            met = p >= TARGETS[t] and p - r >= MARGIN
+            ok &= met
+            cells.append(f"{p:.1f} vs {r:.1f} ({p - r:+.1f}){'' if met else ' ✗'}")
+        missed += not ok
+        row = f"| {d.name} | " + " | ".join(cells) + f" | {'yes' if ok else '**no**'} |"
+        print(row + f" {res['train_s']:.0f} | {res['clips_per_s']:.1f} |")
+        points = [k for k in res["curve"] if k != str(steps)]
+        if points:
+            curves.append((d.name, [(k, res["curve"][k]["accuracy"][f"EMA @ {k}"]) for k in [*points, str(steps)]]))
+    if curves:
+        print("\n| run | step | " + " | ".join(f"{t} (best probe)" for t in TASKS) + " |")
+        print("| --- | ---: |" + " --- |" * len(TASKS))
+        for name, points in curves:
+            for k, acc in points:
+                cells = [f"{_best(acc[t])[1]:.1f} ({_best(acc[t])[0]})" for t in TASKS]
+                print(f"| {name} | {k} | " + " | ".join(cells) + " |")
+    return missed
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -322,6 +367,8 @@ def main() -> int:
             s.add_argument("--eval-at", default="", help="also probe the checkpoints of these steps")
             s.add_argument("--final", default="online,random", help="probed beside EMA at the end: online, random")
             s.add_argument("--resume", action="store_true", help="continue OUT/run from its latest checkpoint")
+    sp = sub.add_parser("spread")
+    sp.add_argument("dirs", type=Path, nargs="+")
     t = sub.add_parser("table")
     t.add_argument("dirs", type=Path, nargs="+")
     t.add_argument("--per-probe", action="store_true", help="every probe of every encoder, one table per DIR")
@@ -334,6 +381,8 @@ def main() -> int:
     f.add_argument("--threads", type=int, default=None)
     f.add_argument("--out", type=Path, default=None, help="also write DIR/factors.json")
     args = p.parse_args()
+    if args.cmd == "spread":
+        return 1 if spread(args.dirs) else 0
     if args.cmd == "table":
         table(args.dirs, args.per_probe)
         return 0
