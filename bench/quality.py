@@ -4,7 +4,7 @@
     python bench/quality.py ssl --preset demo-cpu --out DIR [--eval-at 200,400,...] [--final online,random]
                                 [--resume] [k=v ...]
     python bench/quality.py table [--per-probe] DIR [DIR ...]
-    python bench/quality.py spread DIR [DIR ...]
+    python bench/quality.py spread DIR|PROBE.json [DIR|PROBE.json ...]
     python bench/quality.py factors CHECKPOINT [CHECKPOINT ...] [--weights ema] [--random] [--out DIR]
 
 ``supervised`` — the **supervised ceiling**: the preset's encoder, trained on the same clips (the
@@ -317,17 +317,22 @@ MARGIN = 15.0
 
 
 def spread(dirs: list[Path]) -> int:
-    """Markdown: one row per ``ssl`` run (seed, threads: the directory's name), best probe per task, pretrained
-    vs random init with the margin, a ✗ on each target or margin missed; then the curve of each run that has
-    one. Returns how many runs miss something."""
+    """Markdown: one row per ``ssl`` run (seed, threads: the directory's name) or per ``levjepa probe --out``
+    JSON file, best probe per task, pretrained vs random init with the margin, a ✗ on each target or margin
+    missed; then the curve of each run that has one. Returns how many runs miss something."""
     print("| run | " + " | ".join(f"{t}: EMA vs random (margin)" for t in TASKS) + " | all met | train s | clips/s |")
     print("| --- |" + " --- |" * len(TASKS) + " --- | ---: | ---: |")
     missed, curves = 0, []
     for d in dirs:
-        res = json.loads((d / "quality.json").read_text())
+        if d.suffix == ".json":  # the --out of `levjepa probe RUN` (its EMA encoder and its random-init column)
+            acc = json.loads(d.read_text())["accuracy"]
+            res = {"steps": 0, "curve": {}, "train_s": math.nan, "clips_per_s": math.nan}
+            pre, rnd = acc["pretrained-ema"], acc["random-init"]
+        else:
+            res = json.loads((d / "quality.json").read_text())
+            final = res["curve"][str(res["steps"])]["accuracy"]
+            pre, rnd = final[f"EMA @ {res['steps']}"], final["random init"]
         steps = res["steps"]
-        final = res["curve"][str(steps)]["accuracy"]
-        pre, rnd = final[f"EMA @ {steps}"], final["random init"]
         cells, ok = [], True
         for t in TASKS:
             p, r = _best(pre[t])[1], _best(rnd[t])[1]
@@ -336,7 +341,8 @@ def spread(dirs: list[Path]) -> int:
             cells.append(f"{p:.1f} vs {r:.1f} ({p - r:+.1f}){'' if met else ' ✗'}")
         missed += not ok
         row = f"| {d.name} | " + " | ".join(cells) + f" | {'yes' if ok else '**no**'} |"
-        print(row + f" {res['train_s']:.0f} | {res['clips_per_s']:.1f} |")
+        timing = "— | — |" if math.isnan(res["train_s"]) else f"{res['train_s']:.0f} | {res['clips_per_s']:.1f} |"
+        print(row + " " + timing)
         points = [k for k in res["curve"] if k != str(steps)]
         if points:
             curves.append((d.name, [(k, res["curve"][k]["accuracy"][f"EMA @ {k}"]) for k in [*points, str(steps)]]))
