@@ -28,26 +28,11 @@ from levjepa.train.run_dir import RunDirError
 from levjepa.weights import load_tensors
 from test_classify import write_index
 from test_export import make_run_dir
+from test_finetune import RECIPE as FINETUNE_RECIPE
 
-RECIPE = [  # test_finetune's tiny recipe: every augmentation and source of randomness on
-    "frames=4",
-    "frame_stride=1",
-    "size=16",
-    "steps=3",
-    "batch_size=4",
-    "micro_batch=2",  # 1 rank: 2 micro-batches of 2; 2 ranks: 1 each
-    "warmup_steps=1",
-    "eval_every=3",
-    "checkpoint_every=3",
-    "log_every=1",
-    "workers=0",
-    "loggers=",
-    "mixup=0.8",
-    "drop_path=0.2",
-    "keep_ratio=0.5",
-    "lr=1e-3",
-    "device=cpu",
-]
+# test_finetune's tiny recipe (every augmentation and source of randomness on; micro_batch=2 there: 1 rank
+# runs 2 micro-batches of 2, 2 ranks 1 each), one step shorter, evaluated and checkpointed at its end
+RECIPE = [*FINETUNE_RECIPE, "steps=3", "eval_every=3", "checkpoint_every=3", "device=cpu"]
 WATCHDOG_S = 120  # a refused start takes seconds; a rank left waiting in DDP's first collective waits forever
 
 
