@@ -385,12 +385,6 @@ class PretrainLoader:
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()  # what the iterator's __del__ does: a None to each worker, then join
 
-    def __enter__(self) -> PretrainLoader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def build_pretrain_loader(
     cfg: DataConfig,

@@ -285,9 +285,10 @@ def _train(
                 lr = lr_at(step, cfg)
                 total = train_step(module, opt, _micro_batches(stream, micro, accum, task, clips, bad), cfg, step, ctx)
                 done = step + 1
-                if done % cfg.log_every == 0 or done == cfg.steps:
+                logged = done % cfg.log_every == 0 or done == cfg.steps
+                if logged:
                     total = distributed.reduce_scalars({"loss": total})["loss"]  # over ranks: the global batch's
-                if logger is not None and (done % cfg.log_every == 0 or done == cfg.steps):
+                if logger is not None and logged:
                     rate = (done - last) * cfg.batch_size / max(time.perf_counter() - t0, 1e-9)
                     t0, last = time.perf_counter(), done
                     rec = {"loss": total, "lr": lr, "clips_per_s": rate}
