@@ -55,7 +55,7 @@ from levjepa.eval import EvalConfig, evaluate_benchmark
 from levjepa.eval.config import PROBE_LABELS, PROBES
 from levjepa.eval.synthetic_task import TASKS
 from levjepa.formats.load import load_encoder
-from levjepa.presets import preset
+from levjepa.presets import DEMO_MARGIN, DEMO_TARGETS, preset
 from levjepa.rng import make_generator
 from levjepa.train.loop import build_models, pretrain
 from levjepa.train.optim import build_optimizer, lr_at
@@ -310,12 +310,6 @@ def table(dirs: list[Path], per_probe: bool = False) -> None:
                 print(f"| {d.name} | {enc} | {res['steps']} | {res['train_s']:.0f} | " + " | ".join(cells) + " |")
 
 
-# what the README's demo promises on every seed and thread count (issue 11's targets, issue 29): the best probe
-# of the pretrained EMA encoder at least this, and at least MARGIN points above the same encoder at random init
-TARGETS = {"appearance": 70.0, "motion": 90.0, "arrow": 95.0}
-MARGIN = 15.0
-
-
 def spread(dirs: list[Path]) -> int:
     """Markdown: one row per ``ssl`` run (seed, threads: the directory's name) or per ``levjepa probe --out``
     JSON file, best probe per task, pretrained vs random init with the margin, a ✗ on each target or margin
@@ -336,7 +330,7 @@ def spread(dirs: list[Path]) -> int:
         cells, ok = [], True
         for t in TASKS:
             p, r = _best(pre[t])[1], _best(rnd[t])[1]
-            met = p >= TARGETS[t] and p - r >= MARGIN
+            met = p >= DEMO_TARGETS[t] and p - r >= DEMO_MARGIN
             ok &= met
             cells.append(f"{p:.1f} vs {r:.1f} ({p - r:+.1f}){'' if met else ' ✗'}")
         missed += not ok

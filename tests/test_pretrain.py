@@ -226,6 +226,7 @@ def test_the_command_ends_the_demo_with_probes_of_the_run_it_wrote(tmp_path, cap
     # train.eval_at_end: the loop knows nothing of evaluation; `levjepa pretrain` reads the final checkpoint
     # back and probes it beside the random initialisation the run started from
     from levjepa.cli import main
+    from levjepa.commands.pretrain import demo_verdict
     from levjepa.eval import EvalConfig, evaluate_benchmark
     from levjepa.formats import load_encoder
 
@@ -236,7 +237,11 @@ def test_the_command_ends_the_demo_with_probes_of_the_run_it_wrote(tmp_path, cap
     written = json.loads((run / "probe_results.json").read_text())
     assert json.loads(summary.read_text())["probe_results"] == written
     columns = ["pretrained (EMA)", "random init"]
-    assert list(written["accuracy"]) == columns and "| appearance | attentive |" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert list(written["accuracy"]) == columns and "| appearance | attentive |" in err
+    # under the table, the demo's promise read off the very numbers it wrote (a 2-step run misses it)
+    verdict = demo_verdict(written["accuracy"][columns[0]], written["accuracy"][columns[1]])
+    assert verdict in err.splitlines() and "missed" in verdict
     cfg = tiny_config(*overrides)
     direct = {
         columns[0]: load_encoder(run, weights="ema").encoder,
@@ -247,6 +252,20 @@ def test_the_command_ends_the_demo_with_probes_of_the_run_it_wrote(tmp_path, cap
     for name, tasks in knn.items():
         for task, acc in tasks.items():
             assert written["accuracy"][name][task]["knn"] == acc["knn"], (name, task)
+
+
+def test_the_demo_promise_is_every_target_and_every_margin():
+    from levjepa.presets import DEMO_MARGIN, DEMO_TARGETS, demo_misses
+
+    rnd = {t: {"linear": v - DEMO_MARGIN - 10, "attentive": v - DEMO_MARGIN} for t, v in DEMO_TARGETS.items()}
+    edge = {t: {"linear": 0.0, "attentive": v} for t, v in DEMO_TARGETS.items()}  # the best probe counts
+    assert demo_misses(edge, rnd) == []
+    for task in DEMO_TARGETS:
+        short = {**edge, task: {"attentive": DEMO_TARGETS[task] - 0.1}}
+        assert [m.split(":")[0] for m in demo_misses(short, rnd)] == [task, task]  # the target and the margin
+        closer = {**rnd, task: {"attentive": DEMO_TARGETS[task] - DEMO_MARGIN + 0.1}}
+        (miss,) = demo_misses(edge, closer)
+        assert miss.startswith(f"{task}: ") and "+14.9 < +15" in miss
 
 
 def test_bad_files_in_a_real_video_folder_are_reported_not_fatal(tmp_path):

@@ -52,7 +52,7 @@ from levjepa.config import (
 )
 from levjepa.eval import EvalConfig, evaluate_benchmark
 from levjepa.formats.load import load_encoder, load_init_weights, random_encoder
-from levjepa.presets import PRESETS, needs_sources, preset
+from levjepa.presets import DEMO_MARGIN, DEMO_TARGETS, PRESETS, demo_misses, needs_sources, preset
 from levjepa.train.config import RESUMABLE, PretrainConfig, check_resume
 from levjepa.train.loop import pretrain
 from levjepa.train.report import summary_json
@@ -194,7 +194,17 @@ def evaluate_run(cfg: PretrainConfig, run_dir: Path) -> dict[str, Any]:
     data = result.to_json()
     write_json(run_dir / PROBE_RESULTS, data)
     print(result.table(), file=sys.stderr)
+    if cfg.preset in ("demo-cpu", "demo-cpu-long"):  # the benchmark and targets these presets were tuned for
+        print(demo_verdict(data["accuracy"]["pretrained (EMA)"], data["accuracy"]["random init"]), file=sys.stderr)
     return data
+
+
+def demo_verdict(pretrained: dict[str, dict[str, float]], random_init: dict[str, dict[str, float]]) -> str:
+    """The line under the demo's table: its promise (``levjepa.presets.DEMO_TARGETS``), and what was missed."""
+    promise = ", ".join(f"{t} >= {v:.0f}" for t, v in DEMO_TARGETS.items())
+    misses = demo_misses(pretrained, random_init)
+    head = f"demo targets (best probe per task: {promise} %, each >= {DEMO_MARGIN:.0f} points over random init): "
+    return head + ("all met" if not misses else "missed " + "; ".join(misses))
 
 
 def config_help() -> str:
