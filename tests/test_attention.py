@@ -8,7 +8,15 @@ import pytest
 import torch
 
 from levjepa.model import VideoEncoder, encoder_config
-from levjepa.model.attention import TokenMeta, bidirectional, block_causal, build_attn_mask
+from levjepa.model.attention import (
+    SHORT_KEYS,
+    TokenMeta,
+    attend,
+    attn_bias,
+    bidirectional,
+    block_causal,
+    build_attn_mask,
+)
 
 
 def meta(frames: list[int], cls_at: int | None = 0) -> TokenMeta:
@@ -135,3 +143,32 @@ def test_cuda_path_equals_cpu_path():
     gpu_cls.square().sum().backward()
     for (name, p), q in zip(enc.named_parameters(), gpu.parameters(), strict=True):
         torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-3, atol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("mask", ["none", "bias", "bool"])
+@pytest.mark.parametrize("keys", [30, SHORT_KEYS, SHORT_KEYS + 1])
+def test_attend_is_sdpa_on_short_and_long_sequences(mask, keys, monkeypatch):
+    """The short-sequence CPU path (two matmuls and a softmax) is the same function as SDPA, forward and
+    backward, on block-causal masks of dropped tokens; beyond ``SHORT_KEYS`` keys, or with a boolean mask,
+    SDPA itself runs."""
+    g = torch.Generator().manual_seed(keys)
+    b, h, hd = 3, 2, 16
+    frames = torch.sort(torch.randint(0, 8, (b, keys), generator=g), dim=1).values
+    tokens = TokenMeta(frames, torch.zeros(b, keys, dtype=torch.bool))
+    allowed = block_causal(tokens, tokens)[:, None]  # [B, 1, L, L], every row reads at least itself
+    attn_mask = {"none": None, "bias": attn_bias(allowed, torch.zeros(1)), "bool": allowed}[mask]
+    q, k, v = (torch.randn(b, h, keys, hd, generator=g, requires_grad=True) for _ in range(3))
+    grad = torch.randn(b, h, keys, hd, generator=g)
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    want = sdpa(q, k, v, attn_mask=attn_mask)
+    want_grads = torch.autograd.grad(want, (q, k, v), grad)
+    calls = []
+    monkeypatch.setattr(
+        torch.nn.functional, "scaled_dot_product_attention", lambda *a, **kw: calls.append(1) or sdpa(*a, **kw)
+    )
+    got = attend(q, k, v, attn_mask)
+    got_grads = torch.autograd.grad(got, (q, k, v), grad)
+    assert bool(calls) == (keys > SHORT_KEYS or mask == "bool")
+    for w, x in zip((want, *want_grads), (got, *got_grads), strict=True):
+        assert torch.allclose(x, w, rtol=0, atol=1e-6 * float(w.abs().max()))

@@ -1,6 +1,7 @@
 """One attention bias per forward: the encoder's outputs and gradients equal the implementation it replaced
 (a boolean ``[B, 1, L, L]`` mask per clip, converted by SDPA in every layer, and per-clip RoPE tables), kept
-below as the reference, for every option; and autograd keeps one bias, ``[1, 1, L, L]`` without dropping."""
+below as the reference, for every option; and autograd keeps one bias, ``[1, 1, L, L]`` without dropping
+(none on the CPU short-sequence path)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from levjepa.infer import StreamingEncoder
-from levjepa.model import VideoEncoder, encoder_config
+from levjepa.model import VideoEncoder, attention, encoder_config
 from levjepa.model.attention import TokenMeta, attn_bias, block_causal
 from levjepa.model.tokens import grid_positions, sample_keep_idx
 from levjepa.rng import fold_keys, sample_keys
@@ -208,12 +209,20 @@ def _saved_masks(enc: VideoEncoder, video: Tensor, drop: bool) -> list[tuple[int
     return [shape for shape in found.values() if shape[-1] == n]
 
 
-def test_autograd_keeps_one_bias_of_batch_one_when_nothing_is_dropped():
+@pytest.mark.parametrize("kernel", ["sdpa", "short"])
+def test_autograd_keeps_one_bias_of_batch_one_when_nothing_is_dropped(kernel, monkeypatch):
+    """Through SDPA (long sequences, CUDA) autograd keeps the one shared bias; through the CPU short-sequence
+    path (``attention.attend``) it keeps none, the bias being only added to the scores."""
+    if kernel == "sdpa":
+        monkeypatch.setattr(attention, "SHORT_KEYS", 0)
     torch.manual_seed(0)
     enc = VideoEncoder(encoder_config("vit-test", depth=3))
     video = torch.randn(4, 3, 4, 16, 16)  # 4 clips, 1 + 16 tokens each
-    assert _saved_masks(enc, video, drop=False) == [(1, 1, 17, 17)]  # one for all 3 layers and all 4 clips
-    dropped = _saved_masks(enc, video, drop=True)
+    kept, dropped = _saved_masks(enc, video, drop=False), _saved_masks(enc, video, drop=True)
+    if kernel == "short":
+        assert kept == [] and dropped == []
+        return
+    assert kept == [(1, 1, 17, 17)]  # one for all 3 layers and all 4 clips
     assert len(dropped) == 1 and dropped[0][0] == 4  # per clip, still one for all layers
 
 

@@ -31,11 +31,12 @@ Design:
   of one ``[B, 1, L, L]`` copy per clip (at 16×224², L = 3137: 38 MiB in float32, where SDPA's own
   conversion kept 38 MiB per clip and per layer). Block-causal with dropping is per clip,
   ``[B, 1, L, L]`` — small at the kept lengths (158 and 30 tokens at ρ = 0.95).
-* One implementation on every device: ``F.scaled_dot_product_attention`` with that bias broadcast over
-  heads. On CUDA, SDPA picks a fused kernel that accepts arbitrary masks (memory-efficient attention);
-  without a mask it can take the flash kernel. Attention scores are ~2 % of the encoder's FLOPs at
-  ρ = 0.95 (158- and 30-token sequences), so no mask-specialised kernel was written;
-  ``bench/gpu_encoder.py`` times the op per backend and mask type, and the whole step with and without mask.
+* One function on every device, :func:`attend`: ``F.scaled_dot_product_attention`` with that bias
+  broadcast over heads, except for short float32 sequences on the CPU (see there). On CUDA, SDPA picks a
+  fused kernel that accepts arbitrary masks (memory-efficient attention); without a mask it can take the
+  flash kernel. Attention scores are ~2 % of the encoder's FLOPs at ρ = 0.95 (158- and 30-token
+  sequences), so no mask-specialised kernel was written; ``bench/gpu_encoder.py`` times the op per backend
+  and mask type, and the whole step with and without mask.
 """
 
 from __future__ import annotations
@@ -48,7 +49,17 @@ from torch import Tensor, nn
 
 from levjepa.model.rope import apply_rope
 
-__all__ = ["Attention", "KVCache", "TokenMeta", "attn_bias", "bidirectional", "block_causal", "build_attn_mask"]
+__all__ = [
+    "SHORT_KEYS",
+    "Attention",
+    "KVCache",
+    "TokenMeta",
+    "attend",
+    "attn_bias",
+    "bidirectional",
+    "block_causal",
+    "build_attn_mask",
+]
 
 
 class TokenMeta(NamedTuple):
@@ -116,6 +127,29 @@ def attn_bias(attn_mask: Tensor | None, like: Tensor) -> Tensor | None:
     return bias.masked_fill_(~attn_mask, float("-inf"))
 
 
+# Up to this many keys, CPU float32 attention is two matmuls and a softmax rather than SDPA's fused CPU kernel,
+# which is slower there on short sequences and faster on long ones (bench/train.md, "Short sequences").
+SHORT_KEYS = 192
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None) -> Tensor:
+    """``softmax(q·kᵀ/√hd + attn_mask)·v`` over ``[B, h, L, hd]`` queries, keys and values; ``attn_mask`` as
+    for ``F.scaled_dot_product_attention`` (boolean or additive, broadcast over batch and heads, or ``None``).
+
+    ``F.scaled_dot_product_attention`` everywhere but one case: float32 on the CPU with at most
+    :data:`SHORT_KEYS` keys and no boolean mask — the kept tokens of a training step (ρ = 0.95: 158 and 30)
+    and the demo's views — where the explicit two matmuls and softmax are the same function computed faster
+    than the fused kernel's blocked loop, at the cost of keeping the ``[B, h, L, L_k]`` probabilities (small
+    at these lengths) for the backward pass. ``tests/test_attention.py`` holds the two paths equal."""
+    short = q.device.type == "cpu" and q.dtype == torch.float32 and k.shape[-2] <= SHORT_KEYS
+    if not short or (attn_mask is not None and attn_mask.dtype == torch.bool):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(q.shape[-1] ** -0.5)  # in place: autograd keeps q, k
+    if attn_mask is not None:
+        scores.add_(attn_mask)
+    return torch.matmul(scores.softmax(dim=-1), v)
+
+
 class KVCache(Protocol):
     """Streaming hook: receives this call's rotated keys/values ``[B, h, L, hd]`` and returns the keys/values
     to attend over (the cached past followed by them), storing what it keeps."""
@@ -144,5 +178,5 @@ class Attention(nn.Module):
         v = v.squeeze(2).transpose(1, 2)  # [B, h, L, hd] each
         if kv_cache is not None:
             k, v = kv_cache(k, v)  # [B, h, L_past + L, hd]
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # [B, h, L, hd]
+        y = attend(q, k, v, attn_mask)  # [B, h, L, hd]
         return self.proj(y.transpose(1, 2).reshape(b, n, d))
