@@ -19,6 +19,7 @@ from levjepa.data import build_pretrain_loader
 from levjepa.objective import build_objective
 from levjepa.rng import sample_keys
 from levjepa.train.loop import build_models, pretrain
+from levjepa.train.optim import lr_at
 from levjepa.train.run_dir import RunDirError
 from levjepa.train.step import Pretrainer
 from levjepa.weights import load_tensors
@@ -351,8 +352,18 @@ def test_compiled_training_matches_eager(tmp_path):
     a, _ = load_tensors(tmp_path / "eager" / "checkpoints" / "step_000002" / "model.safetensors")
     b, _ = load_tensors(tmp_path / "compiled" / "checkpoints" / "step_000002" / "model.safetensors")
     assert a.keys() == b.keys()
+    # AdamW divides each gradient by its own magnitude, so an element whose gradient is float32 noise (the
+    # compiled graph rounds otherwise) may move by up to its lr on either side: every weight within twice the
+    # lr summed over the steps, and all but a few elements within float tolerance (a wrong gradient moves many)
+    cfg = tiny_config(*common)
+    bound = 2 * sum(lr_at(s, cfg.optim, cfg.train.steps) for s in range(2))
+    off = total = 0
     for key in a:
-        torch.testing.assert_close(b[key], a[key], rtol=1e-4, atol=1e-5, msg=key)
+        diff = (b[key] - a[key]).abs()
+        assert float(diff.max()) <= bound, key
+        off += int((diff > 1e-5 + 1e-4 * a[key].abs()).sum())
+        total += diff.numel()
+    assert off <= 1e-3 * total, (off, total)
 
 
 def test_the_literal_ema_is_written_and_a_copy_before_its_first_update_is_not_called_an_average(tmp_path):

@@ -220,13 +220,17 @@ def _compiled_vs_eager(backend: str, local_views: int) -> None:
     drop = sample_keys(0, "drop", 0, positions=range(2))
     with torch.no_grad():  # the GradCache pass (no grad), then the training pass: both graphs run
         torch.testing.assert_close(enc.forward_views(*groups, keys=drop), ref.forward_views(*groups, keys=drop))
+    exact = copy.deepcopy(ref).double()  # float64: how far float32 rounding alone takes each gradient
     out, want = enc.forward_views(*groups, keys=drop), ref.forward_views(*groups, keys=drop)
     (out.square().sum()).backward()
     (want.square().sum()).backward()
-    tol = {"rtol": 1e-4, "atol": 1e-5}
-    torch.testing.assert_close(out, want, **tol)
-    for (name, p), q in zip(enc.named_parameters(), ref.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad, **tol, msg=name)
+    exact.forward_views(*(g.double() for g in groups), keys=drop).square().sum().backward()
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
+    # the loss's sums cancel, so float32 gradients sit ~1e-4 of their scale from float64 on either path; the
+    # compiled ones must be as close to float64 as eager's (a wrong graph is off by far more)
+    for (name, p), q, r in zip(enc.named_parameters(), ref.parameters(), exact.parameters(), strict=True):
+        compiled_err, eager_err = ((g.grad.double() - r.grad).abs().max() for g in (p, q))
+        assert compiled_err <= 4 * eager_err + 1e-6 * r.grad.abs().max(), (name, compiled_err, eager_err)
 
 
 def test_compiled_blocks_trace_and_run_forward_and_backward():
