@@ -18,9 +18,9 @@ from levjepa.train.loop import build_models, pretrain
 
 @pytest.mark.slow
 def test_demo_preset_learns_appearance_motion_and_the_arrow_beyond_random_init(tmp_path):
-    # the demo's own 320 steps (its linear probes: +47 / +78 / +34 points over random init, bench/quality.md
-    # § 3), read by the cheap probes, linear on CLS and on mean-pooled patches. Not shortened: with the cosine
-    # over 150 steps the recipe has learned the digit but not yet motion (linear 38 % vs 21 %, § 1.6)
+    # the demo's own 640 steps (seed 0 at 2 threads, its linear probes: +43 / +78 / +32 points over random
+    # init, bench/quality.md § 9), read by the cheap probes, linear on CLS and on mean-pooled patches. Not
+    # shortened: with the cosine over 150 steps the recipe has learned the digit but not yet motion (§ 1.6)
     cfg = apply_overrides(preset("demo-cpu"), ["train.eval_at_end=false"])
     summary = pretrain(cfg, tmp_path / "run", progress=False)
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

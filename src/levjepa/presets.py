@@ -5,7 +5,7 @@ preset                 what it reproduces
 =====================  ==========================================================================
 demo-cpu               a 10-minute CPU run on 2 cores: a small ViT (``vit-demo``, 2-frame tubelets)
                        pretrained on the built-in appearance/motion benchmark (16×32×32 clips, 1 global
-                       32-px + 2 local 24-px views, ρ = 0.5, block-causal, 480 steps), then frozen probes
+                       32-px + 2 local 24-px views, ρ = 0.5, block-causal, 640 steps), then frozen probes
                        against the same encoder at random initialisation. The README's main command
                        (see ``demo_cpu``).
 demo-cpu-long          800 steps of the recipe the learning curve was measured with (4 local views,
@@ -88,8 +88,8 @@ def _demo_synthetic(num_train: int = 1600) -> SyntheticConfig:
     )
 
 
-def demo_cpu(steps: int = 480) -> PretrainConfig:
-    """The README's main job: 480 steps of pretraining on 2 CPU cores, then frozen probes of appearance, motion
+def demo_cpu(steps: int = 640) -> PretrainConfig:
+    """The README's main job: 640 steps of pretraining on 2 CPU cores, then frozen probes of appearance, motion
     and the arrow of time against the same encoder at random initialisation, within the quick start's 10-minute
     budget. What it reaches and how long it takes: ``bench/quality.md`` § 3 and § 7.
 
@@ -116,9 +116,9 @@ def demo_cpu(steps: int = 480) -> PretrainConfig:
       encoder does not see motion while pretraining still learns it (§ 1.5).
     * 16×32×32 clips with 8-px patches (16 patches per frame) so that the run and its evaluation fit the
       time; local views of 24 px (3×3 patches: a 16-px view keeps too few tokens to see motion, § 1.2).
-    * **Two local views, 480 steps** (the paper's V = 4 costs 1.5× as much per clip): at the same compute
-      as 320 steps of V = 4, more optimiser steps of the same batch of 64, which § 9 measured to carry the
-      digit further on the seeds where it was weakest.
+    * **Two local views, 640 steps** (the paper's V = 4 costs 1.5–2× as much per clip): more optimiser
+      steps of the same batch of 64 in the 10 minutes, which § 9 measured to carry the digit further on the
+      seeds where it was weakest; 640 is what the budget holds at the slower speed seen on these machines.
     * A smaller model and head: ``vit-demo`` (width 128, depth 4, 4 heads) with a projector
       ``Linear(128, 1024) → BatchNorm → GELU → Linear(1024, 64)``: 1024 wide, **projections of 64
       dimensions**. With 32 the three cues competed for the projection (effective rank 18–21 of 32): which
@@ -138,7 +138,7 @@ def demo_cpu(steps: int = 480) -> PretrainConfig:
       was met mostly by motion (§ 1.6).
     * EMA decay 0.99 every step (the paper's 0.9999 every 32 steps would barely move in a few hundred
       steps); with the EMA's warm-up (``levjepa.train.ema``: β_n = min(0.99, n / (n + 10))) the decay is
-      0.98 at step 480, so the average leans on the last few tens of steps.
+      0.98 at step 640, so the average leans on the last few tens of steps.
     """
     return PretrainConfig(
         preset="demo-cpu",
