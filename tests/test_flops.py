@@ -79,11 +79,13 @@ def test_formula_equals_torch_flop_counter_on_the_real_model(drop):
     counted = _count(lambda: out.setdefault("cls", enc(video, drop=drop, generator=torch.Generator())))
     pred = encoder_flops(cfg, frames=4, size=32, drop_ratio=cfg.drop_ratio if drop else None)
     assert sum(counted.values()) == 2 * sum(pred.values())  # 2 clips
-    # backward: every linear layer costs 2x its forward, the patch embedding 1x (pixels need no gradient);
-    # the counter has no formula for the CPU attention backward, so attention is left out here
+    # backward: every linear layer and the attention products cost 2x their forward, the patch embedding 1x
+    # (pixels need no gradient); these short CPU sequences take the explicit attention path
+    # (``attention.attend``), whose products the counter sees as ``bmm``, forward and backward
     back = _count(lambda: out["cls"].sum().backward())
     linear = sum(pred.values()) - pred["attention"] - pred["patch_embed"]
-    assert sum(back.values()) == 2 * (2 * linear + pred["patch_embed"])
+    assert back["aten.bmm"] == 2 * 2 * pred["attention"]
+    assert sum(back.values()) == 2 * (2 * (linear + pred["attention"]) + pred["patch_embed"])
 
 
 def test_the_paper_numbers_vit_b():
