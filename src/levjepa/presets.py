@@ -116,14 +116,15 @@ def demo_cpu(steps: int = 640) -> PretrainConfig:
       encoder does not see motion while pretraining still learns it (§ 1.5).
     * 16×32×32 clips with 8-px patches (16 patches per frame) so that the run and its evaluation fit the
       time; local views of 24 px (3×3 patches: a 16-px view keeps too few tokens to see motion, § 1.2).
-    * **Two local views, 640 steps** (the paper's V = 4 costs 1.5–2× as much per clip): more optimiser
-      steps of the same batch of 64 in the 10 minutes, which § 9 measured to carry the digit further on the
-      seeds where it was weakest; 640 is what the budget holds at the slower speed seen on these machines.
+    * **Two local views, 640 steps** (the paper's V = 4 costs more per clip, ``bench/quality.md`` § 9): more
+      optimiser steps of the same batch of 64 in the 10 minutes, which § 9 measured to carry the digit
+      further on the seeds where it was weakest; 640 is what the budget holds at the slower speed seen on
+      these machines.
     * A smaller model and head: ``vit-demo`` (width 128, depth 4, 4 heads) with a projector
       ``Linear(128, 1024) → BatchNorm → GELU → Linear(1024, 64)``: 1024 wide, **projections of 64
-      dimensions**. With 32 the three cues competed for the projection (effective rank 18–21 of 32): which
-      was learned first, and when, moved with the seed, and on one seed of five motion and the arrow came
-      too late (§ 9, "more projection dimensions").
+      dimensions**. With 32 the three cues competed for the projection: which was learned first, and when,
+      moved with the seed, and on some seeds motion and the arrow came too late (§ 9, "more projection
+      dimensions").
     * λ = 0.3, not 0.02, at N = 64 (one batch, no accumulation). Away from the Gaussian target SIGReg's
       pull on the weights grows about ∝ N while the invariance term's does not, so ``λ·N`` sets the balance
       (``bench/train.md``, λ against the batch N); the paper uses 0.02 at N = 128 and at N = 3072 alike. A
