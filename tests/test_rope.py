@@ -9,7 +9,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from levjepa.model.rope import Rope3D, apply_rope, rope_split
+from levjepa.model import rope as rope_module
+from levjepa.model.rope import Rope3D, apply_rope, rope_split, rotary_qkv
 
 Rotate = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x [L, hd], positions [L, 3]) -> [L, hd]
 
@@ -141,3 +142,42 @@ def test_odd_or_tiny_head_dims_are_refused():
     for bad in (5, 4, 15):
         with pytest.raises(ValueError, match="even head dim >= 6"):
             rope_split(bad)
+
+
+def _qkv_by_definition(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """Queries and keys rotated one by one with :func:`apply_rope`, values as they are, each ``[B, h, L, hd]``."""
+    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
+@pytest.mark.parametrize("layout", ["levjepa", "vjepa2"])
+@pytest.mark.parametrize("per_clip", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("path", ["fused", "fallback"])
+def test_rotary_qkv_is_the_rotation_of_queries_and_keys_forward_and_backward(
+    layout, per_clip, dtype, path, monkeypatch
+):
+    """Both paths of ``rotary_qkv`` (the fused autograd function of eager float32/64, and the one
+    ``torch.compile`` and lower precisions take) against the rotation applied to each of q and k by definition:
+    the same outputs and the same gradient of the ``qkv`` projection, whichever of q, k, v the loss reads."""
+    if path == "fallback":
+        monkeypatch.setattr(rope_module.torch.compiler, "is_compiling", lambda: True)
+    torch.manual_seed(0)
+    b, n, h, hd = 3, 7, 2, 16
+    rope = Rope3D(hd, layout=layout)
+    cos, sin = rope(torch.randint(0, 6, (b if per_clip else 1, n, 3)))
+    base = torch.randn(b, n, 3 * h * hd, dtype=dtype, requires_grad=True)
+    got = rotary_qkv(base.view(b, n, 3, h, hd), cos, sin)
+    want = _qkv_by_definition(base.view(b, n, 3, h, hd), cos, sin)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == (b, h, n, hd) and g.dtype == dtype
+        torch.testing.assert_close(g, w, rtol=0, atol=1e-6 if dtype == torch.float32 else 1e-12)
+    if path == "fused":
+        assert all(t.is_contiguous() for t in got)  # what the attention products take without a copy
+    for used in ([0, 1, 2], [0], [2], [0, 2]):  # unused outputs get no gradient: those slots must be zero
+        weights = [torch.randn(b, h, n, hd, dtype=dtype) for _ in range(3)]
+        outs = rotary_qkv(base.view(b, n, 3, h, hd), cos, sin)
+        (grad,) = torch.autograd.grad(sum((outs[i] * weights[i]).sum() for i in used), base)
+        refs = _qkv_by_definition(base.view(b, n, 3, h, hd), cos, sin)
+        (ref,) = torch.autograd.grad(sum((refs[i] * weights[i]).sum() for i in used), base)
+        torch.testing.assert_close(grad, ref, rtol=0, atol=1e-5 if dtype == torch.float32 else 1e-12)

@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from levjepa.model.rope import apply_rope
+from levjepa.model.rope import rotary_qkv
 
 __all__ = [
     "SHORT_KEYS",
@@ -172,10 +172,7 @@ class Attention(nn.Module):
         """``x`` ``[B, L, D]``; ``rope`` from ``Rope3D`` (``[B or 1, 1, L, hd]``); ``attn_mask`` boolean or
         additive (:func:`attn_bias`), ``[B or 1, 1, L, L_k]``, or ``None``."""
         b, n, d = x.shape
-        qk, v = self.qkv(x).view(b, n, 3, self.heads, d // self.heads).split([2, 1], dim=2)  # [B, L, 2|1, h, hd]
-        cos, sin = (t.transpose(1, 2).unsqueeze(2) for t in rope)  # [B or 1, L, 1, 1, hd]: over q, k and heads
-        q, k = apply_rope(qk, cos, sin).transpose(1, 3).unbind(2)  # queries and keys in one rotation
-        v = v.squeeze(2).transpose(1, 2)  # [B, h, L, hd] each
+        q, k, v = rotary_qkv(self.qkv(x).view(b, n, 3, self.heads, d // self.heads), *rope)  # [B, h, L, hd] each
         if kv_cache is not None:
             k, v = kv_cache(k, v)  # [B, h, L_past + L, hd]
         y = attend(q, k, v, attn_mask)  # [B, h, L, hd]

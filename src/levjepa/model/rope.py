@@ -29,7 +29,10 @@ Design (the choices the paper leaves open):
 * Angles, cos and sin are computed in float32 and the rotated query/key are cast back to the input dtype.
 * The tables are computed once per forward and shared by every layer; :func:`apply_rope` is one autograd
   function (three kernels forward, three backward: no copy of the swapped halves, and autograd saves only
-  the tables), applied to the queries and keys of a layer together (``attention.py``).
+  the tables). :func:`rotary_qkv` is what the attention layer calls: from its ``qkv`` projection to the
+  rotated queries and keys and the values, each contiguous ``[B, h, L, hd]`` as the attention products take
+  them, in one function whose backward writes the three gradients straight into the layout of the ``qkv``
+  output (no split, stack or transposing copies, forward or backward).
 
 **The ``vjepa2`` layout** (``EncoderConfig.rope_layout="vjepa2"``): the function the official LeVJEPA code
 and its released checkpoints compute (V-JEPA 2's "pretrained-compatible" RoPE), reproduced exactly so that
@@ -53,7 +56,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-__all__ = ["ROPE_LAYOUTS", "Rope3D", "apply_rope", "rope_split", "vjepa2_channel_order"]
+__all__ = ["ROPE_LAYOUTS", "Rope3D", "apply_rope", "rope_split", "rotary_qkv", "vjepa2_channel_order"]
 
 ROPE_LAYOUTS = ("levjepa", "vjepa2")
 
@@ -174,3 +177,73 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     out = _Rotate.apply(x, cos, sin)
     assert isinstance(out, Tensor)
     return out
+
+
+class _RotaryQKV(torch.autograd.Function):
+    """``qkv`` ``[B, L, 3, h, hd]`` -> rotated ``q``, ``k`` and ``v``, each contiguous ``[B, h, L, hd]``: the
+    rotation (as :class:`_Rotate`) reads the strided ``qkv`` view and writes one contiguous ``[3, B, h, L, hd]``
+    buffer, so neither the attention products nor the backward copy it again; the backward writes the
+    transposed rotation of ``dq``, ``dk`` and ``dv`` into one ``[B, L, 3, h, hd]`` tensor, the gradient of
+    the ``qkv`` projection's output as it is laid out (where a split, a stack and the transposes' copies
+    made it before). Autograd keeps only the tables. Eager only: ``out=`` into views does not trace."""
+
+    @staticmethod
+    def forward(ctx: Any, qkv: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        if cos.requires_grad or sin.requires_grad:
+            raise ValueError("rotary_qkv: the RoPE tables are functions of positions, not differentiable inputs")
+        ctx.save_for_backward(cos, sin)
+        ctx.dtype = qkv.dtype
+        x = qkv.permute(2, 0, 3, 1, 4)  # [3, B, h, L, hd], a view
+        out = torch.empty(x.shape, dtype=qkv.dtype, device=qkv.device)
+        _rotate_into(out[:2], x[:2], cos, sin, transpose=False)
+        out[2].copy_(x[2])
+        return out[0], out[1], out[2]
+
+    @staticmethod
+    def backward(ctx: Any, dq: Tensor | None, dk: Tensor | None, dv: Tensor | None) -> tuple[Tensor, None, None]:
+        cos, sin = ctx.saved_tensors
+        b, h, n, hd = next(g.shape for g in (dq, dk, dv) if g is not None)
+        grad = torch.empty(b, n, 3, h, hd, dtype=ctx.dtype, device=cos.device)
+        gx = grad.permute(2, 0, 3, 1, 4)  # [3, B, h, L, hd] view of the qkv output's layout
+        if dq is not None and dk is not None:  # both rotated by one set of kernels
+            _rotate_into(gx[:2], torch.stack((dq, dk)), cos, sin, transpose=True)
+        else:
+            for slot, g in enumerate((dq, dk)):
+                if g is None:
+                    gx[slot].zero_()
+                else:
+                    _rotate_into(gx[slot], g, cos, sin, transpose=True)
+        if dv is None:
+            gx[2].zero_()
+        else:
+            gx[2].copy_(dv)
+        return grad, None, None
+
+
+def _rotate_into(out: Tensor, x: Tensor, cos: Tensor, sin: Tensor, *, transpose: bool) -> None:
+    """:func:`_rotate` written into ``out`` (same shape as ``x``, any strides, a dtype the float32 result casts
+    to without loss of range: float32 or float64)."""
+    n = x.shape[-1] // 2
+    s1, s2 = (sin[..., n:], sin[..., :n]) if transpose else (sin[..., :n], sin[..., n:])
+    torch.mul(x, cos, out=out)
+    out[..., :n].addcmul_(x[..., n:], s1)
+    out[..., n:].addcmul_(x[..., :n], s2)
+
+
+def rotary_qkv(qkv: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Queries and keys rotated by RoPE, and the values, each ``[B, h, L, hd]``, from a ``qkv`` projection viewed
+    as ``[B, L, 3, h, hd]`` and the tables ``(cos, sin)`` of :meth:`Rope3D.forward` (``[B or 1, 1, L, hd]``).
+
+    In eager float32 / float64, one autograd function (:class:`_RotaryQKV`: contiguous outputs, one gradient
+    tensor in the projection's layout); otherwise (under ``torch.compile``, which fuses these kernels itself,
+    or in a lower-precision dtype, whose rotation runs in float32 and casts back) :func:`apply_rope` on the
+    queries and keys together and views of the values. The two paths compute the same function
+    (``tests/test_rope.py``)."""
+    same_dtype = torch.promote_types(qkv.dtype, cos.dtype) == qkv.dtype
+    if same_dtype and qkv.dtype in (torch.float32, torch.float64) and not torch.compiler.is_compiling():
+        q, k, v = _RotaryQKV.apply(qkv, cos, sin)
+        return q, k, v
+    qk, v = qkv.split([2, 1], dim=2)  # [B, L, 2|1, h, hd]
+    c, s = (t.transpose(1, 2).unsqueeze(2) for t in (cos, sin))  # [B or 1, L, 1, 1, hd]: over q, k and heads
+    q, k = apply_rope(qk, c, s).transpose(1, 3).unbind(2)  # queries and keys in one rotation
+    return q, k, v.squeeze(2).transpose(1, 2)
