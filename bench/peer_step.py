@@ -32,7 +32,8 @@ which other processes on the machine disturb far less than its wall time.
 
 ``--profile`` runs levjepa's step (ρ = 0.95, batch 8) under ``torch.profiler`` and prints the step's time
 over the self CPU time of its matrix products (``mm``, ``addmm``, ``bmm``, convolutions) and attention kernels
-(``scaled_dot_product_*`` forward and backward), with the largest other ops: what is left to remove.
+(``scaled_dot_product_*`` forward and backward; on the CPU short-sequence path, whose products are ``bmm``, the
+softmax forward and backward), with the largest other ops: what is left to remove.
 
 Results and the commands that made them: ``bench/train.md`` (A training step near its limit).
 """
@@ -67,6 +68,9 @@ LABELS = {"rho0.95_b8": "ρ = 0.95, batch 8", "rho0.75_b8": "ρ = 0.75, batch 8"
 FRAMES, GLOBAL, LOCAL, NUM_LOCAL, LAMBDA = 16, 224, 96, 4, 0.02
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mkldnn_convolution")
 ATTENTION_PREFIX = "aten::_scaled_dot_product"
+# the CPU short-sequence path (levjepa.model.attention.attend) computes attention as two products (counted as
+# matmul) and a softmax: its softmax, forward and backward, is attention's, as inside SDPA's fused kernel
+ATTENTION_OPS = ("aten::_softmax", "aten::_softmax_backward_data")
 
 
 def _views(batch: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,9 +181,10 @@ def profile(rho: float, batch: int, steps: int, compiled: bool = False) -> dict:
     events = prof.key_averages()
     step_ms = sum(e.cpu_time_total for e in events if e.key == "train_step") / 1e3 / steps
     matmul = sum(e.self_cpu_time_total for e in events if e.key in MATMUL_OPS) / 1e3 / steps
-    attention = sum(e.self_cpu_time_total for e in events if e.key.startswith(ATTENTION_PREFIX)) / 1e3 / steps
+    is_attention = lambda key: key.startswith(ATTENTION_PREFIX) or key in ATTENTION_OPS  # noqa: E731
+    attention = sum(e.self_cpu_time_total for e in events if is_attention(e.key)) / 1e3 / steps
     others = sorted(
-        (e for e in events if e.key not in MATMUL_OPS and not e.key.startswith(ATTENTION_PREFIX)),
+        (e for e in events if e.key not in MATMUL_OPS and not is_attention(e.key)),
         key=lambda e: -e.self_cpu_time_total,
     )
     top = [(e.key, e.self_cpu_time_total / 1e3 / steps, e.count // steps) for e in others[:20] if e.key != "train_step"]
