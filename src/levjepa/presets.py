@@ -118,8 +118,8 @@ def demo_cpu(steps: int = 640) -> PretrainConfig:
       time; local views of 24 px (3×3 patches: a 16-px view keeps too few tokens to see motion, § 1.2).
     * **Two local views, 640 steps** (the paper's V = 4 costs more per clip, ``bench/quality.md`` § 9): more
       optimiser steps of the same batch of 64 in the 10 minutes, which § 9 measured to carry the digit
-      further on the seeds where it was weakest; 640 is what the budget holds at the slower speed seen on
-      these machines.
+      further on the seeds where it was weakest; 640 sits at the edge of the budget in the slower hours of
+      these machines (the times measured: ``bench/quality.md`` § 9 and the README).
     * A smaller model and head: ``vit-demo`` (width 128, depth 4, 4 heads) with its projector
       ``Linear(128, 1024) → BatchNorm → GELU → Linear(1024, 128)``: 1024 wide, **projections of 128
       dimensions**. With 32 the three cues competed for the projection: which was learned first, and when,
