@@ -73,6 +73,10 @@ ATTENTION_PREFIX = "aten::_scaled_dot_product"
 ATTENTION_OPS = ("aten::_softmax", "aten::_softmax_backward_data")
 
 
+def is_attention(op: str) -> bool:
+    return op.startswith(ATTENTION_PREFIX) or op in ATTENTION_OPS
+
+
 def _views(batch: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Normalised float views: global ``[1, B, C, T, 224, 224]``, local ``[4, B, C, T, 96, 96]``."""
     g = torch.Generator().manual_seed(seed)
@@ -181,7 +185,6 @@ def profile(rho: float, batch: int, steps: int, compiled: bool = False) -> dict:
     events = prof.key_averages()
     step_ms = sum(e.cpu_time_total for e in events if e.key == "train_step") / 1e3 / steps
     matmul = sum(e.self_cpu_time_total for e in events if e.key in MATMUL_OPS) / 1e3 / steps
-    is_attention = lambda key: key.startswith(ATTENTION_PREFIX) or key in ATTENTION_OPS  # noqa: E731
     attention = sum(e.self_cpu_time_total for e in events if is_attention(e.key)) / 1e3 / steps
     others = sorted(
         (e for e in events if e.key not in MATMUL_OPS and not is_attention(e.key)),

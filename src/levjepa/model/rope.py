@@ -192,7 +192,6 @@ class _RotaryQKV(torch.autograd.Function):
         if cos.requires_grad or sin.requires_grad:
             raise ValueError("rotary_qkv: the RoPE tables are functions of positions, not differentiable inputs")
         ctx.save_for_backward(cos, sin)
-        ctx.dtype = qkv.dtype
         x = qkv.permute(2, 0, 3, 1, 4)  # [3, B, h, L, hd], a view
         out = torch.empty(x.shape, dtype=qkv.dtype, device=qkv.device)
         _rotate_into(out[:2], x[:2], cos, sin, transpose=False)
@@ -202,21 +201,13 @@ class _RotaryQKV(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dq: Tensor | None, dk: Tensor | None, dv: Tensor | None) -> tuple[Tensor, None, None]:
         cos, sin = ctx.saved_tensors
-        b, h, n, hd = next(g.shape for g in (dq, dk, dv) if g is not None)
-        grad = torch.empty(b, n, 3, h, hd, dtype=ctx.dtype, device=cos.device)
+        like = next(g for g in (dq, dk, dv) if g is not None)  # [B, h, L, hd], the outputs' dtype
+        dq, dk, dv = (like.new_zeros(like.shape) if g is None else g for g in (dq, dk, dv))  # an unused output
+        b, h, n, hd = like.shape
+        grad = like.new_empty(b, n, 3, h, hd)
         gx = grad.permute(2, 0, 3, 1, 4)  # [3, B, h, L, hd] view of the qkv output's layout
-        if dq is not None and dk is not None:  # both rotated by one set of kernels
-            _rotate_into(gx[:2], torch.stack((dq, dk)), cos, sin, transpose=True)
-        else:
-            for slot, g in enumerate((dq, dk)):
-                if g is None:
-                    gx[slot].zero_()
-                else:
-                    _rotate_into(gx[slot], g, cos, sin, transpose=True)
-        if dv is None:
-            gx[2].zero_()
-        else:
-            gx[2].copy_(dv)
+        _rotate_into(gx[:2], torch.stack((dq, dk)), cos, sin, transpose=True)  # both by one set of kernels
+        gx[2].copy_(dv)
         return grad, None, None
 
 
