@@ -144,7 +144,7 @@ def demo_cpu(steps: int = 640) -> PretrainConfig:
     """
     return PretrainConfig(
         preset="demo-cpu",
-        model=encoder_config("vit-demo", tubelet=2, tubelet_init="inflate", drop_ratio=0.5),
+        model=encoder_config("vit-demo", tubelet=2, tubelet_init="inflate", drop_ratio=0.5, mlp_ratio=2.0),
         data=DataConfig(
             sources=("synthetic",),
             synthetic=_demo_synthetic(),
@@ -187,7 +187,7 @@ def demo_cpu_long() -> PretrainConfig:
     return replace(
         cfg,
         preset="demo-cpu-long",
-        model=replace(cfg.model, proj_dim=32),
+        model=replace(cfg.model, proj_dim=32, mlp_ratio=4.0),
         data=replace(cfg.data, num_local=4, local_scale=(0.15, 0.5)),
         optim=replace(cfg.optim, lr=1.4e-3, start_lr=1.4e-4, final_lr=1.4e-4),
         train=replace(cfg.train, checkpoint_every=200, ema_decay=0.99),
