@@ -4,7 +4,7 @@
     python bench/quality.py ssl --preset demo-cpu --out DIR [--eval-at 200,400,...] [--final online,random]
                                 [--resume] [k=v ...]
     python bench/quality.py table [--per-probe] DIR [DIR ...]
-    python bench/quality.py spread DIR|PROBE.json [DIR|PROBE.json ...]
+    python bench/quality.py spread DIR|RUN_DIR|PROBE.json [...]
     python bench/quality.py factors CHECKPOINT [CHECKPOINT ...] [--weights ema] [--random] [--out DIR]
 
 ``supervised`` — the **supervised ceiling**: the preset's encoder, trained on the same clips (the
@@ -20,9 +20,9 @@ steps are each frozen and probed (a learning curve); the random-init column is c
 continues an interrupted ``DIR/run`` from its latest checkpoint (the same trajectory: ``levjepa pretrain
 --resume``), and each probed checkpoint is written to ``DIR/quality.json`` as it ends.
 
-``spread`` — the demo's targets run by run (one ``ssl`` directory per seed and thread count): pretrained vs random
-init and the margin per task, what each run misses, and the learning curve where ``--eval-at`` made one;
-exits 1 when a run misses a target or margin.
+``spread`` — the demo's targets run by run (one ``ssl`` directory per seed and thread count, or the run directory
+of a ``levjepa pretrain`` that ended with probes): pretrained vs random init and the margin per task, what each
+run misses, and the learning curve where ``--eval-at`` made one; exits 1 when a run misses a target or margin.
 
 ``factors`` — *what the frozen CLS encodes*: ridge regressions from a checkpoint's CLS (train split) to every
 factor that decides a clip — the labels and the nuisances (object and background colour, start and end
@@ -59,7 +59,7 @@ from levjepa.presets import demo_misses, preset
 from levjepa.rng import make_generator
 from levjepa.train.loop import build_models, pretrain
 from levjepa.train.optim import build_optimizer, lr_at
-from levjepa.weights import checkpoint_name
+from levjepa.weights import PROBE_RESULTS, checkpoint_name
 
 
 def _config(name: str, overrides: list[str], threads: int | None):
@@ -311,9 +311,10 @@ def table(dirs: list[Path], per_probe: bool = False) -> None:
 
 
 def spread(dirs: list[Path]) -> int:
-    """Markdown: one row per ``ssl`` run (seed, threads: the directory's name) or per ``levjepa probe --out``
-    JSON file, best probe per task, pretrained vs random init with the margin, a ✗ on each target or margin
-    missed; then the curve of each run that has one. Returns how many runs miss something."""
+    """Markdown: one row per ``ssl`` run (seed, threads: the directory's name), per ``levjepa probe --out``
+    JSON file or per ``levjepa pretrain`` run directory (its end-of-run ``probe_results.json``), best probe
+    per task, pretrained vs random init with the margin, a ✗ on each target or margin missed; then the curve
+    of each run that has one. Returns how many runs miss something."""
     print("| run | " + " | ".join(f"{t}: EMA vs random (margin)" for t in TASKS) + " | all met | train s | clips/s |")
     print("| --- |" + " --- |" * len(TASKS) + " --- | ---: | ---: |")
     missed, curves = 0, []
@@ -322,6 +323,10 @@ def spread(dirs: list[Path]) -> int:
             acc = json.loads(d.read_text())["accuracy"]
             res = {"steps": 0, "curve": {}, "train_s": math.nan, "clips_per_s": math.nan}
             pre, rnd = acc["pretrained-ema"], acc["random-init"]
+        elif (d / PROBE_RESULTS).exists() and not (d / "quality.json").exists():  # `levjepa pretrain`'s run dir
+            acc = json.loads((d / PROBE_RESULTS).read_text())["accuracy"]
+            res = {"steps": 0, "curve": {}, "train_s": math.nan, "clips_per_s": math.nan}
+            pre, rnd = acc["pretrained (EMA)"], acc["random init"]
         else:
             res = json.loads((d / "quality.json").read_text())
             final = res["curve"][str(res["steps"])]["accuracy"]
