@@ -318,14 +318,13 @@ def spread(dirs: list[Path]) -> int:
     print("| run | " + " | ".join(f"{t}: EMA vs random (margin)" for t in TASKS) + " | all met | train s | clips/s |")
     print("| --- |" + " --- |" * len(TASKS) + " --- | ---: | ---: |")
     missed, curves = 0, []
+    untimed = {"steps": 0, "curve": {}, "train_s": math.nan, "clips_per_s": math.nan}  # probes only, no curve
     for d in dirs:
         if d.suffix == ".json":  # the --out of `levjepa probe RUN` (its EMA encoder and its random-init column)
-            acc = json.loads(d.read_text())["accuracy"]
-            res = {"steps": 0, "curve": {}, "train_s": math.nan, "clips_per_s": math.nan}
+            acc, res = json.loads(d.read_text())["accuracy"], untimed
             pre, rnd = acc["pretrained-ema"], acc["random-init"]
         elif (d / PROBE_RESULTS).exists() and not (d / "quality.json").exists():  # `levjepa pretrain`'s run dir
-            acc = json.loads((d / PROBE_RESULTS).read_text())["accuracy"]
-            res = {"steps": 0, "curve": {}, "train_s": math.nan, "clips_per_s": math.nan}
+            acc, res = json.loads((d / PROBE_RESULTS).read_text())["accuracy"], untimed
             pre, rnd = acc["pretrained (EMA)"], acc["random init"]
         else:
             res = json.loads((d / "quality.json").read_text())

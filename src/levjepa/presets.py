@@ -121,10 +121,10 @@ def demo_cpu(steps: int = 640) -> PretrainConfig:
       further on the seeds where it was weakest (the times measured: ``bench/quality.md`` § 9 and the
       README).
     * A smaller model and head: ``vit-demo`` (width 128, depth 4, 4 heads) with **MLPs of ratio 2** in its
-      blocks (256 hidden, not the ViT's 4 × 128): three quarters of the step's compute, which is what keeps
-      640 steps inside the time. Motion and the arrow were met on all ten runs of § 9 ("MLP ratio 2"); the
-      digit's margin over random init is the thin one (a random encoder with narrower MLPs reads the digit
-      about two points better). Its projector is ``Linear(128, 1024) → BatchNorm → GELU → Linear(1024,
+      blocks (256 hidden, not the ViT's 4 × 128): a cheaper step, which is what keeps 640 steps inside the
+      time, with motion and the arrow learned as well or better; the digit's margin over random init is the
+      thin one, since a random encoder with narrower MLPs reads the digit better (§ 9, "MLP ratio 2"). Its
+      projector is ``Linear(128, 1024) → BatchNorm → GELU → Linear(1024,
       128)``: 1024 wide, **projections of 128 dimensions**. With 32 the three cues competed for the
       projection: which was learned first, and when, moved with the seed, and on some seeds motion and the
       arrow came too late; 64 still left the arrow short on the seeds whose motion came last (§ 9, "more
