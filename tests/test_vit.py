@@ -258,9 +258,10 @@ def test_compiled_blocks_have_static_shapes_one_graph_per_view_shape():
     drop = sample_keys(0, "drop", 0, positions=range(2))
     for _ in range(2):  # a second step compiles nothing new
         enc.forward_views(*groups, keys=drop).sum().backward()
-    assert len(graphs) == 2  # the global and the local view shape, shared by every block
-    tokens = {next(s for s in shapes if len(s) == 3) for shapes in graphs}  # x [V·B, 1 + kept, D]
-    assert tokens == {(2, 1 + 16, 32), (4, 1 + 4, 32)}
+    # per view shape: one graph shared by every block but the last, and the last's (CLS alone: queries=1)
+    assert len(graphs) == 4
+    tokens = sorted(next(s for s in shapes if len(s) == 3) for shapes in graphs)  # x [V·B, 1 + kept, D]
+    assert tokens == sorted(2 * [(2, 1 + 16, 32), (4, 1 + 4, 32)])
 
 
 @pytest.mark.slow
@@ -321,3 +322,14 @@ def test_forward_views_gives_every_view_slot_its_own_dropping_key():
         split = enc.forward_views(same[:1], same[1:], keys=keys)
     assert all(not torch.allclose(cls[i], cls[j]) for i, j in ((0, 1), (0, 2), (1, 2)))
     torch.testing.assert_close(split, cls)
+
+
+def test_forward_views_computes_only_cls_in_the_last_block():
+    # training reads CLS alone, so the last block runs its attention output, MLP and residuals on CLS only
+    # (keys and values still from every kept token): the saving is real, and the other blocks see every token
+    enc = VideoEncoder(encoder_config("vit-test", drop_ratio=0.5))
+    rows: list[tuple[int, ...]] = []
+    for blk in enc.blocks:
+        blk.mlp.fc1.register_forward_hook(lambda m, args, out: rows.append(tuple(args[0].shape)))
+    enc.forward_views(torch.randn(1, 2, 3, 2, 32, 32), generator=gen(1))
+    assert rows == [(2, 1 + 16, 32), (2, 1, 32)]  # vit-test: depth 2; 1 + 32 · 0.5 tokens, then CLS alone

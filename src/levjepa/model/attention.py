@@ -167,13 +167,23 @@ class Attention(nn.Module):
         self.proj = nn.Linear(dim, dim)
 
     def forward(
-        self, x: Tensor, rope: tuple[Tensor, Tensor], attn_mask: Tensor | None, kv_cache: KVCache | None = None
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor],
+        attn_mask: Tensor | None,
+        kv_cache: KVCache | None = None,
+        queries: int | None = None,
     ) -> Tensor:
         """``x`` ``[B, L, D]``; ``rope`` from ``Rope3D`` (``[B or 1, 1, L, hd]``); ``attn_mask`` boolean or
-        additive (:func:`attn_bias`), ``[B or 1, 1, L, L_k]``, or ``None``."""
+        additive (:func:`attn_bias`), ``[B or 1, 1, L, L_k]``, or ``None``. ``queries``: the outputs of only the
+        first ``queries`` tokens ``[B, queries, D]``, reading the keys and values of all (``None``: every token's)."""
         b, n, d = x.shape
         q, k, v = rotary_qkv(self.qkv(x).view(b, n, 3, self.heads, d // self.heads), *rope)  # [B, h, L, hd] each
         if kv_cache is not None:
             k, v = kv_cache(k, v)  # [B, h, L_past + L, hd]
+        if queries is not None:
+            n = queries
+            q = q[:, :, :n]
+            attn_mask = None if attn_mask is None else attn_mask[:, :, :n]
         y = attend(q, k, v, attn_mask)  # [B, h, L, hd]
         return self.proj(y.transpose(1, 2).reshape(b, n, d))

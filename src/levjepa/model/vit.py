@@ -82,9 +82,17 @@ class Block(nn.Module):
         self.mlp = MLP(cfg.dim, cfg.mlp_hidden, mlp_out_bias)
 
     def forward(
-        self, x: Tensor, rope: tuple[Tensor, Tensor], attn_mask: Tensor | None, kv_cache: KVCache | None = None
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor],
+        attn_mask: Tensor | None,
+        kv_cache: KVCache | None = None,
+        queries: int | None = None,
     ) -> Tensor:
-        x = x + self.attn(self.norm1(x), rope, attn_mask, kv_cache)  # [B, L, D]
+        """``[B, L, D]``, or with ``queries`` the first ``queries`` tokens' outputs ``[B, queries, D]`` (their
+        attention still reads every token: what a CLS readout of the last block needs)."""
+        y = self.attn(self.norm1(x), rope, attn_mask, kv_cache, queries)  # [B, L or queries, D]
+        x = x + y if queries is None else x[:, :queries] + y
         return x + self.mlp(self.norm2(x))
 
 
@@ -226,10 +234,17 @@ class VideoEncoder(nn.Module):
         x = torch.cat([self.cls_token.expand(b, -1, -1).to(patches.dtype), patches], dim=1)  # [B, 1+L, D]
         return x, positions, self.rope(all_pos), attn_bias(attn_mask, x)
 
-    def _block(self, blk: nn.Module, x: Tensor, rope: tuple[Tensor, Tensor], attn_mask: Tensor | None) -> Tensor:
+    def _block(
+        self,
+        blk: nn.Module,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor],
+        attn_mask: Tensor | None,
+        queries: int | None = None,
+    ) -> Tensor:
         if self.cfg.grad_checkpointing and self.training and torch.is_grad_enabled():
-            return checkpoint(blk, x, rope, attn_mask, use_reentrant=False)
-        return blk(x, rope, attn_mask)
+            return checkpoint(blk, x, rope, attn_mask, None, queries, use_reentrant=False)
+        return blk(x, rope, attn_mask, None, queries)
 
     def _encode(
         self,
@@ -239,11 +254,15 @@ class VideoEncoder(nn.Module):
         window: int | None,
         name: str,
         keys: Tensor | None = None,
+        cls_only: bool = False,
     ) -> tuple[Tensor, Tensor]:
-        """Block outputs before the final norm ``[B, 1+L, D]`` (CLS first) and patch positions ``[B, L, 3]``."""
+        """Block outputs before the final norm ``[B, 1+L, D]`` (CLS first) and patch positions ``[B, L, 3]``;
+        ``cls_only``: the last block computes CLS alone, ``[B, 1, D]`` (the patches' last outputs feed nothing
+        a CLS readout uses: their queries, attention output projection and MLP are skipped)."""
         x, positions, rope, attn_mask = self._prepare(video, drop, generator, window, name, keys)
-        for blk in self.blocks:
-            x = self._block(blk, x, rope, attn_mask)  # [B, 1+L, D]
+        last = len(self.blocks) - 1
+        for i, blk in enumerate(self.blocks):
+            x = self._block(blk, x, rope, attn_mask, 1 if cls_only and i == last else None)  # [B, 1+L or 1, D]
         return x, positions
 
     # ---- public API -----------------------------------------------------------------------------------
@@ -304,7 +323,8 @@ class VideoEncoder(nn.Module):
                 raise ValueError(f"forward_views: keys must be int64 [B={b}], got shape {tuple(keys.shape)}")
             view_keys = None if keys is None else fold_keys(keys, slot, count=v).reshape(-1)  # [V·B], view-major
             slot += v
-            x, _ = self._encode(views.flatten(0, 1), True, generator, None, f"groups[{i}]", view_keys)  # [V·B, 1+L, D]
+            x, _ = self._encode(views.flatten(0, 1), True, generator, None, f"groups[{i}]", view_keys, cls_only=True)
+            # x: [V·B, 1, D], CLS only
             cls.append(self.norm(x[:, 0]).view(v, b, -1))  # [V, B, D]
         return torch.cat(cls, dim=0)  # [ΣV, B, D]
 
