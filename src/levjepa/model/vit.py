@@ -20,7 +20,10 @@ Data flow of one call (``B`` clips, ``N`` grid tokens, ``L`` kept tokens, ``D`` 
 * No absolute position embedding: one set of weights runs any resolution and clip length.
 * ``forward_views`` runs each *group* of same-shaped views (the global group at 224, the local group at 96)
   as one transformer call with its ``V_g·B`` clips batched: two calls per step, never a loop over clips or
-  views. The ``[ΣV_g, B, D]`` CLS it returns feeds one ``projector(cls.flatten(0, 1))`` call.
+  views. The ``[ΣV_g, B, D]`` CLS it returns feeds one ``projector(cls.flatten(0, 1))`` call. Since nothing
+  in training reads the patch tokens' last outputs, its last block computes CLS alone (its query, attention
+  output, MLP and residual; keys and values from every kept token): the same CLS and gradients, without the
+  last block's work on the patches.
 * Init (a choice; the paper does not say): truncated normal std ``init_std = 0.02`` for every linear
   weight, the patch embedding and CLS (timm / V-JEPA), zero biases, LayerNorm (1, 0), and each block's
   residual output projections (``attn.proj``, ``mlp.fc2``) divided by ``sqrt(2·layer)`` (V-JEPA), so
