@@ -61,6 +61,7 @@ def test_env_json_records_the_versions_that_wrote_the_run(tmp_path):
     env = json.loads((tmp_path / "run" / "env.json").read_text())
     assert env["levjepa"] == levjepa.__version__ and env["torch"] == torch.__version__
     assert env["av"] == metadata.version("av") and env["numpy"] == metadata.version("numpy")
+    assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()  # e.g. "AVX512": the float path
 
 
 def test_a_run_written_by_a_newer_levjepa_is_named_as_such(tmp_path, capsys):

@@ -170,6 +170,9 @@ def write_run_info(path: Path, config: dict[str, Any], world_size: int) -> None:
         "cuda": torch.version.cuda,
         "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
         "cpu_count": os.cpu_count(),
+        # the CPU kernels' instruction set (e.g. AVX2, AVX512): it decides the last bits of every CPU result, so a
+        # run reproduces bit for bit only on the same one (ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA select it)
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch_threads": torch.get_num_threads(),
         "world_size": world_size,
         "argv": sys.argv,
