@@ -6,7 +6,7 @@ Seeds 1 and 2 are the ones whose motion came last in ``bench/quality.md`` § 9 (
 current one lost the arrow there first), and seed 4 the one whose random-init encoder reads the digit best
 (at 640 steps the MLP-ratio-2 recipe missed its appearance margin there, and at 720 a change of rounding
 alone moved it across the line; § 9, "800 steps"), so a change that makes the demo fragile again fails here
-before it fails a user. Slow (about 6 minutes per seed on 2 cores): ``pytest -m slow
+before it fails a user. Slow (7–8 minutes per seed on 2 cores): ``pytest -m slow
 tests/test_demo_learns.py``.
 """
 
