@@ -18,8 +18,8 @@ Conventions (the usual ones, e.g. Kaplan et al., fvcore, ``torch.utils.flop_coun
   data decoding and augmentation are per step or on the CPU and are not counted.
 * The count is the architecture's — every block on every kept token — as the paper counts it. levjepa's
   training step computes the last block for CLS alone (the patch tokens' last outputs feed nothing there;
-  ``VideoEncoder.forward_views``), about 6 % fewer encoder FLOPs than counted here at ViT-Tiny and ViT-B,
-  ρ = 0.95.
+  ``VideoEncoder.forward_views``), so it does fewer encoder FLOPs than counted here (how many per model:
+  ``bench/train.md``, "The last block computes CLS alone").
 * Per run: ``clips × epochs × training FLOPs per clip``. The paper's controlled setting is 240 epochs on a
   20 % class-balanced subset of K710; we assume K710 has ≈ 658 k training clips, so 20 % ≈ 131,600 clips
   (``K710_20PCT_CLIPS``).
