@@ -191,7 +191,10 @@ def open_video(source: Source, hwaccel: str | None = None) -> Any:
         options: dict[str, object] | None = {"primary_ctx": "1"} if hwaccel == "cuda" else None
         kwargs["hwaccel"] = HWAccel(device_type=hwaccel, allow_software_fallback=True, options=options)
     try:
-        return av.open(target, metadata_errors="ignore", **kwargs)
+        try:
+            return av.open(target, metadata_errors="ignore", **kwargs)
+        except TypeError:  # PyAV 19 dropped the keyword (and no longer fails on bad metadata)
+            return av.open(target, **kwargs)
     except PermissionError as exc:  # av.error.PermissionError subclasses it
         if hwaccel:  # FFmpeg reports a missing device (no driver) as EPERM
             raise
