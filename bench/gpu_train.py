@@ -156,12 +156,12 @@ def real_run(seconds: float) -> dict:
             "train.device=cuda",
             "train.precision=bf16",
             "train.threads=none",
-            "train.steps=400",
+            "train.steps=300",
             "train.batch_size=256",
             "data.batch_size=256",
             "data.num_workers=12",
             "train.log_every=20",
-            "train.checkpoint_every=400",
+            "train.checkpoint_every=300",
         ]
         cpu = ["train.steps=4", "train.batch_size=8", "data.batch_size=8", "data.num_workers=0", "train.log_every=2"]
         cpu += ["data.synthetic.num_train=32", "data.synthetic.num_val=8", "data.synthetic.num_test=8"]
