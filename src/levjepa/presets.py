@@ -127,10 +127,11 @@ def demo_cpu(steps: int = 800) -> PretrainConfig:
       time, with motion and the arrow learned as well or better; the digit's margin over random init is the
       thin one, since a random encoder with narrower MLPs reads the digit better (§ 9, "MLP ratio 2"). Its
       projector is ``Linear(128, 1024) → BatchNorm → GELU → Linear(1024,
-      128)``: 1024 wide, **projections of 128 dimensions**. With 32 the three cues competed for the
-      projection: which was learned first, and when, moved with the seed, and on some seeds motion and the
-      arrow came too late; 64 still left the arrow short on the seeds whose motion came last (§ 9, "more
-      projection dimensions", "128 dimensions").
+      256)``: 1024 wide, **projections of 256 dimensions** (the paper's output width). With 32 the three
+      cues competed for the projection: which was learned first, and when, moved with the seed, and on some
+      seeds motion and the arrow came too late; 64 still left the arrow short on the seeds whose motion came
+      last; at 128 one seed's CLS held no arrow at all, and a probe read it from the patch tokens only just at
+      its target (§ 9, "more projection dimensions", "128 dimensions", "256 dimensions").
     * λ = 0.3, not 0.02, at N = 64 (one batch, no accumulation). Away from the Gaussian target SIGReg's
       pull on the weights grows about ∝ N while the invariance term's does not, so ``λ·N`` sets the balance
       (``bench/train.md``, λ against the batch N); the paper uses 0.02 at N = 128 and at N = 3072 alike. A
@@ -150,7 +151,9 @@ def demo_cpu(steps: int = 800) -> PretrainConfig:
     """
     return PretrainConfig(
         preset="demo-cpu",
-        model=encoder_config("vit-demo", tubelet=2, tubelet_init="inflate", drop_ratio=0.5, mlp_ratio=2.0),
+        model=encoder_config(
+            "vit-demo", tubelet=2, tubelet_init="inflate", drop_ratio=0.5, mlp_ratio=2.0, proj_dim=256
+        ),
         data=DataConfig(
             sources=("synthetic",),
             synthetic=_demo_synthetic(),
