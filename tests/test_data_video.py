@@ -137,3 +137,22 @@ def test_a_video_without_frame_count_or_duration_is_decoded_in_full_once(video, 
     assert read_uniform(clip) == list(range(40, 58, 3))
     with pytest.raises(DataError, match=r"^short:"):
         decode_clip(video, num_frames=40, frame_stride=3, short_videos="skip")
+
+
+def test_videos_open_on_a_pyav_without_the_metadata_errors_keyword(video, monkeypatch):
+    """PyAV 19 dropped ``av.open(..., metadata_errors=)``; PyAV 12–18 take it. Both must decode."""
+    import av
+
+    real_open = av.open
+    calls: list[dict] = []
+
+    def pyav19_open(*args, **kwargs):
+        calls.append(kwargs)
+        if "metadata_errors" in kwargs:
+            raise TypeError("open() got an unexpected keyword argument 'metadata_errors'")
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(av, "open", pyav19_open)
+    assert probe_video(video).num_frames == 90
+    assert read_uniform(decode_all(video).frames) == list(range(90))
+    assert any("metadata_errors" not in kwargs for kwargs in calls)
