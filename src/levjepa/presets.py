@@ -131,7 +131,7 @@ def demo_cpu(steps: int = 800) -> PretrainConfig:
       cues competed for the projection: which was learned first, and when, moved with the seed, and on some
       seeds motion and the arrow came too late; 64 still left the arrow short on the seeds whose motion came
       last; at 128 one seed's CLS held no arrow at all, and a probe read it from the patch tokens only just at
-      its target (§ 9, "more projection dimensions", "128 dimensions", "256 dimensions").
+      its target (§ 9, "more projection dimensions", "128 dimensions", "256 projection dimensions").
     * λ = 0.3, not 0.02, at N = 64 (one batch, no accumulation). Away from the Gaussian target SIGReg's
       pull on the weights grows about ∝ N while the invariance term's does not, so ``λ·N`` sets the balance
       (``bench/train.md``, λ against the batch N); the paper uses 0.02 at N = 128 and at N = 3072 alike. A
