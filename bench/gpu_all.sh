@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU check of the project in one run on one H200 (the step limits add up to 495 s, under the 600 s of
+# Every GPU check of the project in one run on one H200 (the step limits add up to 505 s, under the 600 s of
 # one device call), for the device tool:
 #
 #   run(command="bash bench/gpu_all.sh", carry=[".whl"], timeout_s=600)
@@ -32,7 +32,7 @@ step() {  # step NAME SECONDS COMMAND... (only the steps named in $ONLY when it 
   timeout "$secs" "$@" >>"$LOG" 2>&1
   echo "=== $name exit $? after $((SECONDS - t0))s" >>"$LOG"
 }
-step pytest_gpu 40 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py tests/test_sigreg_impl.py
+step pytest_gpu 50 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py tests/test_sigreg_impl.py tests/test_localreg.py
 step sigreg 70 python3 bench/gpu_sigreg.py --out "$OUT" --budget-s 50
 step encoder 90 python3 bench/gpu_encoder.py --out "$OUT" --budget-s 65
 step data 30 python3 bench/gpu_data.py --out "$OUT" --budget-s 25

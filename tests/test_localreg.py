@@ -200,3 +200,32 @@ def test_bad_labels_raise():
         local_ball_reg(z, torch.zeros(7, dtype=torch.long), torch.randn(4, 3), num_clusters=2)
     with pytest.raises(ValueError, match=r"directions must be \[4, M\]"):
         local_ball_reg(z, torch.zeros(8, dtype=torch.long), torch.randn(5, 3), num_clusters=2)
+
+
+def test_epps_pulley_nodes_are_the_trapezoid_rule_under_the_gaussian_window():
+    t, w, phi = epps_pulley_nodes(17, 3.0)
+    step = 3.0 / 16
+    trapezoid = torch.full((17,), 2 * step, dtype=torch.float64)
+    trapezoid[0] = trapezoid[-1] = step
+    assert torch.equal(t, torch.arange(17, dtype=torch.float64) * step)
+    assert torch.equal(phi, torch.exp(-0.5 * t.square()))
+    assert torch.allclose(w, trapezoid * phi, rtol=0, atol=1e-15)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["levjepa", "lejepa", "localejepa"])
+def test_objectives_run_without_a_host_device_synchronisation(name):
+    """Forward and backward of each objective on CUDA under ``set_sync_debug_mode("error")`` (the first call,
+    with its autotuning and caches, runs outside it): a synchronisation stalls the training step's pipeline."""
+    from levjepa.objective import ObjectiveConfig, build_objective
+
+    assert torch.cuda.is_available(), "the gpu marker needs a CUDA device"
+    objective = build_objective(ObjectiveConfig(name=name, num_global_views=1))
+    z = torch.randn(5, 256, 256, device="cuda", requires_grad=True)
+    objective(z, 0).loss.backward()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        objective(z, 1).loss.backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

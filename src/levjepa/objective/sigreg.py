@@ -91,9 +91,10 @@ def epps_pulley_nodes(
     step = t_max / (num_nodes - 1)
     t = torch.arange(num_nodes, dtype=dtype, device=device) * step
     phi = torch.exp(-0.5 * t.square())
-    trapezoid = torch.full((num_nodes,), 2.0 * step, dtype=dtype, device=device)
-    trapezoid[0] = step
-    trapezoid[-1] = step
+    # step at both ends, 2·step inside; built by arithmetic, not by writing a Python number into two elements
+    # of a CUDA tensor (each such write is a host-device synchronisation)
+    i = torch.arange(num_nodes, device=device)
+    trapezoid = 2.0 * step - step * ((i == 0) | (i == num_nodes - 1)).to(dtype)
     return t, trapezoid * phi, phi
 
 
