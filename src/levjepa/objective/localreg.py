@@ -48,7 +48,7 @@ from levjepa import distributed
 from levjepa.rng import make_generator
 
 from .losses import ObjectiveOutput, check_views, loss_dtype
-from .sigreg import _cached_nodes, draw_directions, epps_pulley_from_stats
+from .sigreg import cached_epps_pulley_nodes, draw_directions, epps_pulley_from_stats
 
 __all__ = ["cluster_labels", "cosine_kmeans", "local_ball_reg", "localejepa_loss", "uniform_ball_cf"]
 
@@ -148,7 +148,7 @@ def local_ball_reg(
     with torch.autocast(device_type=z.device.type, enabled=False):
         a = F.normalize(directions.to(zf), dim=0, eps=1e-12)
         u = zf @ a  # [V, B, M]
-        t, w, _ = _cached_nodes(num_nodes, t_max, zf.dtype, z.device)
+        t, w, _ = cached_epps_pulley_nodes(num_nodes, t_max, zf.dtype, z.device)
         target = uniform_ball_cf(t, k)
         # groups 0..Q-1 are the clusters, group Q the whole batch (the fallback); every sum below is over this
         # rank's rows, then over every rank in one differentiable all-reduce: the global batch's groups

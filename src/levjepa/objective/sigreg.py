@@ -60,6 +60,7 @@ from . import _chunked
 
 __all__ = [
     "SIGReg",
+    "cached_epps_pulley_nodes",
     "check_embeddings",
     "draw_directions",
     "ecf_stats",
@@ -101,10 +102,11 @@ def epps_pulley_nodes(
 _NODE_CACHE: dict[tuple[int, float, torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
 
-def _cached_nodes(
+def cached_epps_pulley_nodes(
     num_nodes: int, t_max: float, dtype: torch.dtype, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``epps_pulley_nodes`` made once per (nodes, t_max, dtype, device): no per-step kernel launches."""
+    """``epps_pulley_nodes`` made once per (nodes, t_max, dtype, device): no per-step kernel launches. The
+    tensors are shared by every caller: read them, never write into them."""
     key = (num_nodes, float(t_max), dtype, device)
     if key not in _NODE_CACHE:
         _NODE_CACHE[key] = epps_pulley_nodes(num_nodes, t_max, dtype=dtype, device=device)
@@ -295,7 +297,7 @@ def sigreg(
         stats = ecf_stats(u, num_nodes, t_max, impl)
         n_local = views.shape[1]
         stats, n_global = global_stats(stats, n_local) if all_reduce else (stats, float(n_local))
-        _, w, phi = _cached_nodes(num_nodes, t_max, cdtype, z.device)
+        _, w, phi = cached_epps_pulley_nodes(num_nodes, t_max, cdtype, z.device)
         ep = epps_pulley_from_stats(stats, n_global, w, phi)  # [V, M]
     if reduction == "mean":
         return ep.mean()
