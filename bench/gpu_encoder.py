@@ -15,7 +15,8 @@ Sections, each timed and saved as soon as it ends (a failure is recorded and the
 4. ``vit_b_bidirectional_eager``: the same step without a mask (flash kernel), to price the mask.
 5. ``attention_kernels``: the attention op alone (fwd+bwd, bf16) at the global and local shapes with a
    boolean block-causal mask per SDPA backend, a float mask, and no mask: what the mask costs.
-6. ``vit_b_compiled``: ``compile_blocks()`` (each block compiled; identical blocks share the graph),
+6. ``vit_b_compiled``: ``compile_blocks()`` (the block stack as one compiled region; each block on its own
+   before 2026-12-04),
    compile time, clips/s, TFLOP/s, and compiled-vs-eager CLS agreement.
 7. ``pytest_gpu``: ``pytest -m gpu tests/test_attention.py`` (the CUDA-vs-CPU test), if pytest is there.
 

@@ -9,8 +9,8 @@ tokens, block-causal, RoPE, projector 2048 → 256, SIGReg M = 1024, fused AdamW
 normalised float views already on the GPU. Variants:
 
 * ``eager``;
-* ``compiled``: ``train.compile=true`` (``VideoEncoder.compile_blocks()``: each block, forward and backward,
-  static shapes — one graph per view shape);
+* ``compiled``: ``train.compile=true`` (``VideoEncoder.compile_blocks()``: the block stack as one region,
+  forward and backward, static shapes — one graph per view shape; each block on its own before 2026-12-04);
 * ``cudagraphs``: the same with ``mode="reduce-overhead"`` (CUDA graphs over each compiled region: at 158-
   and 30-token sequences every kernel is small, and launch overhead is what a graph removes).
 

@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from levjepa.model.linear import linear
 from levjepa.model.rope import rotary_qkv
 
 __all__ = [
@@ -178,7 +179,8 @@ class Attention(nn.Module):
         additive (:func:`attn_bias`), ``[B or 1, 1, L, L_k]``, or ``None``. ``queries``: the outputs of only the
         first ``queries`` tokens ``[B, queries, D]``, reading the keys and values of all (``None``: every token's)."""
         b, n, d = x.shape
-        q, k, v = rotary_qkv(self.qkv(x).view(b, n, 3, self.heads, d // self.heads), *rope)  # [B, h, L, hd] each
+        qkv = linear(x, self.qkv).view(b, n, 3, self.heads, d // self.heads)
+        q, k, v = rotary_qkv(qkv, *rope)  # [B, h, L, hd] each
         if kv_cache is not None:
             k, v = kv_cache(k, v)  # [B, h, L_past + L, hd]
         if queries is not None:
@@ -186,4 +188,4 @@ class Attention(nn.Module):
             q = q[:, :, :n]
             attn_mask = None if attn_mask is None else attn_mask[:, :, :n]
         y = attend(q, k, v, attn_mask)  # [B, h, L, hd]
-        return self.proj(y.transpose(1, 2).reshape(b, n, d))
+        return linear(y.transpose(1, 2).reshape(b, n, d), self.proj)

@@ -28,9 +28,9 @@ Data flow of one call (``B`` clips, ``N`` grid tokens, ``L`` kept tokens, ``D`` 
   weight, the patch embedding and CLS (timm / V-JEPA), zero biases, LayerNorm (1, 0), and each block's
   residual output projections (``attn.proj``, ``mlp.fc2``) divided by ``sqrt(2·layer)`` (V-JEPA), so
   deep residual streams start small.
-* ``compile_blocks()`` compiles each block in place with static shapes (identical blocks share one
-  compiled graph per view shape; the state-dict keys are unchanged), the fast path on GPU;
-  ``grad_checkpointing`` recomputes blocks in the backward pass.
+* ``compile_blocks()`` compiles the block stack in place as one region with static shapes (one graph per
+  view shape; the state-dict keys are unchanged): ``train.compile``'s fast path; ``grad_checkpointing``
+  recomputes blocks in the backward pass.
 """
 
 from __future__ import annotations
@@ -46,11 +46,12 @@ from torch.utils.checkpoint import checkpoint
 
 from levjepa.model.attention import Attention, KVCache, TokenMeta, attn_bias, build_attn_mask
 from levjepa.model.config import EncoderConfig
+from levjepa.model.linear import linear
 from levjepa.model.rope import Rope3D
 from levjepa.model.tokens import PatchEmbed, check_video, sample_keep_idx
 from levjepa.rng import fold_keys
 
-__all__ = ["Block", "EncoderOutput", "VideoEncoder"]
+__all__ = ["Block", "Blocks", "EncoderOutput", "VideoEncoder"]
 
 
 @dataclass
@@ -71,7 +72,7 @@ class MLP(nn.Module):
         self.fc1, self.act, self.fc2 = nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim, bias=out_bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(self.act(self.fc1(x)))
+        return linear(self.act(linear(x, self.fc1)), self.fc2)
 
 
 class Block(nn.Module):
@@ -99,6 +100,31 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
+class Blocks(nn.ModuleList):
+    """The encoder's stack of blocks (``blocks.0``, ``blocks.1``, … as a plain ``ModuleList``), run in order by
+    one call, :meth:`forward`: the region ``VideoEncoder.compile_blocks`` compiles whole."""
+
+    def forward(
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor],
+        attn_mask: Tensor | None,
+        last_queries: int | None = None,
+        checkpointing: bool = False,
+    ) -> Tensor:
+        """``x`` ``[B, 1+L, D]`` through every block; ``last_queries``: the last block computes only the first
+        that many tokens' outputs (``Block.forward``'s ``queries``); ``checkpointing``: each block is recomputed
+        in the backward pass instead of keeping its activations."""
+        last = len(self) - 1
+        for i, blk in enumerate(self):
+            queries = last_queries if i == last else None
+            if checkpointing:
+                x = checkpoint(blk, x, rope, attn_mask, None, queries, use_reentrant=False)
+            else:
+                x = blk(x, rope, attn_mask, None, queries)
+        return x
+
+
 class VideoEncoder(nn.Module):
     """The encoder (module docstring). timm's names where a name is shared: ``num_features`` (= ``dim``),
     ``num_prefix_tokens`` (1: CLS), :meth:`forward_head`, :meth:`forward_intermediates` and
@@ -119,7 +145,7 @@ class VideoEncoder(nn.Module):
         # without a final norm the last block's mlp.fc2 bias is the constant shift of CLS instead (the same
         # exactly zero gradient): it exists only with final_norm_bias, for weights written before
         last_bias = cfg.final_norm or cfg.final_norm_bias
-        self.blocks = nn.ModuleList(Block(cfg, i < cfg.depth - 1 or last_bias) for i in range(cfg.depth))
+        self.blocks = Blocks(Block(cfg, i < cfg.depth - 1 or last_bias) for i in range(cfg.depth))
         # no bias by default: the projector's BatchNorm cancels a constant shift of CLS (see EncoderConfig)
         final = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps, bias=cfg.final_norm_bias)
         self.norm = final if cfg.final_norm else nn.Identity()
@@ -158,15 +184,21 @@ class VideoEncoder(nn.Module):
             blk.mlp.fc2.weight.div_(math.sqrt(2.0 * layer))
 
     def compile_blocks(self, **kwargs: Any) -> VideoEncoder:
-        """``torch.compile`` each block in place, forward and backward (regional compilation); returns ``self``.
+        """``torch.compile`` the block stack in place as one region, forward and backward; returns ``self``.
+
+        One graph runs all the blocks of a call (:class:`Blocks`): no boundary between blocks, so the residual
+        add of one block and the LayerNorm of the next fuse, and there are two compiled calls per view shape
+        and step (forward, backward) instead of two per block. The calls that go through it are the
+        encoder's own (``forward``, ``forward_features``, ``forward_views``); ``get_intermediate_layers`` and
+        the streaming encoder run the blocks one by one, eagerly.
 
         Shapes are static (``dynamic=False`` unless ``kwargs`` say otherwise): the kept-token counts are fixed
         per view shape, so training sees a handful of shapes (each view group, with and without grad), each
         compiled once with its sizes known; by default TorchDynamo would turn the second view shape into a
-        dynamic-shape graph shared by all, slower kernels and no CUDA graphs (``mode="reduce-overhead"``)."""
+        dynamic-shape graph shared by all, slower kernels and no CUDA graphs (``mode="reduce-overhead"``).
+        The state-dict keys are unchanged."""
         kwargs.setdefault("dynamic", False)
-        for blk in self.blocks:
-            blk.compile(**kwargs)
+        self.blocks.compile(**kwargs)
         return self
 
     # ---- tokens ---------------------------------------------------------------------------------------
@@ -237,18 +269,6 @@ class VideoEncoder(nn.Module):
         x = torch.cat([self.cls_token.expand(b, -1, -1).to(patches.dtype), patches], dim=1)  # [B, 1+L, D]
         return x, positions, self.rope(all_pos), attn_bias(attn_mask, x)
 
-    def _block(
-        self,
-        blk: nn.Module,
-        x: Tensor,
-        rope: tuple[Tensor, Tensor],
-        attn_mask: Tensor | None,
-        queries: int | None = None,
-    ) -> Tensor:
-        if self.cfg.grad_checkpointing and self.training and torch.is_grad_enabled():
-            return checkpoint(blk, x, rope, attn_mask, None, queries, use_reentrant=False)
-        return blk(x, rope, attn_mask, None, queries)
-
     def _encode(
         self,
         video: Tensor,
@@ -263,9 +283,8 @@ class VideoEncoder(nn.Module):
         ``cls_only``: the last block computes CLS alone, ``[B, 1, D]`` (the patches' last outputs feed nothing
         a CLS readout uses: their queries, attention output projection and MLP are skipped)."""
         x, positions, rope, attn_mask = self._prepare(video, drop, generator, window, name, keys)
-        last = len(self.blocks) - 1
-        for i, blk in enumerate(self.blocks):
-            x = self._block(blk, x, rope, attn_mask, 1 if cls_only and i == last else None)  # [B, 1+L or 1, D]
+        recompute = self.cfg.grad_checkpointing and self.training and torch.is_grad_enabled()
+        x = self.blocks(x, rope, attn_mask, 1 if cls_only else None, recompute)  # [B, 1+L or 1, D]
         return x, positions
 
     # ---- public API -----------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # auto: bf16 autocast on CUDA, fp32 on CPU; fp16: autocast with loss scaling (GPUs without bf16: V100, T4)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    compile: bool = False  # torch.compile each encoder block (GPU fast path; see levjepa.train.loop)
+    compile: bool = False  # torch.compile the encoder block stack (see levjepa.train.loop)
     accumulation: Literal["global", "local"] = "global"  # one loss on the effective batch, or one per micro-batch
     ema_decay: float = 0.9999  # Polyak copy: theta_bar <- decay * theta_bar + (1 - decay) * theta ...
     ema_every: int = 32  # ... every this many optimizer steps

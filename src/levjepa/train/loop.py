@@ -415,9 +415,9 @@ def _training_module(
     several ranks (it averages gradients overlapped with the backward); ``model`` itself for GradCache
     accumulation, whose gradients ``train_step`` averages over ranks with one explicit all-reduce.
 
-    ``train.compile``: each encoder block is compiled in place (``VideoEncoder.compile_blocks``: the
-    state-dict keys do not change, identical blocks share their graphs — one per view shape and grad mode —
-    and the keyed token dropping, the loop over view groups and the small projector, whose BatchNorm
+    ``train.compile``: the encoder's block stack is compiled in place as one region
+    (``VideoEncoder.compile_blocks``: the state-dict keys do not change, one graph per view shape and grad
+    mode; the keyed token dropping, the loop over view groups and the small projector, whose BatchNorm
     all-reduces over ranks, stay eager).
     """
     if compile_:
