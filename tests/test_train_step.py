@@ -17,7 +17,7 @@ from levjepa.objective import build_objective
 from levjepa.rng import make_generator, sample_keys
 from levjepa.train.loop import build_models
 from levjepa.train.optim import build_optimizer
-from levjepa.train.step import Pretrainer, train_step
+from levjepa.train.step import Pretrainer, clip_gradients, train_step
 from train_utils import tiny_config
 
 
@@ -182,3 +182,23 @@ def test_every_parameter_gets_a_gradient_under_every_model_option(overrides):
         assert dead == ["encoder.norm.bias"]
     else:
         assert dead == [f"encoder.blocks.{cfg.depth - 1}.mlp.fc2.bias"]
+
+
+@pytest.mark.parametrize("scale", [1e-3, 0.5, 0.999999, 1.0, 1.000001, 2.0, 1e3, float("inf"), float("nan")])
+def test_clip_gradients_is_torchs_clip_bit_for_bit(scale):
+    # the CPU path skips the multiply by 1.0 when the norm is within the bound: gradients and norm must still be
+    # exactly clip_grad_norm_'s, below the bound, at it (scale ~1: the factor rounds to 1 or just under), above
+    # it, and for an infinite or NaN norm
+    torch.manual_seed(0)
+    shapes = [(7, 5), (5,), (3, 4, 2)]
+    grads = [torch.randn(s) for s in shapes]
+    bound = float(torch.nn.utils.get_total_norm(grads))  # the norm at scale 1
+    grads = [g * scale for g in grads]
+    ours, theirs = ([torch.nn.Parameter(torch.zeros(s)) for s in shapes] for _ in range(2))
+    for a, b, g in zip(ours, theirs, grads, strict=True):
+        a.grad, b.grad = g.clone(), g.clone()
+    norm = clip_gradients(ours, bound)
+    want = torch.nn.utils.clip_grad_norm_(theirs, bound, foreach=True)
+    torch.testing.assert_close(norm, want, rtol=0, atol=0, equal_nan=True)
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0, equal_nan=True)

@@ -65,7 +65,7 @@ from levjepa import distributed
 from levjepa.model.vit import VideoEncoder
 from levjepa.objective.losses import loss_dtype
 
-__all__ = ["Accumulation", "DropSource", "Pretrainer", "StepOutput", "train_step"]
+__all__ = ["Accumulation", "DropSource", "Pretrainer", "StepOutput", "clip_gradients", "train_step"]
 
 Accumulation = Literal["global", "local"]
 DropSource = torch.Tensor | torch.Generator  # per-clip int64 keys [B] (training) or one generator
@@ -197,6 +197,21 @@ def _grad_cache(
     return out.loss.detach(), out.terms, z.detach()
 
 
+def clip_gradients(params: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)``: the total gradient norm (a 0-d
+    tensor), every gradient scaled by ``min(1, max_norm / (norm + 1e-6))``. PyTorch multiplies the
+    gradients by that factor even when it is exactly 1, so as never to read the norm on the host (a
+    synchronisation on a GPU); on the CPU reading it is free, and a step whose norm is within the bound skips
+    the multiply of every gradient by 1.0 (the same gradients, bit for bit)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads or grads[0].device.type != "cpu":
+        return torch.nn.utils.clip_grad_norm_(params, max_norm=max_norm, foreach=True)
+    norm = torch.nn.utils.get_total_norm(grads, foreach=True)
+    if not float(max_norm / (norm + 1e-6)) >= 1.0:  # PyTorch's factor, as it computes it, is below 1 (or NaN)
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm, foreach=True)
+    return norm
+
+
 def train_step(
     model: nn.Module,
     objective: nn.Module,
@@ -238,7 +253,7 @@ def train_step(
         distributed.all_reduce_gradients(params)  # mean over ranks; nothing alone
     if scaler is not None:
         scaler.unscale_(optimizer)  # the true gradients, before clipping; records overflows for update()
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm=grad_clip if grad_clip else math.inf, foreach=True)
+    grad_norm = clip_gradients(params, grad_clip if grad_clip else math.inf)
     skipped = ~(torch.isfinite(loss) & torch.isfinite(grad_norm))
     # fused AdamW reads these two attributes and skips the update on the device when found_inf is 1
     optimizer.grad_scale = None  # type: ignore[attr-defined]
