@@ -24,11 +24,18 @@ Each (setting, implementation) runs in a fresh process (``--worker``), so that i
 every round runs every setting with both implementations, their order alternating — so load from other
 processes on a shared machine hits both alike. A process runs one warm-up step and ``--steps`` timed steps;
 ``--baseline DIR`` adds an earlier levjepa checkout (e.g. ``git archive <commit> src bench | tar -x -C DIR``)
-to the same rounds, run by its own copy of this script: before and after measured side by side. A setting's
+to the same rounds (with ``--compiled``, its compiled step too), run by its own copy of this script: before
+and after measured side by side. A setting's
 ms/step is the minimum over rounds of each process's fastest step (the least disturbed by other
 load: on a shared machine a median still moves with what else runs), its peak RSS the largest of its runs.
 With ``--threads 1`` the process's CPU time per step is printed too (``cpu ms``): the compute of the step,
 which other processes on the machine disturb far less than its wall time.
+
+``--paired N`` times every implementation in this one process instead, alternating their steps (round ``r``
+runs each once, the order reversed every other round) for ``N`` rounds after two warm-up steps each: on a
+machine whose speed drifts by 10–20 % between processes and minutes, the ratio of two steps run back to back
+moves far less than the ratio of two processes' times. It prints each side's median and fastest step and the
+per-round ratio reference / levjepa (median and range); peak RSS is not measured (one process holds all).
 
 ``--profile`` runs levjepa's step (ρ = 0.95, batch 8) under ``torch.profiler`` and prints the step's time
 over the self CPU time of its matrix products (``mm``, ``addmm``, ``bmm``, convolutions) and attention kernels
@@ -44,6 +51,7 @@ import argparse
 import importlib.util
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -194,10 +202,46 @@ def profile(rho: float, batch: int, steps: int, compiled: bool = False) -> dict:
     return {"step_ms": step_ms, "matmul_ms": matmul, "attention_ms": attention, "top_other": top}
 
 
+def paired(setting: str, rounds: int, reference: str | None, compiled: bool) -> dict:
+    """Every implementation in this process, their steps alternated (module docstring, ``--paired``): per side
+    the ms of every timed step, and per levjepa side the per-round ratios reference / it."""
+    rho, batch = SETTINGS[setting]
+    steps = {"levjepa": levjepa_step(rho, batch)}
+    if compiled:
+        steps["levjepa_compiled"] = levjepa_step(rho, batch, compile_blocks=True)
+    if reference:
+        steps["reference"] = reference_step(reference, rho, batch)
+    for step in steps.values():
+        step(0)
+        step(1)
+    names = list(steps)
+    ms: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            t0 = time.perf_counter()
+            steps[name](2 + r)
+            ms[name].append((time.perf_counter() - t0) * 1e3)
+    ours = [n for n in names if n != "reference"] if reference else []
+    ratios = {n: [a / b for a, b in zip(ms["reference"], ms[n], strict=True)] for n in ours}
+    return {"setting": setting, "ms": ms, "ratios": ratios}
+
+
+def _print_paired(res: dict) -> None:
+    print(f"\n{LABELS[res['setting']]}, steps alternated in one process ({len(next(iter(res['ms'].values())))} rounds)")
+    print("| side | median ms/step | fastest ms/step |\n| --- | ---: | ---: |")
+    for name, ms in res["ms"].items():
+        print(f"| {name} | {statistics.median(ms):.0f} | {min(ms):.0f} |")
+    if res["ratios"]:
+        print("\n| reference / side, per round | median | range |\n| --- | ---: | --- |")
+        for name, r in res["ratios"].items():
+            print(f"| {name} | {statistics.median(r):.2f} | {min(r):.2f}–{max(r):.2f} |")
+
+
 def _run_worker(impl: str, setting: str, args: argparse.Namespace) -> dict:
     script, as_impl = __file__, impl
-    if impl == "baseline":  # the earlier checkout's own script and src/ time its levjepa step
-        script, as_impl = str(Path(args.baseline) / "bench" / "peer_step.py"), "levjepa"
+    if impl.startswith("baseline"):  # the earlier checkout's own script and src/ time its levjepa step
+        script = str(Path(args.baseline) / "bench" / "peer_step.py")
+        as_impl = "levjepa_compiled" if impl == "baseline_compiled" else "levjepa"
     cmd = [sys.executable, script, "--worker", as_impl, setting, "--steps", str(args.steps)]
     cmd += ["--threads", str(args.threads)] + (["--reference", args.reference] if args.reference else [])
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -216,12 +260,19 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--compiled", action="store_true", help="also time (or profile) levjepa with train.compile")
     ap.add_argument("--profile", action="store_true", help="profile levjepa's rho = 0.95 batch 8 step instead")
+    ap.add_argument("--paired", type=int, metavar="N", help="N rounds of alternated steps in one process instead")
     ap.add_argument("--out", type=Path, help="write the rows as JSON here")
     ap.add_argument("--worker", nargs=2, metavar=("IMPL", "SETTING"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.worker:
         print(json.dumps(worker(*args.worker, args.steps, args.reference)))
+        return
+    if args.paired:
+        res = paired(args.settings.split(",")[0], args.paired, args.reference, args.compiled)
+        _print_paired(res)
+        if args.out:
+            args.out.write_text(json.dumps(res, indent=1))
         return
     if args.profile:
         res = profile(0.95, 8, args.steps, compiled=args.compiled)
@@ -233,7 +284,8 @@ def main() -> None:
         if args.out:
             args.out.write_text(json.dumps({**res, "ratio": ratio}, indent=1))
         return
-    impls = (["baseline"] if args.baseline else []) + ["levjepa"] + (["levjepa_compiled"] if args.compiled else [])
+    impls = (["baseline"] if args.baseline else []) + ["levjepa"]
+    impls += (["baseline_compiled"] if args.baseline else []) + ["levjepa_compiled"] if args.compiled else []
     impls += ["reference"] if args.reference else []
     settings = args.settings.split(",")
     results: dict[tuple[str, str], list[dict]] = {}
