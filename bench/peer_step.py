@@ -40,7 +40,12 @@ per-round ratio reference / levjepa (median and range); peak RSS is not measured
 ``--profile`` runs levjepa's step (ρ = 0.95, batch 8) under ``torch.profiler`` and prints the step's time
 over the self CPU time of its matrix products (``mm``, ``addmm``, ``bmm``, convolutions) and attention kernels
 (``scaled_dot_product_*`` forward and backward; on the CPU short-sequence path, whose products are ``bmm``, the
-softmax forward and backward), with the largest other ops: what is left to remove.
+softmax forward and backward), with the largest other ops: what is left to remove. ``--kernels`` adds where
+the step's time goes: the floating-point work of its products (from their shapes) and the rate they ran at,
+beside this machine's rate on a square 1024² product timed in the same process; and the rest of the step by
+kind of work (GELU, softmax, LayerNorm, RoPE, layout copies, optimiser, gradient norms, compiled-call
+wrappers, Python between ops). With ``--compiled`` it turns on TorchInductor's kernel profiling, so each
+generated kernel is an event of its own, named after the operations fused into it.
 
 Results and the commands that made them: ``bench/train.md`` (A training step near its limit).
 """
@@ -177,16 +182,67 @@ def worker(impl: str, setting: str, steps: int, reference: str | None) -> dict:
     return {"impl": impl, "setting": setting, "ms": min(times), "cpu_ms": min(cpu), "rss_mib": rss_mib}
 
 
-def profile(rho: float, batch: int, steps: int, compiled: bool = False) -> dict:
+# ``--kernels``: the step's non-product time by kind of work, from op and TorchInductor kernel names (a
+# generated kernel is named after the operations fused into it); the first group whose word a name contains
+KERNEL_GROUPS = (
+    ("GELU", ("gelu",)),
+    ("softmax", ("softmax",)),
+    ("LayerNorm", ("layer_norm",)),
+    ("RoPE", ("addcmul",)),
+    ("layout copies", ("clone", "transpose", "copy", "cat", "index")),
+    ("optimiser", ("adamw", "optimizer")),
+    ("vector norms (gradient clipping, SIGReg)", ("norm",)),
+    ("compiled-call wrappers", ("compiledfxgraph", "compiledfunction", "dynamo", "aotdispatcher", "pregraph")),
+    ("Python between ops", ("train_step",)),
+)
+
+
+def kernel_group(name: str) -> str:
+    low = name.lower()
+    return next((label for label, words in KERNEL_GROUPS if any(w in low for w in words)), "other")
+
+
+def product_flops(op: str, shapes: list) -> int:
+    """Floating-point operations of one matrix-product op from its recorded input shapes (0 if unknown)."""
+    if op == "aten::mm" and len(shapes) >= 2 and len(shapes[0]) == len(shapes[1]) == 2:
+        return 2 * shapes[0][0] * shapes[0][1] * shapes[1][1]
+    if op == "aten::addmm" and len(shapes) >= 3 and len(shapes[1]) == len(shapes[2]) == 2:
+        return 2 * shapes[1][0] * shapes[1][1] * shapes[2][1]
+    if op in ("aten::bmm", "aten::baddbmm"):
+        a, b = (shapes[0], shapes[1]) if op == "aten::bmm" else (shapes[1], shapes[2])
+        if len(a) == len(b) == 3:
+            return 2 * a[0] * a[1] * a[2] * b[2]
+    return 0
+
+
+def gemm_rate(n: int = 1024, repeats: int = 20) -> float:
+    """This machine's float32 rate on a square ``n``² product, GFLOP/s (the median of ``repeats``)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(3):
+        a @ b
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t)
+    return 2 * n**3 / statistics.median(times) / 1e9
+
+
+def profile(rho: float, batch: int, steps: int, compiled: bool = False, kernels: bool = False) -> dict:
     """Profiler totals of levjepa's step (``compiled``: with ``train.compile``, after its compilation): step
-    time, matmul and attention self time (ms per step)."""
+    time, matmul and attention self time (ms per step); ``kernels``: also the products' work and rate and the
+    rest of the step by kind of work (module docstring, ``--kernels``)."""
     from torch.profiler import ProfilerActivity, record_function
     from torch.profiler import profile as torch_profile
 
+    if kernels and compiled:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.cpp.enable_kernel_profile = True  # before the first call compiles
     step = levjepa_step(rho, batch, compile_blocks=compiled)
     step(0)
     step(1)
-    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+    with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=kernels) as prof:
         for i in range(steps):
             with record_function("train_step"):
                 step(2 + i)
@@ -199,7 +255,15 @@ def profile(rho: float, batch: int, steps: int, compiled: bool = False) -> dict:
         key=lambda e: -e.self_cpu_time_total,
     )
     top = [(e.key, e.self_cpu_time_total / 1e3 / steps, e.count // steps) for e in others[:20] if e.key != "train_step"]
-    return {"step_ms": step_ms, "matmul_ms": matmul, "attention_ms": attention, "top_other": top}
+    res = {"step_ms": step_ms, "matmul_ms": matmul, "attention_ms": attention, "top_other": top}
+    if kernels:
+        by_shape = prof.key_averages(group_by_input_shape=True)
+        flops = sum(product_flops(e.key, e.input_shapes) * e.count for e in by_shape if e.key in MATMUL_OPS)
+        groups: dict[str, float] = {}
+        for e in others:
+            groups[kernel_group(e.key)] = groups.get(kernel_group(e.key), 0.0) + e.self_cpu_time_total / 1e3 / steps
+        res |= {"product_gflop": flops / 1e9 / steps, "square_gemm_gflops": gemm_rate(), "groups": groups}
+    return res
 
 
 def paired(setting: str, rounds: int, reference: str | None, compiled: bool) -> dict:
@@ -260,6 +324,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--compiled", action="store_true", help="also time (or profile) levjepa with train.compile")
     ap.add_argument("--profile", action="store_true", help="profile levjepa's rho = 0.95 batch 8 step instead")
+    ap.add_argument("--kernels", action="store_true", help="with --profile: the products' rate, the rest by kind")
     ap.add_argument("--paired", type=int, metavar="N", help="N rounds of alternated steps in one process instead")
     ap.add_argument("--out", type=Path, help="write the rows as JSON here")
     ap.add_argument("--worker", nargs=2, metavar=("IMPL", "SETTING"), help=argparse.SUPPRESS)
@@ -275,12 +340,21 @@ def main() -> None:
             args.out.write_text(json.dumps(res, indent=1))
         return
     if args.profile:
-        res = profile(0.95, 8, args.steps, compiled=args.compiled)
+        res = profile(0.95, 8, args.steps, compiled=args.compiled, kernels=args.kernels)
         ratio = res["step_ms"] / (res["matmul_ms"] + res["attention_ms"])
         print(f"step {res['step_ms']:.0f} ms, matmul {res['matmul_ms']:.0f} ms, attention {res['attention_ms']:.0f} ms")
         print(f"step / (matmul + attention) = {ratio:.3f} (overhead {100 * (1 - 1 / ratio):.1f} % of the step)")
         for name, ms, count in res["top_other"]:
             print(f"  {ms:7.1f} ms  {count:5d}x  {name}")
+        if args.kernels:
+            gf, peak, mm = res["product_gflop"], res["square_gemm_gflops"], res["matmul_ms"]
+            print(f"\nproducts: {gf:.2f} GFLOP a step in {mm:.0f} ms ({gf / mm * 1e3:.0f} GFLOP/s)")
+            print(
+                f"a 1024² float32 product here: {peak:.0f} GFLOP/s; the step's products at it: {gf / peak * 1e3:.0f} ms"
+            )
+            print("\n| the rest of the step | ms/step |\n| --- | ---: |")
+            for label, ms in sorted(res["groups"].items(), key=lambda kv: -kv[1]):
+                print(f"| {label} | {ms:.1f} |")
         if args.out:
             args.out.write_text(json.dumps({**res, "ratio": ratio}, indent=1))
         return
