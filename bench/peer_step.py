@@ -261,7 +261,8 @@ def profile(rho: float, batch: int, steps: int, compiled: bool = False, kernels:
         flops = sum(product_flops(e.key, e.input_shapes) * e.count for e in by_shape if e.key in MATMUL_OPS)
         groups: dict[str, float] = {}
         for e in others:
-            groups[kernel_group(e.key)] = groups.get(kernel_group(e.key), 0.0) + e.self_cpu_time_total / 1e3 / steps
+            label = kernel_group(e.key)
+            groups[label] = groups.get(label, 0.0) + e.self_cpu_time_total / 1e3 / steps
         res |= {"product_gflop": flops / 1e9 / steps, "square_gemm_gflops": gemm_rate(), "groups": groups}
     return res
 
