@@ -134,10 +134,18 @@ def test_two_gloo_ranks_write_the_same_files_as_one_process(index, tmp_path, one
 
 
 SCRIPT = """
-import sys, torch
+import sys, time, torch
 torch.set_num_threads(1)
+import levjepa.eval.feature_store as fs
 from levjepa.data.sources import parse_index
 from levjepa.eval.feature_store import StoreConfig, build_store
+if len(sys.argv) > 3:  # hold still once shard 1 is written, until the test kills the job: the cut is exact
+    write = fs.atomic_write_text
+    def write_then_hold(path, *args, **kwargs):
+        write(path, *args, **kwargs)
+        if path.name == "index-00001.jsonl":
+            time.sleep(600)
+    fs.atomic_write_text = write_then_hold
 from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
 enc = random_encoder(encoder_config("vit-test"), seed=1).encoder
@@ -146,15 +154,18 @@ build_store(enc, parse_index(sys.argv[1]), sys.argv[2], cfg)
 """
 
 
-def _run(index: Path, out: Path) -> subprocess.Popen:
+def _run(index: Path, out: Path, hold: bool = False) -> subprocess.Popen:
+    """The store job in a process group of its own; ``hold``: it stops after shard 1, to be killed there (with
+    only a poll for the shard's file, the job could write every other shard before the kill lands)."""
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.Popen([sys.executable, "-c", SCRIPT, str(index), str(out)], env=env, start_new_session=True)
+    args = [sys.executable, "-c", SCRIPT, str(index), str(out), *(["hold"] if hold else [])]
+    return subprocess.Popen(args, env=env, start_new_session=True)
 
 
 def test_kill_9_then_the_same_command_gives_the_same_files(index, tmp_path):
     """Decoding in a worker process; the job is killed (the whole process group) after its second shard."""
     assert _run(index, tmp_path / "full").wait(timeout=300) == 0
-    proc = _run(index, tmp_path / "cut")
+    proc = _run(index, tmp_path / "cut", hold=True)
     deadline = time.monotonic() + 300
     while not (tmp_path / "cut" / "index-00001.jsonl").exists():
         assert proc.poll() is None and time.monotonic() < deadline, "the job ended before it could be killed"
@@ -164,6 +175,7 @@ def test_kill_9_then_the_same_command_gives_the_same_files(index, tmp_path):
     assert not (tmp_path / "cut" / "index.jsonl").exists()  # it really stopped half-way
     # what a kill during a write leaves: a temporary of a shard still to do, which the rerun must not keep
     todo = [k for k in range(7) if not (tmp_path / "cut" / f"index-{k:05d}.jsonl").exists()]
+    assert todo == [2, 3, 4, 5, 6]  # killed where it held: after shard 1
     (tmp_path / "cut" / f".tokens-{todo[-1]:05d}.npy.k9x2.tmp").write_bytes(b"half a shard")
     assert _run(index, tmp_path / "cut").wait(timeout=300) == 0
     assert _digest(tmp_path / "cut") == _digest(tmp_path / "full")
