@@ -24,18 +24,27 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
-from levjepa.model import encoder_config
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from levjepa.model import EncoderConfig, encoder_config
 from levjepa.model.tokens import num_kept
+from peer_step import FRAMES, GLOBAL, LOCAL, NUM_LOCAL  # the views of the step this script takes apart
 
 
-def token_counts(batch: int, rho: float, frames: int = 16, patch: int = 16, views: tuple = ((1, 224), (4, 96))) -> list:
-    """Tokens (CLS included) in each view group of one step: ``V · B · (1 + kept)``."""
-    return [v * batch * (1 + num_kept(frames * (size // patch) ** 2, rho)) for v, size in views]
+def token_counts(cfg: EncoderConfig, batch: int, rho: float) -> list[int]:
+    """Tokens (CLS included) in each view group of ``peer_step``'s step: ``V · B · (1 + kept)``."""
+    grid = FRAMES // cfg.tubelet
+    return [
+        v * batch * (1 + num_kept(grid * (size // cfg.patch_size) ** 2, rho))
+        for v, size in ((1, GLOBAL), (NUM_LOCAL, LOCAL))
+    ]
 
 
 def time_it(fn: Callable[[], object], repeats: int, flush: torch.Tensor | None) -> float:
@@ -79,7 +88,7 @@ def main() -> None:
     cfg = encoder_config(args.model)
     d, h = cfg.dim, cfg.mlp_hidden
     shapes = [(d, 3 * d), (d, d), (d, h), (h, d)]  # qkv, attn.proj, mlp.fc1, mlp.fc2
-    groups = token_counts(args.batch, args.rho)
+    groups = token_counts(cfg, args.batch, args.rho)
     flush = torch.zeros(4 * 1024 * 1024)  # 16 MiB: more than the L2 caches, half of a typical L3
     print(f"{args.model}, rho {args.rho}, batch {args.batch}: tokens per group {groups}, {args.threads} threads")
     forms = {
