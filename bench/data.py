@@ -7,7 +7,7 @@ every 250 frames, as most downloaded videos) and prepares it twice: as ``levjepa
 (short side 256, a key frame at least every 16 frames, adaptive B-frames, fastdecode: "adaptive GOP") and
 as it does now (the same plus the fixed GOP whose odd frames are non-reference: "fixed GOP"). Then, in this
 one process with one thread (what one DataLoader worker has: ``num_workers=0``, ``torch.set_num_threads(1)``,
-FFmpeg single-threaded), it pulls batches of 8 from ``build_pretrain_loader`` for the paper's views
+FFmpeg single-threaded), it pulls batches of 8 from ``PretrainLoader`` for the paper's views
 (16 frames at stride 2, 1 global 224 + 4 local 96, uint8 out, photometric parameters only: the change
 itself runs on the device) under each configuration:
 
@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import numpy as np
 import torch
 
-from levjepa.data import DataConfig, build_pretrain_loader
+from levjepa.data import DataConfig, PretrainLoader
 from levjepa.data.encode import VideoWriter
 from levjepa.data.prepare import PrepareOptions, prepare_file
 from levjepa.data.shards import pack
@@ -126,7 +126,7 @@ def configurations(folders: dict[str, Path]) -> dict[str, DataConfig]:
 
 
 def time_loader(cfg: DataConfig, clips: int, seed: int) -> dict[str, float]:
-    loader = build_pretrain_loader(cfg, seed=seed)
+    loader = PretrainLoader(cfg, seed=seed)
     batch = next(loader)  # plan + first batch (opens files, builds converters)
     batches = max(1, clips // cfg.batch_size)
     shipped = sum(t.numel() * t.element_size() for t in _payload(batch)) / batch.batch_size
@@ -148,8 +148,8 @@ def _payload(batch) -> list[torch.Tensor]:
 def device_tolerance(folders: dict[str, Path]) -> dict[str, float]:
     """Worker-cut vs device-cut views of the same 8 samples (same seeds, same boxes), in uint8 levels."""
     cfg = replace(configurations(folders)["nonref"], samples_per_epoch=64)
-    worker = next(build_pretrain_loader(cfg, seed=7))
-    frames = next(build_pretrain_loader(replace(cfg, resize_on="device"), seed=7))
+    worker = next(PretrainLoader(cfg, seed=7))
+    frames = next(PretrainLoader(replace(cfg, resize_on="device"), seed=7))
     diffs = []
     for w, d in zip(worker.views, [*frames.augment_to_device("cpu")], strict=True):
         mean = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1, 1)

@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from levjepa.config import apply_overrides
-from levjepa.data.loader import build_pretrain_loader
+from levjepa.data.loader import PretrainLoader
 from levjepa.objective import build_objective
 from levjepa.presets import preset
 from levjepa.rng import sample_keys
@@ -36,7 +36,7 @@ def _variant(name: str, overrides: list[str]):
     model = Pretrainer(*build_models(cfg, seed=0))
     objective = build_objective(cfg.objective)
     optimizer = build_optimizer(model, cfg.optim)
-    batch = next(iter(build_pretrain_loader(cfg.data, seed=0)))
+    batch = next(iter(PretrainLoader(cfg.data, seed=0)))
     views, keys = batch.augment_to_device("cpu"), sample_keys(0, "drop", 0, positions=batch.index)
     step_no = [0]
 

@@ -34,6 +34,7 @@ MEMORY_SCRIPT = """
 import json, sys, time, torch
 torch.set_num_threads(1)
 from levjepa.eval.config import EvalConfig
+from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.dataset_task import dataset_task
 from levjepa.eval.harness import evaluate
 from levjepa.formats.load import random_encoder
@@ -41,7 +42,7 @@ from levjepa.eval.probes import probe_config
 from levjepa.model import encoder_config
 t0 = time.perf_counter()
 task = dataset_task(
-    [sys.argv[1], sys.argv[2]], frames=4, frame_stride=1, size=16, workers=2, batch_size=64, features_dir=sys.argv[3]
+    [sys.argv[1], sys.argv[2]], views=ViewSpec(16, 4, 1), workers=2, batch_size=64, features_dir=sys.argv[3]
 )
 enc = random_encoder(encoder_config("vit-test"), seed=0).encoder
 grid = probe_config("demo", epochs=1, linear_epochs=1)
@@ -97,6 +98,7 @@ def speed(args: argparse.Namespace) -> None:
     import torch
 
     from levjepa.data import MediaItem, write_video
+    from levjepa.data.eval_clip import ViewSpec
     from levjepa.eval.feature_store import StoreConfig, build_store
     from levjepa.formats.load import random_encoder
     from levjepa.model import encoder_config
@@ -112,7 +114,7 @@ def speed(args: argparse.Namespace) -> None:
         items.append(MediaItem(str(path), i % 2, "video"))
     enc = random_encoder(encoder_config(args.preset), seed=0).encoder
     for workers in (0, 1):
-        cfg = StoreConfig(frames=args.frames, frame_stride=2, size=args.size, workers=workers, batch_size=8)
+        cfg = StoreConfig(ViewSpec(args.size, args.frames, 2), workers=workers, batch_size=8)
         build_store(enc, items[:8], work / f"warm{workers}", cfg)
         wall, cpu = time.perf_counter(), time.process_time()
         build_store(enc, items, work / f"store{workers}", cfg)

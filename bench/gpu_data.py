@@ -189,7 +189,7 @@ def nvdec_section(out_dir: Path, clips: int) -> dict:
         import av  # noqa: F401
     except ImportError as exc:
         return {"nvdec": f"PyAV missing: {exc}"}
-    from levjepa.data import DataConfig, build_pretrain_loader
+    from levjepa.data import DataConfig, PretrainLoader
     from levjepa.data.encode import write_video
     from levjepa.data.prepare import PrepareOptions, prepare_file
     from levjepa.data.sources import MediaItem
@@ -219,7 +219,7 @@ def nvdec_section(out_dir: Path, clips: int) -> dict:
         out[f"decode_clips_per_s_{name}"] = clips / (time.perf_counter() - t0)
         cfg = DataConfig(sources=(str(clip.parent),), batch_size=8, num_workers=0, samples_per_epoch=1024,
                          resize_on="device", decode_device="cuda" if hw else "cpu")  # fmt: skip
-        loader = build_pretrain_loader(cfg, seed=0)
+        loader = PretrainLoader(cfg, seed=0)
         next(loader)
         t0 = time.perf_counter()
         for _ in range(max(1, clips // 8)):

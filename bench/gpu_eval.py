@@ -57,6 +57,7 @@ def main() -> None:
     import torch
 
     from levjepa.data import MediaItem
+    from levjepa.data.eval_clip import ViewSpec
     from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
     from levjepa.eval.probes import probe_config
     from levjepa.eval.source import StoreSource
@@ -78,7 +79,7 @@ def main() -> None:
     save()
     cuda = args.device.startswith("cuda")
     enc = random_encoder(encoder_config(args.preset), seed=0, device=args.device).encoder
-    cfg = StoreConfig(frames=16, frame_stride=2, size=args.size, workers=args.workers, batch_size=16, shard_items=64)
+    cfg = StoreConfig(ViewSpec(args.size, 16, 2), workers=args.workers, batch_size=16, shard_items=64)
     build_store(enc, items[:16], work / "warm", cfg, device=args.device)
     if cuda:
         torch.cuda.reset_peak_memory_stats()

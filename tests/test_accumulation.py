@@ -13,7 +13,7 @@ import torch
 
 from dist_utils import run_gloo
 from levjepa import distributed
-from levjepa.data import build_pretrain_loader
+from levjepa.data import PretrainLoader
 from levjepa.objective import build_objective
 from levjepa.rng import make_generator, sample_keys
 from levjepa.train.loop import build_models
@@ -31,7 +31,7 @@ def _model(cfg) -> Pretrainer:
 
 def _micro_batches(cfg, batch: int, micro: int, rank: int = 0, world: int = 1):
     data = cfg.data.__class__(**{**cfg.data.__dict__, "batch_size": batch})
-    loader = build_pretrain_loader(data, seed=0, rank=rank, world_size=world, micro_batches=micro)
+    loader = PretrainLoader(data, seed=0, rank=rank, world_size=world, micro_batches=micro)
     views, keys = [], []
     for _ in range(micro):
         b = next(loader)

@@ -14,10 +14,11 @@ from levjepa.config import apply_overrides
 from levjepa.data import SyntheticConfig
 from levjepa.data.eval_clip import as_clip
 from levjepa.eval import EvalConfig, evaluate_benchmark
-from levjepa.eval.features import cached_features, compute_features, encoder_fingerprint
+from levjepa.eval.features import cached_features, compute_features
 from levjepa.eval.probes import probe_config
 from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
+from levjepa.weights import weights_fingerprint
 from test_export import make_run_dir
 
 TINY = ["size=16", "num_frames=4", "num_train=64", "num_val=24", "num_test=32"]
@@ -53,7 +54,7 @@ def test_features_are_cached_by_weights_and_data(tmp_path):
     b = cached_features(enc, clips, key="k", cache_dir=tmp_path)  # read back, not recomputed
     assert torch.equal(a.cls, b.cls) and torch.equal(a.tokens, b.tokens)
     cached_features(other, clips, key="k", cache_dir=tmp_path)
-    assert len(list(tmp_path.iterdir())) == 2 and encoder_fingerprint(enc) != encoder_fingerprint(other)
+    assert len(list(tmp_path.iterdir())) == 2 and weights_fingerprint(enc) != weights_fingerprint(other)
 
 
 def test_probing_leaves_the_encoder_bit_identical_and_runs_it_frozen():

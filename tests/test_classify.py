@@ -12,13 +12,14 @@ import pytest
 
 from levjepa.cli import main
 from levjepa.data import write_video
+from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.protocols import PROTOCOLS, Protocol
 from levjepa.formats.classifier import read_classifier
 from test_export import make_run_dir
 
 # 2 segments x 3 crops of 4 frames at 16 px (2 x 2 patches of vit-test per frame): every view path of the
 # standard protocols, at a size the default suite affords
-TINY = Protocol("tiny", 4, 1, 16, 2, 3, 3, False, "test")
+TINY = Protocol("tiny", ViewSpec(16, 4, 1, 2, 3), 3, False, "test")
 
 
 def write_index(root: Path, split: str, n: int, seed: int) -> Path:

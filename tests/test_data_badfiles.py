@@ -22,7 +22,7 @@ from levjepa.data import (
     BadFileWarning,
     DataConfig,
     DataError,
-    build_pretrain_loader,
+    PretrainLoader,
     decode_all,
     decode_clip,
 )
@@ -88,7 +88,7 @@ def _one_epoch(index: Path, **kw: Any) -> tuple[BadFileReport, list, list[warnin
     report = BadFileReport()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        loader = build_pretrain_loader(cfg, seed=0, bad_files=report)
+        loader = PretrainLoader(cfg, seed=0, bad_files=report)
         batches = [next(loader) for _ in range(2 * loader.batches_per_epoch)]  # two epochs: no repeat warnings
     return report, batches, [w for w in caught if issubclass(w.category, BadFileWarning)]
 
@@ -130,13 +130,13 @@ def test_a_source_where_every_file_is_bad_stops_with_a_clear_error(tmp_path):
     (tmp_path / "c.mp4").write_bytes(b"")
     cfg = DataConfig(sources=(str(tmp_path),), global_size=16, local_size=8, batch_size=1, num_workers=0)
     with pytest.raises(DataError, match="every one of its 3 file"):
-        next(build_pretrain_loader(cfg, seed=0))
+        next(PretrainLoader(cfg, seed=0))
     with pytest.raises(DataError, match="every one of its 3 file"):  # same from a worker process
-        next(build_pretrain_loader(DataConfig(**{**cfg.__dict__, "num_workers": 1}), seed=0))
+        next(PretrainLoader(DataConfig(**{**cfg.__dict__, "num_workers": 1}), seed=0))
     empty = tmp_path / "nothing"
     empty.mkdir()
     with pytest.raises(DataError, match="holds no video or image"):
-        build_pretrain_loader(DataConfig(sources=(str(empty),), batch_size=1, num_workers=0), seed=0)
+        PretrainLoader(DataConfig(sources=(str(empty),), batch_size=1, num_workers=0), seed=0)
 
 
 def test_a_truncated_file_whose_header_survives_is_reported_as_truncated(tmp_path):
@@ -198,7 +198,7 @@ if os.geteuid() == 0:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()) != 0:
         raise OSError(ctypes.get_errno(), "capset failed")
-from levjepa.data import BadFileReport, DataConfig, DataError, build_pretrain_loader, decode_clip
+from levjepa.data import BadFileReport, DataConfig, DataError, PretrainLoader, decode_clip
 folder, locked = sys.argv[1], sys.argv[2]
 try:
     decode_clip(locked, num_frames=2)
@@ -207,7 +207,7 @@ except DataError as exc:
     direct = str(exc)
 cfg = DataConfig(sources=(folder,), num_frames=2, global_size=16, local_size=8, batch_size=1, num_workers=0)
 report = BadFileReport(warn=False)
-loader = build_pretrain_loader(cfg, seed=0, bad_files=report)
+loader = PretrainLoader(cfg, seed=0, bad_files=report)
 batches = [next(loader) for _ in range(2)]
 print(json.dumps({"direct": direct, "files": report.files}))
 """

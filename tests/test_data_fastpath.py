@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from data_media import pattern_frames, read_pattern_index, uniform_frames, write_pattern
-from levjepa.data import DataConfig, build_pretrain_loader
+from levjepa.data import DataConfig, PretrainLoader
 from levjepa.data.encode import write_video
 from levjepa.data.prepare import PrepareOptions, prepare_file
 from levjepa.data.resize import crop_resize
@@ -152,29 +152,29 @@ def _pixels(views: list[torch.Tensor]) -> list[torch.Tensor]:
 @pytest.mark.parametrize("repeats", [1, 2])
 def test_device_views_equal_worker_views_within_one_level(pattern_dir, repeats, one_thread):
     cfg = _cfg(pattern_dir, repeats=repeats, jitter_p=0.0, grayscale_p=0.0)
-    worker = next(build_pretrain_loader(cfg, seed=5))
-    frames = next(build_pretrain_loader(replace(cfg, resize_on="device"), seed=5))
+    worker = next(PretrainLoader(cfg, seed=5))
+    frames = next(PretrainLoader(replace(cfg, resize_on="device"), seed=5))
     assert type(frames).__name__ == "FrameBatch" and frames.frames.shape[0] == 4 // repeats  # one span per decode
     for w, d in zip(_pixels(worker.augment_to_device("cpu")), _pixels(frames.augment_to_device("cpu")), strict=True):
         assert (w - d).abs().max() <= 1.01
     with_colour = replace(cfg, resize_on="device", jitter_p=1.0, grayscale_p=0.5)
-    a = build_pretrain_loader(replace(with_colour, resize_on="worker"), seed=5)
-    b = build_pretrain_loader(with_colour, seed=5)
+    a = PretrainLoader(replace(with_colour, resize_on="worker"), seed=5)
+    b = PretrainLoader(with_colour, seed=5)
     for w, d in zip(next(a).augment_to_device("cpu"), next(b).augment_to_device("cpu"), strict=True):
         assert (w - d).abs().max() * 255 * 0.225 <= 2.0  # one level in, amplified by contrast at most 1.4x
 
 
 def test_repeated_sampling_shares_the_window_not_the_crops(pattern_dir):
     cfg = _cfg(pattern_dir, repeats=2, num_global=1, num_local=2)
-    batch = next(build_pretrain_loader(cfg, seed=2))
+    batch = next(PretrainLoader(cfg, seed=2))
     glob, local = batch.views
     windows = [read_pattern_index(glob[0, b]) for b in range(4)]
     assert windows[0] == windows[1] and windows[2] == windows[3]  # positions 2m, 2m+1: one decode, one window
     assert not torch.equal(local[:, 0], local[:, 1])  # but their own crops
-    shifted = next(build_pretrain_loader(replace(cfg, repeat_shift=6, samples_per_epoch=64), seed=2))
+    shifted = next(PretrainLoader(replace(cfg, repeat_shift=6, samples_per_epoch=64), seed=2))
     starts = [read_pattern_index(shifted.views[0][0, b])[0] for b in range(4)]
     assert all(abs(starts[2 * m] - starts[2 * m + 1]) <= 6 for m in range(2))
-    loader = build_pretrain_loader(replace(cfg, samples_per_epoch=None), seed=2)
+    loader = PretrainLoader(replace(cfg, samples_per_epoch=None), seed=2)
     assert loader.samples_per_epoch == 2 * 4  # an epoch still visits every video once, with k view sets
 
 
@@ -185,8 +185,8 @@ def test_repeats_must_divide_the_batch(pattern_dir):
 
 def test_frame_batches_from_worker_processes_equal_in_process_ones(pattern_dir):
     cfg = _cfg(pattern_dir, resize_on="device", repeats=2)
-    alone = build_pretrain_loader(cfg, seed=1)
-    pooled = build_pretrain_loader(replace(cfg, num_workers=2), seed=1)
+    alone = PretrainLoader(cfg, seed=1)
+    pooled = PretrainLoader(replace(cfg, num_workers=2), seed=1)
     for _ in range(3):
         a, b = next(alone), next(pooled)
         assert b.frames.is_shared()  # collated straight into shared memory
@@ -200,7 +200,7 @@ def test_images_ship_one_frame(tmp_path):
     Image.fromarray(pattern_frames(1, 48, 64)[0]).save(tmp_path / "a.png")
     Image.fromarray(uniform_frames(1, 48, 64)[0]).save(tmp_path / "b.png")
     cfg = _cfg(tmp_path, resize_on="device", batch_size=2, samples_per_epoch=2)
-    batch = next(build_pretrain_loader(cfg, seed=0))
+    batch = next(PretrainLoader(cfg, seed=0))
     assert batch.frames.shape[1] == 1 and batch.frame_index.eq(0).all()
     glob, _ = batch.augment_to_device("cpu")
     assert glob.shape == (1, 2, 3, 4, 32, 32) and torch.equal(glob[:, :, :, 0], glob[:, :, :, 3])
@@ -214,9 +214,9 @@ def test_gpu_decoding_falls_back_to_the_cpu_with_a_message(pattern_dir, monkeypa
     cfg = _cfg(pattern_dir, decode_device="cuda")
     monkeypatch.setattr(loader_module, "hwaccel_status", lambda _: "no NVDEC in this test")
     with pytest.warns(UserWarning, match=r"decode_device='cuda'.*no NVDEC in this test.*decoding on the CPU"):
-        fallen = build_pretrain_loader(cfg, seed=3)
+        fallen = PretrainLoader(cfg, seed=3)
     assert fallen.cfg.decode_device == "cpu"
-    plain = build_pretrain_loader(replace(cfg, decode_device="cpu"), seed=3)
+    plain = PretrainLoader(replace(cfg, decode_device="cpu"), seed=3)
     assert all(torch.equal(x, y) for x, y in zip(next(fallen).views, next(plain).views, strict=True))
     monkeypatch.undo()
     here = "cpu" if hwaccel_status("cuda") is not None else "cuda"  # this machine's answer, whichever it is
@@ -230,6 +230,6 @@ def test_gpu_decoding_falls_back_to_the_cpu_with_a_message(pattern_dir, monkeypa
 
 @pytest.mark.gpu
 def test_device_cut_on_cuda_equals_the_cpu_cut(pattern_dir):
-    batch = next(build_pretrain_loader(_cfg(pattern_dir, resize_on="device", jitter_p=0.0, grayscale_p=0.0), seed=1))
+    batch = next(PretrainLoader(_cfg(pattern_dir, resize_on="device", jitter_p=0.0, grayscale_p=0.0), seed=1))
     for cpu, gpu in zip(batch.augment_to_device("cpu"), batch.augment_to_device("cuda"), strict=True):
         assert (cpu - gpu.cpu()).abs().max() * 255 * 0.225 <= 0.5  # float16 products: well under a level

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from data_media import read_pattern_index, write_pattern
-from levjepa.data import DataConfig, DataError, SyntheticConfig, ViewBatch, build_pretrain_loader, normalize
+from levjepa.data import DataConfig, DataError, PretrainLoader, SyntheticConfig, ViewBatch, normalize
 
 SMALL_SYN = SyntheticConfig(size=32, num_frames=8, num_train=48, num_val=8, num_test=8, image_source="digits")
 
@@ -63,7 +63,7 @@ def test_views_share_the_time_window_and_crops_hold_across_frames(video_dir):
         batch_size=3,
         num_workers=0,
     )
-    for batch in _take(build_pretrain_loader(cfg, seed=1), 2):
+    for batch in _take(PretrainLoader(cfg, seed=1), 2):
         glob, local = batch.views
         assert glob.shape == (2, 3, 3, 6, 32, 32) and local.shape == (3, 3, 3, 6, 16, 16)
         for b in range(3):
@@ -78,7 +78,7 @@ def test_views_share_the_time_window_and_crops_hold_across_frames(video_dir):
 
 
 def test_photometric_change_only_on_local_views():
-    batch = next(build_pretrain_loader(_syn_cfg(num_local=6, jitter_p=0.5, grayscale_p=0.5), seed=0))
+    batch = next(PretrainLoader(_syn_cfg(num_local=6, jitter_p=0.5, grayscale_p=0.5), seed=0))
     glob, local = batch.augment_to_device("cpu")
     assert torch.equal(glob, normalize(batch.views[0]))  # global: normalised, never changed
     params = batch.photometric  # [V, B, 6]
@@ -93,17 +93,17 @@ def test_photometric_change_only_on_local_views():
 
 def test_same_seed_same_batches_whatever_the_number_of_workers():
     cfg = _syn_cfg()
-    ref = _take(build_pretrain_loader(cfg, seed=7), 4)
-    workers = _take(build_pretrain_loader(replace(cfg, num_workers=2, persistent_workers=True), seed=7), 4)
+    ref = _take(PretrainLoader(cfg, seed=7), 4)
+    workers = _take(PretrainLoader(replace(cfg, num_workers=2, persistent_workers=True), seed=7), 4)
     assert all(_same(a, b) for a, b in zip(ref, workers, strict=True))
-    other = _take(build_pretrain_loader(cfg, seed=8), 1)[0]
+    other = _take(PretrainLoader(cfg, seed=8), 1)[0]
     assert not torch.equal(other.views[0], ref[0].views[0])
 
 
 def test_two_ranks_see_exactly_one_rank_with_the_double_batch():
-    one = _take(build_pretrain_loader(_syn_cfg(batch_size=8), seed=3), 3)
-    r0 = _take(build_pretrain_loader(_syn_cfg(batch_size=4), seed=3, rank=0, world_size=2), 3)
-    r1 = _take(build_pretrain_loader(_syn_cfg(batch_size=4), seed=3, rank=1, world_size=2), 3)
+    one = _take(PretrainLoader(_syn_cfg(batch_size=8), seed=3), 3)
+    r0 = _take(PretrainLoader(_syn_cfg(batch_size=4), seed=3, rank=0, world_size=2), 3)
+    r1 = _take(PretrainLoader(_syn_cfg(batch_size=4), seed=3, rank=1, world_size=2), 3)
     for full, a, b in zip(one, r0, r1, strict=True):
         assert torch.equal(full.index, torch.cat([a.index, b.index]))  # distinct shards, together the batch
         for g in range(2):
@@ -113,11 +113,11 @@ def test_two_ranks_see_exactly_one_rank_with_the_double_batch():
 
 def test_resume_at_a_step_continues_the_uninterrupted_sequence_across_epochs():
     cfg = _syn_cfg(batch_size=16)  # 48 clips: 3 batches per epoch
-    loader = build_pretrain_loader(cfg, seed=5)
+    loader = PretrainLoader(cfg, seed=5)
     assert loader.batches_per_epoch == 3
     run = _take(loader, 8)
     assert [b.epoch for b in run] == [0, 0, 0, 1, 1, 1, 2, 2] and [b.step for b in run] == list(range(8))
-    resumed = _take(build_pretrain_loader(cfg, seed=5, start_step=4), 4)
+    resumed = _take(PretrainLoader(cfg, seed=5, start_step=4), 4)
     assert all(_same(a, b) for a, b in zip(run[4:], resumed, strict=True))
     assert loader.next_step == 8
     expected = {"next_step": 8, "samples_per_epoch": 48, "global_batch": 16, "micro_batches": 1, "batches_per_epoch": 3}
@@ -134,7 +134,7 @@ def test_epoch_boundaries_do_not_depend_on_the_split_into_ranks_and_micro_batche
 
     def steps(bs: int, world: int, micro: int) -> list[list[tuple[int, int]]]:
         loaders = [
-            build_pretrain_loader(replace(cfg, batch_size=bs), seed=1, rank=r, world_size=world, micro_batches=micro)
+            PretrainLoader(replace(cfg, batch_size=bs), seed=1, rank=r, world_size=world, micro_batches=micro)
             for r in range(world)
         ]
         out = []
@@ -149,7 +149,7 @@ def test_epoch_boundaries_do_not_depend_on_the_split_into_ranks_and_micro_batche
 
 
 def test_an_epoch_visits_every_clip_once_in_a_seed_dependent_order():
-    loader = build_pretrain_loader(_syn_cfg(batch_size=16), seed=5)
+    loader = PretrainLoader(_syn_cfg(batch_size=16), seed=5)
     source, item = loader.dataset.plan(0)
     assert (source == 0).all() and sorted(item.tolist()) == list(range(48))
     _, item1 = loader.dataset.plan(1)
@@ -158,7 +158,7 @@ def test_an_epoch_visits_every_clip_once_in_a_seed_dependent_order():
 
 def test_mixture_weights_are_exact_quotas_and_small_sources_cycle(video_dir):
     cfg = _syn_cfg(sources=("synthetic", str(video_dir)), weights=(1.0, 3.0), samples_per_epoch=40)
-    loader = build_pretrain_loader(cfg, seed=0)
+    loader = PretrainLoader(cfg, seed=0)
     source, item = loader.dataset.plan(0)
     assert int((source == 0).sum()) == 10 and int((source == 1).sum()) == 30
     videos = item[source == 1].tolist()  # 30 positions over 6 videos: 5 full permutations
@@ -170,21 +170,21 @@ def test_mixture_weights_are_exact_quotas_and_small_sources_cycle(video_dir):
 
 def test_an_epoch_smaller_than_the_global_batch_is_refused():
     with pytest.raises(DataError, match="smaller than one global batch"):
-        build_pretrain_loader(_syn_cfg(batch_size=32), seed=0, world_size=2)
+        PretrainLoader(_syn_cfg(batch_size=32), seed=0, world_size=2)
 
 
 def test_reverse_p_plays_whole_clips_backwards_with_the_same_crops_and_colours(video_dir):
     cfg = DataConfig(sources=(str(video_dir),), num_frames=6, frame_stride=2, num_local=2, global_size=32,
                      local_size=16, batch_size=6, num_workers=0)  # fmt: skip
-    forward = next(build_pretrain_loader(cfg, seed=3))
-    backward = next(build_pretrain_loader(replace(cfg, reverse_p=1.0), seed=3))
+    forward = next(PretrainLoader(cfg, seed=3))
+    backward = next(PretrainLoader(replace(cfg, reverse_p=1.0), seed=3))
     for a, b in zip(forward.views, backward.views, strict=True):
         assert torch.equal(a.flip(3), b)  # [V, B, C, T, H, W]: each view, its frames in reverse order
     assert torch.equal(forward.photometric, backward.photometric)
     for b in range(6):
         window = read_pattern_index(backward.views[0][0, b])
         assert window == [window[0] - 2 * k for k in range(6)]
-    half = next(build_pretrain_loader(replace(cfg, reverse_p=0.5), seed=3))
+    half = next(PretrainLoader(replace(cfg, reverse_p=0.5), seed=3))
     reversed_clips = [torch.equal(half.views[0][0, b], backward.views[0][0, b]) for b in range(6)]
     assert any(reversed_clips) and not all(reversed_clips)  # a per-clip coin
     with pytest.raises(ValueError, match="reverse_p"):

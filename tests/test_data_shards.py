@@ -19,7 +19,7 @@ import torch
 
 from data_media import read_pattern_index, write_pattern
 from levjepa.cli import main as cli
-from levjepa.data import BadFileReport, DataConfig, DataError, build_pretrain_loader
+from levjepa.data import BadFileReport, DataConfig, DataError, PretrainLoader
 from levjepa.data.shards import pack, read_index
 from levjepa.data.sources import list_media
 from levjepa.weights import load_tensors
@@ -71,14 +71,14 @@ def test_members_are_the_files_bytes_at_the_indexed_offsets(videos, store):
 
 def test_shard_reading_is_deterministic_and_resumes_at_any_step(store):
     cfg = _cfg(store)
-    run = [next(it) for it in [build_pretrain_loader(cfg, seed=4)] for _ in range(14)]  # 2+ epochs of 6 batches
-    again = build_pretrain_loader(cfg, seed=4)
+    run = [next(it) for it in [PretrainLoader(cfg, seed=4)] for _ in range(14)]  # 2+ epochs of 6 batches
+    again = PretrainLoader(cfg, seed=4)
     assert all(_same(a, next(again)) for a in run)
     for k in (3, 6, 11):
-        resumed = build_pretrain_loader(cfg, seed=4, start_step=k)
+        resumed = PretrainLoader(cfg, seed=4, start_step=k)
         assert all(_same(a, next(resumed)) for a in run[k:])
-    assert not _same(run[0], next(build_pretrain_loader(cfg, seed=5)))
-    pooled = build_pretrain_loader(DataConfig(**{**cfg.__dict__, "num_workers": 2}), seed=4, start_step=5)
+    assert not _same(run[0], next(PretrainLoader(cfg, seed=5)))
+    pooled = PretrainLoader(DataConfig(**{**cfg.__dict__, "num_workers": 2}), seed=4, start_step=5)
     assert all(_same(a, next(pooled)) for a in run[5:9])  # worker processes read the same members
 
 
@@ -88,20 +88,20 @@ def test_two_ranks_read_disjoint_shards_and_each_batch_a_run_of_one_shard(store)
     for epoch in range(3):
         touched = []
         for rank in range(2):
-            ds = build_pretrain_loader(cfg, seed=0, rank=rank, world_size=2).dataset
+            ds = PretrainLoader(cfg, seed=0, rank=rank, world_size=2).dataset
             _, item = ds.plan(epoch)
             mine = item[ds._group_rank(len(item)) == rank].tolist()
             touched.append({index.shard_of(j) for j in mine})
             assert len(mine) == 6
         assert touched[0].isdisjoint(touched[1]) and touched[0] | touched[1] == set(range(4)), touched
-    loader = build_pretrain_loader(cfg, seed=0, rank=1, world_size=2)
+    loader = PretrainLoader(cfg, seed=0, rank=1, world_size=2)
     for _ in range(3):
         batch = next(loader)
         assert len(batch.bad_files) == 0
         windows = [read_pattern_index(batch.views[0][0, b]) for b in range(2)]
         assert all(w == [w[0] + 2 * t for t in range(4)] for w in windows)  # real frames, at stride 2
     with pytest.raises(DataError, match="repack with --shards >= 5"):
-        build_pretrain_loader(_cfg(store, batch_size=1), seed=0, rank=0, world_size=5).dataset.plan(0)
+        PretrainLoader(_cfg(store, batch_size=1), seed=0, rank=0, world_size=5).dataset.plan(0)
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +125,7 @@ def damaged(videos, tmp_path_factory) -> tuple[Path, str]:
 def test_a_damaged_member_is_reported_like_a_bad_file(damaged):
     store, member = damaged
     report = BadFileReport(warn=False)
-    loader = build_pretrain_loader(_cfg(store), seed=0, bad_files=report)
+    loader = PretrainLoader(_cfg(store), seed=0, bad_files=report)
     for _ in range(12):  # two epochs: every member is read
         next(loader)
     assert list(report.files) == [member]
@@ -149,15 +149,15 @@ def test_training_on_shards_with_a_damaged_member_reports_it(damaged, tmp_path):
 
 
 def test_a_fsspec_url_reads_the_same_batches(store):
-    local = build_pretrain_loader(_cfg(store), seed=2)
-    remote = build_pretrain_loader(_cfg(f"file://{store}"), seed=2)
+    local = PretrainLoader(_cfg(store), seed=2)
+    remote = PretrainLoader(_cfg(f"file://{store}"), seed=2)
     assert all(_same(next(local), next(remote)) for _ in range(4))
 
 
 def test_without_fsspec_a_url_says_what_to_install(store, monkeypatch):
     monkeypatch.setitem(sys.modules, "fsspec.core", None)  # import fails as if fsspec were not installed
     with pytest.raises(DataError, match=r"levjepa\[remote\]"):
-        build_pretrain_loader(_cfg(f"s3://bucket/{store.name}"), seed=0)
+        PretrainLoader(_cfg(f"s3://bucket/{store.name}"), seed=0)
 
 
 def test_pack_and_prepare_shards_commands_resume(videos, tmp_path, capsys):
@@ -172,7 +172,7 @@ def test_pack_and_prepare_shards_commands_resume(videos, tmp_path, capsys):
     argv = ["data", "prepare", str(videos), str(prepared), "--shards", "2", "--workers", "1", "--short-side", "32"]
     assert cli(argv) == 0
     assert not (prepared / "files").exists() and len(read_index(str(prepared))) == 12
-    batch = next(build_pretrain_loader(_cfg(prepared), seed=0))
+    batch = next(PretrainLoader(_cfg(prepared), seed=0))
     assert batch.views[0].shape == (1, 2, 3, 4, 16, 16) and not batch.bad_files
 
 

@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from data_media import read_uniform, write_uniform
-from levjepa.data import DataConfig, DataError, MediaItem, build_pretrain_loader, list_media, load_image, parse_index
+from levjepa.data import DataConfig, DataError, MediaItem, PretrainLoader, list_media, load_image, parse_index
 
 
 def test_vjepa_index_rows_with_labels_relative_paths_and_image_rows(tmp_path):
@@ -64,7 +64,7 @@ def test_images_are_clips_repeated_along_time(tmp_path):
     assert torch.equal(img, torch.from_numpy(pixels))  # PNG is lossless
     assert load_image(tmp_path / "a.png", short_side=20).shape == (20, 30, 3)
     cfg = DataConfig(sources=(str(tmp_path),), num_frames=5, global_size=24, local_size=12, batch_size=1, num_workers=0)
-    batch = next(build_pretrain_loader(cfg, seed=0))
+    batch = next(PretrainLoader(cfg, seed=0))
     glob, local = batch.views
     for view in (*glob[:, 0], *local[:, 0]):
         assert all(torch.equal(view[:, t], view[:, 0]) for t in range(5))  # a still clip
@@ -77,7 +77,7 @@ def test_index_and_folder_sources_mix_videos_and_images(tmp_path):
     index = tmp_path / "index.txt"
     index.write_text("v.mp4 1\ni.jpg 2\n")
     cfg = DataConfig(sources=(str(index),), num_frames=4, global_size=16, local_size=8, batch_size=2, num_workers=0)
-    batch = next(build_pretrain_loader(cfg, seed=0))
+    batch = next(PretrainLoader(cfg, seed=0))
     kinds = set()
     for b in range(2):
         frames = batch.views[0][0, b].permute(1, 2, 3, 0)

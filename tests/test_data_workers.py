@@ -37,12 +37,12 @@ def test_a_worker_survives_sigterm_and_sigusr1(method):
 
 _LEFT_OVER = """
 import gc, sys
-from levjepa.data import DataConfig, SyntheticConfig, build_pretrain_loader
+from levjepa.data import DataConfig, SyntheticConfig, PretrainLoader
 syn = SyntheticConfig(size=32, num_frames=8, num_train=16, num_val=8, num_test=8, image_source="digits")
 cfg = DataConfig(sources=("synthetic",), num_frames=8, global_size=32, local_size=16, num_local=1, batch_size=4,
                  num_workers=1, synthetic=syn)
 gc.disable()
-loader = build_pretrain_loader(cfg, seed=0)
+loader = PretrainLoader(cfg, seed=0)
 next(loader)
 cycle = [loader]
 cycle.append(cycle)  # what a traceback or a reference cycle does: the loader outlives every use of it

@@ -15,8 +15,9 @@ import torch
 
 from levjepa.cli import main
 from levjepa.data import DataError
-from levjepa.eval.extract import ExtractConfig, encoder_fingerprint, extract, read_index
+from levjepa.eval.extract import ExtractConfig, extract, read_index
 from levjepa.formats.load import random_encoder
+from levjepa.infer.encode import function_fingerprint
 from levjepa.model import encoder_config
 from test_export import make_run_dir
 from test_extract import _video
@@ -48,11 +49,11 @@ def _files(out):
 
 def test_the_fingerprint_names_the_weights_and_the_config():
     a, b = _encoder(3), _encoder(3)
-    assert encoder_fingerprint(a) == encoder_fingerprint(b)
-    assert encoder_fingerprint(a) != encoder_fingerprint(_encoder(4))
+    assert function_fingerprint(a) == function_fingerprint(b)
+    assert function_fingerprint(a) != function_fingerprint(_encoder(4))
     with torch.no_grad():
         b.blocks[0].attn.qkv.weight[0, 0] += 1e-6  # one weight, one ulp-scale change
-    assert encoder_fingerprint(a) != encoder_fingerprint(b)
+    assert function_fingerprint(a) != function_fingerprint(b)
 
 
 def test_per_video_with_other_settings_or_another_encoder_is_refused_then_rewritten_whole(media, tmp_path):
@@ -60,7 +61,7 @@ def test_per_video_with_other_settings_or_another_encoder_is_refused_then_rewrit
     enc = _encoder()
     _run(enc, media, out, format="per_video")
     record = json.loads((out / "extract.json").read_text())
-    assert record["status"] == "complete" and record["signature"]["encoder"] == encoder_fingerprint(enc)
+    assert record["status"] == "complete" and record["signature"]["encoder"] == function_fingerprint(enc)
     before = _files(out)
     with pytest.raises(DataError, match=r"another setting \(window 8 -> 4, stride 4 -> 2\).*--overwrite"):
         _run(enc, media, out, format="per_video", window=4, stride=2)

@@ -20,7 +20,7 @@ from PIL import Image
 
 from dist_utils import run_gloo
 from levjepa.data import normalize, write_video
-from levjepa.data.eval_clip import load_eval_clip, load_eval_views
+from levjepa.data.eval_clip import ViewSpec, load_eval_clip, load_eval_views
 from levjepa.data.sources import parse_index
 from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
 from levjepa.formats.load import random_encoder
@@ -58,7 +58,7 @@ def make_media(root: Path, videos: int = 5, images: int = 6) -> Path:
     return root / "index.txt"
 
 
-CFG = StoreConfig(frames=4, frame_stride=2, size=16, segments=2, crops=3, batch_size=5, workers=0, shard_items=4)
+CFG = StoreConfig(ViewSpec(16, 4, 2, segments=2, crops=3), batch_size=5, workers=0, shard_items=4)
 
 
 def _encoder() -> torch.nn.Module:
@@ -112,7 +112,7 @@ def test_other_settings_are_refused(index, tmp_path, one_thread):
     items = parse_index(index)[:3]
     build_store(_encoder(), items, tmp_path / "s", CFG)
     with pytest.raises(ValueError, match="other config"):
-        build_store(_encoder(), items, tmp_path / "s", StoreConfig(frames=4, size=16, workers=0))
+        build_store(_encoder(), items, tmp_path / "s", StoreConfig(ViewSpec(16, 4), workers=0))
     with pytest.raises(ValueError, match="other encoder"):
         build_store(random_encoder(encoder_config("vit-test"), seed=2).encoder, items, tmp_path / "s", CFG)
     # workers and batch size may change: the same store, nothing recomputed
@@ -138,6 +138,7 @@ import sys, time, torch
 torch.set_num_threads(1)
 import levjepa.eval.feature_store as fs
 from levjepa.data.sources import parse_index
+from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.feature_store import StoreConfig, build_store
 if len(sys.argv) > 3:  # hold still once shard 1 is written, until the test kills the job: the cut is exact
     write = fs.atomic_write_text
@@ -149,7 +150,7 @@ if len(sys.argv) > 3:  # hold still once shard 1 is written, until the test kill
 from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
 enc = random_encoder(encoder_config("vit-test"), seed=1).encoder
-cfg = StoreConfig(frames=4, frame_stride=2, size=16, segments=2, crops=3, batch_size=5, workers=1, shard_items=2)
+cfg = StoreConfig(ViewSpec(16, 4, 2, segments=2, crops=3), batch_size=5, workers=1, shard_items=2)
 build_store(enc, parse_index(sys.argv[1]), sys.argv[2], cfg)
 """
 

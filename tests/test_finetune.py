@@ -5,6 +5,7 @@ their docstrings say; bad input ends in one line and leaves the source untouched
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -118,11 +119,22 @@ def test_bad_input_is_one_line_and_leaves_the_source_alone(tmp_path, task, capsy
     assert "head_from=" in capsys.readouterr().err and not (tmp_path / "o3").exists()
     lp_ft = [*args, "--out", str(tmp_path / "o4"), "--head", "linear", f"head_from={kept}", "steps=1"]
     assert main([*lp_ft, "eval_every=1", "checkpoint_every=1"]) == 0
+    # a probe of the same width kept on another encoder (the run's online copy; fine-tuning starts from its EMA
+    # copy) is refused by the weights fingerprint, before anything is written
+    online = tmp_path / "probes_online"
+    feats = str(tmp_path / "f2")
+    probe_online = [*probe, "--weights", "online", "--probes-dir", str(online), "--features", feats]
+    assert main([*probe_online, "--probe", "linear", "--set", "linear_epochs=1"]) == 0
+    other = [*args, "--out", str(tmp_path / "o5"), "--head", "linear", f"head_from={online / 'labels' / 'linear'}"]
+    assert main(other) == 2
+    err = capsys.readouterr().err
+    assert "a head reads only the encoder it was trained on" in err and not (tmp_path / "o5").exists()
 
 
 def test_recipe_pieces():
     cfg = FinetuneConfig(task=("a", "b"), steps=100, warmup_steps=10, lr=1e-3, min_lr=1e-5, layer_decay=0.5)
-    assert lr_at(0, cfg) == pytest.approx(1e-4) and lr_at(9, cfg) == pytest.approx(1e-3)
+    # levjepa's one schedule: from 0 at step 0 (VideoMAE's warm-up start) to lr at step warmup_steps
+    assert lr_at(0, cfg) == 0.0 and lr_at(5, cfg) == pytest.approx(5e-4) and lr_at(10, cfg) == pytest.approx(1e-3)
     assert (
         lr_at(100, cfg) == pytest.approx(1e-5)
         and lr_at(99, cfg) > 1e-5
@@ -157,7 +169,7 @@ def test_drop_path_drops_whole_block_updates_only_in_training():
     assert torch.equal(model(x), plain)
 
 
-def test_sigterm_during_finetune_checkpoints_exits_75_and_resumes_bit_exactly(tmp_path, task, monkeypatch):
+def test_sigterm_during_finetune_checkpoints_exits_75_and_resumes_bit_exactly(tmp_path, task, monkeypatch, capsys):
     """A scheduler's SIGTERM at step 1 (checkpoints every 2): the step finishes, a checkpoint of step 1 is
     written, the command exits 75 (requeue), and --resume ends on the weights of an uninterrupted run."""
     import os
@@ -176,10 +188,43 @@ def test_sigterm_during_finetune_checkpoints_exits_75_and_resumes_bit_exactly(tm
         return out
 
     monkeypatch.setattr(ft_loop, "train_step", signalled_in_step_one)
+    capsys.readouterr()
     assert main([*args, "--out", str(cut)]) == 75
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said.startswith("levjepa finetune: SIGTERM received") and f"`levjepa finetune --resume {cut}`" in said
     assert sorted(p.name for p in (cut / "checkpoints").iterdir() if p.is_dir()) == ["step_000001"]
     monkeypatch.setattr(ft_loop, "train_step", original)
-    assert main([*args, "--out", str(cut), "--resume"]) == 0
+    assert main(["finetune", "--resume", str(cut)]) == 0  # the line's command: the rest from cut/config.json
     a, _ = load_tensors(whole / "checkpoints/step_000004/model.safetensors")
     b, _ = load_tensors(cut / "checkpoints/step_000004/model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not (cut / "checkpoints" / "step_000004" / "ema.safetensors").exists()  # fine-tuning keeps no EMA
+
+
+def test_finetune_keeps_the_newest_checkpoints_and_refuses_a_second_live_resume(tmp_path, task):
+    """keep_last prunes the older checkpoints; while a process holds the run (its lock), a second
+    `finetune --resume OUT` is refused in one line and rewrites nothing."""
+    import subprocess
+    import sys
+
+    from levjepa.train.run_dir import RunLock
+    from test_pretrain import SRC
+
+    run = make_run_dir(tmp_path, steps=(5,))
+    out = tmp_path / "ft"
+    args = ["finetune", str(run), "--task", task, "--device", "cpu", *RECIPE, "checkpoint_every=1", "keep_last=2"]
+    assert main([*args, "--out", str(out)]) == 0
+    assert sorted(p.name for p in (out / "checkpoints").iterdir() if p.is_dir()) == ["step_000003", "step_000004"]
+    config = (out / "config.json").read_text()
+    holder = RunLock(out).acquire()  # a live process (this one) runs the directory
+    try:
+        env = {**os.environ, "PYTHONPATH": SRC}
+        second = subprocess.run(
+            [sys.executable, "-m", "levjepa", "finetune", "--resume", str(out), "steps=6"],
+            capture_output=True, text=True, env=env, timeout=300,
+        )  # fmt: skip
+    finally:
+        holder.release()
+    lines = second.stderr.strip().splitlines()
+    assert second.returncode == 2 and len(lines) == 1 and "is in use by another process" in lines[0]
+    assert (out / "config.json").read_text() == config

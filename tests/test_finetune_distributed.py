@@ -45,10 +45,10 @@ def _config(tmp_path: Path) -> FinetuneConfig:
 
 def _rank_finetune(rank: int, world: int, cfg: FinetuneConfig, out: str, busy: str) -> tuple[str, str]:
     info = distributed.setup(device="cpu")  # run_gloo's group, torn down by run_gloo
-    ft_loop._finetune(cfg, Path(out), info, resume=False)
+    ft_loop._finetune(cfg, Path(out), info, resume=False, progress=False)
     faulthandler.dump_traceback_later(WATCHDOG_S, exit=True)
     try:  # BUSY exists and is not empty: the main rank refuses it, and every rank must raise
-        ft_loop._finetune(cfg, Path(busy), info, resume=False)
+        ft_loop._finetune(cfg, Path(busy), info, resume=False, progress=False)
         refused = ("started", "")
     except RunDirError as err:
         refused = (type(err).__name__, str(err))

@@ -23,12 +23,16 @@ class _Tiny(nn.Module):
         self.register_buffer("count", torch.zeros(()))
 
 
-def test_weight_decay_only_on_matrices():
+def test_weight_decay_as_the_official_code_decays():
+    """The official main.py keeps out of decay what has "bias" or "norm" in its name or is 1-D: the CLS token
+    ([1, 1, D]) is decayed with the matrices, a 2-D "norm" parameter is not."""
     m = _Tiny()
+    m.norm_gain = nn.Parameter(torch.ones(2, 4))  # 2-D but named a norm: kept out, as the official rule does
     decay, no_decay = param_groups(m, 0.04)
     assert decay["weight_decay"] == 0.04 and no_decay["weight_decay"] == 0.0
-    assert [id(p) for p in decay["params"]] == [id(m.fc.weight)]
-    assert {id(p) for p in no_decay["params"]} == {id(m.cls_token), id(m.fc.bias), id(m.norm.weight), id(m.norm.bias)}
+    assert [id(p) for p in decay["params"]] == [id(m.cls_token), id(m.fc.weight)]
+    no = {id(m.fc.bias), id(m.norm.weight), id(m.norm.bias), id(m.norm_gain)}
+    assert {id(p) for p in no_decay["params"]} == no
 
 
 def test_schedule_warmup_then_flat_or_cosine():

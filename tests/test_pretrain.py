@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import levjepa
-from levjepa.data import build_pretrain_loader
+from levjepa.data import PretrainLoader
 from levjepa.objective import build_objective
 from levjepa.rng import sample_keys
 from levjepa.train.loop import build_models, pretrain
@@ -320,7 +320,7 @@ def test_objective_switch_logs_what_the_objective_computes(tmp_path, overrides, 
     logged = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     model = Pretrainer(*build_models(cfg, cfg.train.seed))
     objective = build_objective(cfg.objective)
-    loader = build_pretrain_loader(cfg.data, seed=cfg.train.seed, micro_batches=2)
+    loader = PretrainLoader(cfg.data, seed=cfg.train.seed, micro_batches=2)
     for step, row in enumerate(logged):
         if step > 0:
             model.load_state_dict(load_tensors(tmp_path / "checkpoints" / f"step_{step:06d}" / "model.safetensors")[0])

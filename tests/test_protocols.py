@@ -49,8 +49,12 @@ def test_kinetics_csv(tmp_path):
     assert Path(task.splits["val"][1].path).name == "eee_000001_000011.mp4"  # kept: reported as bad later
     assert task.classes == 400
     p = PROTOCOLS["k400"]
-    assert (task.test_views.segments, task.test_views.crops, task.train_views.crops) == (8, 3, 1)
-    assert (task.test_views.frames, task.test_views.frame_stride, task.test_views.size) == (p.frames, 4, 256)
+    assert (task.test_views.views.segments, task.test_views.views.crops, task.train_views.views.crops) == (8, 3, 1)
+    assert (task.test_views.views.frames, task.test_views.views.frame_stride, task.test_views.views.size) == (
+        p.views.frames,
+        4,
+        256,
+    )
     bad = tmp_path / "bad.csv"
     bad.write_text("label,youtube_id,time_start,time_end,split\nnew_class,fff,0,10,val\n")
     with pytest.raises(DataError, match="not in the training file's classes"):
@@ -76,7 +80,7 @@ def test_ssv2_json(tmp_path):
     )
     assert [(Path(i.path).name, i.label) for i in task.splits["train"]] == [("11.mp4", 0), ("12.mp4", 1)]
     assert task.splits["val"][0].label == 1 and task.classes == 174
-    assert (task.test_views.segments, task.test_views.crops, task.test_views.frames) == (2, 3, 16)
+    assert (task.test_views.views.segments, task.test_views.views.crops, task.test_views.views.frames) == (2, 3, 16)
     (root / "test.json").write_text(json.dumps([{"id": "14"}]))
     with pytest.raises(DataError, match="no 'template'"):
         read_labelled(root / "test.json", video_root=root / "videos")
@@ -101,7 +105,7 @@ def _images(root: Path, split: str, n: int) -> Path:
 def test_in1k_preset_reads_an_index_of_images(tmp_path):
     train, val = _images(tmp_path / "img", "train", 6), _images(tmp_path / "img", "val", 4)
     task = dataset_task([str(train), str(val)], protocol="in1k")
-    assert task.test_views.frames == 16 and task.test_views.size == 224 and task.test_views.crops == 1
+    assert task.test_views.views.frames == 16 and task.test_views.views.size == 224 and task.test_views.views.crops == 1
     assert task.splits["train"][0].kind == "image" and task.classes == 1000
     assert [i.label for i in task.splits["val"]] == [0, 1, 0, 1]
 

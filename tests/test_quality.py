@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from levjepa.data import DataConfig, SyntheticConfig, build_pretrain_loader
+from levjepa.data import DataConfig, PretrainLoader, SyntheticConfig
 from levjepa.data.synthetic import _split_images, _trajectory, load_image_pool, load_split, sample_params
 from levjepa.data.views import rgb_to_hsv
 from levjepa.eval.config import PROBES, EvalConfig
@@ -80,10 +80,10 @@ def _fresh_loader(workers: int = 0, **synthetic) -> DataConfig:
 
 def test_fresh_pretraining_clips_are_new_every_epoch_and_reproducible_anywhere():
     cfg = _fresh_loader()
-    first = [b.views[0] for b in _take(build_pretrain_loader(cfg, seed=0), 6)]  # 3 batches per epoch of 24
-    again = [b.views[0] for b in _take(build_pretrain_loader(cfg, seed=0), 6)]
-    two_workers = [b.views[0] for b in _take(build_pretrain_loader(replace(cfg, num_workers=2), seed=0), 6)]
-    resumed = [b.views[0] for b in _take(build_pretrain_loader(cfg, seed=0, start_step=3), 3)]
+    first = [b.views[0] for b in _take(PretrainLoader(cfg, seed=0), 6)]  # 3 batches per epoch of 24
+    again = [b.views[0] for b in _take(PretrainLoader(cfg, seed=0), 6)]
+    two_workers = [b.views[0] for b in _take(PretrainLoader(replace(cfg, num_workers=2), seed=0), 6)]
+    resumed = [b.views[0] for b in _take(PretrainLoader(cfg, seed=0, start_step=3), 3)]
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
     assert all(torch.equal(a, b) for a, b in zip(first, two_workers, strict=True))
     assert all(torch.equal(a, b) for a, b in zip(first[3:], resumed, strict=True))

@@ -150,12 +150,13 @@ def test_the_feature_reading_block_reads_what_extract_and_probe_wrote(tiny, tmp_
         )
         assert main(["extract", run, videos, "--out", str(tmp_path / "DIR"), "--format", "npy", "--patch", *small]) == 0
         from levjepa.data import list_media
+        from levjepa.data.eval_clip import ViewSpec
         from levjepa.eval.feature_store import StoreConfig, build_store
         from levjepa.formats.load import load_encoder
 
         encoder = load_encoder(run).encoder
         build_store(encoder, list_media(str(tiny / "train.txt")), tmp_path / "STORE",
-                    StoreConfig(frames=4, size=32, workers=0))  # fmt: skip
+                    StoreConfig(ViewSpec(size=32, frames=4), workers=0))  # fmt: skip
     checks = "\nprint(feats.shape, len(rows), patches.dtype, tokens.dtype)\n"
     out = _script(tmp_path, block + checks).split()
     assert out[0:2] == ["(5,", "32)"] and int(out[2]) == 5 + 4  # video1: 20 kept frames, 5 windows; video2: 4

@@ -11,7 +11,7 @@ from typing import Literal, get_args, get_origin, get_type_hints
 import pytest
 import torch
 
-from levjepa.data import build_pretrain_loader
+from levjepa.data import PretrainLoader
 from levjepa.model import EncoderConfig
 from levjepa.objective import build_objective
 from levjepa.rng import make_generator, sample_keys
@@ -30,7 +30,7 @@ def _setup(*overrides: str):
 
 
 def _batches(cfg, n: int):
-    it = iter(build_pretrain_loader(cfg.data, seed=0))
+    it = iter(PretrainLoader(cfg.data, seed=0))
     return [next(it).augment_to_device("cpu") for _ in range(n)]
 
 
@@ -142,7 +142,7 @@ def _dead_parameters(*overrides: str) -> tuple[list[str], set[str]]:
     cfg, model, objective, _ = _setup(*overrides)
     model.double()
     opt = build_optimizer(model, cfg.optim)
-    it = iter(build_pretrain_loader(replace(cfg.data, batch_size=4), seed=0, micro_batches=2))
+    it = iter(PretrainLoader(replace(cfg.data, batch_size=4), seed=0, micro_batches=2))
     micro, keys = [], []
     for _ in range(2):  # two micro-batches: the GradCache path
         batch = next(it)

@@ -39,6 +39,7 @@ and a team on a shared cluster could not read a run).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -85,6 +86,7 @@ __all__ = [
     "refuse_pickle",
     "save_tensors",
     "truncate_metrics",
+    "weights_fingerprint",
     "write_json",
 ]
 
@@ -214,6 +216,22 @@ def load_tensors(
     except Exception as err:  # safetensors raises its own error types for corrupt headers
         raise WeightsError(f"{path}: not a readable safetensors file ({err})") from err
     return tensors, meta
+
+
+def weights_fingerprint(module: torch.nn.Module) -> str:
+    """SHA-1 over ``module``'s state dict (names, shapes, dtypes and bytes): equal weights <=> equal fingerprint.
+
+    The one name for "these weights": a kept probe records it and refuses any other encoder
+    (``levjepa.formats.classifier``), feature caches and stores are named by it (``levjepa.eval``), and a
+    fine-tuning head is refused on an encoder whose fingerprint is not the one it was trained on. What the
+    weights compute also depends on the config (attention mode, RoPE layout): that is
+    ``levjepa.infer.encode.function_fingerprint``."""
+    h = hashlib.sha1()
+    for name, t in sorted(module.state_dict().items()):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
 
 
 def prefixed(tensors: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:

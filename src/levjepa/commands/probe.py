@@ -39,6 +39,7 @@ from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
 from levjepa.config import ConfigError, apply_overrides
 from levjepa.data import BadFileReport
+from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.config import PROBES, EvalConfig
 from levjepa.eval.dataset_task import DatasetTask, dataset_task
 from levjepa.eval.harness import Task, evaluate
@@ -47,7 +48,6 @@ from levjepa.eval.probes import probe_config
 from levjepa.eval.protocols import PROTOCOLS
 from levjepa.eval.result import EvalResult
 from levjepa.eval.synthetic_task import SYNTHETIC_TITLE, TASKS, synthetic_config_for, synthetic_splits
-from levjepa.formats.classifier import Protocol
 from levjepa.formats.load import LoadedEncoder, load_encoder, random_encoder
 
 __all__ = ["add_arguments", "main"]
@@ -123,9 +123,7 @@ def _main(args: argparse.Namespace) -> int:
         task = dataset_task(
             args.task[len("index:") :].split(","),
             protocol=args.protocol,
-            frames=args.frames,
-            frame_stride=args.frame_stride,
-            size=args.size,
+            views=ViewSpec(args.size, args.frames, args.frame_stride),
             video_root=args.video_root,
             labels_file=args.labels_file,
             batch_size=args.batch_size,
@@ -192,12 +190,11 @@ def _probes_dir(args: argparse.Namespace) -> Path:
 def _save(args: argparse.Namespace, result: EvalResult, loaded: dict[str, LoadedEncoder], task: Task) -> None:
     """Keep the chosen probe of each task and probe name of every pretrained column (module doc)."""
     if isinstance(task, DatasetTask):
-        v = task.test_views
-        protocol = Protocol(v.size, v.frames, v.frame_stride, v.segments, v.crops)
+        protocol = task.test_views.views
         labels = {"labels": task.label_names}
     else:
         syn = synthetic_config_for(next(iter(loaded.values())).run_config, args.synthetic)
-        protocol = Protocol(syn.size, syn.num_frames, 1, 1, 1)
+        protocol = ViewSpec(syn.size, syn.num_frames, 1, 1, 1)
         labels = {t: tuple(str(i) for i in range(c)) for t, c in task.num_classes.items()}
     columns = [name for name in loaded if name != "random-init"]
     root = _probes_dir(args)

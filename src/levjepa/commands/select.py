@@ -13,6 +13,7 @@ from pathlib import Path
 
 from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
+from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.protocols import PROTOCOLS
 from levjepa.eval.select import select
 
@@ -67,9 +68,7 @@ def main(args: argparse.Namespace) -> int:
             progress=True,
             index_options={
                 "protocol": args.protocol,
-                "frames": args.frames,
-                "frame_stride": args.frame_stride,
-                "size": args.size,
+                "views": ViewSpec(args.size, args.frames, args.frame_stride),
                 "video_root": args.video_root,
                 "labels_file": args.labels_file,
                 "workers": args.workers,

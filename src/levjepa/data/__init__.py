@@ -15,7 +15,7 @@ from __future__ import annotations
 from levjepa.data.badfiles import BadFileReport, BadFileWarning, DataError
 from levjepa.data.config import DataConfig, SyntheticConfig
 from levjepa.data.encode import VideoWriter, write_video
-from levjepa.data.loader import FrameBatch, PretrainLoader, ViewBatch, build_pretrain_loader
+from levjepa.data.loader import FrameBatch, PretrainLoader, ViewBatch
 from levjepa.data.sources import MediaItem, list_media, parse_index
 from levjepa.data.video import VideoFrames, decode_all, decode_clip, load_image, probe_video
 from levjepa.data.views import apply_photometric, normalize
@@ -33,7 +33,6 @@ __all__ = [
     "VideoWriter",
     "ViewBatch",
     "apply_photometric",
-    "build_pretrain_loader",
     "decode_all",
     "decode_clip",
     "list_media",

@@ -20,7 +20,7 @@ the same numbers within one uint8 level (the worker rounds its resize to integer
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -61,14 +61,8 @@ class ViewBatch:
         return int(self.index.numel())
 
     def pin_memory(self) -> ViewBatch:
-        return ViewBatch(
-            [v.pin_memory() for v in self.views],
-            self.photometric.pin_memory(),
-            self.index,
-            self.epoch,
-            self.step,
-            self.bad_files,
-        )
+        """The batch with its pixel tensors in pinned memory (the DataLoader's pin-memory thread calls it)."""
+        return replace(self, views=[v.pin_memory() for v in self.views], photometric=self.photometric.pin_memory())
 
     def augment_to_device(
         self, device: torch.device | str, *, non_blocking: bool = True, dtype: torch.dtype = torch.float32
@@ -101,19 +95,8 @@ class FrameBatch:
         return int(self.index.numel())
 
     def pin_memory(self) -> FrameBatch:
-        return FrameBatch(
-            self.frames.pin_memory(),
-            self.span,
-            self.frame_index,
-            self.boxes,
-            self.flips,
-            self.photometric.pin_memory(),
-            self.sizes,
-            self.index,
-            self.epoch,
-            self.step,
-            self.bad_files,
-        )
+        """The batch with its frames and photometric parameters in pinned memory."""
+        return replace(self, frames=self.frames.pin_memory(), photometric=self.photometric.pin_memory())
 
     def augment_to_device(
         self, device: torch.device | str, *, non_blocking: bool = True, dtype: torch.dtype = torch.float32

@@ -15,6 +15,11 @@ Images are clips too: the frame is repeated along time (the paper repeats ImageN
 * :func:`load_eval_video` — every kept frame of a whole video (``frame_stride`` or ``target_fps``) with
   their timestamps, for extraction and streaming, which cut their own windows.
 
+:class:`ViewSpec` is the one typed statement of "how a labelled file becomes the views a frozen readout
+sees" (frames, stride, size, segments, crops): a benchmark protocol holds one (``levjepa.eval.protocols``),
+a feature store is computed with one (``levjepa.eval.feature_store``), a classifier records the one its
+scores were measured with (``levjepa.formats.classifier``) and fine-tuning evaluates with one.
+
 Videos are scaled down to about ``size`` inside FFmpeg (``short_side``) before the exact resize, so a 4K
 file never reaches the crop at full size.
 """
@@ -22,16 +27,26 @@ file never reaches the crop at full size.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from levjepa.config import check
 from levjepa.data.sources import media_kind
 from levjepa.data.video import VideoFrames, decode_all, decode_clip, load_image, probe_video
 
-__all__ = ["as_clip", "center_square", "load_eval_clip", "load_eval_video", "load_eval_views", "segment_starts"]
+__all__ = [
+    "ViewSpec",
+    "as_clip",
+    "center_square",
+    "load_eval_clip",
+    "load_eval_video",
+    "load_eval_views",
+    "segment_starts",
+]
 
 
 def center_square(frames: Tensor, size: int, patch: int) -> Tensor:
@@ -154,3 +169,50 @@ def load_eval_video(
     :func:`center_square`, with their timestamps and the source's frame rate (``decode_all``)."""
     video = decode_all(path, frame_stride=frame_stride, target_fps=target_fps, short_side=size)
     return dataclasses.replace(video, frames=center_square(video.frames, size, patch))
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    """How a file becomes the views a frozen readout reads (:func:`load_eval_views`): ``segments`` clips of
+    ``frames`` frames, every ``frame_stride``-th source frame, spread over the video, × ``crops`` square crops
+    (1: centre; 3: start, centre, end of the long side) at short side ``size``; an image is its frame repeated.
+    Views are segment-major. (The field order is the on-disk order of ``classifier.json``'s ``protocol``.)"""
+
+    size: int = 224
+    frames: int = 16
+    frame_stride: int = 2
+    segments: int = 1
+    crops: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("size", "frames", "frame_stride", "segments"):
+            check(getattr(self, name) >= 1, f"views: {name}={getattr(self, name)} must be >= 1")
+        check(self.crops in (1, 3), f"views: crops={self.crops}: valid choices are 1 (centre), 3 (start, centre, end)")
+
+    @property
+    def views(self) -> int:
+        """Views per file: ``segments × crops``."""
+        return self.segments * self.crops
+
+    @property
+    def text(self) -> str:
+        """``frames×segments×crops``, as evaluation tables write a protocol's views (``16×2×3``)."""
+        return f"{self.frames}×{self.segments}×{self.crops}"
+
+    def fields(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def load(self, path: str, patch: int, kind: Literal["video", "image"] | None = None) -> Tensor:
+        """The views of the file at ``path``: uint8 ``[segments · crops, C, T, S, S]`` (``S`` a multiple of
+        ``patch``), ready for an encoder. Raises what decoding raises (``DataError``, PyAV's errors)."""
+        views = load_eval_views(
+            path,
+            num_frames=self.frames,
+            size=self.size,
+            patch=patch,
+            frame_stride=self.frame_stride,
+            segments=self.segments,
+            crops=self.crops,
+            kind=kind,
+        )
+        return views.permute(0, 4, 1, 2, 3).contiguous()

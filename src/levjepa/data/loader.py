@@ -70,7 +70,6 @@ __all__ = [
     "PretrainLoader",
     "StepBatchSampler",
     "ViewBatch",
-    "build_pretrain_loader",
     "collate_views",
     "sample_generator",
 ]
@@ -384,26 +383,3 @@ class PretrainLoader:
         it, self.loader._iterator = self.loader._iterator, None  # the iterator a persistent loader keeps
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()  # what the iterator's __del__ does: a None to each worker, then join
-
-
-def build_pretrain_loader(
-    cfg: DataConfig,
-    *,
-    seed: int,
-    rank: int = 0,
-    world_size: int = 1,
-    start_step: int = 0,
-    bad_files: BadFileReport | None = None,
-    micro_batches: int = 1,
-) -> PretrainLoader:
-    """Infinite iterator over this rank's batches from global micro-batch ``start_step``; ``micro_batches``
-    per optimizer step fix the epoch boundaries (see the module doc)."""
-    return PretrainLoader(
-        cfg,
-        seed=seed,
-        rank=rank,
-        world_size=world_size,
-        start_step=start_step,
-        bad_files=bad_files,
-        micro_batches=micro_batches,
-    )

@@ -12,7 +12,10 @@ ends them itself: ``PretrainLoader.close``, and at exit SIGKILL for any that a l
 a worker of :func:`initializer` also ends when the main process does, a ``kill -9`` included.
 
 * :func:`decode_in_workers` — ``dataset[0], dataset[1], …`` in order from a ``DataLoader``'s workers, two
-  items ahead per worker (feature stores, extraction);
+  items ahead per worker;
+* :func:`safe_map` — ``fn(key)`` for every key, in order, in those workers, as ``(key, value or None, the
+  reason)``: a file that cannot be read (:data:`READ_ERRORS`) becomes a reason to report, never an exception
+  that ends the job (feature stores, extraction, ``classify``, fine-tuning's training clips);
 * :func:`parallel_map` — ``[fn(x) for x in items]`` over a process pool (checking and preparing data);
 * :func:`start_context` — the multiprocessing context of a start method (the pretraining loader).
 """
@@ -27,12 +30,29 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
 
 from torch.utils.data import DataLoader, Dataset
 
-__all__ = ["decode_in_workers", "initializer", "parallel_map", "start_context", "worker_init"]
+from levjepa.data.badfiles import DataError
+
+__all__ = [
+    "READ_ERRORS",
+    "decode_in_workers",
+    "initializer",
+    "parallel_map",
+    "safe_map",
+    "start_context",
+    "worker_init",
+]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+# what reading a file may raise that makes it a bad file rather than a bug: levjepa's own DataError, the
+# file system's OSError, and PyAV's / torch's RuntimeError and ValueError on a broken stream
+READ_ERRORS: tuple[type[Exception], ...] = (DataError, OSError, RuntimeError, ValueError)
 
 
 def start_context(method: str = "forkserver") -> Any:
@@ -120,6 +140,31 @@ def decode_in_workers(dataset: Dataset[Any], workers: int) -> Iterator[Any]:
         prefetch_factor=2,
     )
     yield from loader
+
+
+class _Safe(Dataset[tuple[Any, Any, str]], Generic[K, V]):
+    """Item ``j`` -> ``(keys[j], fn(keys[j]) or None, why it could not be computed)``: what runs in a worker."""
+
+    def __init__(self, fn: Callable[[K], V], keys: Sequence[K]) -> None:
+        self.fn, self.keys = fn, keys
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, j: int) -> tuple[K, V | None, str]:
+        key = self.keys[j]
+        try:
+            return key, self.fn(key), ""
+        except READ_ERRORS as err:
+            return key, None, str(err) or type(err).__name__
+
+
+def safe_map(fn: Callable[[K], V], keys: Sequence[K], workers: int) -> Iterator[tuple[K, V | None, str]]:
+    """``(key, fn(key), "")`` for every key of ``keys``, in order, computed by ``workers`` processes two keys
+    ahead (``workers = 0``: in this one); a key whose ``fn`` raises one of :data:`READ_ERRORS` comes as
+    ``(key, None, the error's message)``. ``fn`` and ``keys`` go to the workers by pickling: a module-level
+    function or a ``functools.partial`` of one. (A value that is a tuple comes back from a worker as a list.)"""
+    yield from (tuple(item) for item in decode_in_workers(_Safe(fn, keys), workers))  # a worker's tuple: a list
 
 
 def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int, *, desc: str = "") -> list[Any]:

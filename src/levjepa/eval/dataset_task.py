@@ -27,16 +27,16 @@ import torch
 
 from levjepa import distributed
 from levjepa.data import BadFileReport, DataError, MediaItem
+from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.config import EvalConfig
 from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
-from levjepa.eval.features import encoder_fingerprint
-from levjepa.eval.protocols import PROTOCOLS, Protocol, read_labelled
+from levjepa.eval.labelled import read_task
+from levjepa.eval.protocols import PROTOCOLS, Protocol
 from levjepa.eval.source import FeatureSource, StoreSource
 from levjepa.model.vit import VideoEncoder
+from levjepa.weights import weights_fingerprint
 
 __all__ = ["DatasetTask", "dataset_task"]
-
-SPLITS = ("train", "val", "test")
 
 
 @dataclass
@@ -71,13 +71,13 @@ class DatasetTask:
 
     @property
     def clip_text(self) -> str:
-        t, v = self.train_views, self.test_views
+        t, v = self.train_views.views, self.test_views.views
         return f"{t.frames}×{t.size}×{t.size} (T×H×W); views train {t.segments}×1, val/test {v.segments}×{v.crops}"
 
     def prepare(self, encoders: Mapping[str, VideoEncoder], cfg: EvalConfig) -> bool:
         """Every store of every encoder × split, on every rank; True on rank 0, which trains the probes."""
         for name, enc in encoders.items():
-            fp = encoder_fingerprint(enc)[:16]
+            fp = weights_fingerprint(enc)[:16]
             self.stores[name] = {}
             for split, items in self.splits.items():
                 views = self.train_views if split == "train" else self.test_views
@@ -104,7 +104,7 @@ class DatasetTask:
 
     def info(self) -> dict[str, Any]:
         return {
-            "protocol": None if self.protocol is None else self.protocol.__dict__,
+            "protocol": None if self.protocol is None else _protocol_info(self.protocol),
             "feature_stores": {n: {s: str(p) for s, p in st.items()} for n, st in self.stores.items()},
             "torch_threads": torch.get_num_threads(),
         }
@@ -114,9 +114,7 @@ def dataset_task(
     paths: Sequence[str],
     *,
     protocol: str | None = None,
-    frames: int = 16,
-    frame_stride: int = 2,
-    size: int = 224,
+    views: ViewSpec | None = None,
     video_root: str | None = None,
     labels_file: str | None = None,
     tokens: bool = True,
@@ -126,61 +124,39 @@ def dataset_task(
     features_dir: str | Path = "features",
     bad_files: BadFileReport | None = None,
 ) -> DatasetTask:
-    """Read the split files (index, Kinetics CSV or SSv2 JSON: ``levjepa.eval.protocols.read_labelled``)."""
-    if len(paths) not in (2, 3):
-        raise DataError(f"unreadable: index task: expected TRAIN,VAL[,TEST] files, got {len(paths)}: {list(paths)}")
+    """Read the split files (``levjepa.eval.labelled.read_task``). ``views``: how a file is cut when no
+    ``protocol`` names a benchmark (default: one centre clip of 16 frames at stride 2, 224 px)."""
+    views = views or ViewSpec()
     proto = None
     if protocol is not None:
         if protocol not in PROTOCOLS:
             raise DataError(f"unreadable: --protocol {protocol!r}: valid choices are {', '.join(PROTOCOLS)}")
         proto = PROTOCOLS[protocol]
-        frames, frame_stride, size = proto.frames, proto.frame_stride, proto.size
-    segments, crops = (proto.segments, proto.crops) if proto is not None else (1, 1)
-    base = StoreConfig(
-        frames=frames,
-        frame_stride=frame_stride,
-        size=size,
-        segments=segments,
-        crops=1,
-        tokens=tokens,
-        batch_size=batch_size,
-        workers=workers,
-        shard_items=shard_items,
+        views = proto.views
+    task = read_task(
+        paths,
+        video_root=video_root,
+        labels_file=labels_file,
+        num_classes=None if proto is None else proto.num_classes,
+        what=f"--protocol {protocol}",
     )
-    splits: dict[str, list[MediaItem]] = {}
-    classes: dict[str, int] | None = None
-    for split, path in zip(SPLITS, paths, strict=False):
-        splits[split], names = read_labelled(path, video_root=video_root, classes=classes, labels_file=labels_file)
-        classes = classes or names
-    top = max(int(it.label or 0) for items in splits.values() for it in items)
-    num_classes = proto.num_classes if proto is not None else max(2, top + 1)
-    if top >= num_classes:
-        raise DataError(f"unreadable: a label {top} is out of range for --protocol {protocol} ({num_classes} classes)")
-    _check_labels(splits, {s: str(p) for s, p in zip(SPLITS, paths, strict=False)})
-    by_index = {i: n for n, i in (classes or {}).items()}
-    label_names = tuple(by_index.get(i, str(i)) for i in range(num_classes))
+    test = StoreConfig(views, tokens=tokens, batch_size=batch_size, workers=workers, shard_items=shard_items)
     return DatasetTask(
-        splits,
-        {s: str(p) for s, p in zip(SPLITS, paths, strict=False)},
-        num_classes,
-        base,
-        replace(base, crops=crops),
+        task.splits,
+        task.paths,
+        task.num_classes,
+        replace(test, views=replace(views, crops=1)),  # training features: the segments, one centre crop
+        test,
         proto,
         Path(features_dir),
         bad_files,
-        label_names,
+        task.label_names,
     )
 
 
-def _check_labels(splits: Mapping[str, list[MediaItem]], paths: Mapping[str, str]) -> None:
-    """A task needs two classes in TRAIN, and VAL / TEST may only hold classes TRAIN has."""
-    seen = {int(it.label or 0) for it in splits["train"]}
-    if len(seen) < 2:
-        raise DataError(f"unreadable: {paths['train']}: every row has the label {seen.pop()}: need >= 2 classes")
-    for split in ("val", "test"):
-        unseen = sorted({int(it.label or 0) for it in splits.get(split, [])} - seen)
-        if unseen:
-            raise DataError(
-                f"unreadable: {paths[split]}: label(s) {unseen[:5]} never occur in TRAIN {paths['train']}: a probe "
-                "or classifier cannot learn a class it never saw"
-            )
+def _protocol_info(p: Protocol) -> dict[str, Any]:
+    """The protocol as the results JSON has always recorded it (its views' fields at the top level)."""
+    v = p.views
+    views = {"frames": v.frames, "frame_stride": v.frame_stride, "size": v.size, "segments": v.segments}
+    return {"name": p.name, **views, "crops": v.crops, "num_classes": p.num_classes, "images": p.images,
+            "source": p.source}  # fmt: skip

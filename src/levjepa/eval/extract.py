@@ -22,9 +22,10 @@ the patch features of those frames — computed with the banded (sliding-window)
 whole history, never recomputing the past. The first row of a video equals the windowed mode's; later
 rows differ because their tokens also saw (through earlier layers) frames before the window.
 
-**Decoding** runs in ``workers`` worker processes (``levjepa.data.workers.decode_in_workers``), two files
-ahead per worker; the
-encoder runs on ``device`` (``auto``: the GPU when there is one) under bf16 autocast on CUDA, fp32 on the CPU.
+**Decoding** runs in ``workers`` worker processes (``levjepa.data.workers.safe_map``), two files ahead per
+worker; the encoder runs on ``device`` (``auto``: the GPU when there is one) through the one frozen forward,
+``levjepa.infer.encode.encode`` (bf16 autocast on CUDA, float32 on the CPU; the streaming rows under the same
+precision rule).
 
 **Output** (``out/``): ``features-00000.safetensors`` … (tensors ``cls``, ``mean``, ``patches``; shards of
 ``shard_rows`` rows) or ``cls-00000.npy`` / ``mean-…`` / ``patches-…`` with ``format="npy"``;
@@ -37,9 +38,9 @@ file labels its rows by name. Every feature file is written atomically
 (``levjepa.eval.feature_writer``).
 
 **Run again into the same output.** ``extract.json`` records, from the start of a job, its *signature*: the
-encoder's fingerprint (:func:`encoder_fingerprint`: a hash of its config and weights) and every setting that
-changes a feature (all of :class:`ExtractConfig` but ``workers`` and ``batch_size``). A job into a folder
-that holds features continues only under the same signature (``per_video``: the videos already written are
+encoder's fingerprint (``levjepa.infer.encode.function_fingerprint``: a hash of its config and weights) and
+every setting that changes a feature (all of :class:`ExtractConfig` but ``workers`` and ``batch_size``). A job
+into a folder that holds features continues only under the same signature (``per_video``: the videos already written are
 kept, the others computed; the shard formats are rewritten whole, their old shards deleted first); under
 another signature — or features without one — it is refused with one line naming what differs, unless
 ``overwrite=True`` deletes the old features first. A folder never mixes two encoders or two settings.
@@ -50,7 +51,7 @@ another signature — or features without one — it is refused with one line na
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import json
 import os
 import time
@@ -61,18 +62,16 @@ from typing import Any, Literal
 
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset
 
 from levjepa import distributed
 from levjepa.config import check, to_dict
 from levjepa.data import BadFileReport, DataError, list_media, normalize
 from levjepa.data.eval_clip import load_eval_clip, load_eval_video
 from levjepa.data.sources import MediaItem, media_kind, read_index_labels
-from levjepa.data.workers import decode_in_workers
+from levjepa.data.workers import safe_map
 from levjepa.eval.feature_writer import save_npy, write_shard
-from levjepa.eval.features import encoder_fingerprint as weights_fingerprint
-from levjepa.eval.features import frozen_eval
 from levjepa.eval.progress import Progress
+from levjepa.infer.encode import encode, frozen, function_fingerprint, precision
 from levjepa.infer.stream import StreamingEncoder
 from levjepa.model.vit import VideoEncoder
 from levjepa.weights import atomic_write_text
@@ -80,7 +79,6 @@ from levjepa.weights import atomic_write_text
 __all__ = [
     "ExtractConfig",
     "ExtractResult",
-    "encoder_fingerprint",
     "extract",
     "read_index",
     "signature",
@@ -271,11 +269,6 @@ def _window_meta(
     }
 
 
-def _autocast(device: str) -> Any:
-    """bf16 autocast on CUDA (the frozen forward's usual precision there); a no-op on the CPU."""
-    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.device(device).type == "cuda")
-
-
 def _pad_time(clip: Tensor, multiple: int) -> Tensor:
     """Repeat the last frame of ``clip`` [T, ...] until T is a multiple of ``multiple``."""
     extra = (-len(clip)) % multiple
@@ -301,7 +294,7 @@ def _stream_rows(
     for w, end in enumerate(ends):
         new = _pad_time(frames[pushed:end], tau)  # only the last push can need padding (stride % τ == 0)
         x = normalize(new.permute(3, 0, 1, 2)[None].to(device))  # [1, C, t, H, W]
-        with _autocast(device):
+        with precision(device):
             feats = stream.push(x)[0].float()  # [t/τ·h·w, D], time-major
         recent.extend(feats.split(feats.shape[0] // (len(new) // tau)))
         recent = recent[-(cfg.window // tau) :]
@@ -334,16 +327,16 @@ class _Batcher:
             return
         metas = [m for m, _ in self.pending]
         clips = torch.stack([c for _, c in self.pending]).permute(0, 4, 1, 2, 3)  # [B, C, T, S, S]
-        with _autocast(self.device):
-            out = self.encoder.forward_features(normalize(clips.to(self.device)))
-        patches = out.patches.to(torch.float16).cpu() if self.cfg.patches else None
-        self.writer.add(metas, out.cls.float().cpu(), out.patches.float().mean(1).cpu(), patches)
+        enc = encode(self.encoder, clips, self.device, tokens=self.cfg.patches)
+        self.writer.add(metas, enc.cls, enc.mean, enc.patches if self.cfg.patches else None)
         self.pending.clear()
 
 
-def _load(item: MediaItem, cfg: ExtractConfig, patch: int) -> tuple[Tensor, Tensor, float]:
-    """``(frames uint8 [N, S, S, 3], timestamps [N], source fps)`` of one file, through the evaluation
-    transform; an image is ``window`` copies of itself. Raises ``DataError`` (and what decoders raise)."""
+def _load(items: list[MediaItem], cfg: ExtractConfig, patch: int, i: int) -> tuple[Tensor, Tensor, float]:
+    """``(frames uint8 [N, S, S, 3], timestamps [N], source fps)`` of file ``i``, through the evaluation
+    transform (in a decoding worker); an image is ``window`` copies of itself. Raises ``DataError`` (and what
+    decoders raise)."""
+    item = items[i]
     if item.kind == "image":
         image = load_eval_clip(item.path, num_frames=cfg.window, size=cfg.size, patch=patch, kind="image")
         return image, torch.zeros(cfg.window), 1.0
@@ -383,35 +376,10 @@ def _check_encoder(encoder: VideoEncoder, cfg: ExtractConfig) -> None:
         )
 
 
-class _Loaded(Dataset[tuple[int, Any, str]]):
-    """Item ``i`` -> (i, (frames, timestamps, fps) or None, why it could not be read): run in workers."""
-
-    def __init__(self, items: list[MediaItem], order: list[int], cfg: ExtractConfig, patch: int) -> None:
-        self.items, self.order, self.cfg, self.patch = items, order, cfg, patch
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def __getitem__(self, j: int) -> tuple[int, Any, str]:
-        i = self.order[j]
-        try:
-            return i, _load(self.items[i], self.cfg, self.patch), ""
-        except (DataError, OSError, RuntimeError, ValueError) as err:
-            return i, None, str(err) or type(err).__name__
-
-
-def encoder_fingerprint(encoder: VideoEncoder) -> str:
-    """A short hash of the encoder's config (attention mode, RoPE layout, ...: what its weights do not say)
-    and of its weights' fingerprint (``levjepa.eval.features.encoder_fingerprint``, what feature stores are
-    named by): equal for the same function from the same weights, different after any change of either."""
-    config = json.dumps(to_dict(encoder.cfg), sort_keys=True)
-    return hashlib.sha256(f"{config}\n{weights_fingerprint(encoder)}".encode()).hexdigest()[:16]
-
-
 def signature(encoder: VideoEncoder, cfg: ExtractConfig) -> dict[str, Any]:
     """What the features of a job depend on (module doc): the encoder's fingerprint and the settings."""
     settings = {k: v for k, v in to_dict(cfg).items() if k not in _NOT_IN_SIGNATURE}
-    return {"encoder": encoder_fingerprint(encoder), **settings}
+    return {"encoder": function_fingerprint(encoder), **settings}
 
 
 def _list_items(sources: list[str]) -> tuple[list[MediaItem], dict[str, int] | None]:
@@ -507,21 +475,22 @@ def extract(
         report.merge(BadFileReport.read(out / f"bad_files-{rank}.json"))
     batcher = _Batcher(encoder, writer, cfg, device)
     report_progress = Progress(len(order), "extract", "file", show=progress and rank == 0)
-    with frozen_eval(encoder):
-        for i, loaded, reason in decode_in_workers(_Loaded(items, order, cfg, encoder.cfg.patch_size), cfg.workers):
-            item = items[i]
-            if loaded is None:
-                report.add(item.path, reason)
-                if per_video:
-                    report.write(out / f"bad_files-{rank}.json")
-            else:
-                frames, timestamps, fps = loaded
+    load = functools.partial(_load, items, cfg, encoder.cfg.patch_size)
+    for i, loaded, reason in safe_map(load, order, cfg.workers):
+        item = items[i]
+        if loaded is None:
+            report.add(item.path, reason)
+            if per_video:
+                report.write(out / f"bad_files-{rank}.json")
+        else:
+            frames, timestamps, fps = loaded
+            with frozen(encoder):  # the streaming rows run the encoder outside encode()
                 _add_rows(item, frames, timestamps, fps, cfg, batcher)
-                if isinstance(writer, _PerVideoWriter):
-                    batcher.flush()
-                    writer.finish(names[i])
-            report_progress.update(1, f"{writer.rows} rows")
-        batcher.flush()
+            if isinstance(writer, _PerVideoWriter):
+                batcher.flush()
+                writer.finish(names[i])
+        report_progress.update(1, f"{writer.rows} rows")
+    batcher.flush()
     writer.close()
     report_progress.close(f"{writer.rows} rows")
     rows = -1  # known on rank 0 only

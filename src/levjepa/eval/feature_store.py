@@ -4,14 +4,15 @@ This is the dataset-scale path of ``levjepa probe --task index:...`` / ``--proto
 in memory. Memory is bounded by the decode prefetch (``workers`` × 2 files), one forward batch and one
 shard of features; the dataset's size only changes how many shards are written.
 
-**Decoding** runs in ``workers`` worker processes (``levjepa.data.workers.decode_in_workers``), each file through
-``levjepa.data.eval_clip.load_eval_views``: ``segments`` clips of ``frames`` frames at ``frame_stride``
-spread over the video × ``crops`` square crops, at short side ``size``. A file that cannot be read
-(``DataError``, a decoder error) is reported — ``bad_files.json``, with the reason — and skipped, never
-fatal; it contributes no row.
+**Decoding** runs in ``workers`` worker processes (``levjepa.data.workers.safe_map``), each file cut into the
+views of ``StoreConfig.views`` (a ``levjepa.data.eval_clip.ViewSpec``: ``segments`` clips of ``frames``
+frames at ``frame_stride`` spread over the video × ``crops`` square crops, at short side ``size``). A file
+that cannot be read (``DataError``, a decoder error) is reported — ``bad_files.json``, with the reason — and
+skipped, never fatal; it contributes no row.
 
-**The encoder** is frozen (``eval()``, ``inference_mode``, nothing dropped). On CUDA it runs under bf16
-autocast (features are stored from the fp32 cast of its outputs); on the CPU in fp32.
+**The encoder** runs the one frozen forward, ``levjepa.infer.encode.encode`` (``eval()``, ``inference_mode``,
+nothing dropped, its precision rule: bf16 autocast on CUDA, float32 elsewhere), so a store holds exactly the
+features the in-memory path computes.
 
 **Shards and ranks.** Item ``i`` of the list belongs to shard ``i // shard_items``; under ``torchrun`` shard
 ``k`` is computed by rank ``k mod world_size``. A forward batch never crosses a shard, so a shard's bytes
@@ -45,6 +46,7 @@ plus the probe, whatever the number of clips.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -57,18 +59,17 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset
 
 from levjepa import distributed
-from levjepa.config import check, to_dict
-from levjepa.data import BadFileReport, DataError, MediaItem, normalize
-from levjepa.data.eval_clip import load_eval_views
-from levjepa.data.workers import decode_in_workers
+from levjepa.config import check
+from levjepa.data import BadFileReport, DataError, MediaItem
+from levjepa.data.eval_clip import ViewSpec
+from levjepa.data.workers import safe_map
 from levjepa.eval.feature_writer import write_shard
-from levjepa.eval.features import encoder_fingerprint, frozen_eval
 from levjepa.eval.progress import Progress
+from levjepa.infer.encode import encode
 from levjepa.model.vit import VideoEncoder
-from levjepa.weights import atomic_write_text
+from levjepa.weights import atomic_write_text, weights_fingerprint
 
 __all__ = ["FeatureStore", "StoreConfig", "StoreResult", "build_store"]
 
@@ -78,40 +79,34 @@ ARRAYS = ("cls", "mean", "tokens")
 
 @dataclass(frozen=True)
 class StoreConfig:
-    """How each file becomes rows (views) and how the work is cut (see the module doc)."""
+    """How each file becomes rows (``views``: one per segment × crop) and how the work is cut (module doc)."""
 
-    frames: int = 16
-    frame_stride: int = 2
-    size: int = 224
-    segments: int = 1  # temporal clips per file
-    crops: int = 1  # spatial crops per clip (1 or 3)
+    views: ViewSpec = field(default_factory=ViewSpec)
     tokens: bool = True  # store every token (float16) for the attentive probe
     batch_size: int = 8  # views per encoder forward
     workers: int = 2  # decoding processes (0: decode in this process)
     shard_items: int = 256  # files per shard
 
     def __post_init__(self) -> None:
-        check(self.frames >= 1, f"store.frames={self.frames}: must be >= 1")
-        check(self.frame_stride >= 1, f"store.frame_stride={self.frame_stride}: must be >= 1")
-        check(self.size >= 1, f"store.size={self.size}: must be >= 1")
-        check(self.segments >= 1, f"store.segments={self.segments}: must be >= 1")
-        check(self.crops in (1, 3), f"store.crops={self.crops}: valid choices are 1, 3")
         check(self.batch_size >= 1, f"store.batch_size={self.batch_size}: must be >= 1")
         check(self.workers >= 0, f"store.workers={self.workers}: must be >= 0")
         check(self.shard_items >= 1, f"store.shard_items={self.shard_items}: must be >= 1")
 
-    @property
-    def views(self) -> int:
-        return self.segments * self.crops
-
     def storage(self) -> dict[str, Any]:
-        """The settings that determine the stored bytes: everything but ``workers`` and ``batch_size``, which
-        may change between a kill and a restart (a batch never crosses a shard, and per-row results do not
-        depend on the batch on the CPU; on CUDA keep the batch size for bit-identical files)."""
-        d = to_dict(self)
-        for k in ("workers", "batch_size"):
-            d.pop(k)
-        return d
+        """The settings that determine the stored bytes: the views, ``tokens`` and ``shard_items`` — not
+        ``workers`` and ``batch_size``, which may change between a kill and a restart (a batch never crosses a
+        shard, and per-row results do not depend on the batch on the CPU; on CUDA keep the batch size for
+        bit-identical files). Keys in the order ``store.json`` has always written them."""
+        v = self.views
+        return {
+            "frames": v.frames,
+            "frame_stride": v.frame_stride,
+            "size": v.size,
+            "segments": v.segments,
+            "crops": v.crops,
+            "tokens": self.tokens,
+            "shard_items": self.shard_items,
+        }
 
 
 @dataclass
@@ -126,43 +121,9 @@ class StoreResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-class _Views(Dataset[tuple[int, Tensor | None, str]]):
-    """Item ``i`` -> (i, uint8 views [V, C, T, S, S] or None, the reason it could not be read)."""
-
-    def __init__(self, items: list[MediaItem], order: list[int], cfg: StoreConfig, patch: int) -> None:
-        self.items, self.order, self.cfg, self.patch = items, order, cfg, patch
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def __getitem__(self, j: int) -> tuple[int, Tensor | None, str]:
-        i = self.order[j]
-        cfg = self.cfg
-        views, reason = protocol_views(
-            self.items[i], self.patch, cfg.frames, cfg.size, cfg.frame_stride, cfg.segments, cfg.crops
-        )
-        return i, views, reason
-
-
-def protocol_views(
-    item: MediaItem, patch: int, frames: int, size: int, frame_stride: int, segments: int, crops: int
-) -> tuple[Tensor | None, str]:
-    """One item's test-time views ``[segments·crops, C, T, S, S]`` (uint8), or ``None`` and why it could not
-    be read (a worker reports a bad file, never raises)."""
-    try:
-        views = load_eval_views(
-            item.path,
-            num_frames=frames,
-            size=size,
-            patch=patch,
-            frame_stride=frame_stride,
-            segments=segments,
-            crops=crops,
-            kind=item.kind,
-        )
-    except (DataError, OSError, RuntimeError, ValueError) as err:
-        return None, str(err) or type(err).__name__
-    return views.permute(0, 4, 1, 2, 3).contiguous(), ""
+def _views(items: list[MediaItem], views: ViewSpec, patch: int, i: int) -> Tensor:
+    """Item ``i``'s views ``[segments·crops, C, T, S, S]`` (uint8), in a decoding worker."""
+    return views.load(items[i].path, patch, items[i].kind)
 
 
 def _items_hash(items: list[MediaItem]) -> str:
@@ -186,18 +147,6 @@ class _Shard:
         atomic_write_text(out / f"bad-{self.k:05d}.json", json.dumps(self.bad) + "\n")
         atomic_write_text(out / f"index-{self.k:05d}.jsonl", "".join(json.dumps(m) + "\n" for m in self.meta))
         return len(self.meta)
-
-
-def _forward(encoder: VideoEncoder, views: Tensor, device: str, keep_tokens: bool) -> dict[str, Tensor]:
-    x = normalize(views.to(device, non_blocking=True))
-    cuda = torch.device(device).type == "cuda"
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
-        out = encoder.forward_features(x)  # drop=False: every token
-    cls, patches = out.cls.float(), out.patches.float()
-    res = {"cls": cls.cpu(), "mean": patches.mean(1).cpu()}
-    if keep_tokens:
-        res["tokens"] = torch.cat([cls[:, None], patches], 1).to(torch.float16).cpu()
-    return res
 
 
 def _check_manifest(out: Path, manifest: dict[str, Any]) -> None:
@@ -238,7 +187,7 @@ def build_store(
     manifest = {
         "version": STORE_VERSION,
         "config": cfg.storage(),
-        "encoder": encoder_fingerprint(encoder),
+        "encoder": weights_fingerprint(encoder),
         "patch": encoder.cfg.patch_size,
         "items": len(items),
         "items_sha1": _items_hash(items),
@@ -261,30 +210,32 @@ def build_store(
     def run(shard: _Shard) -> None:
         while pending:
             chunk, pending[:] = pending[: cfg.batch_size], pending[cfg.batch_size :]
-            feats = _forward(encoder, torch.stack([v for _, v in chunk]), device, cfg.tokens)
+            enc = encode(encoder, torch.stack([v for _, v in chunk]), device, tokens=cfg.tokens)
+            feats = {"cls": enc.cls, "mean": enc.mean, "tokens": enc.tokens}
             for name, t in feats.items():
-                shard.arrays[name].append(t)
+                if t is not None:
+                    shard.arrays[name].append(t)
             shard.meta.extend(m for m, _ in chunk)
 
-    with frozen_eval(encoder):
-        for i, views, reason in decode_in_workers(_Views(items, order, cfg, encoder.cfg.patch_size), cfg.workers):
-            shard = shards[i // cfg.shard_items]
-            it = items[i]
-            if views is None:
-                shard.bad.append((it.path, reason))
-            else:
-                for v in range(len(views)):
-                    seg, crop = divmod(v, cfg.crops)
-                    meta = {"file": it.path, "label": it.label, "item": i, "segment": seg, "crop": crop}
-                    pending.append((meta, views[v]))
-                    if len(pending) >= cfg.batch_size:
-                        run(shard)
-            shard.remaining -= 1
-            if shard.remaining == 0:
-                run(shard)
-                shard.write(out)
-                del shards[shard.k]
-            bar.update(1)
+    load = functools.partial(_views, items, cfg.views, encoder.cfg.patch_size)
+    for i, views, reason in safe_map(load, order, cfg.workers):
+        shard = shards[i // cfg.shard_items]
+        it = items[i]
+        if views is None:
+            shard.bad.append((it.path, reason))
+        else:
+            for v in range(len(views)):
+                seg, crop = divmod(v, cfg.views.crops)
+                meta = {"file": it.path, "label": it.label, "item": i, "segment": seg, "crop": crop}
+                pending.append((meta, views[v]))
+                if len(pending) >= cfg.batch_size:
+                    run(shard)
+        shard.remaining -= 1
+        if shard.remaining == 0:
+            run(shard)
+            shard.write(out)
+            del shards[shard.k]
+        bar.update(1)
     bar.close()
     distributed.barrier()
     if rank == 0:

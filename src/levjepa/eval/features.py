@@ -1,9 +1,10 @@
 """Frozen features, computed once: CLS, mean-pooled patches and (for the attentive probe) every token.
 
-Evaluation protocol (SPEC §5): the encoder runs in ``eval()`` mode under ``torch.inference_mode`` (no
-gradient, no autograd graph), **no token is dropped** (``forward_features(drop=False)``), and an image is
-a clip whose frame is repeated along time (``levjepa.data.eval_clip.as_clip``; the paper repeats ImageNet
-images 8 or 16 times). uint8 clips are normalised with the ImageNet mean/std on the device, batch by batch.
+Evaluation protocol (SPEC §5): every batch goes through the one frozen forward,
+``levjepa.infer.encode.encode`` (``eval()`` under ``torch.inference_mode``, **no token dropped**, uint8 clips
+normalised with the ImageNet mean/std on the device, bf16 autocast on CUDA and float32 elsewhere: the
+numbers feature stores hold), and an image is a clip whose frame is repeated along time
+(``levjepa.data.eval_clip.as_clip``; the paper repeats ImageNet images 8 or 16 times).
 
 Stored per clip (:class:`Features`):
 
@@ -14,35 +15,26 @@ Stored per clip (:class:`Features`):
 
 The encoder's mode is restored afterwards (a training loop may pass its live encoder), and its
 parameters are never written: ``tests/test_benchmark_eval.py`` checks they are bit-identical after
-feature computation and probing. :func:`encoder_fingerprint` (SHA-1 of the state dict) keys the on-disk
-cache (:func:`cached_features`), so features are recomputed only when the weights or the data change.
+feature computation and probing. ``levjepa.weights.weights_fingerprint`` (SHA-1 of the state dict) keys the
+on-disk cache (:func:`cached_features`), so features are recomputed only when the weights or the data change.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from levjepa.data.eval_clip import as_clip
-from levjepa.data.views import normalize
 from levjepa.eval.progress import Progress
-from levjepa.formats.classifier import weights_fingerprint
+from levjepa.infer.encode import encode
 from levjepa.model.vit import VideoEncoder
-from levjepa.weights import WeightsError, load_tensors, save_tensors
+from levjepa.weights import WeightsError, load_tensors, save_tensors, weights_fingerprint
 
-__all__ = [
-    "Features",
-    "cached_features",
-    "compute_features",
-    "encoder_fingerprint",
-    "frozen_eval",
-]
+__all__ = ["Features", "cached_features", "compute_features"]
 
 
 @dataclass
@@ -64,26 +56,6 @@ class Features:
         return out
 
 
-@contextlib.contextmanager
-def frozen_eval(encoder: nn.Module) -> Iterator[nn.Module]:
-    """``eval()`` + ``inference_mode`` for the duration; the encoder's previous train/eval mode is restored."""
-    was_training = encoder.training
-    encoder.eval()
-    try:
-        with torch.inference_mode():
-            yield encoder
-    finally:
-        encoder.train(was_training)
-
-
-def _normalize(x: Tensor) -> Tensor:
-    if x.dtype == torch.uint8:
-        return normalize(x)
-    if not x.is_floating_point():
-        raise ValueError(f"clips must be uint8 (raw) or float (normalised), got {x.dtype}")
-    return x.float()
-
-
 def compute_features(
     encoder: VideoEncoder,
     clips: Tensor,
@@ -101,25 +73,16 @@ def compute_features(
     if len(clips) == 0:
         raise ValueError("compute_features: no clips (got an empty batch)")
     cls, mean, tokens = [], [], []
-    starts = range(0, len(clips), batch_size)
     bar = Progress(len(clips), desc, "clip", show=progress)
-    with frozen_eval(encoder):
-        for i in starts:
-            x = _normalize(clips[i : i + batch_size].to(device, non_blocking=True))
-            out = encoder.forward_features(x)  # drop=False: every token
-            cls.append(out.cls.float().cpu())
-            mean.append(out.patches.float().mean(1).cpu())
-            if keep_tokens:
-                tokens.append(torch.cat([out.cls[:, None], out.patches], 1).to(torch.float16).cpu())
-            bar.update(len(x))
+    for i in range(0, len(clips), batch_size):
+        enc = encode(encoder, clips[i : i + batch_size], device, tokens=keep_tokens)
+        cls.append(enc.cls)
+        mean.append(enc.mean)
+        if enc.tokens is not None:
+            tokens.append(enc.tokens)
+        bar.update(len(enc))
     bar.close()
     return Features(torch.cat(cls), torch.cat(mean), torch.cat(tokens) if keep_tokens else None)
-
-
-def encoder_fingerprint(encoder: nn.Module) -> str:
-    """SHA-1 over the state dict (names, shapes, dtypes and bytes): equal weights <=> equal fingerprint
-    (``levjepa.formats.classifier.weights_fingerprint``, which a kept probe records)."""
-    return weights_fingerprint(encoder)
 
 
 def cached_features(
@@ -138,7 +101,7 @@ def cached_features(
     """
     if cache_dir is None:
         return compute_features(encoder, clips, keep_tokens=keep_tokens, **kwargs)
-    path = Path(cache_dir) / f"{encoder_fingerprint(encoder)[:16]}-{key}.safetensors"
+    path = Path(cache_dir) / f"{weights_fingerprint(encoder)[:16]}-{key}.safetensors"
     if path.is_file():
         try:
             t, _ = load_tensors(path)

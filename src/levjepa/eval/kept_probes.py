@@ -17,11 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.result import EvalResult
 from levjepa.eval.trainer import GridResult
-from levjepa.formats.classifier import ClassifierRecord, Protocol, weights_fingerprint, write_classifier
+from levjepa.formats.classifier import ClassifierRecord, write_classifier
 from levjepa.formats.load import LoadedEncoder
 from levjepa.model.classifier import HeadConfig
+from levjepa.weights import weights_fingerprint
 
 __all__ = ["save_probes"]
 
@@ -32,7 +34,7 @@ def save_probes(
     loaded: LoadedEncoder,
     out: str | Path,
     *,
-    protocol: Protocol,
+    protocol: ViewSpec,
     labels: Mapping[str, Sequence[str]],
     encoder_source: str,
 ) -> list[Path]:

@@ -1,33 +1,33 @@
 """Predictions of a classifier on files: what ``levjepa classify`` computes.
 
-A classifier (``levjepa.formats.classifier``: a kept probe or a fine-tuned classifier) carries its
-protocol, so every file is cut exactly as its scores were measured: ``segments`` clips of ``frames``
-frames at ``frame_stride`` spread over the video × ``crops`` square crops at short side ``size``
-(``levjepa.data.eval_clip.load_eval_views``), the class probabilities of the crops averaged
-(``VideoClassifier.probabilities``). With ``windows`` a long video gets one prediction per window instead:
+A classifier (``levjepa.formats.classifier``: a kept probe or a fine-tuned classifier) carries its views
+(a ``levjepa.data.eval_clip.ViewSpec``), so every file is cut exactly as its scores were measured:
+``segments`` clips of ``frames`` frames at ``frame_stride`` spread over the video × ``crops`` square crops at
+short side ``size``; the encoder runs the one frozen forward (``levjepa.infer.encode.encode``, the numbers a
+kept probe was trained on) and the class probabilities of the crops are averaged
+(``VideoClassifier.probabilities_from``). With ``windows`` a long video gets one prediction per window instead:
 consecutive windows of ``frames`` kept frames (the last one padded with its last frame), each one centre
 crop, with its time span in seconds.
 
-Decoding runs in ``workers`` worker processes (``levjepa.data.workers``); the model runs on ``device``
-under bf16 autocast on CUDA, fp32 on the CPU. A file that cannot be read is reported in ``bad`` and
-skipped, never fatal.
+Decoding runs in ``workers`` worker processes (``levjepa.data.workers.safe_map``); the model runs on
+``device`` (the encoder under bf16 autocast on CUDA, float32 on the CPU; the head in float32, reading tokens
+in its ``token_dtype``). A file that cannot be read is reported in ``bad`` and skipped, never fatal.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset
 
-from levjepa.data import BadFileReport, DataError, MediaItem, normalize
-from levjepa.data.eval_clip import load_eval_video
-from levjepa.data.workers import decode_in_workers
-from levjepa.eval.feature_store import protocol_views
-from levjepa.formats.classifier import Protocol
+from levjepa.data import BadFileReport, DataError, MediaItem
+from levjepa.data.eval_clip import ViewSpec, load_eval_video
+from levjepa.data.workers import safe_map
+from levjepa.infer.encode import encode
 from levjepa.model.classifier import VideoClassifier
 
 __all__ = ["Prediction", "accuracy", "predict"]
@@ -56,27 +56,18 @@ class Prediction:
         return out
 
 
-class _Views(Dataset[tuple[int, Tensor | None, Tensor | None, str]]):
-    """Item ``i`` -> (i, uint8 views [V, C, T, S, S] or None, window start times or None, the error)."""
-
-    def __init__(self, items: list[MediaItem], protocol: Protocol, patch: int, windows: bool) -> None:
-        self.items, self.p, self.patch, self.windows = items, protocol, patch, windows
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, i: int) -> tuple[int, Tensor | None, Tensor | None, str]:
-        it, p = self.items[i], self.p
-        if self.windows and it.kind == "video":
-            try:
-                return (i, *_windows(it.path, p, self.patch), "")
-            except (DataError, OSError, RuntimeError, ValueError) as err:
-                return i, None, None, str(err) or type(err).__name__
-        views, reason = protocol_views(it, self.patch, p.frames, p.size, p.frame_stride, p.segments, p.crops)
-        return i, views, None, reason
+def _file_views(
+    items: list[MediaItem], views: ViewSpec, patch: int, windows: bool, i: int
+) -> tuple[Tensor, Tensor | None]:
+    """File ``i``'s uint8 views ``[V, C, T, S, S]`` and, with ``windows`` (a video), each window's (start, end)
+    time ``[W, 2]`` (in a decoding worker)."""
+    it = items[i]
+    if windows and it.kind == "video":
+        return _windows(it.path, views, patch)
+    return views.load(it.path, patch, it.kind), None
 
 
-def _windows(path: str, p: Protocol, patch: int) -> tuple[Tensor, Tensor]:
+def _windows(path: str, p: ViewSpec, patch: int) -> tuple[Tensor, Tensor]:
     """Consecutive windows of ``p.frames`` kept frames [W, C, T, S, S] and their (start, end) times [W, 2]."""
     video = load_eval_video(path, size=p.size, patch=patch, frame_stride=p.frame_stride)
     frames, ts = video.frames, video.timestamps
@@ -99,17 +90,20 @@ def _top(probs: Tensor, names: tuple[str, ...], k: int) -> tuple[list[str], list
     return [names[j] for j in order], [float(probs[j]) for j in order], order
 
 
-@torch.no_grad()
 def _probs(model: VideoClassifier, views: Tensor, device: str, segments: int, crops: int) -> Tensor:
-    x = normalize(views.to(device, non_blocking=True))
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.device(device).type == "cuda"):
-        return model.probabilities(x, segments=segments, crops=crops).float().cpu()
+    """Class probabilities ``[files, classes]`` of ``views`` (the frozen forward, then the head)."""
+    cfg = model.head_cfg
+    token_dtype = torch.float16 if cfg.token_dtype == "float16" else torch.float32
+    enc = encode(model.encoder, views, device, tokens=cfg.input == "tokens", token_dtype=token_dtype, host=False)
+    with torch.no_grad():  # the head, on the frozen features
+        probs = model.probabilities_from(enc.cls, enc.mean, enc.tokens, segments=segments, crops=crops)
+    return probs.float().cpu()
 
 
 def predict(
     model: VideoClassifier,
     names: tuple[str, ...],
-    p: Protocol,
+    p: ViewSpec,
     items: list[MediaItem],
     *,
     top_k: int = 5,
@@ -121,7 +115,7 @@ def predict(
 ) -> Iterator[Prediction]:
     """Predictions of ``model`` (in eval mode; class names ``names``, views of protocol ``p``) for ``items``,
     in order (see the module doc)."""
-    data = _Views(items, p, model.encoder.cfg.patch_size, windows)
+    load = functools.partial(_file_views, items, p, model.encoder.cfg.patch_size, windows)
     pending: list[tuple[int, Tensor]] = []
 
     def flush() -> Iterator[Prediction]:
@@ -130,11 +124,12 @@ def predict(
             yield Prediction(items[i].path, *_top(pr, names, top_k), truth=items[i].label)
         pending.clear()
 
-    for i, views, spans, err in decode_in_workers(data, workers):
-        if views is None:
+    for i, loaded, err in safe_map(load, range(len(items)), workers):
+        if loaded is None:
             if bad is not None:
                 bad.add(items[i].path, err)
             continue
+        views, spans = loaded
         if spans is not None:  # one prediction per window, each window one centre view
             probs = torch.cat(
                 [_probs(model, views[j : j + batch_files], device, 1, 1) for j in range(0, len(views), batch_files)]

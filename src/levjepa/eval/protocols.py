@@ -1,9 +1,9 @@
 """The standard frozen-evaluation protocols as named presets, and readers for their official label files.
 
-A :class:`Protocol` says how a dataset's clips are cut (frames, frame stride, resolution), how many views a
-test video gets (``segments`` temporal clips × ``crops`` spatial crops; the probe's predictions are
-averaged over the crops and reads the tokens of all segments together), and whether the data are images
-repeated along time. ``PROTOCOLS`` holds:
+A :class:`Protocol` says how a dataset's clips are cut and how many views a test video gets — its
+:class:`~levjepa.data.eval_clip.ViewSpec`: frames, frame stride, resolution, ``segments`` temporal clips ×
+``crops`` spatial crops (the probe's predictions are averaged over the crops and it reads the tokens of all
+segments together) — and whether the data are images repeated along time. ``PROTOCOLS`` holds:
 
 * ``ssv2`` — Something-Something v2: 16 frames, stride 4, 256 px, **16×2×3** at test time (2 segments ×
   3 crops), 174 classes. Source: V-JEPA 2's frozen-evaluation config ``configs/eval/vitl/ssv2.yaml``
@@ -45,8 +45,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from levjepa.config import check
 from levjepa.data import DataError
+from levjepa.data.eval_clip import ViewSpec
 from levjepa.data.sources import MediaItem, media_kind, read_index_labels
 
 __all__ = ["PROTOCOLS", "Protocol", "read_labelled"]
@@ -54,33 +54,27 @@ __all__ = ["PROTOCOLS", "Protocol", "read_labelled"]
 
 @dataclass(frozen=True)
 class Protocol:
-    """How a standard benchmark's clips are cut and viewed (see the module doc for each preset's source)."""
+    """A standard benchmark: how its files are viewed (a :class:`ViewSpec`), its class count, whether its data
+    are images repeated along time, and where the settings come from (the module doc, per preset)."""
 
     name: str
-    frames: int  # frames per clip (an image: repeated this many times)
-    frame_stride: int  # keep every n-th source frame
-    size: int  # short side, then square crop(s)
-    segments: int  # temporal clips per video at test time
-    crops: int  # spatial crops per clip at test time (1 centre, 3 start/centre/end)
+    views: ViewSpec  # frames, frame stride, short side, segments × crops at test time
     num_classes: int
     images: bool  # the dataset is images, evaluated as clips of a repeated frame
     source: str  # where the settings come from
 
-    def __post_init__(self) -> None:
-        check(self.frames >= 1 and self.frame_stride >= 1, f"protocol {self.name}: frames and stride must be >= 1")
-        check(self.segments >= 1, f"protocol {self.name}: segments={self.segments} must be >= 1")
-        check(self.crops in (1, 3), f"protocol {self.name}: crops={self.crops}: valid choices are 1, 3")
-
     @property
     def views_text(self) -> str:
-        return f"{self.frames}×{self.segments}×{self.crops}"
+        return self.views.text
 
 
 PROTOCOLS: dict[str, Protocol] = {
-    "ssv2": Protocol("ssv2", 16, 4, 256, 2, 3, 174, False, "V-JEPA 2 configs/eval/vitl/ssv2.yaml"),
-    "k400": Protocol("k400", 16, 4, 256, 8, 3, 400, False, "V-JEPA 2 configs/eval/vitl/k400.yaml"),
-    "diving48": Protocol("diving48", 16, 4, 256, 8, 3, 48, False, "V-JEPA 2 paper; K400's sampling (our choice)"),
-    "in1k": Protocol("in1k", 16, 1, 224, 1, 1, 1000, True, "LeJEPA / V-JEPA: images repeated 16 times"),
+    "ssv2": Protocol("ssv2", ViewSpec(256, 16, 4, 2, 3), 174, False, "V-JEPA 2 configs/eval/vitl/ssv2.yaml"),
+    "k400": Protocol("k400", ViewSpec(256, 16, 4, 8, 3), 400, False, "V-JEPA 2 configs/eval/vitl/k400.yaml"),
+    "diving48": Protocol(
+        "diving48", ViewSpec(256, 16, 4, 8, 3), 48, False, "V-JEPA 2 paper; K400's sampling (our choice)"
+    ),
+    "in1k": Protocol("in1k", ViewSpec(224, 16, 1, 1, 1), 1000, True, "LeJEPA / V-JEPA: images repeated 16 times"),
 }
 
 

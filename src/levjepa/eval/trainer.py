@@ -10,8 +10,9 @@ receives exactly the gradient it would get alone. Several tasks (label sets of t
 their grids into the same model: task ``i`` owns probes ``[i·G, (i+1)·G)`` and its first ``C_i`` logits, so
 the inputs are read once per batch for all tasks. :class:`GridAdamW` is AdamW with a learning rate and a
 weight decay per probe (equal to ``torch.optim.AdamW`` run on each probe separately; tested). Weight decay
-applies to matrices and the query, not to biases or LayerNorm parameters. Schedule: linear warm-up then
-cosine to 0 (V-JEPA 2's probe configs: no warm-up, cosine to 0, 20 epochs, lr ∈ {5e-3, 3e-3, 1e-3, 3e-4,
+applies to matrices and the query, not to biases or LayerNorm parameters. Schedule: levjepa's one
+``levjepa.train.optim.warmup_cosine``, linear warm-up from 0 then cosine to 0 (V-JEPA 2's probe configs: no
+warm-up, cosine to 0, 20 epochs, lr ∈ {5e-3, 3e-3, 1e-3, 3e-4,
 1e-4} × wd ∈ {0.01, 0.1, 0.4, 0.8}, AdamW betas (0.9, 0.999)). The linear probe's standardiser is the
 training samples' mean and standard deviation, accumulated in float64 over the same batches the trainer
 reads (one pass, bounded memory).
@@ -37,13 +38,13 @@ from torch import Tensor, nn
 from levjepa.eval.probes import LinearProbeGrid, ProbeConfig, ProbeKind, build_probe_grid
 from levjepa.eval.source import FeatureSource, MemorySource
 from levjepa.rng import make_generator
+from levjepa.train.optim import warmup_cosine
 
 __all__ = [
     "GridAdamW",
     "GridResult",
     "choose_probes",
     "evaluate_probes",
-    "lr_factor",
     "probe_row",
     "standardizer",
     "train_probe_grid",
@@ -102,14 +103,6 @@ class GridAdamW:
             v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
             denom = (v / bc2).sqrt_().add_(self.eps)
             p.sub_(lr / bc1 * m / denom)
-
-
-def lr_factor(step: int, total: int, warmup: int) -> float:
-    """Linear warm-up over ``warmup`` steps, then cosine from 1 to 0 at ``total``."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 @dataclass
@@ -350,7 +343,7 @@ def train_probes(
             loss = _grid_loss(model(x), {t: train.labels[t][idx].to(device) for t in classes}, slices)
             opt.zero_grad()
             loss.backward()
-            opt.step(lr_factor(step, total, warmup))
+            opt.step(warmup_cosine(step, peak=1.0, total=total, warmup=warmup))
             step += 1
     ev = {"batch_size": 2 * cfg.batch_size, "device": str(device)}
     val_res = evaluate_probes(model, val, what, slices, **ev)  # type: ignore[arg-type]

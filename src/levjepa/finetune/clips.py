@@ -25,9 +25,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.data import Dataset
 
-from levjepa.data import DataError, MediaItem, probe_video
+from levjepa.data import MediaItem, probe_video
 from levjepa.data.eval_clip import load_eval_clip
 from levjepa.finetune.config import FinetuneConfig
 from levjepa.rng import make_generator
@@ -61,16 +60,15 @@ def augment(clip: Tensor, cfg: FinetuneConfig, gen: torch.Generator) -> Tensor:
     return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
 
 
-class TrainClips(Dataset[tuple[int, Tensor | None, int, str]]):
-    """``j`` -> (position, uint8 clip [C, T, S, S] or None, label, the error) for positions
-    ``positions[j]`` (see the module doc)."""
+class TrainClips:
+    """Position ``p`` -> its augmented uint8 clip ``[C, T, S, S]`` (see the module doc): called in decoding
+    workers through ``levjepa.data.workers.safe_map``, which turns a file that cannot be read into a reason.
+    ``item_at(p)`` (the same permutation, in any process) says which file position ``p`` is."""
 
-    def __init__(self, items: list[MediaItem], positions: list[int], cfg: FinetuneConfig, patch: int) -> None:
-        self.items, self.positions, self.cfg, self.patch = items, positions, cfg, patch
+    def __init__(self, items: list[MediaItem], cfg: FinetuneConfig, patch: int) -> None:
+        self.items, self.cfg, self.patch = items, cfg, patch
+        self.views = cfg.views()
         self._perms: dict[int, list[int]] = {}
-
-    def __len__(self) -> int:
-        return len(self.positions)
 
     def item_at(self, p: int) -> int:
         n = len(self.items)
@@ -79,25 +77,24 @@ class TrainClips(Dataset[tuple[int, Tensor | None, int, str]]):
             self._perms[epoch] = torch.randperm(n, generator=make_generator(self.cfg.seed, "order", epoch)).tolist()
         return self._perms[epoch][p % n]
 
-    def __getitem__(self, j: int) -> tuple[int, Tensor | None, int, str]:
-        p = self.positions[j]
-        it, cfg = self.items[self.item_at(p)], self.cfg
-        gen = make_generator(cfg.seed, "augment", p)
-        try:
-            start = 0
-            if it.kind == "video":
-                n = probe_video(it.path).num_frames
-                room = max(0, n - ((cfg.frames - 1) * cfg.frame_stride + 1))
-                start = int(torch.randint(0, room + 1, (), generator=gen))
-            clip = load_eval_clip(
-                it.path,
-                num_frames=cfg.frames,
-                size=cfg.size,
-                patch=self.patch,
-                frame_stride=cfg.frame_stride,
-                start=start,
-                kind=it.kind,
-            )
-        except (DataError, OSError, RuntimeError, ValueError) as err:
-            return p, None, int(it.label or 0), str(err) or type(err).__name__
-        return p, augment(clip, cfg, gen).permute(3, 0, 1, 2).contiguous(), int(it.label or 0), ""
+    def label(self, p: int) -> int:
+        return int(self.items[self.item_at(p)].label or 0)
+
+    def __call__(self, p: int) -> Tensor:
+        it, v = self.items[self.item_at(p)], self.views
+        gen = make_generator(self.cfg.seed, "augment", p)
+        start = 0
+        if it.kind == "video":
+            n = probe_video(it.path).num_frames
+            room = max(0, n - ((v.frames - 1) * v.frame_stride + 1))
+            start = int(torch.randint(0, room + 1, (), generator=gen))
+        clip = load_eval_clip(
+            it.path,
+            num_frames=v.frames,
+            size=v.size,
+            patch=self.patch,
+            frame_stride=v.frame_stride,
+            start=start,
+            kind=it.kind,
+        )
+        return augment(clip, self.cfg, gen).permute(3, 0, 1, 2).contiguous()

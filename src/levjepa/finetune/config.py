@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from levjepa.config import ConfigError, check
+from levjepa.config import ConfigError, check, to_dict
+from levjepa.data.eval_clip import ViewSpec
+from levjepa.eval.protocols import PROTOCOLS
 
 __all__ = ["RESUMABLE", "FinetuneConfig", "check_resume"]
 
@@ -52,7 +54,9 @@ class FinetuneConfig:
     seed: int = 0
     eval_every: int = 100
     checkpoint_every: int = 100
+    keep_last: int = 2  # checkpoints kept (the newest); OUT/best is kept apart
     log_every: int = 10
+    max_consecutive_skips: int = 5  # non-finite steps in a row before the run stops
     workers: int = 2
     loggers: tuple[str, ...] = ("tensorboard",)
     device: str = "auto"
@@ -66,10 +70,19 @@ class FinetuneConfig:
         check(0 <= self.label_smoothing < 1, f"label_smoothing={self.label_smoothing}: must be in [0, 1)")
         check(self.mixup >= 0 and 0 < self.layer_decay <= 1, "mixup >= 0 and layer_decay in (0, 1]")
         check(0 < self.crop_scale[0] <= self.crop_scale[1] <= 1, f"crop_scale={self.crop_scale}: 0 < lo <= hi <= 1")
-        for name in ("eval_every", "checkpoint_every", "log_every"):
+        for name in ("eval_every", "checkpoint_every", "keep_last", "log_every", "max_consecutive_skips"):
             check(getattr(self, name) >= 1, f"{name}={getattr(self, name)}: must be >= 1")
 
-    def micro_batches(self, world_size: int) -> tuple[int, int]:
+    def views(self) -> ViewSpec:
+        """How validation and test files are cut (and the clip size of training): the protocol's views, or one
+        centre clip of ``frames`` at ``frame_stride``, ``size`` px."""
+        if self.protocol is None:
+            return ViewSpec(self.size, self.frames, self.frame_stride)
+        if self.protocol not in PROTOCOLS:
+            raise ConfigError(f"protocol {self.protocol!r}: valid choices are {', '.join(PROTOCOLS)}")
+        return PROTOCOLS[self.protocol].views
+
+    def batch_layout(self, world_size: int) -> tuple[int, int]:
         """(clips per forward, forwards per step) on each of ``world_size`` ranks."""
         per_rank, rest = divmod(self.batch_size, world_size)
         micro = self.micro_batch or per_rank
@@ -81,14 +94,23 @@ class FinetuneConfig:
 
 
 # what --resume may change: how long the run goes on, what it logs and keeps, how it decodes
-RESUMABLE = ("steps", "eval_every", "checkpoint_every", "log_every", "workers", "loggers", "device", "micro_batch")
+RESUMABLE = (
+    "steps",
+    "eval_every",
+    "checkpoint_every",
+    "keep_last",
+    "log_every",
+    "max_consecutive_skips",
+    "workers",
+    "loggers",
+    "device",
+    "micro_batch",
+)
 
 
 def check_resume(saved: dict[str, Any], new: FinetuneConfig) -> None:
     """Refuse a resume that would change what is trained (``RESUMABLE`` lists what may change)."""
     names = [f.name for f in fields(FinetuneConfig)]
-    from levjepa.config import to_dict
-
     now = to_dict(new)
     changed = [k for k in names if k not in RESUMABLE and saved.get(k) != now[k]]
     if changed:

@@ -3,8 +3,10 @@ layer-wise learning rates, the schedule, drop-path, and label-smoothed mixup tar
 
 * **Layer-wise lr decay** (:func:`param_groups`): layer ``l`` of ``L + 1`` (0: the patch embedding and CLS,
   ``i + 1``: block ``i``, ``L + 1``: the final norm and the head) trains at ``lr · decay^(L + 1 − l)``, so
-  the layers near the input move least. No weight decay on biases, norms, CLS and the head's query.
-* **Schedule** (:func:`lr_at`): linear warm-up from 0 over ``warmup_steps``, then cosine to ``min_lr``.
+  the layers near the input move least. No weight decay on what :func:`no_decay_biases_norms_tokens` keeps
+  out: biases, norms, the CLS token and the head's query (timm / VideoMAE's ``no_weight_decay``).
+* **Schedule** (:func:`lr_at`): levjepa's one schedule (``levjepa.train.optim.warmup_cosine``), linear from 0
+  at step 0 to ``lr`` at ``warmup_steps`` (VideoMAE's warm-up starts at 0), then cosine to ``min_lr``.
 * **Drop-path** (:class:`DropPath`): stochastic depth per sample, rate rising linearly with depth to
   ``drop_path`` at the last block. The encoder's blocks (``levjepa.model.vit``, left untouched) are wrapped
   from outside by a forward hook: with probability ``rate`` a sample's block update ``f(x) − x`` is dropped,
@@ -16,7 +18,6 @@ layer-wise learning rates, the schedule, drop-path, and label-smoothed mixup tar
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
@@ -27,8 +28,9 @@ from torch import Tensor, nn
 from levjepa.finetune.config import FinetuneConfig
 from levjepa.model.classifier import VideoClassifier
 from levjepa.rng import derive_seed
+from levjepa.train.optim import no_decay_biases_norms, warmup_cosine
 
-__all__ = ["DropPath", "layer_id", "lr_at", "mix", "param_groups", "soft_targets"]
+__all__ = ["DropPath", "layer_id", "lr_at", "mix", "no_decay_biases_norms_tokens", "param_groups", "soft_targets"]
 
 _BLOCK = re.compile(r"^encoder\.blocks\.(\d+)\.")
 
@@ -43,8 +45,11 @@ def layer_id(name: str, depth: int) -> int:
     return depth + 1
 
 
-def _no_decay(name: str, p: Tensor) -> bool:
-    return p.dim() < 2 or name.endswith(("cls_token", "query")) or ".norm" in name or name.startswith("head.norm")
+def no_decay_biases_norms_tokens(name: str, p: Tensor) -> bool:
+    """Whether ``p`` stays out of fine-tuning's weight decay: a bias, a norm parameter or any 1-D parameter
+    (pretraining's rule, ``levjepa.train.optim.no_decay_biases_norms``) and the CLS token and the attentive
+    head's query."""
+    return no_decay_biases_norms(name, p) or name.endswith(("cls_token", "query"))
 
 
 def param_groups(model: VideoClassifier, cfg: FinetuneConfig) -> list[dict[str, Any]]:
@@ -54,7 +59,7 @@ def param_groups(model: VideoClassifier, cfg: FinetuneConfig) -> list[dict[str, 
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        lid, nd = layer_id(name, depth), _no_decay(name, p)
+        lid, nd = layer_id(name, depth), no_decay_biases_norms_tokens(name, p)
         g = groups.setdefault(
             (lid, nd),
             {
@@ -68,11 +73,8 @@ def param_groups(model: VideoClassifier, cfg: FinetuneConfig) -> list[dict[str, 
 
 
 def lr_at(step: int, cfg: FinetuneConfig) -> float:
-    """The base learning rate of optimizer step ``step`` (0-based): warm-up, then cosine to ``min_lr``."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
-    return cfg.min_lr + (cfg.lr - cfg.min_lr) * 0.5 * (1 + math.cos(math.pi * progress))
+    """The base learning rate of optimizer step ``step`` (0-based): warm-up from 0, then cosine to ``min_lr``."""
+    return warmup_cosine(step, peak=cfg.lr, total=cfg.steps, warmup=cfg.warmup_steps, final=cfg.min_lr)
 
 
 class DropPath:

@@ -3,35 +3,34 @@
 A classifier directory holds::
 
     DIR/classifier.json    format "levjepa-classifier/1"; "head" (every HeadConfig field), "labels" (class
-                           names, index order), "protocol" (size, frames, frame_stride, segments, crops:
-                           how ``classify`` cuts a file into views, levjepa.data.eval_clip), "encoder"
-                           (source path, weights copy, fingerprint, whether the weights are in DIR) and
-                           "trained" (how the head was trained and scored)
+                           names, index order), "protocol" (a levjepa.data.eval_clip.ViewSpec: size,
+                           frames, frame_stride, segments, crops: how ``classify`` cuts a file into views),
+                           "encoder" (source path, weights copy, fingerprint, whether the weights are in
+                           DIR) and "trained" (how the head was trained and scored)
     DIR/head.safetensors   the head's state dict (levjepa.model.probe_heads, one row)
 
 A kept probe reads a frozen encoder that stays where it is: ``encoder.source`` and ``encoder.weights`` name
-it, and :func:`load_classifier` refuses, in one line, an encoder whose :func:`weights_fingerprint` differs
-from the one the head was trained on. A fine-tuned classifier changed its encoder, so the encoder is in
-``DIR`` too, in the hub layout (``model.safetensors`` + ``config.json`` with ``id2label`` / ``label2id``,
-``levjepa.formats.export``): ``levjepa.load(DIR)`` reads it as a plain encoder, and ``levjepa export DIR``
-writes it again with its head.
+it, and :func:`load_classifier` refuses, in one line, an encoder whose weights fingerprint
+(``levjepa.weights.weights_fingerprint``) differs from the one the head was trained on. A fine-tuned
+classifier changed its encoder, so the encoder is in ``DIR`` too, in the hub layout (``model.safetensors`` +
+``config.json`` with ``id2label`` / ``label2id``, ``levjepa.formats.export``): ``levjepa.load(DIR)`` reads it
+as a plain encoder, and ``levjepa export DIR`` writes it again with its head.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from levjepa.config import from_dict, to_dict
+from levjepa.data.eval_clip import ViewSpec
 from levjepa.formats.load import LoadedEncoder, load_encoder
 from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
-from levjepa.weights import WeightsError, load_tensors, read_json, save_tensors, write_json
+from levjepa.weights import WeightsError, load_tensors, read_json, save_tensors, weights_fingerprint, write_json
 
 __all__ = [
     "CLASSIFIER",
@@ -39,12 +38,10 @@ __all__ = [
     "HEAD_WEIGHTS",
     "ClassifierRecord",
     "LoadedClassifier",
-    "Protocol",
     "id2label",
     "is_classifier",
     "load_classifier",
     "read_classifier",
-    "weights_fingerprint",
     "write_classifier",
 ]
 
@@ -53,34 +50,13 @@ HEAD_WEIGHTS = "head.safetensors"
 CLASSIFIER_FORMAT = "levjepa-classifier/1"
 
 
-def weights_fingerprint(module: nn.Module) -> str:
-    """SHA-1 over the state dict (names, shapes, dtypes and bytes): equal weights <=> equal fingerprint."""
-    h = hashlib.sha1()
-    for name, t in sorted(module.state_dict().items()):
-        t = t.detach().cpu().contiguous()
-        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
-
-
-@dataclass(frozen=True)
-class Protocol:
-    """How a file becomes the views a classifier reads (``levjepa.data.eval_clip.load_eval_views``)."""
-
-    size: int = 224
-    frames: int = 16
-    frame_stride: int = 2
-    segments: int = 1
-    crops: int = 1
-
-
 @dataclass(frozen=True)
 class ClassifierRecord:
     """``classifier.json`` (see the module doc); written with ``to_dict``, read back with ``from_dict``."""
 
     head: HeadConfig
     labels: tuple[str, ...]
-    protocol: Protocol
+    protocol: ViewSpec  # the views its scores were measured with, and that classify cuts every file into
     encoder_source: str  # the run / checkpoint / export the encoder is read from ("." : this directory)
     encoder_weights: str  # which copy of it: ema, online
     encoder_fingerprint: str

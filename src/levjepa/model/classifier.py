@@ -10,7 +10,7 @@ row of its grid that validation chose, so the classifier computes what the probe
 spread over the video × ``crops`` spatial crops, segment-major. As in the frozen evaluation
 (``levjepa.eval.source.StoreSource``), a (file, crop) sample reads its segments together — the attentive head
 the concatenation of their tokens ``[segments · (1+L), D]``, the linear head their features averaged — and
-the class probabilities of a file's crops are averaged (:meth:`VideoClassifier.probabilities`).
+the class probabilities of a file's crops are averaged (:meth:`VideoClassifier.probabilities_from`).
 
 ``token_dtype``: a frozen probe trained on float16 tokens (the feature stores keep tokens in float16), so
 the kept probe reads its tokens rounded to float16 to compute the numbers it was scored with; a fine-tuned
@@ -72,21 +72,25 @@ def build_head(cfg: HeadConfig, generator: torch.Generator | None = None) -> nn.
     return LinearProbeGrid(1, cfg.dim, cfg.num_classes, generator=generator)
 
 
-def view_inputs(cls: Tensor, patches: Tensor, cfg: HeadConfig, segments: int = 1, crops: int = 1) -> Tensor:
-    """What the head reads for each (file, crop): ``cls`` [B·S·C, D] and ``patches`` [B·S·C, L, D] of the views,
-    file-major then segment-major -> ``[B·C, ...]`` (tokens ``[B·C, S·(1+L), D]``, pooled ``[B·C, D]``)."""
+def view_inputs(
+    cls: Tensor, mean: Tensor, tokens: Tensor | None, cfg: HeadConfig, segments: int = 1, crops: int = 1
+) -> Tensor:
+    """What the head reads for each (file, crop), from the features of its views, file-major then
+    segment-major: ``cls`` [B·S·C, D], ``mean`` [B·S·C, D] (the patch tokens averaged) and ``tokens``
+    [B·S·C, 1+L, D] (CLS first; needed by an attentive head) -> ``[B·C, ...]`` (tokens ``[B·C, S·(1+L), D]``
+    in the head's ``token_dtype``, pooled features ``[B·C, D]`` averaged over the segments)."""
     n, d = cls.shape
     s, c = segments, crops
     b = n // (s * c)
     if b * s * c != n:
         raise ValueError(f"view_inputs: {n} views are not files × {s} segments × {c} crops")
     if cfg.input == "tokens":
-        tokens = torch.cat([cls[:, None], patches], 1)
-        if cfg.token_dtype == "float16":
-            tokens = tokens.to(torch.float16)
+        if tokens is None:
+            raise ValueError("view_inputs: an attentive head reads every token; none were given")
+        tokens = tokens.to(torch.float16 if cfg.token_dtype == "float16" else torch.float32)
         tokens = tokens.view(b, s, c, tokens.shape[1], d).transpose(1, 2)  # [B, C, S, 1+L, D]
         return tokens.reshape(b * c, s * tokens.shape[3], d)
-    x = cls.float() if cfg.input == "cls" else patches.float().mean(1)
+    x = cls.float() if cfg.input == "cls" else mean.float()
     return x.view(b, s, c, d).transpose(1, 2).reshape(b * c, s, d).mean(1)
 
 
@@ -106,16 +110,24 @@ class VideoClassifier(nn.Module):
         *,
         segments: int = 1,
         crops: int = 1,
-        drop: bool = False,
+        drop_ratio: float = 0.0,
         generator: torch.Generator | None = None,
     ) -> Tensor:
-        """Logits ``[B·crops, classes]`` of each (file, crop) sample; ``drop``: the encoder drops tokens at
-        random as in pretraining (its ``drop_ratio``, drawn from ``generator``: fine-tuning a kept fraction)."""
-        out = self.encoder.forward_features(video, drop=drop, generator=generator)
-        return self.head(view_inputs(out.cls, out.patches, self.head_cfg, segments, crops))[0]
+        """Logits ``[B·crops, classes]`` of each (file, crop) sample; ``drop_ratio > 0``: the encoder drops that
+        fraction of the patch tokens at random as in pretraining, drawn from ``generator`` (fine-tuning on a
+        kept fraction)."""
+        drop = drop_ratio > 0
+        out = self.encoder.forward_features(video, drop=drop, generator=generator, drop_ratio=drop_ratio)
+        patches = out.patches.float()
+        tokens = torch.cat([out.cls[:, None], out.patches], 1) if self.head_cfg.input == "tokens" else None
+        inputs = view_inputs(out.cls, patches.mean(1), tokens, self.head_cfg, segments, crops)
+        return self.head(inputs)[0]
 
-    def probabilities(self, video: Tensor, *, segments: int = 1, crops: int = 1) -> Tensor:
-        """Class probabilities ``[B, classes]`` of each file: the softmax of every crop, averaged."""
-        logits = self(video, segments=segments, crops=crops)
+    def probabilities_from(
+        self, cls: Tensor, mean: Tensor, tokens: Tensor | None, *, segments: int = 1, crops: int = 1
+    ) -> Tensor:
+        """Class probabilities ``[B, classes]`` of each file from the frozen features of its views (what
+        ``levjepa.infer.encode.encode`` computes): the softmax of every crop, averaged."""
+        logits = self.head(view_inputs(cls, mean, tokens, self.head_cfg, segments, crops))[0]
         probs = logits.float().softmax(-1)
         return probs.view(-1, crops, probs.shape[-1]).mean(1)

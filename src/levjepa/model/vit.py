@@ -243,6 +243,7 @@ class VideoEncoder(nn.Module):
         window: int | None,
         name: str,
         keys: Tensor | None = None,
+        drop_ratio: float | None = None,
     ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor], Tensor | None]:
         """Tokens with CLS ``[B, 1+L, D]``, patch positions ``[B, L, 3]``, RoPE and the additive attention bias,
         built once for every layer (``attention.py``)."""
@@ -257,7 +258,8 @@ class VideoEncoder(nn.Module):
                     "(generator=...)"
                 )
             c = self.cfg
-            keep_idx = sample_keep_idx(b, grid, c.drop_ratio, c.drop_mode, generator, video.device, keys=keys)
+            ratio = c.drop_ratio if drop_ratio is None else drop_ratio
+            keep_idx = sample_keep_idx(b, grid, ratio, c.drop_mode, generator, video.device, keys=keys)
         patches, positions = self.patch_embed(video, keep_idx)  # [B, L, D], [B, L, 3]
         # every clip keeps the whole grid: one row of positions serves the batch (RoPE [1, 1, 1+L, hd], bias
         # [1, 1, 1+L, 1+L], broadcast); with dropping each clip has its own (B rows)
@@ -278,11 +280,12 @@ class VideoEncoder(nn.Module):
         name: str,
         keys: Tensor | None = None,
         cls_only: bool = False,
+        drop_ratio: float | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Block outputs before the final norm ``[B, 1+L, D]`` (CLS first) and patch positions ``[B, L, 3]``;
         ``cls_only``: the last block computes CLS alone, ``[B, 1, D]`` (the patches' last outputs feed nothing
         a CLS readout uses: their queries, attention output projection and MLP are skipped)."""
-        x, positions, rope, attn_mask = self._prepare(video, drop, generator, window, name, keys)
+        x, positions, rope, attn_mask = self._prepare(video, drop, generator, window, name, keys, drop_ratio)
         recompute = self.cfg.grad_checkpointing and self.training and torch.is_grad_enabled()
         x = self.blocks(x, rope, attn_mask, 1 if cls_only else None, recompute)  # [B, 1+L or 1, D]
         return x, positions
@@ -295,14 +298,16 @@ class VideoEncoder(nn.Module):
         drop: bool = False,
         generator: torch.Generator | None = None,
         window: int | None = None,
+        drop_ratio: float | None = None,
     ) -> EncoderOutput:
         """CLS and patch tokens (after the final norm) with their positions.
 
-        ``drop``: keep ``1 − drop_ratio`` of the patch tokens (training; needs ``generator``). ``window``:
-        block-causal attention bounded to the last ``window`` frames (what ``StreamingEncoder(window=W)``
-        computes); ``None`` is unbounded.
+        ``drop``: keep ``1 − drop_ratio`` of the patch tokens (training; needs ``generator``); ``drop_ratio``
+        defaults to the config's (fine-tuning passes its own: a token keep ratio is the caller's, never written
+        into the config). ``window``: block-causal attention bounded to the last ``window`` frames (what
+        ``StreamingEncoder(window=W)`` computes); ``None`` is unbounded.
         """
-        x, positions = self._encode(video, drop, generator, window, "video")
+        x, positions = self._encode(video, drop, generator, window, "video", drop_ratio=drop_ratio)
         x = self.norm(x)
         return EncoderOutput(cls=x[:, 0], patches=x[:, 1:], positions=positions)
 

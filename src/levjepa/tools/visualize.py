@@ -39,8 +39,7 @@ from levjepa.config import ConfigError
 from levjepa.data.config import SyntheticConfig
 from levjepa.data.eval_clip import center_square, load_eval_clip
 from levjepa.data.synthetic import load_split
-from levjepa.data.views import normalize
-from levjepa.eval.features import frozen_eval
+from levjepa.infer.encode import encode
 from levjepa.model.vit import VideoEncoder
 
 __all__ = [
@@ -158,11 +157,10 @@ def visualize(
         raise ValueError(
             f"visualize: clip [C, T, H, W] = {list(clip.shape)} needs C=3, H, W multiples of {p}, T of {tau}"
         )
-    with frozen_eval(encoder):
-        out = encoder.forward_features(normalize(clip[None].to(device)))
+    out = encode(encoder, clip[None], device, token_dtype=torch.float32)
     grid = (t_len // tau, h // p, w // p)
-    tokens = out.patches[0].float().cpu()  # [N, D]; positions give each token's (t, y, x)
-    pos = out.positions[0].cpu()
+    tokens = out.patches[0]  # [N, D]; positions give each token's (t, y, x)
+    pos = out.positions[0]
     flat = (pos[:, 0] * grid[1] + pos[:, 1]) * grid[2] + pos[:, 2]
     order = torch.argsort(flat)
     tokens = tokens[order]

@@ -113,12 +113,13 @@ def save_checkpoint(
     run_dir: str | Path,
     *,
     model: nn.Module,
-    ema: EMA,
+    ema: EMA | None,
     optimizer: torch.optim.Optimizer,
     state: TrainerState,
     encoder_config: dict[str, Any],
 ) -> Path:
-    """Write ``checkpoints/step_NNNNNN`` completely, then point ``latest`` at it. Returns its path."""
+    """Write ``checkpoints/step_NNNNNN`` completely, then point ``latest`` at it. Returns its path. ``ema=None``
+    (fine-tuning, which keeps no Polyak copy): no ``ema.safetensors``."""
     root = Path(run_dir) / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     final = root / checkpoint_name(state.step)
@@ -126,11 +127,12 @@ def save_checkpoint(
     try:
         meta = {"step": state.step, "encoder_config": encoder_config, **(state.extra or {})}
         save_tensors(tmp / ONLINE_WEIGHTS, model.state_dict(), {"step": state.step})
-        save_tensors(
-            tmp / EMA_WEIGHTS,
-            {f"encoder.{k}": v for k, v in ema.state_dict().items()},
-            {"step": state.step, **ema_metadata(ema)},
-        )
+        if ema is not None:
+            save_tensors(
+                tmp / EMA_WEIGHTS,
+                {f"encoder.{k}": v for k, v in ema.state_dict().items()},
+                {"step": state.step, **ema_metadata(ema)},
+            )
         opt_tensors, opt_meta = _optimizer_tensors(optimizer)
         save_tensors(tmp / TRAINER_TENSORS, opt_tensors)
         trainer_json = {"step": state.step, "consecutive_skips": state.consecutive_skips, "optimizer": opt_meta}
@@ -181,7 +183,7 @@ def load_checkpoint(
 
 
 def resume_latest(
-    run_dir: Path, *, model: nn.Module, ema: EMA, optimizer: torch.optim.Optimizer, is_main: bool
+    run_dir: Path, *, model: nn.Module, ema: EMA | None, optimizer: torch.optim.Optimizer, is_main: bool
 ) -> TrainerState:
     """Restore the run's latest checkpoint in place (weights, EMA, optimizer) and return its state, or the start
     when none was written. The main rank says where the run resumes, drops the metric lines logged after that

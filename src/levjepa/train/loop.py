@@ -3,13 +3,15 @@
 ``_pretrain`` reads like the recipe: open the run directory (``levjepa.train.run_dir``), build encoder +
 projector + objective + AdamW + EMA (a :class:`Trainer`: what is fixed for the run), resume if asked, then
 for each optimizer step fetch ``micro_batches`` micro-batches and call
-:func:`levjepa.train.step.train_step` (``_step``, which also updates the EMA every ``ema_every`` steps), read
-the skip flags (``_check_skips``), log label-free monitors every ``log_every`` steps (``_log``, shown and
-written by ``levjepa.train.report``) and checkpoint every ``checkpoint_every`` steps (``_checkpoint``); a
-SIGTERM or SIGUSR1 (a scheduler's pre-emption) ends the run after the step it is in with a checkpoint and
-:class:`levjepa.train.preemption.Preempted` (``_stop_if_signalled``). What
-changes from step to step is a small :class:`TrainState`. Only the main rank writes. The loop knows nothing
-of evaluation: ``levjepa pretrain`` reads the run back to evaluate it (``train.eval_at_end``).
+:func:`levjepa.train.step.train_step` (``_step``, which also updates the EMA every ``ema_every`` steps) and
+log label-free monitors every ``log_every`` steps (``_log``, shown and written by ``levjepa.train.report``).
+The rest of a run's life — the skip flags read and a run of non-finite steps stopped, a checkpoint every
+``checkpoint_every`` steps (``_checkpoint`` says what it holds), pruned, a failed write reported, a SIGTERM
+or SIGUSR1 (a scheduler's pre-emption) ending the run after the step it is in with a checkpoint and
+:class:`levjepa.train.preemption.Preempted`, Ctrl-C naming the last checkpoint — is
+``levjepa.train.lifecycle``'s, shared with fine-tuning. What changes from step to step is a small
+:class:`TrainState`. Only the main rank writes. The loop knows nothing of evaluation: ``levjepa pretrain``
+reads the run back to evaluate it (``train.eval_at_end``).
 
 Nothing in the step waits for the device; the loop reads device values (losses, skip flags) only on logging
 and skip-check steps. Logged: the loss and its terms as the objective computed them, the gradient norm, and
@@ -21,6 +23,7 @@ logged with its step number, and ``max_consecutive_skips`` skips in a row stop t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 from collections.abc import Iterator
@@ -32,26 +35,28 @@ import torch
 
 from levjepa import distributed
 from levjepa.config import ConfigError, to_dict
-from levjepa.data import BadFileReport, DataConfig, FrameBatch, ViewBatch, build_pretrain_loader
+from levjepa.data import BadFileReport, DataConfig, FrameBatch, PretrainLoader, ViewBatch
 from levjepa.model import Projector, VideoEncoder
 from levjepa.objective import Objective, build_objective, embedding_diagnostics, shift_invariant
 from levjepa.rng import sample_keys, seeded_init
 from levjepa.train import checkpoint as ckpt
 from levjepa.train.config import PretrainConfig
 from levjepa.train.ema import EMA
+from levjepa.train.lifecycle import Lifecycle, TrainingStopped, due
 from levjepa.train.optim import build_optimizer, lr_at
-from levjepa.train.preemption import Preempted, StopSignals
 from levjepa.train.report import MetricsLogger, Progress, RunSummary, check_loggers, format_summary, start_banner
-from levjepa.train.run_dir import read_bad_files, run_directory, write_run_info
+from levjepa.train.run_dir import (
+    check_pretrain_resume,
+    default_run_dir,
+    read_bad_files,
+    run_directory,
+    write_run_info,
+)
 from levjepa.train.start import StartWeights, load_start_weights
 from levjepa.train.step import Pretrainer, StepOutput, train_step
 from levjepa.weights import BAD_FILES
 
 __all__ = ["TrainState", "Trainer", "TrainingStopped", "available_cores", "build_models", "pretrain"]
-
-
-class TrainingStopped(RuntimeError):
-    """The run stopped on purpose (too many non-finite steps); the message says why and what to do."""
 
 
 def build_models(cfg: PretrainConfig, seed: int) -> tuple[VideoEncoder, Projector]:
@@ -112,14 +117,11 @@ class Trainer:
 
 @dataclass
 class TrainState:
-    """What the loop carries from one step to the next; device values are read only on check / log steps."""
+    """What the loop carries from one step to the next (the skips and checkpoints: ``Lifecycle``)."""
 
     step: int  # optimizer steps done
-    consecutive: torch.Tensor  # non-finite steps in a row (a device scalar)
-    pending: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (step, skip flag) not yet read
-    skipped: list[int] = field(default_factory=list)  # steps whose update was skipped
+    consecutive_skips: int = 0  # non-finite steps in a row at the checkpoint the run resumed from
     metrics: dict[str, float] = field(default_factory=dict)  # the last logged metrics
-    checkpoint: Path | None = None  # the last checkpoint written
     bad_files: int = 0  # unreadable files met by every rank, as of the last checkpoint
 
 
@@ -179,7 +181,9 @@ def _pretrain(
         )
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    with run_directory(cfg, run_dir, info, resume=resume, overwrite=overwrite) as path:
+    path = Path(run_dir) if run_dir is not None else default_run_dir(cfg.preset)
+    check = functools.partial(check_pretrain_resume, cfg=cfg, world_size=info.world_size)
+    with run_directory(path, info, resume=resume, overwrite=overwrite, check=check) as path:
         trainer, state = _build(cfg, info, path, resume=resume, start=None if resume else start)
         if info.is_main:
             write_run_info(path, to_dict(cfg), info.world_size)
@@ -191,7 +195,7 @@ def _train(trainer: Trainer, state: TrainState, *, resume: bool, progress: bool)
     cfg, info, path, tc = trainer.cfg, trainer.info, trainer.path, trainer.cfg.train
     bad_files = read_bad_files(path, resume)
     state.bad_files = bad_files.total
-    loader = build_pretrain_loader(
+    loader = PretrainLoader(
         _capped_workers(cfg.data, info),
         seed=tc.seed,
         rank=info.rank,
@@ -210,23 +214,34 @@ def _train(trainer: Trainer, state: TrainState, *, resume: bool, progress: bool)
                       logger=logger, is_main=info.is_main, show=progress)  # fmt: skip
     check_every = min(tc.log_every, tc.max_consecutive_skips)
     start = state.step
+    life = Lifecycle(
+        path,
+        info,
+        command="levjepa pretrain",
+        steps=tc.steps,
+        checkpoint_every=tc.checkpoint_every,
+        keep_last=tc.keep_last,
+        keep_every=tc.keep_every,
+        max_consecutive_skips=tc.max_consecutive_skips,
+        consecutive_skips=state.consecutive_skips,
+        after_checkpoint=functools.partial(_gather_bad_files, trainer, state, bad_files),
+    )
+    life.step = state.step
+    write = functools.partial(_checkpoint, trainer, state, life)
     try:
-        with StopSignals() as stop:
+        with life:
             while state.step < tc.steps:
-                out = _step(trainer, state, batches)
-                if _due(state.step, check_every, tc.steps):
-                    _check_skips(trainer, state)
-                if _due(state.step, tc.log_every, tc.steps):
-                    _log(trainer, state, out, report)
+                out = _step(trainer, state, life, batches)
+                if due(state.step, check_every, tc.steps):
+                    life.check()
+                if due(state.step, tc.log_every, tc.steps):
+                    _log(trainer, state, life, out, report)
                 report.advance()
-                checkpointed = _due(state.step, tc.checkpoint_every, tc.steps)
-                if checkpointed:
-                    _checkpoint(trainer, state, bad_files)
-                _stop_if_signalled(trainer, state, bad_files, stop, checkpointed=checkpointed)
+                life.end_of_step(state.step, write)
     finally:
         report.close()
         loader.close()  # its workers end here, not whenever the loader is collected
-    return _finish(trainer, state, start, report.elapsed())
+    return _finish(trainer, state, life, start, report.elapsed())
 
 
 def _banner(trainer: Trainer, state: TrainState, items: int) -> str:
@@ -248,19 +263,6 @@ def _banner(trainer: Trainer, state: TrainState, items: int) -> str:
         micro_batches=trainer.micro_batches,
         precision=precision + (" + loss scaling" if trainer.scaler is not None else ""),
     )
-
-
-def _stop_if_signalled(
-    trainer: Trainer, state: TrainState, bad_files: BadFileReport, stop: StopSignals, *, checkpointed: bool
-) -> None:
-    """After a SIGTERM / SIGUSR1 on any rank (all ranks agree, so all stop after the same step): a checkpoint
-    of the step just done (unless one was just written), then :class:`Preempted`."""
-    if not distributed.any_rank(stop.received is not None) or state.step >= trainer.cfg.train.steps:
-        return
-    if not checkpointed:
-        _checkpoint(trainer, state, bad_files)
-    name = distributed.broadcast_object(stop.received or "a stop signal")  # the rank that got it may not be 0
-    raise Preempted(name, state.step, ckpt.latest_checkpoint(trainer.path), trainer.path, is_main=trainer.info.is_main)
 
 
 def available_cores() -> int:
@@ -323,14 +325,12 @@ def _build(
         autocast_dtype=_autocast_dtype(cfg, info.device),
         scaler=_grad_scaler(cfg, info.device, (saved.extra or {}).get("grad_scaler")),
     )
-    return trainer, TrainState(step=saved.step, consecutive=torch.tensor(saved.consecutive_skips, device=info.device))
+    return trainer, TrainState(step=saved.step, consecutive_skips=saved.consecutive_skips)
 
 
-def _due(done: int, every: int, total: int) -> bool:
-    return done % every == 0 or done == total
-
-
-def _step(trainer: Trainer, state: TrainState, batches: Iterator[ViewBatch | FrameBatch]) -> StepOutput:
+def _step(
+    trainer: Trainer, state: TrainState, life: Lifecycle, batches: Iterator[ViewBatch | FrameBatch]
+) -> StepOutput:
     """One optimizer step on this rank's micro-batches, then the EMA update when it is due."""
     cfg, step = trainer.cfg, state.step
     micro, drops = _next_micro_batches(batches, trainer.micro_batches, cfg.train.seed, trainer.info.device)
@@ -349,33 +349,14 @@ def _step(trainer: Trainer, state: TrainState, batches: Iterator[ViewBatch | Fra
     )
     # under fp16 an overflow of the scaled gradients is the scaler's business (it skips the step and halves
     # the scale, counted with the skips); only a non-finite loss counts towards stopping the run
-    stops = out.skipped if trainer.scaler is None else ~torch.isfinite(out.loss)
-    state.consecutive = torch.where(stops, state.consecutive + 1, torch.zeros_like(state.consecutive))
-    state.pending.append((step, out.skipped))
+    life.record(step, out.skipped, out.skipped if trainer.scaler is None else ~torch.isfinite(out.loss))
     state.step = step + 1
     if trainer.ema.due(state.step):
         trainer.ema.update(trainer.model.encoder)
     return out
 
 
-def _check_skips(trainer: Trainer, state: TrainState) -> None:
-    """Read the skip flags since the last check (one sync), report them, and stop the run after
-    ``max_consecutive_skips`` non-finite steps in a row."""
-    flags = torch.stack([f for _, f in state.pending]).tolist()
-    newly = [s for (s, _), bad in zip(state.pending, flags, strict=True) if bad]
-    state.pending.clear()
-    if newly and trainer.info.is_main:
-        print(f"step(s) {newly}: non-finite loss or gradient, update skipped", file=sys.stderr)
-    state.skipped.extend(newly)
-    if int(state.consecutive) >= trainer.cfg.train.max_consecutive_skips:
-        raise TrainingStopped(
-            f"{int(state.consecutive)} consecutive optimizer steps (up to step {state.step - 1}) had a non-finite "
-            f"loss or gradient; stopping. The last good checkpoint is {ckpt.latest_checkpoint(trainer.path)}. "
-            "Lower optim.lr, check the data (bad_files.json) or use train.precision=fp32."
-        )
-
-
-def _log(trainer: Trainer, state: TrainState, out: StepOutput, report: Progress) -> None:
+def _log(trainer: Trainer, state: TrainState, life: Lifecycle, out: StepOutput, report: Progress) -> None:
     """The loss and its terms as the objective computed them, the gradient norm and the label-free monitors of
     the projections the loss saw, averaged over ranks; the learning rate and the skips (``report`` adds the
     rate and peak memory, and shows and writes the record)."""
@@ -386,11 +367,11 @@ def _log(trainer: Trainer, state: TrainState, out: StepOutput, report: Progress)
     metrics.update({(f"monitor/{k}" if k in metrics else k): v for k, v in monitors.items()})
     reduced = distributed.reduce_scalars(metrics)
     reduced["lr"] = lr_at(state.step - 1, cfg.optim, cfg.train.steps)
-    reduced["skipped_total"] = float(len(state.skipped))
+    reduced["skipped_total"] = float(len(life.skipped))
     state.metrics = report.log(state.step, reduced)
 
 
-def _finish(trainer: Trainer, state: TrainState, start: int, wall: float) -> RunSummary:
+def _finish(trainer: Trainer, state: TrainState, life: Lifecycle, start: int, wall: float) -> RunSummary:
     tc = trainer.cfg.train
     summary = RunSummary(
         run_dir=trainer.path,
@@ -398,9 +379,9 @@ def _finish(trainer: Trainer, state: TrainState, start: int, wall: float) -> Run
         wall_s=wall,
         clips_per_s=(tc.steps - start) * tc.batch_size / max(wall, 1e-9),
         final=state.metrics,
-        skipped_steps=state.skipped,
+        skipped_steps=life.skipped,
         bad_files=state.bad_files,
-        checkpoint=state.checkpoint,
+        checkpoint=life.checkpoint,
         rank=trainer.info.rank,
     )
     if trainer.info.is_main:
@@ -445,37 +426,25 @@ def _next_micro_batches(
     return micro, drops
 
 
-def _checkpoint(trainer: Trainer, state: TrainState, bad_files: BadFileReport) -> None:
-    """Write a checkpoint and prune old ones (main rank), then every rank's bad files. A failed write is
-    reported and retried at the next checkpoint, except at the last step."""
-    cfg, path, step = trainer.cfg, trainer.path, state.step
-    if trainer.info.is_main:
-        extra: dict[str, Any] = {"metrics": state.metrics}
-        if trainer.scaler is not None:
-            extra["grad_scaler"] = trainer.scaler.state_dict()
-        saved = ckpt.TrainerState(step=step, consecutive_skips=int(state.consecutive), extra=extra)
-        try:
-            state.checkpoint = ckpt.save_checkpoint(
-                path,
-                model=trainer.model,
-                ema=trainer.ema,
-                optimizer=trainer.optimizer,
-                state=saved,
-                encoder_config=to_dict(cfg.model),
-            )
-            ckpt.prune(path, cfg.train.keep_last, cfg.train.keep_every)
-        except OSError as err:
-            previous = ckpt.latest_checkpoint(path)
-            print(
-                f"checkpoint at step {step} FAILED ({err}); the previous checkpoint "
-                f"{previous if previous else '(none)'} is intact. Training continues; free space and it will "
-                "be retried at the next checkpoint.",
-                file=sys.stderr,
-            )
-            if step == cfg.train.steps:
-                raise
-    distributed.barrier()
-    every_rank = bad_files.gather()  # a collective: all ranks call it
+def _checkpoint(trainer: Trainer, state: TrainState, life: Lifecycle) -> Path:
+    """Write the checkpoint of the step the run stands at (the main rank; ``Lifecycle.save`` prunes and reports
+    a failed write): online and EMA weights, optimizer, the skip count, the last metrics and fp16's scale."""
+    extra: dict[str, Any] = {"metrics": state.metrics}
+    if trainer.scaler is not None:
+        extra["grad_scaler"] = trainer.scaler.state_dict()
+    return ckpt.save_checkpoint(
+        trainer.path,
+        model=trainer.model,
+        ema=trainer.ema,
+        optimizer=trainer.optimizer,
+        state=ckpt.TrainerState(step=state.step, consecutive_skips=int(life.consecutive), extra=extra),
+        encoder_config=to_dict(trainer.cfg.model),
+    )
+
+
+def _gather_bad_files(trainer: Trainer, state: TrainState, bad_files: BadFileReport) -> None:
+    """After every checkpoint, on every rank (a collective): every rank's unreadable files into the run's report."""
+    every_rank = bad_files.gather()
     state.bad_files = every_rank.total
     if trainer.info.is_main:
-        every_rank.write(path / BAD_FILES)
+        every_rank.write(trainer.path / BAD_FILES)

@@ -7,7 +7,8 @@ entered, ``SIGTERM`` and ``SIGUSR1`` only set a flag; the loop finishes the opti
 rank agrees on the stop (one small all-reduce per step under several processes, so all ranks stop after the
 same step), the main rank writes a checkpoint, prints one line and the run raises :class:`Preempted`.
 
-``levjepa pretrain`` then exits with status :data:`REQUEUE_EXIT` = 75 (``EX_TEMPFAIL`` of ``sysexits.h``:
+``levjepa pretrain`` (and ``levjepa finetune``, through ``levjepa.train.lifecycle``) then exits with status
+:data:`REQUEUE_EXIT` = 75 (``EX_TEMPFAIL`` of ``sysexits.h``:
 "a temporary failure, retry later"), distinct from success (0), a failed run (1), a mistake (2) and a
 kill (128 + signal), so a job script can requeue on exactly that status (``scontrol requeue
 $SLURM_JOB_ID``; the README's sbatch example). This is what Lightning's SLURM plugin and submitit do on
@@ -36,12 +37,21 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 class Preempted(Exception):
     """The run stopped on a signal after writing a checkpoint; ``--resume`` continues it exactly."""
 
-    def __init__(self, signal_name: str, step: int, checkpoint: object, run_dir: object, *, is_main: bool) -> None:
+    def __init__(
+        self,
+        signal_name: str,
+        step: int,
+        checkpoint: object,
+        run_dir: object,
+        *,
+        is_main: bool,
+        command: str = "levjepa pretrain",
+    ) -> None:
         self.signal_name, self.step, self.checkpoint, self.run_dir = signal_name, step, checkpoint, run_dir
         self.is_main = is_main  # the process that says so (every rank raises)
         super().__init__(
             f"{signal_name} received: stopped after step {step}, checkpoint {checkpoint} written; continue with "
-            f"`levjepa pretrain --resume {run_dir}` (exit status {REQUEUE_EXIT}: requeue the job)"
+            f"`{command} --resume {run_dir}` (exit status {REQUEUE_EXIT}: requeue the job)"
         )
 
 

@@ -2,10 +2,10 @@
 
 * :class:`MetricsLogger` appends every logged step to ``metrics.jsonl`` (read back by
   ``levjepa.weights.read_metrics``) and to the loggers of ``train.loggers`` (TensorBoard, W&B, MLflow).
-* :class:`Progress` is the main rank's view of a run in progress: a tqdm bar on a terminal, otherwise one
-  :func:`log_line` per log step on stderr (a SLURM ``.out`` file gets lines, not carriage returns), the rate
-  in clips/s since the last log, peak memory, and the time left at the mean rate since this process started
-  (or resumed). It holds the timing, so the loop's state holds training state only.
+* :class:`Progress` is the main rank's view of a run in progress (pretraining's and fine-tuning's): a tqdm
+  bar on a terminal, otherwise one :func:`log_line` per log step on stderr (a SLURM ``.out`` file gets lines,
+  not carriage returns), the rate in clips/s since the last log, peak memory, and the time left at the mean
+  rate since this process started (or resumed). It holds the timing, so the loop's state holds training state only.
 * :func:`start_banner` is what a run says before its first step: where it writes, on what, with what.
 * :class:`RunSummary` is what ``pretrain`` returns; :func:`format_summary` prints it and :func:`summary_json`
   writes it (``levjepa pretrain --summary-json``).
@@ -166,10 +166,11 @@ class Progress:
         logger: MetricsLogger | None,
         is_main: bool,
         show: bool,
+        desc: str = "pretrain",
     ) -> None:
         self.total, self.batch_size, self.device, self.logger = total, batch_size, device, logger
         bar_on = show and is_main and sys.stderr.isatty()
-        self.bar = tqdm(total=total, initial=start_step, desc="pretrain", unit="step", dynamic_ncols=True,
+        self.bar = tqdm(total=total, initial=start_step, desc=desc, unit="step", dynamic_ncols=True,
                         disable=not bar_on)  # fmt: skip
         self.lines = is_main and not bar_on  # one line per log step instead of the bar
         self.start_step = self.logged_step = start_step

@@ -36,7 +36,8 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
@@ -60,8 +61,11 @@ from levjepa.weights import (
 )
 
 __all__ = [
+    "ResumeCheck",
     "RunDirError",
     "RunLock",
+    "check_pretrain_resume",
+    "check_steps",
     "default_run_dir",
     "newer_writer",
     "prepare_run_dir",
@@ -69,6 +73,8 @@ __all__ = [
     "run_directory",
     "write_run_info",
 ]
+
+ResumeCheck = Callable[[Path], None]  # refuses (raises) a resume of the run in this directory
 
 ENV = "env.json"  # python, torch, devices, host, world size, command line of the (last) start
 LOCK = ".lock"  # the lock of the process running the run (RunLock)
@@ -79,8 +85,6 @@ class RunDirError(ValueError):
 
 
 def default_run_dir(preset: str) -> Path:
-    import time
-
     return Path("runs") / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
@@ -126,8 +130,6 @@ class RunLock:
                 ) from None
             print(f"note: {self.path}: the file system offers no lock ({err.strerror}); not locked", file=sys.stderr)
             return self
-        import time
-
         me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
@@ -224,12 +226,11 @@ def _remove_failed_start(path: Path, created: str) -> None:
 
 
 def _open(
-    cfg: PretrainConfig, run_dir: str | Path | None, info: distributed.DistInfo, *, resume: bool, overwrite: bool
+    path: Path, info: distributed.DistInfo, *, resume: bool, overwrite: bool, check: ResumeCheck | None
 ) -> tuple[Path, str, RunLock]:
     """The run directory every rank writes to (the main rank's choice), prepared, what this call did to it:
     "created" (it did not exist), "emptied" (it existed: empty, or --overwrite deleted what it held) or "" (a
     resumed run's, which is never removed), and its lock (held by the main rank)."""
-    path = Path(run_dir) if run_dir is not None else default_run_dir(cfg.preset)
     path = Path(distributed.broadcast_object(str(path)))
     created = ""
     lock = RunLock(path)
@@ -241,25 +242,31 @@ def _open(
             if overwrite and (path / LOCK).is_file():
                 RunLock(path).acquire().release()  # never delete a directory a live run is writing
             prepare_run_dir(path, resume=resume, overwrite=overwrite)
-            if resume:  # a refused resume leaves the directory as it was, its lock file included
-                check_resume(read_json(path / CONFIG), cfg)
-                _check_world_size(path, cfg, info.world_size)
-                _check_steps(path, cfg)
-            else:
+            if resume and check is not None:  # a refused resume leaves the directory as it was, its lock file too
+                check(path)
+            if not resume:
                 created = "emptied" if existed else "created"
             lock.acquire()
     return path, created, lock
 
 
-def _check_steps(path: Path, cfg: PretrainConfig) -> None:
+def check_pretrain_resume(path: Path, cfg: PretrainConfig, world_size: int) -> None:
+    """What a pretraining ``--resume`` must not change (:func:`levjepa.train.config.check_resume`), the process
+    count under local accumulation, and a length that ends before the run's checkpoint."""
+    check_resume(read_json(path / CONFIG), cfg)
+    _check_world_size(path, cfg, world_size)
+    check_steps(path, cfg.train.steps, "train.steps")
+
+
+def check_steps(path: Path, steps: int, key: str) -> None:
     """A resume must not end before the step its checkpoint stands at (it would train nothing and rewrite the
-    run's config with a shorter length)."""
+    run's config with a shorter length); ``key`` names the setting for the message."""
     latest = latest_checkpoint(path)
     done = checkpoint_step(latest) if latest is not None else 0
-    if cfg.train.steps < done:
+    if steps < done:
         raise ConfigError(
-            f"--resume {path} with train.steps={cfg.train.steps}: the run is already at step {done}; give "
-            f"train.steps > {done} to train on, or leave it (its checkpoints are kept)"
+            f"--resume {path} with {key}={steps}: the run is already at step {done}; give "
+            f"{key} > {done} to train on, or leave it (its checkpoints are kept)"
         )
 
 
@@ -278,12 +285,18 @@ def _check_world_size(path: Path, cfg: PretrainConfig, world_size: int) -> None:
 
 @contextmanager
 def run_directory(
-    cfg: PretrainConfig, run_dir: str | Path | None, info: distributed.DistInfo, *, resume: bool, overwrite: bool
+    path: str | Path,
+    info: distributed.DistInfo,
+    *,
+    resume: bool,
+    overwrite: bool,
+    check: ResumeCheck | None = None,
 ) -> Iterator[Path]:
-    """The run directory for the body of the ``with`` (``run_dir``, or a new one under ``runs/``), opened as
-    ``resume`` / ``overwrite`` say; if the body raises before the run wrote a metrics line or a checkpoint, a
-    directory this call created (or emptied) is removed (or left empty)."""
-    path, created, lock = _open(cfg, run_dir, info, resume=resume, overwrite=overwrite)
+    """The run directory ``path`` for the body of the ``with``, opened as ``resume`` / ``overwrite`` say and
+    locked; ``check(path)`` refuses a resume that would change the run (before anything is written). If the
+    body raises before the run wrote a metrics line or a checkpoint, a directory this call created (or emptied)
+    is removed (or left empty). Both training loops open their directory here."""
+    path, created, lock = _open(Path(path), info, resume=resume, overwrite=overwrite, check=check)
     try:
         yield path
     except BaseException:
