@@ -125,7 +125,8 @@ def test_config_rejects_bad_values(kwargs, match):
 # ---------------------------------------------------------------------------------------------- modules
 @pytest.mark.parametrize("name", ["levjepa", "lejepa", "localejepa"])
 def test_objective_module_uses_the_directions_of_its_step(name):
-    cfg = ObjectiveConfig(name=name, num_directions=32, local_directions=16, seed=5, num_global_views=2)
+    globals_ = 1 if name == "levjepa" else 2  # LeVJEPA has one global view (refused otherwise, below)
+    cfg = ObjectiveConfig(name=name, num_directions=32, local_directions=16, seed=5, num_global_views=globals_)
     objective = build_objective(cfg)
     z = _z(v=4, b=32)
     out = objective(z, 11)
@@ -176,3 +177,12 @@ def test_objective_forward_reads_no_tensor_value_on_the_host(monkeypatch):
     sum(losses).backward()
     monkeypatch.undo()
     assert torch.isfinite(z.grad).all()
+
+
+def test_the_levjepa_objective_refuses_a_second_global_view():
+    """LeVJEPA's invariance compares every view with the one global view z_0: a second global view would be
+    treated as a local one, silently. It is refused in one line that names LeJEPA, which averages them."""
+    with pytest.raises(ConfigError, match="compares every view with its one global view"):
+        ObjectiveConfig(name="levjepa", num_global_views=2)
+    assert ObjectiveConfig(name="lejepa", num_global_views=2).num_global_views == 2
+    assert ObjectiveConfig(name="localejepa", num_global_views=2).num_global_views == 2

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -376,7 +377,15 @@ def test_the_literal_ema_is_written_and_a_copy_before_its_first_update_is_not_ca
     first, last = (path / "checkpoints" / f"step_{s:06d}" for s in (1, 2))
     _, meta = load_tensors(first / "ema.safetensors")
     assert float(meta["ema_warmup"]) == 0.0 and int(meta["ema_updates"]) == 0
-    text = levjepa.load(first).weights_info
+    # a copy that is mostly its initial weights is read with a warning (its readout is a random encoder's)
+    with pytest.warns(UserWarning, match=r"still 100% its initial \(random\) weights \(no update yet\)"):
+        text = levjepa.load(first).weights_info
     assert "average" not in text and "before its first update: the initial weights" in text
-    after = levjepa.load(last).weights_info
+    with pytest.warns(
+        UserWarning, match=r"still 99% its initial .*1 update\(s\) at a fixed decay 0.99.*--weights online"
+    ):
+        after = levjepa.load(last).weights_info
     assert "1 update(s) at a fixed decay 0.99 from the initial weights, 99% of it still the initialisation" in after
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the online copy, and an EMA with the warm-up, carry no such warning
+        levjepa.load(last, weights="online")

@@ -108,7 +108,7 @@ def legacy(tmp_path_factory):
 
 def test_older_checkpoints_load_as_written_and_warn_about_their_ema(legacy):
     # the EMA then started at the random initialisation with decay 0.99: 0.99^4 = 96 % of it still is
-    with pytest.warns(UserWarning, match=r"still 96% the random initialisation.*weights='online'"):
+    with pytest.warns(UserWarning, match=r"still 96% its initial \(random\) weights.*weights='online'"):
         ema = load_encoder(legacy)
     written = load_tensors(legacy / "checkpoints" / f"step_{STEPS:06d}" / "ema.safetensors")[0]
     assert ema.config.final_norm_bias and torch.equal(ema.encoder.norm.bias, written["encoder.norm.bias"])

@@ -166,13 +166,16 @@ class LoadedEncoder:
 
 def ema_note(meta: dict[str, str], step: int | None, run_cfg: PretrainConfig | None, where: str) -> str:
     """What an ``ema.safetensors`` holds, from its metadata (the checkpoint writes ``ema_updates`` and
-    ``ema_decay`` beside the tensors); older copies are described from the run's ``train`` section, with a
-    warning when they are mostly the initialisation."""
+    ``ema_decay`` beside the tensors); older copies are described from the run's ``train`` section. A copy
+    that is still mostly its initial weights (before its first update, or a fixed decay — ``train.ema_warmup=0``,
+    the paper's 0.9999 — over too few updates) is named with a warning: its readout is a random encoder's."""
     if "ema_updates" in meta:
         updates, decay = int(meta["ema_updates"]), float(meta["ema_decay"])
+        fixed = float(meta.get("ema_warmup", 1.0)) == 0  # train.ema_warmup=0: the fixed decay from the start
+        _warn_if_initial(1.0 if updates == 0 else decay**updates if fixed else 0.0, where, updates, decay, fixed)
         if updates == 0:
             return "EMA before its first update: the initial weights, no training in them yet"
-        if float(meta.get("ema_warmup", 1.0)) == 0:  # train.ema_warmup=0: the fixed decay from the start
+        if fixed:
             share = f"{decay**updates:.0%} of it still the initialisation"
             return f"EMA: {updates} update(s) at a fixed decay {decay} from the initial weights, {share}"
         return f"EMA: weighted average of the online weights over {updates} update(s), decay warming up to {decay}"
@@ -180,15 +183,22 @@ def ema_note(meta: dict[str, str], step: int | None, run_cfg: PretrainConfig | N
         return "EMA written before the decay warm-up; how much of it is still the initialisation is unknown"
     decay, every = run_cfg.train.ema_decay, run_cfg.train.ema_every
     initial = float(decay) ** (step // every)
-    if initial > 0.5:
-        warnings.warn(
-            f"{where}: this EMA copy was written before the EMA warm-up and is still {initial:.0%} the random "
-            f"initialisation (decay {decay} over {step // every} updates from the initial weights); evaluate the "
-            "online weights instead (weights='online', --weights online)",
-            UserWarning,
-            stacklevel=3,
-        )
+    _warn_if_initial(initial, where, step // every, decay, True)
     return f"EMA written before the decay warm-up: {initial:.0%} of it is still the random initialisation"
+
+
+def _warn_if_initial(initial: float, where: str, updates: int, decay: float, fixed: bool) -> None:
+    """Warn when more than half of an EMA copy is still its initial weights (the share ``initial``)."""
+    if initial <= 0.5:
+        return
+    how = f"{updates} update(s) at a fixed decay {decay}" if fixed and updates else "no update yet"
+    warnings.warn(
+        f"{where}: this EMA copy is still {initial:.0%} its initial (random) weights ({how}): evaluate the online "
+        "weights instead (weights='online', --weights online), or train longer, with train.ema_warmup > 0 or a "
+        "lower train.ema_decay",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def read_run_config(run_dir: str | Path) -> PretrainConfig:

@@ -59,6 +59,12 @@ class ObjectiveConfig:
         check(self.num_nodes >= 2, f"objective.num_nodes={self.num_nodes}: must be >= 2")
         check(self.t_max > 0.0, f"objective.t_max={self.t_max}: must be > 0")
         check(self.num_global_views >= 1, f"objective.num_global_views={self.num_global_views}: must be >= 1")
+        check(
+            self.name != "levjepa" or self.num_global_views == 1,
+            f"objective.num_global_views={self.num_global_views}: the LeVJEPA objective compares every view with "
+            "its one global view z_0 (SPEC §1); for several global views use objective.name=lejepa, whose "
+            "predictions target their mean",
+        )
         check(self.num_clusters >= 1, f"objective.num_clusters={self.num_clusters}: must be >= 1")
         check(self.min_cluster_size >= 2, f"objective.min_cluster_size={self.min_cluster_size}: must be >= 2")
         check(self.local_directions >= 1, f"objective.local_directions={self.local_directions}: must be >= 1")
