@@ -190,7 +190,7 @@ def demo_cpu_long() -> PretrainConfig:
     """The four-view ``demo-cpu`` of issue 11 (320 steps then) run longer, to carry every target with room: 800
     steps, the cosine over all of them, in the recipe its numbers were measured with (``bench/quality.md``
     § 4, § 8): 4 local views with crops of 15–50 % of the frame, 32-dimensional projections, MLP ratio 4, lr
-    1.4e-3 (§ 1.5) and EMA decay 0.99. ``demo-cpu``'s crops and lr (§ 1.6), its two views, 128 dimensions, MLP
+    1.4e-3 (§ 1.5) and EMA decay 0.99. ``demo-cpu``'s crops and lr (§ 1.6), its two views, 256 dimensions, MLP
     ratio 2 and EMA decay (§ 9) were chosen for its 10 minutes. Everything else is ``demo-cpu``'s."""
     cfg = demo_cpu(steps=800)
     return replace(
