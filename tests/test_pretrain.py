@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -18,6 +19,7 @@ import levjepa
 from levjepa.data import build_pretrain_loader
 from levjepa.objective import build_objective
 from levjepa.rng import sample_keys
+from levjepa.train.config import fit_micro_batch
 from levjepa.train.loop import build_models, pretrain
 from levjepa.train.optim import lr_at
 from levjepa.train.run_dir import RunDirError
@@ -380,3 +382,37 @@ def test_the_literal_ema_is_written_and_a_copy_before_its_first_update_is_not_ca
     assert "average" not in text and "before its first update: the initial weights" in text
     after = levjepa.load(last).weights_info
     assert "1 update(s) at a fixed decay 0.99 from the initial weights, 99% of it still the initialisation" in after
+
+
+def test_a_small_train_batch_size_brings_data_batch_size_down_with_it(capsys):
+    cfg = tiny_config("train.batch_size=64", "data.batch_size=64")
+    fitted = fit_micro_batch(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, batch_size=6)), 2)
+    assert fitted.data.batch_size == 3 and fitted.micro_batches(2) == 1  # one micro-batch of 3 per process
+    assert capsys.readouterr().err.strip() == (
+        "note: data.batch_size=64 lowered to 3: train.batch_size=6 is the whole batch of one optimizer step over "
+        "2 processes"
+    )
+    for batch, world in ((128, 1), (64, 1), (5, 2)):  # accumulation, exact, or an uneven split: left as it is
+        same = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, batch_size=batch))
+        assert fit_micro_batch(same, world) is same
+    assert capsys.readouterr().err == ""
+
+
+def test_a_dataset_smaller_than_a_batch_names_both_keys_and_the_value_that_fits(tmp_path, capsys):
+    from data_media import write_pattern
+    from levjepa.cli import main
+
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    for i in range(5):
+        write_pattern(videos / f"v{i}.mp4", 8, height=32, width=32)
+    tiny = [o for o in TINY if not o.startswith(("train.batch_size", "data.batch_size"))]  # demo-cpu's 64 and 64
+    args = ["pretrain", "--preset", "demo-cpu", *tiny, f"data.sources={videos}", "train.steps=1", "--no-progress"]
+    assert main([*args, "--run-dir", str(tmp_path / "r1")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "an epoch of 5 clips" in err and "set train.batch_size=5" in err and "data.batch_size" in err, err
+    assert not (tmp_path / "r1").exists()
+    # the one override the message names is enough: data.batch_size follows it, said in one line
+    assert main([*args, "train.batch_size=5", "--run-dir", str(tmp_path / "r2")]) == 0
+    assert "note: data.batch_size=64 lowered to 5" in capsys.readouterr().err
+    assert json.loads((tmp_path / "r2" / "config.json").read_text())["data"]["batch_size"] == 5

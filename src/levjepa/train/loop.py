@@ -37,7 +37,7 @@ from levjepa.model import Projector, VideoEncoder
 from levjepa.objective import Objective, build_objective, embedding_diagnostics, shift_invariant
 from levjepa.rng import sample_keys, seeded_init
 from levjepa.train import checkpoint as ckpt
-from levjepa.train.config import PretrainConfig
+from levjepa.train.config import PretrainConfig, fit_micro_batch
 from levjepa.train.ema import EMA
 from levjepa.train.optim import build_optimizer, lr_at
 from levjepa.train.preemption import Preempted, StopSignals
@@ -179,6 +179,7 @@ def _pretrain(
         )
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
+    cfg = fit_micro_batch(cfg, info.world_size, say=info.is_main)  # a train.batch_size below one micro-batch
     with run_directory(cfg, run_dir, info, resume=resume, overwrite=overwrite) as path:
         trainer, state = _build(cfg, info, path, resume=resume, start=None if resume else start)
         if info.is_main:
