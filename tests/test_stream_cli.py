@@ -92,3 +92,15 @@ def test_max_frames_below_the_tubelet_is_one_line(tubelet2, capsys):
         assert main(["stream", str(run), str(source), "--size", "32", "--max-frames", "1"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--max-frames 1" in err and "tubelets of 2 frames" in err
+
+
+def test_a_bidirectional_encoder_or_a_window_off_the_tubelet_is_one_line(tubelet2, tmp_path, capsys):
+    run, one, _ = tubelet2
+    assert main(["stream", str(run), str(one), "--size", "32", "--window", "3"]) == 2
+    assert (
+        capsys.readouterr().err.strip() == "levjepa stream: --window 3: expected a multiple of the tubelet (2 frames)"
+    )
+    bidirectional = make_run_dir(tmp_path, attention="bidirectional")
+    assert main(["stream", str(bidirectional), str(one), "--size", "32"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "attends bidirectionally" in err[0] and "levjepa extract" in err[0]

@@ -123,6 +123,14 @@ def _system_error(err: BaseException) -> bool:
 
 
 def _message(err: BaseException) -> str:
+    """The error as one plain line: a ``DataError``'s kind prefix (``unreadable:``, ``missing:``, ... — every
+    kind of ``levjepa.data.badfiles.BAD_FILE_KINDS``, which ``bad_files.json`` and the counts use) left out."""
+    from levjepa.data.badfiles import plain
+
+    return plain(_text(err))
+
+
+def _text(err: BaseException) -> str:
     if _system_error(err):
         assert isinstance(err, OSError)
         where = err.filename if err.filename is not None else "a file"

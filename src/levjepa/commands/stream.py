@@ -99,6 +99,13 @@ def main(args: argparse.Namespace) -> int:
     elif args.size is None:
         args.size = 224
     tau = loaded.encoder.cfg.tubelet
+    if loaded.encoder.cfg.attention != "block_causal":
+        raise ConfigError(
+            f"{args.checkpoint} attends bidirectionally (model.attention={loaded.encoder.cfg.attention}), so a "
+            "frame's features depend on later frames and cannot be streamed; `levjepa extract` reads whole clips"
+        )
+    if args.window is not None and args.window % tau:
+        raise ConfigError(f"--window {args.window}: expected a multiple of the tubelet ({tau} frames)")
     if args.max_frames is not None and args.max_frames < tau:
         raise ConfigError(
             f"--max-frames {args.max_frames}: {args.checkpoint} reads tubelets of {tau} frames, so it streams at "

@@ -42,7 +42,16 @@ from tqdm import tqdm
 from levjepa import distributed
 from levjepa.weights import atomic_write_text, read_json
 
-__all__ = ["BAD_FILE_KINDS", "SHOWN", "BadFileReport", "DataError", "bad_file_kind", "bad_file_line", "plain"]
+__all__ = [
+    "BAD_FILE_KINDS",
+    "SHOWN",
+    "BadFileReport",
+    "DataError",
+    "bad_file_kind",
+    "bad_file_line",
+    "bad_file_text",
+    "plain",
+]
 
 BAD_FILE_KINDS = (
     "missing",
@@ -79,12 +88,16 @@ def plain(message: str) -> str:
     return message.split(":", 1)[1].strip() if bad_file_kind(message) != "other" else message
 
 
-def bad_file_line(path: str, reason: str) -> str:
-    """One line for a bad file: what happened to it, its path once, and why (FFmpeg's own message, which
+def bad_file_text(path: str, reason: str) -> str:
+    """A bad file and why, in words: its path once, the reason without its kind (FFmpeg's own message, which
     repeats the path, without it)."""
     text = plain(reason).replace(f": '{path}'", "")
-    if not text.startswith(path):
-        text = f"{path}: {text}"
+    return text if text.startswith(path) else f"{path}: {text}"
+
+
+def bad_file_line(path: str, reason: str) -> str:
+    """The line a report shows for a bad file: what happened to it, then :func:`bad_file_text`."""
+    text = bad_file_text(path, reason)
     return f"bad file: {text}" if bad_file_kind(reason) == "short" else f"bad file skipped: {text}"
 
 
@@ -146,6 +159,10 @@ class BadFileReport:
             kind = bad_file_kind(reason)
             out[kind] = out.get(kind, 0) + 1
         return dict(sorted(out.items()))
+
+    def counts_text(self) -> str:
+        """The counts in words, for a message: ``"2 missing, 1 unreadable"``."""
+        return ", ".join(f"{n} {kind}" for kind, n in self.counts.items())
 
     def to_dict(self) -> dict[str, Any]:
         return {

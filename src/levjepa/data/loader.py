@@ -54,7 +54,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from levjepa.data.badfiles import BadFileReport, DataError
+from levjepa.data.badfiles import BadFileReport, DataError, plain
 from levjepa.data.batch import FrameBatch, ViewBatch, collate_views
 from levjepa.data.config import DataConfig
 from levjepa.data.shards import ShardSource, is_shard_store
@@ -231,7 +231,7 @@ class PretrainDataset(Dataset):
                 self._reported.add(src.path(jj))
                 bad.append((src.path(jj), decoded.note))
             return decoded, bad
-        example = "; ".join(reason for _, reason in bad[:3])
+        example = "; ".join(plain(reason) for _, reason in bad[:3])
         raise DataError(
             f"source {src.name!r}: every one of its {n} file(s) failed to load, so training "
             f"cannot draw a clip from it (first reasons: {example or 'see the bad-file report'}); "
