@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from levjepa.config import ConfigError
+from levjepa.data.badfiles import bad_file_text
 from levjepa.data.check import check_source, format_report
 from levjepa.data.prepare import PrepareOptions, prepare_folder
 from levjepa.data.shards import pack
@@ -102,8 +103,8 @@ def _pack(source: str, dst: Path, args: argparse.Namespace, source_root: str | N
         f"packed {result.members} file(s) into {result.shards} shard(s) ({result.reused} kept from an earlier run), "
         f"failed {len(result.failed)}; index: {result.index}"
     )
-    for _, reason in result.failed:
-        print(f"  failed: {reason}")
+    for path, reason in result.failed:
+        print(f"  failed: {bad_file_text(path, reason)}")
     return 1 if result.failed else 0
 
 
@@ -144,8 +145,8 @@ def _prepare(args: argparse.Namespace) -> int:
         f"prepared {len(result.done)} file(s), skipped {len(result.skipped)} already done, "
         f"failed {len(result.failed)}; report: {files / 'prepare_report.json'}"
     )
-    for _, reason in result.failed:
-        print(f"  failed: {reason}")
+    for path, reason in result.failed:
+        print(f"  failed: {bad_file_text(path, reason)}")
     if not args.shards:
         return 1 if result.failed else 0
     packed = _pack(str(files), args.dst, args, str(files))
