@@ -41,6 +41,16 @@ def test_the_benchmark_evaluation_is_off_for_a_run_on_other_data_unless_asked(tm
     assert "eval_at_end" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("env", "said"), [({"RANK": "1"}, False), ({"SLURM_PROCID": "3"}, False), ({"RANK": "0"}, True)]
+)
+def test_a_note_is_said_once_per_job_by_the_first_process(env, said, tmp_path, capsys, monkeypatch):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)  # what torchrun / srun set in each process they start
+    resolve_config("demo-cpu", [f"data.sources={tmp_path}"], None)
+    assert ("note: train.eval_at_end off" in capsys.readouterr().err) is said
+
+
 @pytest.mark.parametrize("command", ["pretrain", "probe", "extract"])
 def test_help_shows_the_module_docstring_and_the_defaults(command, capsys):
     import importlib

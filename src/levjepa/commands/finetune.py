@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 
 from levjepa.config import ConfigError, apply_overrides
+from levjepa.distributed import launch_rank
 from levjepa.finetune import FinetuneConfig, finetune
 from levjepa.finetune.config import RESUMABLE
 
@@ -51,5 +52,6 @@ def main(args: argparse.Namespace) -> int:
     cfg = apply_overrides(base, args.overrides)
     res = finetune(cfg, args.out, resume=args.resume)
     test = "" if res.test is None else f", test {res.test:.1f} %"
-    print(f"best: step {res.best_step}, val {res.best_val:.1f} %{test} -> {res.out / 'best'}")
+    if launch_rank() == 0:  # once per job under torchrun / srun
+        print(f"best: step {res.best_step}, val {res.best_val:.1f} %{test} -> {res.out / 'best'}")
     return 0

@@ -51,6 +51,7 @@ from levjepa.config import (
     read_config_file,
     to_dict,
 )
+from levjepa.distributed import launch_rank
 from levjepa.eval import EvalConfig, evaluate_benchmark
 from levjepa.formats.load import load_encoder, load_init_weights, random_encoder
 from levjepa.presets import DEMO_MARGIN, DEMO_TARGETS, PRESETS, demo_misses, needs_sources, preset
@@ -122,12 +123,13 @@ def resolve_config(
         "train", {}
     )
     if cfg.train.eval_at_end and not explicit and tuple(cfg.data.sources) != ("synthetic",):
-        print(
-            f"note: train.eval_at_end off: this run trains on {', '.join(cfg.data.sources)}, and the evaluation at "
-            "the end is the built-in benchmark's (train.eval_at_end=true runs it anyway; `levjepa probe RUN --task "
-            "index:TRAIN,VAL` evaluates on your own labels)",
-            file=sys.stderr,
-        )
+        if launch_rank() == 0:  # once per job, not once per process under torchrun / srun
+            print(
+                f"note: train.eval_at_end off: this run trains on {', '.join(cfg.data.sources)}, and the evaluation "
+                "at the end is the built-in benchmark's (train.eval_at_end=true runs it anyway; `levjepa probe RUN "
+                "--task index:TRAIN,VAL` evaluates on your own labels)",
+                file=sys.stderr,
+            )
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, eval_at_end=False))
     if needs_sources(cfg):
         raise ConfigError(
