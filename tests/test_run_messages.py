@@ -10,6 +10,7 @@ import json
 import pytest
 
 from levjepa.cli import main
+from levjepa.commands import plain_text
 from levjepa.commands.pretrain import resolve_config
 from levjepa.config import apply_overrides, flatten, to_dict
 from levjepa.train.config import PretrainConfig
@@ -58,9 +59,9 @@ def test_help_shows_the_module_docstring_and_the_defaults(command, capsys):
     with pytest.raises(SystemExit):
         main([command, "--help"])
     out = capsys.readouterr().out
-    doc = importlib.import_module(f"levjepa.commands.{command}").__doc__.strip().splitlines()
+    doc = plain_text(importlib.import_module(f"levjepa.commands.{command}").__doc__).strip().splitlines()
     body = [line for line in doc[1:] if line.strip()]
-    assert body[0] in out and body[-1] in out  # the docstring below the options, examples included
+    assert body[0] in out and body[-1] in out  # the docstring (as plain text) below the options, examples included
     assert "(default: " in out or "(default " in out
 
 
