@@ -44,7 +44,8 @@ def main(args: argparse.Namespace) -> int:
     shaping = {"--window": args.window, "--size": args.size, "--dtype": args.dtype, "--quantize": args.quantize}
     given = [option for option, value in shaping.items() if value not in (None, "fp32", "none")]
     if graphs == "none" and given:
-        raise ConfigError(f"{', '.join(given)} shape the deployment graphs, which only --format onnx or pt2 writes")
+        verb = "shapes" if len(given) == 1 else "shape"
+        raise ConfigError(f"{', '.join(given)} {verb} the deployment graphs, which only --format onnx or pt2 writes")
     loaded = export_encoder(
         args.run,
         args.out,
