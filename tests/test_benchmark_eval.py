@@ -156,11 +156,12 @@ def test_probe_command_on_a_labelled_index_reports_bad_files(tmp_path, capsys):
     args = parser.parse_args(
         [str(run), "--task", task, "--probe", "knn,linear", "--frames", "4", "--size", "16", "--out", str(out)]
     )
-    from levjepa.data import BadFileWarning
-
-    with pytest.warns(BadFileWarning, match="missing.mp4"):  # one warning per bad file, then skipped
-        assert cli_probe.main(args) == 0
-    text = capsys.readouterr().out
+    assert cli_probe.main(args) == 0
+    said = capsys.readouterr()
+    text = said.out
+    assert [line for line in said.err.splitlines() if "missing.mp4" in line] == [
+        f"bad file skipped: {media / 'missing.mp4'} does not exist"
+    ]  # one line per bad file, then skipped
     assert "| labels | kNN (CLS) |" in text and "1 unreadable file(s) skipped" in text
     js = json.loads(out.read_text())
     assert js["info"]["split_sizes"] == {"train": 9, "val": 4, "test": 4}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from levjepa.cli import main
 from levjepa.config import ConfigError
 from levjepa.data import DataError
+from levjepa.data.badfiles import BAD_FILE_KINDS, bad_file_kind
 from levjepa.train.loop import pretrain
 from train_utils import tiny_config
 
@@ -73,6 +75,12 @@ def _cases(run: Path, f: dict[str, str], out: str) -> list[tuple[list[str], str]
         (["data", "frobnicate"], "invalid choice"),
         (["flops", "--model", "vit-giant"], "invalid choice"),
         (["flops", "--frames", "many"], "invalid int"),
+        (["flops", "--frames", "3", "--set", "tubelet=2"], "--frames 3"),
+        (["flops", "--drop-ratio", "1.5"], "--drop-ratio 1.5"),
+        (["flops", "--sweep", "0,x"], "--sweep"),
+        (["flops", "--local-size", "90"], "--local-size 90"),
+        (["export", r, "--out", out, "--window", "8", "--dtype", "fp16"], "--window, --dtype shape"),
+        (["classify", r, f["fake_video"], "--top-k", "0"], "--top-k 0"),
     ]
 
 
@@ -86,8 +94,24 @@ def test_every_command_reports_a_mistake_in_one_line_with_status_2(run, files, t
         prog = "levjepa " + (" ".join(argv[:2]) if argv[0] == "data" and argv[1] != "frobnicate" else argv[0])
         assert lines[0].startswith(f"{prog}: "), (argv, lines[0])
         assert word in lines[0], (argv, lines[0])
+        said = lines[0][len(prog) + 2 :]  # in plain words: no error kind (unreadable:, missing:, ...) before it
+        assert bad_file_kind(said) == "other", (argv, lines[0])
+        assert not re.search(r"\b[a-z_]+='", said), (argv, lines[0])  # nor a Python keyword argument
         assert "Traceback" not in captured.err + captured.out
     assert not (tmp_path / "out").exists()  # no command wrote anything before failing
+
+
+def test_an_errors_kind_never_leads_its_line(monkeypatch, capsys):
+    import levjepa.commands.flops as flops
+
+    for kind in BAD_FILE_KINDS:
+
+        def fail(args, kind=kind):
+            raise DataError(f"{kind}: x.mp4 what")
+
+        monkeypatch.setattr(flops, "main", fail)
+        assert main(["flops"]) == 2
+        assert capsys.readouterr().err == "levjepa flops: x.mp4 what\n"
 
 
 def test_debug_shows_the_traceback(files, monkeypatch, capsys):

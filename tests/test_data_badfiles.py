@@ -1,5 +1,6 @@
-"""Bad files never crash a run: each kind is skipped (or padded), warned about once, counted and named in
-the report; a source in which every file is bad stops with a clear error instead of looping."""
+"""Bad files never crash a run: each kind is skipped (or padded), shown once in one plain line (the first
+``SHOWN``, then a pointer to bad_files.json), counted and named in the report; a source in which every file
+is bad stops with a clear error instead of looping."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +19,13 @@ from data_media import LOSSLESS, read_uniform, uniform_frames, write_uniform
 from dist_utils import run_gloo
 from levjepa.data import (
     BadFileReport,
-    BadFileWarning,
     DataConfig,
     DataError,
     PretrainLoader,
     decode_all,
     decode_clip,
 )
+from levjepa.data.badfiles import SHOWN, bad_file_line
 from levjepa.data.encode import write_video
 
 
@@ -73,7 +73,8 @@ def bad_dir(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return index, {str(root / name): kind for name, kind in kinds.items()}
 
 
-def _one_epoch(index: Path, **kw: Any) -> tuple[BadFileReport, list, list[warnings.WarningMessage]]:
+def _one_epoch(index: Path, capsys: Any, **kw: Any) -> tuple[BadFileReport, list, list[str]]:
+    """Two epochs of the loader over ``index``: the report, the batches and the lines it showed on stderr."""
     cfg = DataConfig(
         sources=(str(index),),
         num_frames=4,
@@ -86,18 +87,21 @@ def _one_epoch(index: Path, **kw: Any) -> tuple[BadFileReport, list, list[warnin
         **kw,
     )
     report = BadFileReport()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        loader = PretrainLoader(cfg, seed=0, bad_files=report)
-        batches = [next(loader) for _ in range(2 * loader.batches_per_epoch)]  # two epochs: no repeat warnings
-    return report, batches, [w for w in caught if issubclass(w.category, BadFileWarning)]
+    capsys.readouterr()
+    loader = PretrainLoader(cfg, seed=0, bad_files=report)
+    batches = [next(loader) for _ in range(2 * loader.batches_per_epoch)]  # two epochs: no line said twice
+    return report, batches, capsys.readouterr().err.splitlines()
 
 
-def test_every_bad_kind_is_skipped_reported_once_and_counted(bad_dir, tmp_path):
+def test_every_bad_kind_is_skipped_reported_once_and_counted(bad_dir, tmp_path, capsys):
     index, expected = bad_dir
-    report, batches, warned = _one_epoch(index, short_videos="skip")
+    report, batches, lines = _one_epoch(index, capsys, short_videos="skip")
     assert {p: r.split(":", 1)[0] for p, r in report.files.items()} == expected
-    assert len(warned) == len(expected)  # one warning per file
+    assert len(lines) == len(expected)  # one line per file: the path once, no kind prefix, no Python source line
+    for line in lines:
+        path = next(p for p in expected if p in line)
+        assert line.startswith(("bad file skipped: ", "bad file: ")) and line.count(path) == 1, line
+        assert f": {expected[path]}:" not in line and "Warning" not in line and "self.add" not in line, line
     assert report.counts == {
         "empty": 1,
         "missing": 1,
@@ -117,9 +121,9 @@ def test_every_bad_kind_is_skipped_reported_once_and_counted(bad_dir, tmp_path):
     assert data["total"] == len(expected) and {f["path"] for f in data["files"]} == set(expected)
 
 
-def test_short_videos_are_padded_and_still_reported_in_pad_mode(bad_dir):
+def test_short_videos_are_padded_and_still_reported_in_pad_mode(bad_dir, capsys):
     index, _ = bad_dir
-    report, _, _ = _one_epoch(index, short_videos="pad")
+    report, _, _ = _one_epoch(index, capsys, short_videos="pad")
     still = [p for p in report.files if p.endswith("still.mp4")]
     assert len(still) == 1 and "padded" in report.files[still[0]]
 
@@ -167,6 +171,29 @@ def test_report_deduplicates_merges_and_counts():
     report.merge(other)
     assert report.total == 3 and report.counts == {"empty": 1, "missing": 1, "other": 1}
     assert report.gather().files == report.files  # one process: gathering is the identity
+
+
+def test_the_bad_file_lines_stop_after_shown_with_one_pointer_to_the_report(capsys):
+    report = BadFileReport()
+    pairs = [(f"/data/v{i}.mp4", f"unreadable: /data/v{i}.mp4 is not a readable video (InvalidDataError: "
+              f"Invalid data found when processing input: '/data/v{i}.mp4')") for i in range(SHOWN + 30)]  # fmt: skip
+    assert report.extend(pairs) == SHOWN + 30 and report.total == SHOWN + 30  # all counted
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == SHOWN + 1 and "bad_files.json" in lines[-1] and str(SHOWN) in lines[-1]
+    assert lines[0] == (
+        "bad file skipped: /data/v0.mp4 is not a readable video (InvalidDataError: Invalid data found when "
+        "processing input)"
+    )
+    report.extend(pairs[:3])  # known files: nothing new to say
+    merged = BadFileReport()
+    merged.merge(report)  # a resumed run's earlier files are not shown again, nor do they use up the lines
+    merged.add("/data/new.mp4", "empty: /data/new.mp4 has 0 bytes")
+    assert capsys.readouterr().err == "bad file skipped: /data/new.mp4 has 0 bytes\n"
+    assert bad_file_line("/x.mp4", "weird thing") == "bad file skipped: /x.mp4: weird thing"
+    assert (
+        bad_file_line("/s.mp4", "short: /s.mp4 has 1 frame(s), ...; padded")
+        == "bad file: /s.mp4 has 1 frame(s), ...; padded"
+    )
 
 
 def _gather_worker(rank: int, world: int) -> dict[str, str]:

@@ -33,7 +33,7 @@ def test_check_reports_counts_resolutions_fps_and_unreadable_files(src, tmp_path
     assert cli(["data", "check", str(src), "--workers", "1", "--json", str(report)]) == 0
     out = capsys.readouterr().out
     assert "files: 4 (3 videos, 1 images); readable: 3, unreadable: 1" in out
-    assert "broken.mp4" in out and "unreadable:" in out
+    assert f"unreadable files (1):\n  {src / 'broken.mp4'} is not a readable video" in out  # in words, no kind prefix
     assert "64x48 (1)" in out and "128x96 (1)" in out
     assert "fps: " in out and "15 (1)" in out and "30 (1)" in out
     summary = json.loads(report.read_text())["summary"]
@@ -45,7 +45,7 @@ def test_check_reports_counts_resolutions_fps_and_unreadable_files(src, tmp_path
 def test_check_exits_non_zero_when_nothing_is_readable(tmp_path, capsys):
     (tmp_path / "x.mp4").write_bytes(b"")
     assert cli(["data", "check", str(tmp_path), "--workers", "1"]) == 1
-    assert "empty:" in capsys.readouterr().out
+    assert f"  {tmp_path / 'x.mp4'} has 0 bytes" in capsys.readouterr().out
     assert cli(["data", "check", str(tmp_path / "nope")]) == 2  # a mistake, not a result
 
 
@@ -87,3 +87,21 @@ def test_prepare_can_resample_the_frame_rate(src, tmp_path):
     out = dst / "big.mp4"
     assert probe_video(out).fps == 15.0 and probe_video(out).num_frames == 20
     assert read_uniform(decode_all(out).frames) == list(range(0, 40, 2))  # every 2nd frame of the 30 fps source
+
+
+def test_check_prepare_and_pack_report_progress_off_a_terminal(src, tmp_path, capsys, monkeypatch):
+    import levjepa.data.progress as progress
+
+    assert cli(["data", "prepare", str(src), str(tmp_path / "dst"), "--short-side", "32", "--workers", "2"]) == 1
+    lines = capsys.readouterr().err.splitlines()  # capsys is no terminal: lines, not a bar
+    assert len(lines) == 1 and lines[0].startswith("prepare: 4/4 files  1 failed  ") and "eta" in lines[0]
+    monkeypatch.setattr(progress, "EVERY", 0.0)  # a line after every file, as a long job gets every 30 s
+    assert cli(["data", "prepare", str(src), str(tmp_path / "dst"), "--short-side", "32", "--workers", "1"]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split("  ")[0] for line in lines] == [f"prepare: {i}/4 files" for i in (1, 2, 3, 4, 4)]
+    assert cli(["data", "check", str(src), "--workers", "1"]) == 0
+    assert capsys.readouterr().err.splitlines()[-1].startswith("check: 4/4 files  1 failed")
+    assert (
+        cli(["data", "pack", str(tmp_path / "dst"), str(tmp_path / "packed"), "--shards", "2", "--workers", "1"]) == 0
+    )
+    assert capsys.readouterr().err.splitlines()[-1].startswith("pack: 2/2 shards")

@@ -169,7 +169,7 @@ def test_mixture_weights_are_exact_quotas_and_small_sources_cycle(video_dir):
 
 
 def test_an_epoch_smaller_than_the_global_batch_is_refused():
-    with pytest.raises(DataError, match="smaller than one global batch"):
+    with pytest.raises(DataError, match="smaller than one optimizer step's batch"):
         PretrainLoader(_syn_cfg(batch_size=32), seed=0, world_size=2)
 
 

@@ -21,11 +21,13 @@ from levjepa.model import Projector, VideoEncoder, encoder_config
 from levjepa.weights import WeightsError, atomic_write_text, list_checkpoints, save_tensors
 
 
-def make_run_dir(root: Path, steps=(10, 20), *, preset="vit-test", lam=None, losses=None, seed=0) -> Path:
+def make_run_dir(
+    root: Path, steps=(10, 20), *, preset="vit-test", lam=None, losses=None, seed=0, **model: object
+) -> Path:
     """A run directory in the trainer's layout (levjepa.weights), with encoders that differ per step and
     between online and EMA weights (the EMA's metadata as the trainer writes it); metrics.jsonl has a loss at
-    every step up to the last checkpoint."""
-    cfg = encoder_config(preset)
+    every step up to the last checkpoint. ``model`` overrides fields of the preset (``tubelet=2``)."""
+    cfg = encoder_config(preset, **model)
     run = root / "run"
     (run / "checkpoints").mkdir(parents=True)
     config = {

@@ -37,12 +37,18 @@ def pretrain(*args: str) -> int:
     return main(["pretrain", "--preset", "demo-cpu", *TINY, "--no-progress", *args])
 
 
+def continued(*args: str) -> int:
+    """A tiny run that takes its architecture from ``model.init_from``: TINY without its ``model.*`` keys."""
+    tiny = [o for o in TINY if not o.startswith("model.")]
+    return main(["pretrain", "--preset", "demo-cpu", *tiny, "--no-progress", *args])
+
+
 def test_step_zero_holds_the_source_run_weights_and_its_projector(tmp_path, spy, capsys):
     source = tmp_path / "source"
     assert pretrain("train.steps=2", "train.checkpoint_every=2", "--run-dir", str(source)) == 0
     run = tmp_path / "continued"
-    # another preset's architecture on the command line: the source's wins (the same function at step 0)
-    assert pretrain(f"model.init_from={source}", "model.heads=4", "train.steps=2", "--run-dir", str(run)) == 0
+    # TINY's model keys agree with the source's architecture: honoured; the preset's other defaults give way
+    assert pretrain(f"model.init_from={source}", "train.steps=2", "--run-dir", str(run)) == 0
     encoder, projector = spy[-1]
     want = load_encoder(source)  # the copy levjepa.load reads: the EMA of the latest checkpoint
     assert all(torch.equal(encoder[k], v) for k, v in want.encoder.state_dict().items())
@@ -68,7 +74,7 @@ def test_a_run_continued_from_the_official_weights_trains(tmp_path, spy, capsys)
     assert run_import(lightning_checkpoint(t, tmp_path / "last.ckpt"), imported) == 0
     run = tmp_path / "run"
     args = ["train.steps=12", "train.log_every=1", "train.checkpoint_every=12", "optim.warmup_steps=0", "--run-dir"]
-    assert pretrain(f"model.init_from={imported}", *args, str(run)) == 0
+    assert continued(f"model.init_from={imported}", *args, str(run)) == 0
     encoder, projector = spy[-1]
     official = load_encoder(imported).encoder.state_dict()
     assert all(torch.equal(encoder[k], v) for k, v in official.items())  # step 0 = the official weights
@@ -85,7 +91,7 @@ def test_init_from_without_a_projector_starts_a_fresh_one_and_says_so(tmp_path, 
     src = hub_folder(tmp_path / "hub", fixture(1), "encoder.", {"num_heads": 3, "attn_mode": "block_causal"})
     run_import(src, tmp_path / "imported")  # an encoder-only release: no projector
     capsys.readouterr()
-    assert pretrain(f"model.init_from={tmp_path / 'imported'}", "train.steps=1", "--run-dir", str(tmp_path / "r")) == 0
+    assert continued(f"model.init_from={tmp_path / 'imported'}", "train.steps=1", "--run-dir", str(tmp_path / "r")) == 0
     assert "projector fresh (the source has none)" in capsys.readouterr().out
 
 
@@ -94,3 +100,24 @@ def test_a_missing_source_is_one_line_and_nothing_is_written(tmp_path, capsys):
     assert pretrain(f"model.init_from={tmp_path / 'nope'}", "--run-dir", str(run)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nope" in err[0] and not run.exists()
+
+
+def test_an_explicit_override_the_source_overrules_is_one_line_naming_the_sources_value(tmp_path, capsys):
+    t = fixture(1)
+    imported = tmp_path / "imported"
+    assert run_import(lightning_checkpoint(t, tmp_path / "last.ckpt"), imported) == 0  # dim 96, rope vjepa2
+    capsys.readouterr()
+    run = tmp_path / "run"
+    for override, source_value in (("model.dim=64", "dim = 96"), ("model.rope_layout=levjepa", "rope_layout = vjepa2")):
+        assert continued(f"model.init_from={imported}", override, "train.steps=1", "--run-dir", str(run)) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and override in err[0] and source_value in err[0], err
+        assert not run.exists()
+    # the same key in a config file counts too; a value equal to the source's is honoured
+    (tmp_path / "cfg.json").write_text(json.dumps({"model": {"depth": 7}}))
+    args = ["--config", str(tmp_path / "cfg.json"), f"model.init_from={imported}", "--run-dir", str(run)]
+    assert continued(*args) == 2 and "model.depth=7" in capsys.readouterr().err
+    args = [f"model.init_from={imported}", "model.dim=96", "model.drop_ratio=0.5", "--print-config"]
+    assert continued(*args) == 0
+    printed = json.loads(capsys.readouterr().out)["model"]
+    assert (printed["dim"], printed["drop_ratio"]) == (96, 0.5)  # a training-only field stays the user's

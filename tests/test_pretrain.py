@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -19,6 +20,7 @@ import levjepa
 from levjepa.data import PretrainLoader
 from levjepa.objective import build_objective
 from levjepa.rng import sample_keys
+from levjepa.train.config import fit_micro_batch
 from levjepa.train.loop import build_models, pretrain
 from levjepa.train.optim import lr_at
 from levjepa.train.run_dir import RunDirError
@@ -270,7 +272,7 @@ def test_the_demo_promise_is_every_target_and_every_margin():
         assert miss.startswith(f"{task}: ") and "+14.9 < +15" in miss
 
 
-def test_bad_files_in_a_real_video_folder_are_reported_not_fatal(tmp_path):
+def test_bad_files_in_a_real_video_folder_are_reported_not_fatal(tmp_path, capsys):
     from data_media import write_pattern
 
     videos = tmp_path / "videos"
@@ -282,11 +284,14 @@ def test_bad_files_in_a_real_video_folder_are_reported_not_fatal(tmp_path):
     cfg = tiny_config(
         f"data.sources={videos}", "data.samples_per_epoch=16", "train.steps=2", "train.checkpoint_every=2"
     )
-    from levjepa.data import BadFileWarning
-
-    with pytest.warns(BadFileWarning) as caught:  # one warning per bad file
-        summary = pretrain(cfg, tmp_path / "run", progress=False)
-    assert len(caught) == 2
+    capsys.readouterr()
+    summary = pretrain(cfg, tmp_path / "run", progress=False)
+    shown = [line for line in capsys.readouterr().err.splitlines() if line.startswith("bad file ")]
+    ffmpeg = "InvalidDataError: [Errno 1094995529] Invalid data found when processing input"  # the path left out
+    assert sorted(shown) == [
+        f"bad file skipped: {videos / 'empty.mp4'} has 0 bytes",
+        f"bad file skipped: {videos / 'notes.mp4'} is not a readable video ({ffmpeg})",
+    ]
     report = json.loads((tmp_path / "run" / "bad_files.json").read_text())
     assert report["total"] == 2 == summary.bad_files
     assert sorted(Path(f["path"]).name for f in report["files"]) == ["empty.mp4", "notes.mp4"]
@@ -389,3 +394,37 @@ def test_the_literal_ema_is_written_and_a_copy_before_its_first_update_is_not_ca
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the online copy, and an EMA with the warm-up, carry no such warning
         levjepa.load(last, weights="online")
+
+
+def test_a_small_train_batch_size_brings_data_batch_size_down_with_it(capsys):
+    cfg = tiny_config("train.batch_size=64", "data.batch_size=64")
+    fitted = fit_micro_batch(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, batch_size=6)), 2)
+    assert fitted.data.batch_size == 3 and fitted.micro_batches(2) == 1  # one micro-batch of 3 per process
+    assert capsys.readouterr().err.strip() == (
+        "note: data.batch_size=64 lowered to 3: train.batch_size=6 is the whole batch of one optimizer step over "
+        "2 processes"
+    )
+    for batch, world in ((128, 1), (64, 1), (5, 2)):  # accumulation, exact, or an uneven split: left as it is
+        same = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, batch_size=batch))
+        assert fit_micro_batch(same, world) is same
+    assert capsys.readouterr().err == ""
+
+
+def test_a_dataset_smaller_than_a_batch_names_both_keys_and_the_value_that_fits(tmp_path, capsys):
+    from data_media import write_pattern
+    from levjepa.cli import main
+
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    for i in range(5):
+        write_pattern(videos / f"v{i}.mp4", 8, height=32, width=32)
+    tiny = [o for o in TINY if not o.startswith(("train.batch_size", "data.batch_size"))]  # demo-cpu's 64 and 64
+    args = ["pretrain", "--preset", "demo-cpu", *tiny, f"data.sources={videos}", "train.steps=1", "--no-progress"]
+    assert main([*args, "--run-dir", str(tmp_path / "r1")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "an epoch of 5 clips" in err and "set train.batch_size=5" in err and "data.batch_size" in err, err
+    assert not (tmp_path / "r1").exists()
+    # the one override the message names is enough: data.batch_size follows it, said in one line
+    assert main([*args, "train.batch_size=5", "--run-dir", str(tmp_path / "r2")]) == 0
+    assert "note: data.batch_size=64 lowered to 5" in capsys.readouterr().err
+    assert json.loads((tmp_path / "r2" / "config.json").read_text())["data"]["batch_size"] == 5

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from levjepa.data.progress import Progress
 from levjepa.eval.features import compute_features
-from levjepa.eval.progress import Progress
 from levjepa.model import VideoEncoder, encoder_config
 
 

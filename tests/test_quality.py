@@ -44,7 +44,7 @@ def test_inside_boundary_keeps_the_whole_object_in_every_frame(object_scale):
 
 def test_inside_boundary_refuses_a_trajectory_that_cannot_fit():
     cfg = replace(SMALL, boundary="inside", object_scale=0.8, speed=0.25, friction=1.0)
-    with pytest.raises(ValueError, match="boundary='inside'"):
+    with pytest.raises(ValueError, match=r"synthetic\.boundary=inside"):
         load_split(cfg, "val")
 
 

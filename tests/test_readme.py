@@ -179,15 +179,43 @@ def test_the_documented_commands_run_on_a_tiny_input(tiny, tmp_path, capsys):
     assert (tmp_path / "vis" / "visualize.png").is_file() and index
 
 
-@pytest.mark.slow  # the ONNX export takes about 40 s here
-def test_the_onnx_streaming_block_runs_on_an_onnx_export(tiny, tmp_path):
-    (block,) = [b for b in _blocks("python") if "stream_step.onnx" in b]
-    run, export = tmp_path / "run", tmp_path / "DIR"  # the block streams tubelets of one frame
+def _run_the_onnx_block(run: Path, video: Path, tmp_path: Path) -> list[tuple[int, np.ndarray]]:
+    """The README's ONNX streaming block on ``run`` exported as ONNX (32-px frames, a 4-frame window) to DIR,
+    streaming ``video`` as clip.mp4: its (slot, first 3 CLS values) lines."""
+    (block,) = [b for b in _blocks("python") if "stream_step" in b and "onnxruntime" in b]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        args = ["--format", "onnx", "--window", "4", "--size", "32"]
+        assert main(["export", str(run), "--out", str(tmp_path / "DIR"), *args]) == 0
+    (tmp_path / "clip.mp4").symlink_to(video)
+    out = _script(tmp_path, block).replace("[", " ").replace("]", " ").splitlines()
+    return [(int(line.split()[0]), np.array(line.split()[1:], float)) for line in out]
+
+
+def test_the_onnx_streaming_block_streams_the_demo_models_tubelets_as_levjepa_stream_does(tiny, tmp_path, capsys):
+    """The demo's encoder reads 2-frame tubelets: the block takes them from config.json, so 30 frames are 15
+    steps, and each printed CLS is the one ``levjepa stream --backend onnx`` reads after that tubelet (the 32-px
+    video needs no resize: both read the same pixels)."""
+    video = tiny / "videos" / "video2.mp4"
+    lines = _run_the_onnx_block(tiny / "run", video, tmp_path)
+    assert [slot for slot, _ in lines] == list(range(15))
+    out = tmp_path / "stream.safetensors"
+    assert (
+        main(["stream", str(tmp_path / "DIR"), str(video), "--backend", "onnx", "--every", "2", "--out", str(out)]) == 0
+    )
+    from levjepa.weights import load_tensors
+
+    want = load_tensors(out)[0]["cls"][:, :3].numpy()
+    assert want.shape == (15, 3)
+    np.testing.assert_allclose(np.stack([cls for _, cls in lines]), want, atol=1e-4)
+
+
+@pytest.mark.slow  # one more ONNX export (about 20 s here)
+def test_the_onnx_streaming_block_streams_a_tubelet_1_export_frame_by_frame(tiny, tmp_path):
+    run = tmp_path / "run"
     args = ["pretrain", "--preset", "demo-cpu", *TINY, "model.tubelet=1", "train.steps=1", "--run-dir", str(run)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert main([*args, "--no-progress"]) == 0
-        assert main(["export", str(run), "--out", str(export), "--format", "onnx", "--window", "4"]) == 0
-    (tmp_path / "clip.mp4").symlink_to(tiny / "videos" / "video2.mp4")
-    out = _script(tmp_path, block).splitlines()
-    assert [int(line.split()[0]) for line in out] == list(range(30))  # one CLS readout per frame
+    lines = _run_the_onnx_block(run, tiny / "videos" / "video2.mp4", tmp_path)
+    assert [slot for slot, _ in lines] == list(range(30))  # one CLS readout per frame

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from levjepa.cli import main
+from levjepa.commands import plain_text
 from levjepa.commands.pretrain import resolve_config
 from levjepa.config import apply_overrides, flatten, to_dict
 from levjepa.train.config import PretrainConfig
@@ -41,6 +42,16 @@ def test_the_benchmark_evaluation_is_off_for_a_run_on_other_data_unless_asked(tm
     assert "eval_at_end" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("env", "said"), [({"RANK": "1"}, False), ({"SLURM_PROCID": "3"}, False), ({"RANK": "0"}, True)]
+)
+def test_a_note_is_said_once_per_job_by_the_first_process(env, said, tmp_path, capsys, monkeypatch):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)  # what torchrun / srun set in each process they start
+    resolve_config("demo-cpu", [f"data.sources={tmp_path}"], None)
+    assert ("note: train.eval_at_end off" in capsys.readouterr().err) is said
+
+
 @pytest.mark.parametrize("command", ["pretrain", "probe", "extract"])
 def test_help_shows_the_module_docstring_and_the_defaults(command, capsys):
     import importlib
@@ -48,9 +59,9 @@ def test_help_shows_the_module_docstring_and_the_defaults(command, capsys):
     with pytest.raises(SystemExit):
         main([command, "--help"])
     out = capsys.readouterr().out
-    doc = importlib.import_module(f"levjepa.commands.{command}").__doc__.strip().splitlines()
+    doc = plain_text(importlib.import_module(f"levjepa.commands.{command}").__doc__).strip().splitlines()
     body = [line for line in doc[1:] if line.strip()]
-    assert body[0] in out and body[-1] in out  # the docstring below the options, examples included
+    assert body[0] in out and body[-1] in out  # the docstring (as plain text) below the options, examples included
     assert "(default: " in out or "(default " in out
 
 

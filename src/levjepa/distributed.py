@@ -154,7 +154,7 @@ def setup(device: str | None = None, timeout_s: float = 1800.0) -> DistInfo:
     :class:`LaunchError` that says what to do.
     """
     world = _world()
-    rank_ = _env_int("RANK", "SLURM_PROCID") or 0
+    rank_ = launch_rank()
     local = _env_int("LOCAL_RANK", "SLURM_LOCALID") or 0
     want_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
     if want_cuda and not torch.cuda.is_available():
@@ -205,6 +205,13 @@ def is_initialized() -> bool:
 
 def rank() -> int:
     return dist.get_rank() if is_initialized() else 0
+
+
+def launch_rank() -> int:
+    """This process's rank as its launcher numbered it (torchrun's ``RANK``, srun's ``SLURM_PROCID``; 0 when
+    alone), known before the process group starts and after it ends: a command prints its notes and results
+    where this is 0, once per job instead of once per process."""
+    return _env_int("RANK", "SLURM_PROCID") or 0
 
 
 def world_size() -> int:

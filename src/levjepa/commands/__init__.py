@@ -26,7 +26,9 @@ import argparse
 import errno
 import importlib
 import os
+import re
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -123,6 +125,14 @@ def _system_error(err: BaseException) -> bool:
 
 
 def _message(err: BaseException) -> str:
+    """The error as one plain line: a ``DataError``'s kind prefix (``unreadable:``, ``missing:``, ... — every
+    kind of ``levjepa.data.badfiles.BAD_FILE_KINDS``, which ``bad_files.json`` and the counts use) left out."""
+    from levjepa.data.badfiles import plain
+
+    return plain(_text(err))
+
+
+def _text(err: BaseException) -> str:
     if _system_error(err):
         assert isinstance(err, OSError)
         where = err.filename if err.filename is not None else "a file"
@@ -195,16 +205,40 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
         return super()._get_help_string(action)
 
 
+def sentence(text: str) -> str:
+    """A one-line help (``COMMANDS``' lower-case phrases) as the sentence a ``--help`` starts with."""
+    text = text.strip()
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+def plain_text(doc: str) -> str:
+    """A docstring as ``--help`` shows it: its reST read as plain text — ``:class:`x``` and the other roles
+    as their name, a double-backquoted literal in single backquotes (as the rest of the command line writes
+    code), and a literal block's ``::`` as a colon."""
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", doc)
+    text = re.sub(r"``([^`]+)``", r"`\1`", text)
+    return re.sub(r"::$", ":", text, flags=re.M)
+
+
 def _epilog(module: object) -> str:
-    """The command module's docstring without its first line (the description says it)."""
+    """The command module's docstring below the options: its first paragraph without the usage it opens with
+    (argparse prints the usage), so it starts as a sentence (reflowed), then the rest; reST as plain text."""
     doc = (getattr(module, "__doc__", None) or "").strip()
-    return doc.partition("\n")[2].strip()
+    first, _, rest = doc.partition("\n\n")
+    usage = re.match(r"``[^`]*``\s*(?::|—)\s*", first)
+    if usage:
+        first = " ".join(first[usage.end() :].split())
+        first = textwrap.fill(first[:1].upper() + first[1:], width=110)
+    return plain_text(f"{first}\n\n{rest}".strip())
 
 
 def _run(command: str, argv: list[str], debug: bool) -> int:
     module = importlib.import_module(f"levjepa.commands.{MODULES.get(command, command)}")
     parser = _Parser(
-        prog=f"levjepa {command}", description=COMMANDS[command], epilog=_epilog(module), formatter_class=_HelpFormatter
+        prog=f"levjepa {command}",
+        description=sentence(COMMANDS[command]),
+        epilog=_epilog(module),
+        formatter_class=_HelpFormatter,
     )
     module.add_arguments(parser)
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")

@@ -19,7 +19,9 @@ import sys
 from pathlib import Path
 
 from levjepa.commands._device import add_device_argument, local_device
+from levjepa.config import ConfigError
 from levjepa.data import BadFileReport, DataError, MediaItem, list_media
+from levjepa.data.badfiles import bad_file_line
 from levjepa.eval.predict import Prediction, accuracy, predict
 from levjepa.formats.classifier import load_classifier
 
@@ -61,7 +63,7 @@ def _write(path: Path, predictions: list[Prediction]) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.top_k < 1:
-        raise DataError(f"unreadable: --top-k {args.top_k}: must be >= 1")
+        raise ConfigError(f"--top-k {args.top_k}: must be >= 1")
     device = local_device(args.device)
     clf = load_classifier(args.model, encoder=args.encoder, device=device)
     items: list[MediaItem] = [it for src in args.videos for it in list_media(src)]
@@ -91,7 +93,7 @@ def main(args: argparse.Namespace) -> int:
         predictions.append(q)
         print(_row(q))
     if not predictions:
-        raise DataError(f"unreadable: none of the {len(items)} file(s) could be read ({bad.counts})")
+        raise DataError(f"unreadable: none of the {len(items)} file(s) could be read ({bad.counts_text()})")
     acc = accuracy(predictions)
     if acc is not None:
         print(f"accuracy {acc:.1f} % over {sum(q.truth is not None for q in predictions)} labelled prediction(s)")
@@ -101,5 +103,5 @@ def main(args: argparse.Namespace) -> int:
     if bad.total:
         print(f"{bad.total} unreadable file(s) skipped:", file=sys.stderr)
         for path, reason in bad.files.items():
-            print(f"  {path}: {reason}", file=sys.stderr)
+            print(f"  {bad_file_line(path, reason)}", file=sys.stderr)
     return 0

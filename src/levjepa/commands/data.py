@@ -20,8 +20,11 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
+from levjepa.commands import sentence
 from levjepa.config import ConfigError
+from levjepa.data.badfiles import bad_file_text
 from levjepa.data.check import check_source, format_report
 from levjepa.data.prepare import PrepareOptions, prepare_folder
 from levjepa.data.shards import pack
@@ -35,9 +38,15 @@ def _default_workers() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
+def _sub(sub: Any, name: str, helptext: str) -> argparse.ArgumentParser:
+    """A sub-command whose ``--help`` starts with its help as a sentence."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=helptext, description=sentence(helptext))
+    return parser
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="data_command", required=True, metavar="{check,prepare,pack}")
-    check = sub.add_parser("check", help="scan a source: counts, durations, resolutions, fps, unreadable files")
+    check = _sub(sub, "check", "scan a source: counts, durations, resolutions, fps, unreadable files")
     check.add_argument("source", help="a folder, a V-JEPA index file (`path label` rows), a file, or 'synthetic'")
     check.add_argument(
         "--workers", type=int, default=_default_workers(), help="parallel processes (default: %(default)s)"
@@ -49,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-side", type=int, default=8192, help="flag files whose long side is larger (default: 8192)"
     )
 
-    prep = sub.add_parser("prepare", help="re-encode a folder of videos: short side, frequent key frames, resumable")
+    prep = _sub(sub, "prepare", "re-encode a folder of videos: short side, frequent key frames, resumable")
     prep.add_argument("src", type=Path, help="folder of videos (searched recursively; images are rescaled and copied)")
     prep.add_argument("dst", type=Path, help="output folder (same relative paths, .mp4)")
     prep.add_argument("--short-side", type=int, default=256, help="scale down so the short side is this (default: 256)")
@@ -76,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="x264's adaptive GOP instead of the fixed one whose odd frames training can skip (see prepare.py)",
     )
 
-    pack = sub.add_parser("pack", help="pack a source's files into WebDataset-style tar shards with an index")
+    pack = _sub(sub, "pack", "pack a source's files into WebDataset-style tar shards with an index")
     pack.add_argument("source", help="a folder (searched recursively) or a V-JEPA index file; prepare it first")
     pack.add_argument("dst", type=Path, help="output folder: shard-NNNNNN.tar files and shards.json")
     pack.add_argument("--shards", type=int, required=True, help="number of shards (>= the number of training ranks)")
@@ -102,8 +111,8 @@ def _pack(source: str, dst: Path, args: argparse.Namespace, source_root: str | N
         f"packed {result.members} file(s) into {result.shards} shard(s) ({result.reused} kept from an earlier run), "
         f"failed {len(result.failed)}; index: {result.index}"
     )
-    for _, reason in result.failed:
-        print(f"  failed: {reason}")
+    for path, reason in result.failed:
+        print(f"  failed: {bad_file_text(path, reason)}")
     return 1 if result.failed else 0
 
 
@@ -144,8 +153,8 @@ def _prepare(args: argparse.Namespace) -> int:
         f"prepared {len(result.done)} file(s), skipped {len(result.skipped)} already done, "
         f"failed {len(result.failed)}; report: {files / 'prepare_report.json'}"
     )
-    for _, reason in result.failed:
-        print(f"  failed: {reason}")
+    for path, reason in result.failed:
+        print(f"  failed: {bad_file_text(path, reason)}")
     if not args.shards:
         return 1 if result.failed else 0
     packed = _pack(str(files), args.dst, args, str(files))

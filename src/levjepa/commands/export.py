@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Literal
 
+from levjepa.config import ConfigError
 from levjepa.formats.export import export_encoder
 
 __all__ = ["add_arguments", "main"]
@@ -40,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     graphs: Literal["none", "onnx", "pt2"] = "none" if args.format == "safetensors" else args.format
+    shaping = {"--window": args.window, "--size": args.size, "--dtype": args.dtype, "--quantize": args.quantize}
+    given = [option for option, value in shaping.items() if value not in (None, "fp32", "none")]
+    if graphs == "none" and given:
+        verb = "shapes" if len(given) == 1 else "shape"
+        raise ConfigError(f"{', '.join(given)} {verb} the deployment graphs, which only --format onnx or pt2 writes")
     loaded = export_encoder(
         args.run,
         args.out,

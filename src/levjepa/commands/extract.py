@@ -80,7 +80,8 @@ def main(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, cfg: ExtractConfig, device: str, main: bool) -> int:
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=device)
-    print(f"encoder: {loaded.describe()}")
+    if main:
+        print(f"encoder: {loaded.describe()}")
     sources = args.sources if len(args.sources) > 1 else args.sources[0]
     res = extract(
         loaded.encoder, sources, args.out, cfg, device=device, progress=not args.no_progress, overwrite=args.overwrite

@@ -19,6 +19,7 @@ import dataclasses
 from typing import Any
 
 from levjepa.config import ConfigError, apply_overrides
+from levjepa.distributed import launch_rank
 from levjepa.finetune import FinetuneConfig, finetune
 from levjepa.finetune.config import RESUMABLE
 from levjepa.finetune.loop import resume_config
@@ -88,5 +89,6 @@ def main(args: argparse.Namespace) -> int:
     cfg = apply_overrides(base, overrides)
     res = finetune(cfg, out, resume=resume, progress=not args.no_progress)
     test = "" if res.test is None else f", test {res.test:.1f} %"
-    print(f"best: step {res.best_step}, val {res.best_val:.1f} %{test} -> {res.out / 'best'}")
+    if launch_rank() == 0:  # once per job under torchrun / srun
+        print(f"best: step {res.best_step}, val {res.best_val:.1f} %{test} -> {res.out / 'best'}")
     return 0

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from levjepa.config import apply_overrides
+from levjepa.config import ConfigError, apply_overrides, check_range
+from levjepa.model import EncoderConfig
 from levjepa.model.config import ENCODER_PRESETS, encoder_config
 from levjepa.tools.flops import K710_20PCT_CLIPS, rho_sweep, training_flops_per_clip
 
@@ -40,8 +41,33 @@ def _fmt(x: float) -> str:
     return f"{x:10.3e}"
 
 
+def _check(args: argparse.Namespace, cfg: EncoderConfig) -> tuple[float, ...]:
+    """The options in the encoder's terms (``ConfigError`` naming the option); returns the sweep's drop ratios."""
+    if args.frames < 1 or args.frames % cfg.tubelet:
+        raise ConfigError(f"--frames {args.frames}: expected a positive multiple of the tubelet ({cfg.tubelet} frames)")
+    for option, side in (("--global-size", args.global_size), ("--local-size", args.local_size)):
+        if side < 1 or side % cfg.patch_size:
+            raise ConfigError(f"{option} {side}: expected a positive multiple of the patch size ({cfg.patch_size} px)")
+    check_range("--num-global", args.num_global, 1, 64)
+    check_range("--num-local", args.num_local, 0, 256)
+    check_range("--clips", args.clips, 1, 10**12)
+    check_range("--epochs", args.epochs, 1, 10**6)
+    check_range("--sigreg-directions", args.sigreg_directions, 1, 10**6)
+    try:
+        rhos = tuple(float(r) for r in args.sweep.split(",") if r.strip())
+    except ValueError:
+        raise ConfigError(f"--sweep {args.sweep}: expected comma-separated drop ratios, e.g. 0,0.5,0.9") from None
+    for option, rho in [("--drop-ratio", args.drop_ratio)] * (args.drop_ratio is not None) + [
+        ("--sweep", r) for r in rhos
+    ]:
+        if not 0.0 <= rho < 1.0:
+            raise ConfigError(f"{option} {rho:g}: a drop ratio lies in [0, 1)")
+    return rhos
+
+
 def main(args: argparse.Namespace) -> int:
     cfg = apply_overrides(encoder_config(args.model), args.overrides)
+    rhos = _check(args, cfg)
     views = {
         "frames": args.frames,
         "global_size": args.global_size,
@@ -53,7 +79,6 @@ def main(args: argparse.Namespace) -> int:
     }
     clip = training_flops_per_clip(cfg, drop_ratio=args.drop_ratio, **views)
     run = args.clips * args.epochs * clip.training_total
-    rhos = tuple(float(r) for r in args.sweep.split(",") if r.strip())
     sweep = rho_sweep(cfg, rhos, **views) if rhos else []
     rho = cfg.drop_ratio if args.drop_ratio is None else args.drop_ratio
     if args.json:

@@ -14,7 +14,8 @@ Examples::
 ``model.init_from=PATH`` (a run, an export, ``levjepa import``-ed official weights, a checkpoint file) starts
 a fresh run (step 0, fresh optimiser and schedule) from those weights, with their architecture
 (``levjepa.train.start``): the line ``init_from: ...`` says what was loaded, ``config.json`` records where it
-came from.
+came from. A ``model.*`` key set on the command line or in ``--config`` that the source's architecture
+overrules (``model.dim=64`` on a 32-wide source) is refused, naming the source's value.
 
 Overrides are checked against the config's fields: an unknown key or a bad value fails at once with the
 valid choices listed. ``--config FILE`` (JSON, TOML, or YAML with PyYAML) lays a file's keys over the preset
@@ -50,6 +51,7 @@ from levjepa.config import (
     read_config_file,
     to_dict,
 )
+from levjepa.distributed import launch_rank
 from levjepa.eval import EvalConfig, evaluate_benchmark
 from levjepa.formats.load import load_encoder, load_init_weights, random_encoder
 from levjepa.presets import DEMO_MARGIN, DEMO_TARGETS, PRESETS, demo_misses, needs_sources, preset
@@ -121,12 +123,13 @@ def resolve_config(
         "train", {}
     )
     if cfg.train.eval_at_end and not explicit and tuple(cfg.data.sources) != ("synthetic",):
-        print(
-            f"note: train.eval_at_end off: this run trains on {', '.join(cfg.data.sources)}, and the evaluation at "
-            "the end is the built-in benchmark's (train.eval_at_end=true runs it anyway; `levjepa probe RUN --task "
-            "index:TRAIN,VAL` evaluates on your own labels)",
-            file=sys.stderr,
-        )
+        if launch_rank() == 0:  # once per job, not once per process under torchrun / srun
+            print(
+                f"note: train.eval_at_end off: this run trains on {', '.join(cfg.data.sources)}, and the evaluation "
+                "at the end is the built-in benchmark's (train.eval_at_end=true runs it anyway; `levjepa probe RUN "
+                "--task index:TRAIN,VAL` evaluates on your own labels)",
+                file=sys.stderr,
+            )
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, eval_at_end=False))
     if needs_sources(cfg):
         raise ConfigError(
@@ -149,6 +152,16 @@ def _named_if_newer(run_dir: Path) -> Iterator[None]:
             f"{run_dir} was written by levjepa {newer}, newer than this one ({__version__}): upgrade levjepa to read "
             f"it ({err})"
         ) from None
+
+
+def _explicit_model_keys(overrides: list[str], config_file: Path | None) -> set[str]:
+    """The ``model`` fields set on the command line (``model.dim=64``) or in the ``--config`` file."""
+    keys = {o.split("=", 1)[0].strip() for o in overrides if "=" in o}
+    names = {k.removeprefix("model.") for k in keys if k.startswith("model.")}
+    if config_file is not None:
+        section = read_config_file(config_file).get("model")
+        names |= set(section) if isinstance(section, dict) else set()
+    return names
 
 
 def _refuse_export(data: dict[str, Any], path: Path, option: str) -> None:
@@ -226,7 +239,8 @@ def main(args: argparse.Namespace) -> int:
     start = None
     if cfg.model.init_from and args.resume is None:  # continued pretraining: the source's weights and architecture
         start = load_init_weights(cfg.model.init_from)
-        cfg = dataclasses.replace(cfg, model=with_architecture(cfg.model, start))
+        explicit = _explicit_model_keys(args.overrides, args.config)
+        cfg = dataclasses.replace(cfg, model=with_architecture(cfg.model, start, explicit))
     if args.print_config:
         print(json.dumps(to_dict(cfg), indent=2))
         return 0

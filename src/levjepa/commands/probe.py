@@ -175,7 +175,7 @@ def _main(args: argparse.Namespace) -> int:
         if bad is not None:
             bad.write(out.parent / "bad_files.json")
     if bad is not None and bad.total:
-        print(f"{bad.total} unreadable file(s) skipped: {bad.counts}")
+        print(f"{bad.total} unreadable file(s) skipped ({bad.counts_text()})")
     return 0
 
 

@@ -11,19 +11,29 @@ taken every ``--every`` frames and written, with the per-frame latency, to ``--o
 
 ``--backend onnx`` runs the streaming step that ``levjepa export RUN --out DIR --format onnx`` wrote: its
 window and frame size are fixed by the export (``--window`` / ``--size`` must agree or be left out).
+
+An image streams as the evaluation protocols read it, a clip of its frame repeated (``--max-frames``
+times; by default 16, the in1k protocol's clip). Frames are pushed a tubelet at a time: a video shorter
+than one tubelet is padded with its last frame (as evaluation clips are, and said on stderr), frames past
+the last whole tubelet are left out, and ``--max-frames`` below the tubelet is refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import torch
 
 from levjepa.commands._device import add_device_argument, local_device
 from levjepa.config import ConfigError, check_range
-from levjepa.data.eval_clip import load_eval_video
+from levjepa.data.eval_clip import load_eval_clip, load_eval_video
+from levjepa.data.sources import media_kind
+from levjepa.data.video import VideoFrames
+from levjepa.eval.protocols import PROTOCOLS
 from levjepa.formats.deploy import read_deploy, stream_video_onnx
 from levjepa.formats.load import load_encoder
 from levjepa.infer.stream import stream_video
@@ -34,7 +44,7 @@ __all__ = ["add_arguments", "main"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="run directory, checkpoint directory or export")
-    parser.add_argument("video", help="a video file")
+    parser.add_argument("video", help="a video file, or an image (streamed as a clip of the repeated frame)")
     parser.add_argument("--weights", choices=("ema", "online"), default="ema")
     parser.add_argument("--window", type=int, default=None, help="sliding window in frames (default: unbounded)")
     parser.add_argument("--every", type=int, default=1, help="read out CLS every this many frames")
@@ -45,7 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="short side of the frames fed to the encoder (default: 224; onnx: the export's)",
     )
     parser.add_argument("--frame-stride", type=int, default=1, help="keep every n-th decoded frame")
-    parser.add_argument("--max-frames", type=int, default=None)
+    parser.add_argument(
+        "--max-frames",
+        type=int,
+        default=None,
+        help="stream at most this many frames (an image: its frame repeated this many times, default 16)",
+    )
     add_device_argument(parser)
     parser.add_argument("--out", type=Path, default=None, help="write CLS readouts + latencies (safetensors)")
     parser.add_argument(
@@ -83,15 +98,28 @@ def main(args: argparse.Namespace) -> int:
         args.size = record["height"]
     elif args.size is None:
         args.size = 224
-    video = load_eval_video(args.video, size=args.size, patch=patch, frame_stride=args.frame_stride)
-    frames = video.frames[: args.max_frames] if args.max_frames else video.frames
+    tau = loaded.encoder.cfg.tubelet
+    if loaded.encoder.cfg.attention != "block_causal":
+        raise ConfigError(
+            f"{args.checkpoint} attends bidirectionally (model.attention={loaded.encoder.cfg.attention}), so a "
+            "frame's features depend on later frames and cannot be streamed; `levjepa extract` reads whole clips"
+        )
+    if args.window is not None and args.window % tau:
+        raise ConfigError(f"--window {args.window}: expected a multiple of the tubelet ({tau} frames)")
+    if args.max_frames is not None and args.max_frames < tau:
+        raise ConfigError(
+            f"--max-frames {args.max_frames}: {args.checkpoint} reads tubelets of {tau} frames, so it streams at "
+            f"least {tau}; give --max-frames {tau} or more"
+        )
+    video = _frames(args, patch, tau)
+    frames = video.frames
     if args.backend == "onnx":
         out = stream_video_onnx(args.checkpoint, frames, every=args.every)
     else:
         out = stream_video(loaded.encoder, frames, window=args.window, every=args.every, device=args.device)
     lat = out["latency_ms"]
     summary = {
-        "frames": int(lat.numel()),
+        "frames": int(lat.numel()) * tau,
         "readouts": int(out["cls"].shape[0]),
         "latency_ms_first": float(lat[0]),
         "latency_ms_median": float(lat.median()),
@@ -102,6 +130,26 @@ def main(args: argparse.Namespace) -> int:
     }
     print(json.dumps(summary, indent=1))
     if args.out:
-        times = torch.tensor([float(video.timestamps[i]) for i in out["frame"].tolist()])
+        last = len(video.timestamps) - 1  # a padded frame has its source frame's time
+        times = torch.tensor([float(video.timestamps[min(i, last)]) for i in out["frame"].tolist()])
         save_tensors(args.out, {**out, "time_s": times}, {"summary": summary, "video": str(args.video)})
     return 0
+
+
+def _frames(args: argparse.Namespace, patch: int, tau: int) -> VideoFrames:
+    """The frames to stream: the video's (up to ``--max-frames``; fewer than a tubelet padded with the last
+    one), or an image repeated ``--max-frames`` times (default: the in1k protocol's 16) at time 0."""
+    if media_kind(args.video) == "image":
+        repeats = args.max_frames or PROTOCOLS["in1k"].views.frames
+        clip = load_eval_clip(args.video, num_frames=repeats, size=args.size, patch=patch, kind="image")
+        return VideoFrames(frames=clip, fps=1.0, timestamps=torch.zeros(repeats, dtype=torch.float64), source_fps=1.0)
+    video = load_eval_video(args.video, size=args.size, patch=patch, frame_stride=args.frame_stride)
+    frames = video.frames[: args.max_frames] if args.max_frames else video.frames
+    if len(frames) < tau:
+        print(
+            f"note: {args.video} has {len(frames)} frame(s) at --frame-stride {args.frame_stride}, fewer than a "
+            f"tubelet ({tau}): padded with its last frame",
+            file=sys.stderr,
+        )
+        frames = torch.cat([frames, frames[-1:].expand(tau - len(frames), -1, -1, -1)])
+    return dataclasses.replace(video, frames=frames)

@@ -12,7 +12,7 @@ command runs).
 
 from __future__ import annotations
 
-from levjepa.data.badfiles import BadFileReport, BadFileWarning, DataError
+from levjepa.data.badfiles import BadFileReport, DataError
 from levjepa.data.config import DataConfig, SyntheticConfig
 from levjepa.data.encode import VideoWriter, write_video
 from levjepa.data.loader import FrameBatch, PretrainLoader, ViewBatch
@@ -22,7 +22,6 @@ from levjepa.data.views import apply_photometric, normalize
 
 __all__ = [
     "BadFileReport",
-    "BadFileWarning",
     "DataConfig",
     "DataError",
     "FrameBatch",

@@ -1,4 +1,4 @@
-"""Bad input files: one error type, one report, one warning per file.
+"""Bad input files: one error type, one report, one line per file.
 
 A long run must never die because one file of a million is broken, nor hide that it met broken files.
 Every failure to read a file raises :class:`DataError` whose message starts with a short *kind* and a
@@ -14,10 +14,15 @@ colon, then names the file and what was wrong::
     short        fewer frames than a clip needs; padded (reported, used) or skipped, per config
 
 The loader skips such a file (or pads it, for ``short`` in "pad" mode), records ``(path, reason)`` in the
-batch it was building, and :class:`BadFileReport` collects them: one :class:`BadFileWarning` per file,
-``counts`` per kind, and ``write(run_dir / "bad_files.json")`` for the run directory (under DDP,
-``report.gather()`` on every rank, then rank 0 writes). A source in which
-every file is bad raises a ``DataError`` naming the source instead of looping (see ``loader.py``).
+batch it was building, and :class:`BadFileReport` collects them: ``counts`` per kind, and
+``write(run_dir / "bad_files.json")`` for the run directory (under DDP, ``report.gather()`` on every rank,
+then rank 0 writes). A source in which every file is bad raises a ``DataError`` naming the source instead
+of looping (see ``loader.py``).
+
+What the user sees: one plain line per file on stderr (:func:`bad_file_line`: the path once, the reason
+without its kind prefix, no Python warning header or source line), through ``tqdm.write`` so a progress
+bar stays whole; after :data:`SHOWN` files one line says the rest are listed only in ``bad_files.json`` —
+1 % bad files of a 100k corpus would otherwise be a thousand lines.
 
 ``DataError`` takes a single message string so that it survives being re-raised from a DataLoader
 worker process with its type intact.
@@ -27,15 +32,26 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from levjepa import distributed
 from levjepa.weights import atomic_write_text, read_json
 
-__all__ = ["BAD_FILE_KINDS", "BadFileReport", "BadFileWarning", "DataError", "bad_file_kind"]
+__all__ = [
+    "BAD_FILE_KINDS",
+    "SHOWN",
+    "BadFileReport",
+    "DataError",
+    "bad_file_kind",
+    "bad_file_line",
+    "bad_file_text",
+    "plain",
+]
 
 BAD_FILE_KINDS = (
     "missing",
@@ -57,8 +73,7 @@ class DataError(ValueError):
         return bad_file_kind(str(self))
 
 
-class BadFileWarning(UserWarning):
-    """Emitted once per bad file by :class:`BadFileReport`."""
+SHOWN = 20  # bad-file lines a report prints; the rest are listed only in bad_files.json
 
 
 def bad_file_kind(reason: str) -> str:
@@ -67,8 +82,28 @@ def bad_file_kind(reason: str) -> str:
     return head if head in BAD_FILE_KINDS else "other"
 
 
+def plain(message: str) -> str:
+    """A ``DataError`` message as a person reads it: without its kind prefix (``"missing: x does not exist"``
+    -> ``"x does not exist"``); the kind is for ``bad_files.json`` and the counts."""
+    return message.split(":", 1)[1].strip() if bad_file_kind(message) != "other" else message
+
+
+def bad_file_text(path: str, reason: str) -> str:
+    """A bad file and why, in words: its path once, the reason without its kind (FFmpeg's own message, which
+    repeats the path, without it)."""
+    text = plain(reason).replace(f": '{path}'", "")
+    return text if text.startswith(path) else f"{path}: {text}"
+
+
+def bad_file_line(path: str, reason: str) -> str:
+    """The line a report shows for a bad file: what happened to it, then :func:`bad_file_text`."""
+    text = bad_file_text(path, reason)
+    return f"bad file: {text}" if bad_file_kind(reason) == "short" else f"bad file skipped: {text}"
+
+
 class BadFileReport:
-    """Accumulates ``(path, reason)`` pairs; each file is counted and warned about once.
+    """Accumulates ``(path, reason)`` pairs; each file is counted once, and with ``warn`` shown in one line
+    (the first :data:`SHOWN` files; then one line that points at ``bad_files.json``).
 
     ``counts`` maps a kind to the number of distinct files of that kind; ``total`` is the number of
     distinct files; ``files`` is ``{path: reason}`` (the first reason met for that path).
@@ -77,6 +112,7 @@ class BadFileReport:
     def __init__(self, warn: bool = True) -> None:
         self.warn = warn
         self.files: dict[str, str] = {}
+        self._met = 0  # files added (not merged or read) by this report: the ones it shows
 
     def add(self, path: str, reason: str) -> bool:
         """Record one bad file; returns True the first time this path is seen."""
@@ -84,8 +120,15 @@ class BadFileReport:
         if path in self.files:
             return False
         self.files[path] = reason
-        if self.warn:
-            warnings.warn(f"bad data file skipped or padded: {path}: {reason}", BadFileWarning, stacklevel=2)
+        self._met += 1
+        if self.warn and self._met <= SHOWN:
+            tqdm.write(bad_file_line(path, reason), file=sys.stderr)
+        elif self.warn and self._met == SHOWN + 1:
+            tqdm.write(
+                f"bad files: more than {SHOWN}; the rest are not shown, every one is listed with its reason in "
+                "bad_files.json",
+                file=sys.stderr,
+            )
         return True
 
     def extend(self, pairs: Iterable[tuple[str, str]]) -> int:
@@ -93,7 +136,7 @@ class BadFileReport:
         return sum(self.add(p, r) for p, r in pairs)
 
     def merge(self, other: BadFileReport) -> None:
-        """Fold another report in (e.g. gathered from the other ranks), without warning again."""
+        """Fold another report in (e.g. gathered from the other ranks), without showing its files again."""
         for path, reason in other.files.items():
             self.files.setdefault(path, reason)
 
@@ -117,6 +160,10 @@ class BadFileReport:
             out[kind] = out.get(kind, 0) + 1
         return dict(sorted(out.items()))
 
+    def counts_text(self) -> str:
+        """The counts in words, for a message: ``"2 missing, 1 unreadable"``."""
+        return ", ".join(f"{n} {kind}" for kind, n in self.counts.items())
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "total": self.total,
@@ -126,7 +173,7 @@ class BadFileReport:
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> BadFileReport:
-        """A report as :meth:`write` wrote it (no warnings: these files were reported when met)."""
+        """A report as :meth:`write` wrote it (not shown again: these files were reported when met)."""
         report = cls(warn=False)
         for entry in read_json(path)["files"]:
             report.files.setdefault(entry["path"], entry["reason"])

@@ -20,18 +20,20 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from levjepa.data.badfiles import DataError
-from levjepa.data.sources import SYNTHETIC, MediaItem, list_media
+import av
+
+from levjepa.data.badfiles import DataError, bad_file_text
+from levjepa.data.config import DataConfig, SyntheticConfig
+from levjepa.data.shards import ShardSource, is_shard_store, read_index
+from levjepa.data.sources import SYNTHETIC, MediaItem, list_media, media_kind
+from levjepa.data.synthetic import load_split
+from levjepa.data.video import MemoryFile, decode_clip, load_image, open_video, probe_video
 from levjepa.data.workers import parallel_map
 
 __all__ = ["CheckReport", "check_item", "check_source", "format_report"]
 
 
 def _count_frames(path: Any) -> int:
-    import av
-
-    from levjepa.data.video import open_video
-
     n = 0
     with open_video(path) as container:
         stream = container.streams.video[0]
@@ -51,8 +53,6 @@ def check_item(
 ) -> dict[str, Any]:
     """One report row: ``{"path", "kind", "ok", ...metadata}`` or ``{..., "ok": False, "reason"}``.
     ``media`` (a ``MemoryFile``: a shard member) is read instead of ``item.path`` when given."""
-    from levjepa.data.video import decode_clip, load_image, probe_video
-
     row: dict[str, Any] = {"path": item.path, "kind": item.kind, "label": item.label}
     target = media if media is not None else item.path
     try:
@@ -133,6 +133,10 @@ def _stats(values: list[float]) -> dict[str, float] | None:
     return {"min": float(min(values)), "median": float(statistics.median(values)), "max": float(max(values))}
 
 
+def _unreadable(row: dict[str, Any]) -> bool:
+    return not row["ok"]
+
+
 def _check_one(args: tuple[MediaItem, bool, int, int]) -> dict[str, Any]:
     item, deep, min_side, max_side = args
     return check_item(item, deep=deep, min_side=min_side, max_side=max_side)
@@ -143,9 +147,6 @@ def check_source(
 ) -> CheckReport:
     """Check every item of ``source`` (see the module docstring)."""
     if source == SYNTHETIC:
-        from levjepa.data.config import SyntheticConfig
-        from levjepa.data.synthetic import load_split
-
         cfg = SyntheticConfig()
         report = CheckReport(source)
         for split in ("train", "val", "test"):
@@ -158,25 +159,20 @@ def check_source(
             )  # fmt: skip
         report.note = f"built-in benchmark, image source: {clips.image_source} (frame rate nominal)"
         return report
-    from levjepa.data.shards import is_shard_store, read_index
-
     if is_shard_store(source):
         shards = len(read_index(source).shards)
-        tasks = [(source, i, deep, min_side, max_side) for i in range(shards)]
-        rows = [row for part in parallel_map(_check_shard, tasks, workers, desc="check") for row in part]
+        per_shard = [(source, i, deep, min_side, max_side) for i in range(shards)]
+        parts = parallel_map(_check_shard, per_shard, workers, desc="check", unit="shard")
+        rows = [row for part in parts for row in part]
         return CheckReport(source, rows, note=f"shard store: {shards} shard(s)")
     items = list_media(source)
-    rows = parallel_map(_check_one, [(it, deep, min_side, max_side) for it in items], workers, desc="check")
+    tasks = [(it, deep, min_side, max_side) for it in items]
+    rows = parallel_map(_check_one, tasks, workers, desc="check", failed=_unreadable)
     return CheckReport(source, rows)
 
 
 def _check_shard(args: tuple[str, int, bool, int, int]) -> list[dict[str, Any]]:
     """The rows of every member of one shard (read once, member by member, in stored order)."""
-    from levjepa.data.config import DataConfig
-    from levjepa.data.shards import ShardSource
-    from levjepa.data.sources import media_kind
-    from levjepa.data.video import MemoryFile
-
     spec, shard, deep, min_side, max_side = args
     src = ShardSource(spec, DataConfig())
     members = list(range(src.index.first[shard], src.index.first[shard + 1]))
@@ -224,7 +220,7 @@ def format_report(report: CheckReport, *, max_bad: int = 50) -> str:
         lines.append("codecs: " + ", ".join(f"{c} ({n})" for c, n in s["codecs"][:8]))
     if s["bad_files"]:
         lines.append(f"unreadable files ({len(s['bad_files'])}):")
-        lines.extend(f"  {b['reason']}" for b in s["bad_files"][:max_bad])
+        lines.extend(f"  {bad_file_text(b['path'], b['reason'])}" for b in s["bad_files"][:max_bad])
         if len(s["bad_files"]) > max_bad:
             lines.append(f"  ... and {len(s['bad_files']) - max_bad} more (see --json)")
     return os.linesep.join(lines)

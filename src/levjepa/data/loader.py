@@ -54,7 +54,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from levjepa.data.badfiles import BadFileReport, DataError
+from levjepa.data.badfiles import BadFileReport, DataError, plain
 from levjepa.data.batch import FrameBatch, ViewBatch, collate_views
 from levjepa.data.config import DataConfig
 from levjepa.data.shards import ShardSource, is_shard_store
@@ -94,6 +94,7 @@ class StepBatchSampler(Sampler[list[tuple[int, int, int]]]):
         world_size: int,
         start_step: int,
         micro_batches: int = 1,
+        repeats: int = 1,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank={rank}: expected 0 <= rank < world_size={world_size}")
@@ -104,12 +105,7 @@ class StepBatchSampler(Sampler[list[tuple[int, int, int]]]):
         self.global_batch = batch_size * world_size
         step_batch = self.global_batch * micro_batches
         if samples_per_epoch // step_batch < 1:
-            raise DataError(
-                f"an epoch of {samples_per_epoch} samples is smaller than one global batch of {step_batch} "
-                f"(batch_size {batch_size} x world_size {world_size} x {micro_batches} micro-batch(es) per "
-                "optimizer step); drop_last would yield nothing: add data, lower train.batch_size, or raise "
-                "data.samples_per_epoch"
-            )
+            raise DataError(_smaller_than_a_batch(samples_per_epoch, batch_size, world_size, micro_batches, repeats))
         self.batches_per_epoch = (samples_per_epoch // step_batch) * micro_batches  # global micro-batches
         self.micro_batches = micro_batches
         self.batch_size, self.rank, self.start_step = batch_size, rank, start_step
@@ -124,6 +120,24 @@ class StepBatchSampler(Sampler[list[tuple[int, int, int]]]):
         while True:
             yield self.keys(step)
             step += 1
+
+
+def _smaller_than_a_batch(samples: int, batch_size: int, world_size: int, micro_batches: int, repeats: int) -> str:
+    """What to set when an epoch holds fewer clips than one optimizer step: the largest ``train.batch_size``
+    that fits (whole micro-batches if one fits, else one micro-batch that ``data.batch_size`` follows)."""
+    micro, step = batch_size * world_size, batch_size * world_size * micro_batches
+    head = (
+        f"an epoch of {samples} clips is smaller than one optimizer step's batch of {step} (train.batch_size = "
+        f"data.batch_size {batch_size} x {world_size} process(es) x {micro_batches} micro-batch(es))"
+    )
+    unit = world_size * repeats  # a train.batch_size that splits into whole per-rank batches of repeat groups
+    if samples >= micro:
+        fit = f"set train.batch_size={samples // micro * micro} (data.batch_size stays {batch_size})"
+    elif samples >= unit:
+        fit = f"set train.batch_size={samples // unit * unit} (data.batch_size then follows it)"
+    else:
+        return f"{head}: add data, or repeat it with data.samples_per_epoch={step}"
+    return f"{head}: {fit}, or repeat the data with data.samples_per_epoch={step}"
 
 
 # ---------------------------------------------------------------------------------------------- sources
@@ -216,7 +230,7 @@ class PretrainDataset(Dataset):
                 self._reported.add(src.path(jj))
                 bad.append((src.path(jj), decoded.note))
             return decoded, bad
-        example = "; ".join(reason for _, reason in bad[:3])
+        example = "; ".join(plain(reason) for _, reason in bad[:3])
         raise DataError(
             f"source {src.name!r}: every one of its {n} file(s) failed to load, so training "
             f"cannot draw a clip from it (first reasons: {example or 'see the bad-file report'}); "
@@ -323,7 +337,7 @@ class PretrainLoader:
         self.cfg = cfg = resolve_devices(cfg)
         self.dataset = PretrainDataset(cfg, seed, rank=rank, world_size=world_size)
         self.sampler = StepBatchSampler(
-            self.dataset.samples_per_epoch, cfg.batch_size, rank, world_size, start_step, micro_batches
+            self.dataset.samples_per_epoch, cfg.batch_size, rank, world_size, start_step, micro_batches, cfg.repeats
         )
         self.bad_files = bad_files
         self.next_step = start_step

@@ -37,10 +37,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import av
+from PIL import Image
+
 from levjepa.config import ConfigError
 from levjepa.data.badfiles import DataError
-from levjepa.data.sources import MediaItem, list_media
+from levjepa.data.encode import VideoWriter
+from levjepa.data.sources import MediaItem, list_media, media_kind
+from levjepa.data.video import FIXED_GOP_COMMENT, decode_clip, load_image, open_video, resized_shape, stream_fps
 from levjepa.data.workers import parallel_map
+from levjepa.weights import atomic_write_text
 
 __all__ = ["PrepareOptions", "PrepareResult", "output_is_valid", "plan_outputs", "prepare_file", "prepare_folder"]
 
@@ -93,9 +99,6 @@ def _even(x: int) -> int:
 
 def output_is_valid(path: str | os.PathLike) -> bool:
     """True when ``path`` exists and opens as a video with at least one decodable frame (or as an image)."""
-    from levjepa.data.sources import media_kind
-    from levjepa.data.video import decode_clip, load_image
-
     path = os.fspath(path)
     if not os.path.isfile(path):
         return False
@@ -114,11 +117,6 @@ def _partial_name(dst: Path) -> Path:
 
 
 def _prepare_video(src: str, dst: Path, opts: PrepareOptions) -> None:
-    import av
-
-    from levjepa.data.encode import VideoWriter
-    from levjepa.data.video import FIXED_GOP_COMMENT, open_video, resized_shape, stream_fps
-
     tmp = _partial_name(dst)
     written = 0
     try:
@@ -172,10 +170,6 @@ def _prepare_video(src: str, dst: Path, opts: PrepareOptions) -> None:
 
 
 def _prepare_image(src: str, dst: Path, opts: PrepareOptions) -> None:
-    from PIL import Image
-
-    from levjepa.data.video import load_image
-
     img = load_image(src, short_side=opts.short_side)
     tmp = _partial_name(dst)
     try:
@@ -237,19 +231,22 @@ def _run_one(task: tuple[MediaItem, Path, PrepareOptions]) -> tuple[str, str, st
         return ("failed", item.path, f"unreadable: {item.path}: {type(exc).__name__}: {exc}")
 
 
+def _failed(outcome: tuple[str, str, str]) -> bool:
+    return outcome[0] == "failed"
+
+
 def prepare_folder(
     src_dir: str | os.PathLike, dst_dir: str | os.PathLike, opts: PrepareOptions | None = None, *, workers: int = 1
 ) -> PrepareResult:
     """Prepare every media file under ``src_dir`` into ``dst_dir``; writes ``DST/prepare_report.json``."""
-    from levjepa.weights import atomic_write_text
-
     opts = opts or PrepareOptions()
     plan = plan_outputs(src_dir, dst_dir)
     dst_root = Path(dst_dir)
     dst_root.mkdir(parents=True, exist_ok=True)
     _remove_partials(dst_root)
     result = PrepareResult()
-    for status, path, reason in parallel_map(_run_one, [(it, out, opts) for it, out in plan], workers, desc="prepare"):
+    tasks = [(it, out, opts) for it, out in plan]
+    for status, path, reason in parallel_map(_run_one, tasks, workers, desc="prepare", failed=_failed):
         if status == "failed":
             result.failed.append((path, reason))
         else:

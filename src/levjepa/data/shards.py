@@ -41,6 +41,7 @@ with the next member of the same shard.
 
 from __future__ import annotations
 
+import bisect
 import io
 import json
 import os
@@ -58,6 +59,7 @@ from levjepa.data.sources import Decoded, MediaItem, decode_media, decode_option
 from levjepa.data.video import MemoryFile, load_image
 from levjepa.data.workers import parallel_map
 from levjepa.rng import make_generator
+from levjepa.weights import atomic_write_text
 
 __all__ = ["INDEX_NAME", "PackResult", "ShardIndex", "ShardSource", "is_shard_store", "pack", "read_index"]
 
@@ -118,8 +120,6 @@ class ShardIndex:
         return len(self.names)
 
     def shard_of(self, j: int) -> int:
-        import bisect
-
         return bisect.bisect_right(self.first, j) - 1
 
 
@@ -344,6 +344,10 @@ def _scan(path: Path) -> dict[str, list[Any]]:
     return cols
 
 
+def _any_failed(outcome: tuple[int, list[tuple[str, str]]]) -> bool:
+    return bool(outcome[1])
+
+
 def pack(
     items: list[MediaItem],
     dst: str | os.PathLike,
@@ -360,8 +364,6 @@ def pack(
     nearly equal runs; bytes are copied unchanged (prepare the videos first). Paths in the members'
     ``.json`` are relative to ``source_root`` when given.
     """
-    from levjepa.weights import atomic_write_text
-
     if shards < 1:
         raise ConfigError(f"--shards {shards}: expected >= 1")
     if not items:
@@ -381,7 +383,7 @@ def pack(
         for i in range(shards)
     ]
     result = PackResult(dst / INDEX_NAME, shards=shards)
-    for reused, failed in parallel_map(_write_shard, tasks, workers, desc="pack"):
+    for reused, failed in parallel_map(_write_shard, tasks, workers, desc="pack", unit="shard", failed=_any_failed):
         result.reused += reused
         result.failed += failed
     doc: dict[str, Any] = {"format": FORMAT, "version": 1, "shards": []}

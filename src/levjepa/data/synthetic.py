@@ -193,9 +193,9 @@ def _pool_cached(source: str, directory: str | None) -> ImagePool:
     if source == "fashion-mnist":
         where = directory if directory is not None else ", ".join(FASHION_MNIST_DIRS)
         raise DataError(
-            f"missing: synthetic.image_source='fashion-mnist' but no Fashion-MNIST idx files were found in {where}; "
+            f"missing: synthetic.image_source=fashion-mnist but no Fashion-MNIST idx files were found in {where}; "
             "install Debian's package (apt-get install dataset-fashion-mnist), point synthetic.fashion_mnist_dir "
-            "at the files, or use image_source='digits' / 'auto'"
+            "at the files, or set synthetic.image_source=digits (or auto)"
         )
     return _load_digits()
 
@@ -369,8 +369,9 @@ def _inside_start(
     hi = (cfg.size - side) - disp.max(dim=1).values
     if bool((hi < lo).any()):
         raise ConfigError(
-            f"synthetic.boundary='inside': a {side}-px object moving up to {float((hi - lo).neg().max()):.1f} px too "
-            "far does not fit the frame; lower object_scale or speed, or use boundary='wrap'"
+            f"synthetic.boundary=inside: a {side}-px object moving up to {float((hi - lo).neg().max()):.1f} px too "
+            "far does not fit the frame; lower synthetic.object_scale or synthetic.speed, or set "
+            "synthetic.boundary=wrap"
         )
     return lo + u * (hi - lo)
 

@@ -20,7 +20,8 @@ a worker of :func:`initializer` also ends when the main process does, a ``kill -
 * :func:`safe_map` — ``fn(key)`` for every key, in order, in those workers, as ``(key, value or None, the
   reason)``: a file that cannot be read (:data:`READ_ERRORS`) becomes a reason to report, never an exception
   that ends the job (feature stores, extraction, ``classify``, fine-tuning's training clips);
-* :func:`parallel_map` — ``[fn(x) for x in items]`` over a process pool (checking and preparing data);
+* :func:`parallel_map` — ``[fn(x) for x in items]`` over a process pool, with its progress (checking,
+  preparing and packing data);
 * :func:`start_context` — the multiprocessing context of a start method (the pretraining loader).
 """
 
@@ -35,11 +36,13 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Generic, TypeVar
 
 from torch.utils.data import DataLoader, Dataset
 
 from levjepa.data.badfiles import DataError
+from levjepa.data.progress import Progress
 
 __all__ = [
     "PRELOAD",
@@ -181,15 +184,33 @@ def safe_map(fn: Callable[[K], V], keys: Sequence[K], workers: int) -> Iterator[
     yield from (tuple(item) for item in decode_in_workers(_Safe(fn, keys), workers))  # a worker's tuple: a list
 
 
-def parallel_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int, *, desc: str = "") -> list[Any]:
-    """``[fn(x) for x in items]`` over ``workers`` processes (inline when ``workers <= 1``), with a progress bar
-    on a terminal. Results keep the order of ``items``."""
-    from concurrent.futures import ProcessPoolExecutor
-
-    from tqdm import tqdm
-
+def parallel_map(
+    fn: Callable[[Any], Any],
+    items: Iterable[Any],
+    workers: int,
+    *,
+    desc: str = "",
+    unit: str = "file",
+    failed: Callable[[Any], bool] | None = None,
+    progress: bool = True,
+) -> list[Any]:
+    """``[fn(x) for x in items]`` over ``workers`` processes (inline when ``workers <= 1``), with its progress
+    (:class:`levjepa.data.progress.Progress`: a bar on a terminal, lines off one; ``failed(result)`` counts
+    the failures it shows). Results keep the order of items."""
     items = list(items)
+    bar = Progress(len(items), desc or "work", unit, show=progress)
     if workers <= 1 or len(items) <= 1:
-        return [fn(x) for x in tqdm(items, desc=desc, disable=None, leave=False)]
+        return _collect(map(fn, items), bar, failed)
     with ProcessPoolExecutor(max_workers=workers, mp_context=start_context(), initializer=initializer()) as pool:
-        return list(tqdm(pool.map(fn, items, chunksize=1), total=len(items), desc=desc, disable=None, leave=False))
+        return _collect(pool.map(fn, items, chunksize=1), bar, failed)
+
+
+def _collect(results: Iterable[Any], bar: Progress, failed: Callable[[Any], bool] | None) -> list[Any]:
+    """The results as they come, each one advancing ``bar`` (its lines count the failures), then the last line."""
+    out, bad = [], 0
+    for result in results:
+        out.append(result)
+        bad += bool(failed is not None and failed(result))
+        bar.update(1, f"{bad} failed" if bad else "")
+    bar.close()
+    return out

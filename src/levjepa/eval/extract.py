@@ -67,10 +67,10 @@ from levjepa import distributed
 from levjepa.config import check, to_dict
 from levjepa.data import BadFileReport, DataError, list_media, normalize
 from levjepa.data.eval_clip import load_eval_clip, load_eval_video
+from levjepa.data.progress import Progress
 from levjepa.data.sources import MediaItem, media_kind, read_index_labels
 from levjepa.data.workers import safe_map
 from levjepa.eval.feature_writer import save_npy, write_shard
-from levjepa.eval.progress import Progress
 from levjepa.infer.encode import encode, frozen, function_fingerprint, precision
 from levjepa.infer.stream import StreamingEncoder
 from levjepa.model.vit import VideoEncoder

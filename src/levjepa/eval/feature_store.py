@@ -64,9 +64,9 @@ from levjepa import distributed
 from levjepa.config import check
 from levjepa.data import BadFileReport, DataError, MediaItem
 from levjepa.data.eval_clip import ViewSpec
+from levjepa.data.progress import Progress
 from levjepa.data.workers import safe_map
 from levjepa.eval.feature_writer import write_shard
-from levjepa.eval.progress import Progress
 from levjepa.infer.encode import encode
 from levjepa.model.vit import VideoEncoder
 from levjepa.weights import atomic_write_text, weights_fingerprint

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from levjepa.data.eval_clip import as_clip
-from levjepa.eval.progress import Progress
+from levjepa.data.progress import Progress
 from levjepa.infer.encode import encode
 from levjepa.model.vit import VideoEncoder
 from levjepa.weights import WeightsError, load_tensors, save_tensors, weights_fingerprint

@@ -24,8 +24,8 @@ Design:
   block-causal mask); a window covering the whole stream equals the plain forward. RoPE is relative for
   patch-patch scores and CLS sits at the newest slot, so a long stream with a window sees the same relative
   offsets as training clips of ``W`` frames.
-* :func:`stream_video` pushes a decoded video one tubelet at a time, reading CLS every ``every`` frames and
-  timing every push (``levjepa stream``).
+* :func:`stream_video` pushes a decoded video one tubelet at a time, reading CLS every ``every`` frames (and
+  after the last whole tubelet) and timing every push (``levjepa stream``).
 * Each push (and each ``cls()``) builds its block-causal mask once, as the additive bias every layer's SDPA
   call takes (``levjepa.model.attention.attn_bias``), ``[1, 1, L_new, L_cache + L_new]`` for the whole batch.
 * The cache grows by concatenation (one copy of the cached keys/values per push and layer); the
@@ -148,8 +148,12 @@ class StreamingEncoder:
 def stream_video(
     encoder: VideoEncoder, frames: torch.Tensor, *, window: int | None, every: int, device: str = "cpu"
 ) -> dict[str, torch.Tensor]:
-    """Push uint8 frames ``[F, H, W, 3]`` one tubelet at a time; returns readouts and per-push latencies."""
+    """Push uint8 frames ``[F, H, W, 3]`` one tubelet at a time; returns readouts and per-push latencies.
+    Frames past the last whole tubelet are left out; fewer frames than one tubelet raise ``ValueError``
+    (``levjepa stream`` pads a short video with its last frame first)."""
     tau = encoder.cfg.tubelet
+    if frames.shape[0] < tau:
+        raise ValueError(f"stream_video: {frames.shape[0]} frame(s), fewer than one tubelet ({tau} frames)")
     streamer = StreamingEncoder(encoder, window=window)
     cls, at, latency = [], [], []
     usable = (frames.shape[0] // tau) * tau

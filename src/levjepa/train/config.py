@@ -13,11 +13,18 @@ into ranks × micro-batches (GradCache, see ``levjepa.train.step``), so a run tr
 1 GPU or 24 and can resume on another GPU count. ``"local"`` is the official code's accumulation: one loss
 per micro-batch of ``data.batch_size × world_size`` clips, gradients averaged (N then depends on the
 hardware).
+
+A ``train.batch_size`` smaller than ``data.batch_size × world_size`` (a small dataset, a quick try) leaves
+nothing to accumulate: :func:`fit_micro_batch` lowers ``data.batch_size`` to ``train.batch_size /
+world_size`` and says so in one line, rather than asking for a second override; the run's ``config.json``
+records the value it ran with.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,7 +33,7 @@ from levjepa.data import DataConfig
 from levjepa.model import EncoderConfig
 from levjepa.objective import ObjectiveConfig
 
-__all__ = ["RESUMABLE", "OptimConfig", "PretrainConfig", "TrainConfig", "check_resume"]
+__all__ = ["RESUMABLE", "OptimConfig", "PretrainConfig", "TrainConfig", "check_resume", "fit_micro_batch"]
 
 
 @dataclass(frozen=True)
@@ -137,9 +144,29 @@ class PretrainConfig:
         check(
             self.train.batch_size % per_step == 0,
             f"train.batch_size ({self.train.batch_size}) must be a multiple of data.batch_size "
-            f"({self.data.batch_size}) x world size ({world_size})",
+            f"({self.data.batch_size}) x world size ({world_size}): set data.batch_size to a divisor of "
+            f"train.batch_size / world size (a multiple of data.repeats = {self.data.repeats}), or train.batch_size "
+            f"to a multiple of {per_step}",
         )
         return self.train.batch_size // per_step
+
+
+def fit_micro_batch(cfg: PretrainConfig, world_size: int, *, say: bool = True) -> PretrainConfig:
+    """``cfg`` with ``data.batch_size`` lowered to ``train.batch_size / world_size`` when the effective batch is
+    smaller than one micro-batch on every rank and that split is whole (a multiple of ``data.repeats``);
+    ``say``: print the one line that says so (stderr). Any other ``cfg`` is returned as it is."""
+    train, data = cfg.train.batch_size, cfg.data
+    per_rank, rest = divmod(train, world_size)
+    if train >= data.batch_size * world_size or rest or per_rank == 0 or per_rank % data.repeats:
+        return cfg
+    if say:
+        ranks = f" over {world_size} processes" if world_size > 1 else ""
+        print(
+            f"note: data.batch_size={data.batch_size} lowered to {per_rank}: train.batch_size={train} is the whole "
+            f"batch of one optimizer step{ranks}",
+            file=sys.stderr,
+        )
+    return dataclasses.replace(cfg, data=dataclasses.replace(data, batch_size=per_rank))
 
 
 # What `--resume` may change: how long the run goes on, what it logs and keeps, where its data comes from and

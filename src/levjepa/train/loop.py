@@ -40,7 +40,7 @@ from levjepa.model import Projector, VideoEncoder
 from levjepa.objective import Objective, build_objective, embedding_diagnostics, shift_invariant
 from levjepa.rng import sample_keys, seeded_init
 from levjepa.train import checkpoint as ckpt
-from levjepa.train.config import PretrainConfig
+from levjepa.train.config import PretrainConfig, fit_micro_batch
 from levjepa.train.ema import EMA
 from levjepa.train.lifecycle import Lifecycle, TrainingStopped, due
 from levjepa.train.optim import build_optimizer, lr_at
@@ -181,6 +181,7 @@ def _pretrain(
         )
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
+    cfg = fit_micro_batch(cfg, info.world_size, say=info.is_main)  # a train.batch_size below one micro-batch
     path = Path(run_dir) if run_dir is not None else default_run_dir(cfg.preset)
     check = functools.partial(check_pretrain_resume, cfg=cfg, world_size=info.world_size)
     with run_directory(path, info, resume=resume, overwrite=overwrite, check=check) as path:

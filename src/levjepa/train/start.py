@@ -11,12 +11,16 @@ own checkpoints, never these.
   (printed by the command, recorded in nothing else) says so.
 * The architecture comes from the source (:func:`with_architecture`): every field that changes the function
   the encoder computes, so the continued run computes the same function at step 0; what only concerns
-  training (token dropping, checkpointing, init) stays as the run's config says.
+  training (token dropping, checkpointing, init) stays as the run's config says. A field the user set
+  explicitly (on the command line or in a config file) to another value than the source's is refused in one
+  line naming it and the source's value: the run could not honour it, and training silently at the source's
+  width instead would be a wrong start. Defaults and presets do not count: they give way to the source.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
@@ -41,11 +45,20 @@ class StartWeights:
     description: str  # which copy of what, from where
 
 
-def with_architecture(model: EncoderConfig, start: StartWeights) -> EncoderConfig:
+def with_architecture(model: EncoderConfig, start: StartWeights, explicit: Collection[str] = ()) -> EncoderConfig:
     """``model`` with every function-defining field taken from the start weights' architecture (the projector's
-    sizes too when the source has a projector); :data:`TRAINING_ONLY` fields stay ``model``'s."""
+    sizes too when the source has a projector); :data:`TRAINING_ONLY` fields stay ``model``'s. ``explicit``:
+    the ``model`` fields the user set; one of them that the source overrules with another value is a
+    ``ConfigError``."""
     keep = set(TRAINING_ONLY) | (set() if start.projector is not None else {"proj_hidden", "proj_dim"})
     fields = {f.name: getattr(start.config, f.name) for f in dataclasses.fields(EncoderConfig) if f.name not in keep}
+    for name in sorted(set(explicit) & set(fields)):
+        if getattr(model, name) != fields[name]:
+            raise ConfigError(
+                f"model.{name}={getattr(model, name)}: model.init_from={model.init_from} has {name} = {fields[name]} "
+                f"and a continued run keeps the source's architecture; drop model.{name}, or leave out "
+                "model.init_from to train this architecture from scratch"
+            )
     return dataclasses.replace(model, **fields)
 
 
