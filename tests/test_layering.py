@@ -22,6 +22,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS: dict[str, int] = {
     # foundations: typed configs, explicit randomness, the on-disk contract, the only torch.distributed user
     "levjepa": 0,
+    "levjepa.version": 0,
     "levjepa.config": 0,
     "levjepa.rng": 0,
     "levjepa.weights": 0,

@@ -32,7 +32,6 @@ from typing import Any, Literal
 
 import torch
 
-from levjepa import __version__
 from levjepa.config import to_dict
 from levjepa.formats.classifier import HEAD_WEIGHTS, id2label, is_classifier, read_classifier, write_classifier
 from levjepa.formats.deploy import DeployConfig, check_deploy, export_onnx, export_pt2
@@ -47,6 +46,7 @@ from levjepa.formats.load import (
 )
 from levjepa.model import EncoderConfig
 from levjepa.train.config import PretrainConfig
+from levjepa.version import __version__
 from levjepa.weights import (
     CONFIG,
     HUB_WEIGHTS,
