@@ -11,11 +11,11 @@ other name below resolves on first use, so ``import levjepa`` is cheap. ``levjep
 convention (``model(pixel_values=video).last_hidden_state``), or a ``LeVJEPAForVideoClassification`` for a
 fine-tuned classifier.
 
-**transformers, in either import order.** ``import levjepa`` asks ``wrapt`` for a post-import hook on
-transformers' auto classes (``transformers.models.auto.configuration_auto``, what ``AutoConfig`` and every
-``AutoModel*`` import first): the moment they are imported — before levjepa, after it, or never — the hook
-resolves ``levjepa.register_transformers`` (``levjepa.formats.hub``) and registers the ``levjepa`` model type
-with ``AutoConfig`` / ``AutoModel`` / ``AutoModelForVideoClassification`` / ``AutoImageProcessor``. So
+**transformers, in either import order.** ``import levjepa`` asks ``wrapt`` for post-import hooks on
+transformers' auto modules (``configuration_auto``, where ``AutoConfig`` lives, and ``modeling_auto``, the
+``AutoModel*`` classes): the moment each is imported — before levjepa, after it, or never — the hook resolves
+``levjepa.register_transformers`` (``levjepa.formats.hub``) and registers the ``levjepa`` model type with it
+(``AutoConfig``; ``AutoModel`` and ``AutoModelForVideoClassification``). So
 ``import levjepa, transformers`` and ``import transformers, levjepa`` both load levjepa exports and the
 released official checkpoint without remote code, and a program that never touches transformers never
 imports it. Without wrapt (it is a dependency), ``levjepa.register_transformers()`` does it by hand.
@@ -42,7 +42,8 @@ _LAZY = {
     "VideoEncoder": "levjepa.model",
     "EncoderConfig": "levjepa.model",
 }
-TRANSFORMERS_AUTO = "transformers.models.auto.configuration_auto"  # imported before any Auto* class is usable
+# transformers' modules defining AutoConfig and the AutoModel* classes: imported before any of them is usable
+TRANSFORMERS_AUTO = ("transformers.models.auto.configuration_auto", "transformers.models.auto.modeling_auto")
 
 __all__ = ["TORCH_FLOOR", "__version__", "check_torch", "release", *_LAZY]
 
@@ -54,8 +55,8 @@ def __getattr__(name: str) -> Any:
 
 
 def _on_transformers(module: ModuleType) -> None:
-    """The post-import hook: transformers' auto classes exist now; register levjepa's types with them."""
-    __getattr__("register_transformers")()
+    """The post-import hook: one of transformers' auto modules exists now; register levjepa's types with it."""
+    __getattr__("register_transformers")(module.__name__)
 
 
 def _watch_transformers() -> None:
@@ -63,7 +64,8 @@ def _watch_transformers() -> None:
         import wrapt
     except ImportError:  # levjepa.register_transformers() by hand
         return
-    wrapt.register_post_import_hook(_on_transformers, TRANSFORMERS_AUTO)
+    for name in TRANSFORMERS_AUTO:
+        wrapt.register_post_import_hook(_on_transformers, name)
 
 
 _watch_transformers()

@@ -73,6 +73,7 @@ __all__ = [
     "official_state_shapes",
     "read_official",
     "released_config",
+    "to_levjepa",
 ]
 
 # heads of the official factories (module.py vit_tiny ... vit_gigantic), by name and by width
@@ -393,8 +394,10 @@ def _config(enc: Mapping[str, torch.Tensor], stated: Mapping[str, Any], over: Ov
         raise WeightsError(f"{where}: {err}") from err
 
 
-def convert_encoder(enc: Mapping[str, torch.Tensor], cfg: EncoderConfig) -> dict[str, torch.Tensor]:
-    """Official encoder tensors -> levjepa ``VideoEncoder`` state dict (``cfg.rope_layout == "vjepa2"``)."""
+def to_levjepa(enc: Mapping[str, torch.Tensor], cfg: EncoderConfig) -> dict[str, torch.Tensor]:
+    """Official encoder tensors -> levjepa ``VideoEncoder`` tensors (``cfg.rope_layout == "vjepa2"``), as a
+    differentiable function of its inputs: the Conv kernel viewed as one Linear, the query and key rows of each
+    ``qkv`` permuted into levjepa's RoPE pair order (values as they are)."""
     out = {}
     hd, order = cfg.head_dim, vjepa2_channel_order(cfg.head_dim)
     for key, value in enc.items():
@@ -404,10 +407,16 @@ def convert_encoder(enc: Mapping[str, torch.Tensor], cfg: EncoderConfig) -> dict
             value = value.reshape(value.shape[0], -1)  # [D, C·τ·p·p]: the Conv kernel as one Linear
         elif re.fullmatch(r"blocks\.\d+\.attn\.qkv\.(weight|bias)", key):
             parts = value.reshape(3, cfg.heads, hd, *value.shape[1:])  # (q | k | v, head, channel, ...)
-            parts = torch.stack([parts[0][:, order], parts[1][:, order], parts[2]])  # q, k permuted; v as it is
+            idx = order.to(value.device)
+            parts = torch.stack([parts[0][:, idx], parts[1][:, idx], parts[2]])  # q, k permuted; v as it is
             value = parts.reshape(value.shape)
-        out[key] = value.detach().clone().to(torch.float32).contiguous()
+        out[key] = value
     return out
+
+
+def convert_encoder(enc: Mapping[str, torch.Tensor], cfg: EncoderConfig) -> dict[str, torch.Tensor]:
+    """Official encoder tensors -> a levjepa ``VideoEncoder`` state dict of its own (float32, contiguous)."""
+    return {k: v.detach().clone().to(torch.float32).contiguous() for k, v in to_levjepa(enc, cfg).items()}
 
 
 def convert_projector(proj: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -67,7 +67,7 @@ class Origin:
         """``source``, ``revision``, ``file`` and ``sha256`` (checked against ``sha256`` and :data:`RELEASES`)."""
         file = self.weights_file()
         digest = sha256_of(file) if file is not None else None
-        want = sha256 or (RELEASES.get((self.repo_id, self.revision)) if self.repo_id else None)
+        want = sha256 or (RELEASES.get((self.repo_id, self.revision or "")) if self.repo_id else None)
         if want is not None and digest != want.lower():
             named = f"{self.source}@{self.revision}" if self.revision else self.source
             raise WeightsError(
