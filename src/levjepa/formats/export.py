@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -443,6 +443,7 @@ def export_encoder(
     dtype: Literal["fp32", "fp16"] = "fp32",
     quantize: Literal["none", "int8"] = "none",
     opset: int = 18,
+    say: Callable[[str], None] | None = None,
 ) -> LoadedEncoder:
     """Write the hub layout to ``out`` for the encoder at ``source`` (a run, a checkpoint, an export, official
     weights, a fine-tuned classifier with its head), and with ``graphs`` the deployment graphs beside it
@@ -481,9 +482,11 @@ def export_encoder(
         classifier=head,
         head_state=None if head is None else load_tensors(Path(source) / HEAD_WEIGHTS)[0],
     )
-    if graphs != "none" and deploy is not None:
-        write = export_onnx if graphs == "onnx" else export_pt2
-        record = write(loaded.encoder, out, deploy)
+    if graphs == "onnx" and deploy is not None:
+        record = export_onnx(loaded.encoder, out, deploy, preprocessing=to_dict(pre), say=say)
+    elif graphs == "pt2" and deploy is not None:
+        record = export_pt2(loaded.encoder, out, deploy)
+    if deploy is not None:
         path = Path(out) / CONFIG
         write_json(path, {**read_json(path), "deploy": record})
     return loaded
