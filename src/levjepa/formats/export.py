@@ -329,8 +329,9 @@ def _classifier_card(record: ClassifierRecord, source: str) -> dict[str, Any]:
     """What the card says of a classifier: labels, head, accuracy (the fine-tuning's ``results.json`` beside
     ``best/`` adds the test accuracy)."""
     trained = dict(record.trained)
-    results = Path(source).parent / "results.json" if source else None
-    if results is not None and results.is_file():
+    folder = Path(source).parent if Path(source).is_file() else Path(source)  # best/ (source: its weights file)
+    results = folder.parent / "results.json"
+    if source and results.is_file():
         data = read_json(results)
         if data.get("best_step") == trained.get("step") and isinstance(data.get("test_acc"), int | float):
             trained["test_acc"] = data["test_acc"]

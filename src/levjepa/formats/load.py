@@ -535,7 +535,7 @@ def load_official(
         source=str(record["source"]),
         kind="official",
         weights=official.copy,
-        note=official.note,
+        note=f"{official.note}; official LeVJEPA weights, imported on the fly",
         imported_from={
             **record,
             "copy": official.copy,
