@@ -260,3 +260,82 @@ def test_the_head_config_is_stored_with_the_export(tmp_path):
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["architectures"] == ["LeVJEPAForVideoClassification"]
     assert config["head"] == to_dict(HeadConfig(dim=32, num_classes=3)) and config["id2label"]["2"] == "jump"
+
+
+# ------------------------------------------------------------------------------ the README's hub blocks, run
+
+README = (TESTS.parent / "README.md").read_text()
+PINNED = "e831a0347737fcaa660b39c57d41c109de399845"
+
+
+def _readme_block(marker: str) -> str:
+    import re
+
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", README, flags=re.S) if marker in b]
+    return block
+
+
+def _offline_script(tmp_path: Path, code: str) -> str:
+    env = {"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "cache"),
+           "HOME": str(tmp_path)}  # fmt: skip
+    (tmp_path / "block.py").write_text(code)
+    run = subprocess.run([sys.executable, str(tmp_path / "block.py")], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout
+
+
+def test_the_readme_block_loads_the_released_repo_without_remote_code(tmp_path):
+    from test_official import FAKE_REV, hub_cache
+
+    t = fixture(1)
+    hub_cache(tmp_path / "cache", t, FAKE_REV)  # the fixture under the released name (another revision: other bytes)
+    torch.save(t, tmp_path / "t.pt")
+    block = _readme_block("galilai-group/LeVJEPA-VideoMix-Large")
+    assert PINNED in block and "trust_remote_code" not in block
+    preamble = "import torch\nt = torch.load('t.pt')\nvideo = t['input.video']\n"
+    checks = "\nassert (out.last_hidden_state - t['output.block_causal']).abs().max() < 1e-5\n"
+    checks += "assert torch.allclose(model(pixel_values=video).last_hidden_state, out.last_hidden_state, atol=1e-5)\n"
+    checks += "print(model.weights_info)\n"
+    out = _offline_script(tmp_path, preamble + block.replace(PINNED, FAKE_REV) + checks)
+    assert f"@{FAKE_REV} (sha256 " in out
+
+
+def test_a_fine_tuned_classifier_is_published_and_the_readme_block_loads_it_back(tmp_path, monkeypatch, capsys):
+    """`levjepa export ft/best --out clf --push-to-hub ORG/NAME` goes through huggingface_hub's create_repo and
+    upload_folder (replaced here by a hub that files the upload in a local cache); the README's block then
+    loads it back offline, with levjepa and with AutoModelForVideoClassification."""
+    import shutil
+
+    import huggingface_hub
+
+    repo_id, revision = "my-org/levjepa-actions", "89abcdef0123456789abcdef0123456789abcdef"
+    pushed = []
+
+    def create_repo(repo_id, repo_type=None, private=False, exist_ok=False, **_):
+        pushed.append(("create", repo_id, repo_type, private))
+
+    def upload_folder(repo_id, folder_path, repo_type=None, commit_message=None, **_):
+        repo = tmp_path / "cache" / ("models--" + repo_id.replace("/", "--"))
+        shutil.copytree(folder_path, repo / "snapshots" / revision)
+        (repo / "refs").mkdir(parents=True)
+        (repo / "refs" / "main").write_text(revision)
+        pushed.append(("upload", repo_id, repo_type, commit_message))
+        return f"https://hub.example/{repo_id}/commit/{revision}"
+
+    monkeypatch.setattr(huggingface_hub, "create_repo", create_repo)
+    monkeypatch.setattr(huggingface_hub, "upload_folder", upload_folder)
+    run = make_run_dir(tmp_path)
+    best = _finetuned(tmp_path, run)
+    assert main(["export", str(best), "--out", str(tmp_path / "clf"), "--push-to-hub", repo_id, "--private"]) == 0
+    assert pushed[0] == ("create", repo_id, "model", True) and pushed[1][:3] == ("upload", repo_id, "model")
+    assert f"pushed {tmp_path / 'clf'} -> {repo_id}" in capsys.readouterr().out
+    frames = _clip(load_encoder(run).config, 9, batch=2).transpose(1, 2)  # [B, T, C, H, W]
+    with torch.no_grad():
+        want = load_classifier(best).model(frames.transpose(1, 2))
+    torch.save({"frames": frames, "want": want}, tmp_path / "f.pt")
+    preamble = "import torch\nd = torch.load('f.pt')\nframes = d['frames']\n"
+    checks = "\nassert torch.allclose(logits, d['want'], atol=1e-5)\n"
+    checks += "assert torch.allclose(clf(pixel_values_videos=frames).logits, logits, atol=1e-5)\n"
+    out = _offline_script(tmp_path, preamble + _readme_block("my-org/levjepa-actions") + checks)
+    assert out.strip() in ("walk", "run", "jump")
