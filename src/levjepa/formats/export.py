@@ -7,14 +7,18 @@ An export is a directory ``huggingface_hub`` and its users recognise, holding no
                                  aliases (hidden_size, num_hidden_layers, num_attention_heads, ...), the
                                  preprocessing, which weights (copy, note, step, source) and where they came
                                  from ("run_config", "imported_from", "init_from")
-    DIR/model.safetensors        the VideoEncoder's state dict (levjepa names, no prefix; metadata format "pt")
-    DIR/preprocessor_config.json mean, std, rescale factor, input size, frames and frame stride of a clip
+    DIR/model.safetensors        the VideoEncoder's state dict (levjepa names, no prefix; metadata format "pt");
+                                 a classifier's: ``encoder.*`` + its head's ``head.*`` (the transformers names)
+    DIR/preprocessor_config.json transformers' VideoMAEImageProcessor (AutoImageProcessor, no torchvision needed): mean,
+                                 std, rescale, short-side resize + centre crop; frames and frame stride of a clip
     DIR/README.md                YAML front matter (library_name: levjepa, tags, pipeline_tag, license, the
                                  run's data) and the model card, with the run's probe table when it has one
     DIR/projector.safetensors    only when asked (``--with-projector``) or imported: the training projector,
                                  for continued pretraining (``model.init_from=DIR``)
 
-Publishing is the user's ``huggingface-cli upload ORG/NAME DIR``. ``levjepa.load(DIR)``,
+A fine-tuned classifier's export adds ``classifier.json`` + ``head.safetensors`` (``levjepa classify``), ``head``
+and ``id2label`` in ``config.json`` and a classifier's card. ``levjepa export --push-to-hub ORG/NAME``
+publishes with huggingface_hub (``levjepa.formats.hub.push_to_hub``). ``levjepa.load(DIR)``,
 ``levjepa.from_pretrained(DIR)`` and, with transformers installed, ``AutoModel.from_pretrained(DIR)`` read it
 back; exports written before this layout (``encoder.safetensors`` + ``MODEL_CARD.md``) still load.
 
@@ -362,7 +366,8 @@ def write_export(
 ) -> Path:
     """Write the hub layout (module docstring) to ``out`` (created; every file written atomically); ``extra``
     adds keys to ``config.json``. A ``classifier`` (its record and ``head_state``) makes the export a
-    classifier's: ``head.*`` beside the encoder's tensors in ``model.safetensors``, ``head`` and ``id2label``
+    classifier's: ``encoder.*`` and ``head.*`` in ``model.safetensors`` (the names of the transformers model),
+    ``head`` and ``id2label``
     in ``config.json`` (what ``AutoModelForVideoClassification`` reads), ``classifier.json`` +
     ``head.safetensors`` (what ``levjepa classify`` reads) and a classifier's card."""
     out = Path(out)
@@ -393,8 +398,9 @@ def write_export(
         **dict(extra or {}),
     }
     tensors = dict(encoder_state)
-    if classifier is not None and head_state is not None:
+    if classifier is not None and head_state is not None:  # the names transformers' save_pretrained writes
         record.update({"head": to_dict(classifier.head), **id2label(classifier.labels)})
+        tensors = {f"encoder.{k}": v for k, v in encoder_state.items()}
         tensors.update({f"head.{k}": v for k, v in head_state.items()})
     meta = {"format": "pt", "levjepa_format": HUB_FORMAT, "encoder_config": to_dict(config), "weights": weights}
     save_tensors(out / HUB_WEIGHTS, tensors, meta)

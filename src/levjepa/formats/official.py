@@ -33,9 +33,18 @@ Keys are matched by name below any prefix (``encoder.``, ``backbone.``, ``model.
 Verified against the reference code (``tests/fixtures/official``: outputs of the official ``module.py`` on
 random weights, every token within 1e-5): the encoder at τ = 1 and 2, block-causal and full attention, an
 image model, and the projector in both BatchNorm modes; the ``.ckpt`` layout follows the official ``main.py``
-and config. Not verified (the hub repository ships its own remote code and config schema, which cannot be
-read from here): the key prefix and config keys of ``galilai-group/LeVJEPA-VideoMix-Large``; they are matched
-by the rules above.
+and config. The released checkpoint ``galilai-group/LeVJEPA-VideoMix-Large`` (revision ``e831a03…``, pinned
+with its SHA-256 in ``levjepa.formats.origin``) states its encoder at the top level of its ``config.json`` in
+the official ``VisionTransformer``'s argument names (:data:`RELEASED_KEYS`, ``model_type: levjepa``) and holds
+293 tensors under ``encoder.``: :func:`released_config` builds its encoder from the config alone,
+:func:`official_state_shapes` names its tensors (the contract ``tests/test_official.py`` pins at ViT-L on the
+meta device, 303,099,904 parameters), and the fixture in that layout goes through ``AutoModel`` and the
+importer alike.
+
+Settings are read from the **encoder's own section** of a source's config only (:func:`encoder_section`: the
+top level of a hub ``config.json``, a training config's ``model``): an optimizer's ``eps`` or a probe's
+``num_heads`` elsewhere in the file is never taken for the encoder's. A config that contradicts the tensors
+(width, depth, patch, channels, tubelet) is refused in one line.
 
 A ``.ckpt`` is a pickle: it is read with ``torch.load(weights_only=True)`` (plain containers, tensors and
 a short allow-list), never unpickled freely unless the caller opts in (``trust_pickle=True``,
