@@ -31,6 +31,34 @@ def exported(tmp_path_factory):
     return run, root / "onnx"
 
 
+def test_onnx_graphs_carry_their_contract_in_metadata_props(exported):
+    """A runtime with only the .onnx file reads the preprocessing, the tubelet and what `slot` counts; the values
+    are the export's config.json's, so a graph of another geometry or preprocessing would disagree."""
+    _, out = exported
+    config = json.loads((out / "config.json").read_text())
+    pre, deploy = config["preprocessing"], config["deploy"]
+    for name, graph in (("clip_encoder.onnx", "clip_encoder"), (STREAM_ONNX, "stream_step")):
+        meta = ort.InferenceSession(str(out / name)).get_modelmeta().custom_metadata_map
+        assert meta["graph"] == graph and json.loads(meta["inputs"]) == deploy[graph]["inputs"]
+        assert json.loads(meta["mean"]) == pre["mean"] and json.loads(meta["std"]) == pre["std"]
+        assert int(meta["tubelet"]) == deploy["tubelet"] and int(meta["height"]) == SIZE
+        assert int(meta["num_frames"]) == pre["num_frames"] and meta["levjepa_version"] == config["levjepa_version"]
+    assert int(meta["window"]) == WINDOW and "temporal slot" in meta["slot"]
+    assert "slot" not in ort.InferenceSession(str(out / "clip_encoder.onnx")).get_modelmeta().custom_metadata_map
+
+
+def test_export_onnx_says_a_line_before_and_after_each_graph(tmp_path, capsys):
+    run = make_run_dir(tmp_path)
+    assert (
+        main(["export", str(run), "--out", str(tmp_path / "x"), "--format", "onnx", "--window", "2", "--size", "16"])
+        == 0
+    )
+    err = capsys.readouterr().err.splitlines()
+    said = [line.split()[0:2] for line in err if line.startswith(("exporting", "wrote"))]
+    assert said == [["exporting", "clip_encoder.onnx"], ["wrote", str(tmp_path / "x" / "clip_encoder.onnx")],
+                    ["exporting", "stream_step.onnx"], ["wrote", str(tmp_path / "x" / "stream_step.onnx")]]  # fmt: skip
+
+
 def _video(seed: int, frames: int = 10, batch: int = 1) -> torch.Tensor:
     return torch.randn(batch, 3, frames, SIZE, SIZE, generator=torch.Generator().manual_seed(seed))
 

@@ -41,9 +41,12 @@ def test_from_pretrained_gives_the_official_outputs_of_the_run_encoder(export):
     assert torch.equal(out_.last_hidden_state[:, 0], feats.cls) and torch.equal(out_.pooler_output, feats.cls)
     assert torch.equal(out_.last_hidden_state[:, 1:], feats.patches)  # every patch token, (t, y, x) order
     assert torch.equal(out_["pooler_output"], out_[1]) and list(out_.keys()) == ["last_hidden_state", "pooler_output"]
-    # hidden states: the embedding-free block outputs before the final norm; the last one normed is the output
+    # hidden states: the embeddings, then every block's output before the final norm (depth + 1, transformers'
+    # convention); the last one normed is the output
     hs = model(x, output_hidden_states=True)
-    assert len(hs.hidden_states) == source.cfg.depth
+    assert len(hs.hidden_states) == source.cfg.depth + 1
+    blocks = source.get_intermediate_layers(x, [0, 1], norm=False)
+    assert all(torch.equal(h, b.tokens) for h, b in zip(hs.hidden_states[1:], blocks, strict=True))
     assert torch.allclose(source.norm(hs.hidden_states[-1]), out_.last_hidden_state, atol=1e-6)
     # an image batch is one frame per clip
     img = model(pixel_values=x[:, :, 0])

@@ -18,10 +18,12 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 # unit -> floor. A module belongs to the longest unit that names it or a package above it; the root
-# ``levjepa`` (its __init__: the version and lazily resolved names) is its own unit.
+# ``levjepa`` (its __init__: a face of lazily resolved names over every floor) is its own unit, on top: at
+# import time it imports levjepa.version only, and nothing in the package imports it.
 LAYERS: dict[str, int] = {
-    # foundations: typed configs, explicit randomness, the on-disk contract, the only torch.distributed user
-    "levjepa": 0,
+    # foundations: what levjepa is (version, torch floor), typed configs, explicit randomness, the on-disk
+    # contract, the only torch.distributed user
+    "levjepa.version": 0,
     "levjepa.config": 0,
     "levjepa.rng": 0,
     "levjepa.weights": 0,
@@ -47,6 +49,8 @@ LAYERS: dict[str, int] = {
     # the console script and `python -m levjepa`
     "levjepa.cli": 7,
     "levjepa.__main__": 7,
+    # the face: levjepa.load, levjepa.from_pretrained, ... resolved on first use
+    "levjepa": 8,
 }
 DISTRIBUTED_OWNER = "levjepa.distributed"
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from levjepa.cli import main
 from levjepa.commands import import_weights
 from levjepa.formats.load import load_encoder, load_projector
 from levjepa.formats.official import Overrides, read_official
@@ -43,6 +46,38 @@ def hub_folder(root: Path, t: dict[str, torch.Tensor], prefix: str, config: dict
     save_file(official_encoder(t, prefix), str(root / "model.safetensors"), metadata={"format": "pt"})
     if config is not None:
         (root / "config.json").write_text(json.dumps(config))
+    return root
+
+
+def released_config(tau: int, mode: str, **sizes) -> dict:
+    """config.json in the released checkpoint's schema (model_type levjepa, the official VisionTransformer's
+    arguments, remote code named in auto_map), at the fixture's size unless ``sizes`` say otherwise."""
+    config = {
+        "model_type": "levjepa",
+        "architectures": ["LeVJEPAModel"],
+        "auto_map": {"AutoConfig": "configuration_levjepa.LeVJEPAConfig", "AutoModel": "modeling_levjepa.LeVJEPAModel"},
+        "img_size": 32,
+        "patch_size": 8,
+        "num_frames": 8,
+        "tubelet_size": tau,
+        "in_chans": 3,
+        "embed_dim": 96,
+        "depth": 2,
+        "num_heads": 3,
+        "mlp_ratio": 4.0,
+        "qkv_bias": True,
+        "attn_mode": mode,
+        "token_drop_rate": 0.95,
+        "torch_dtype": "float32",
+    }
+    return {**config, **sizes}
+
+
+def released_folder(root: Path, t: dict[str, torch.Tensor], tau: int, mode: str) -> Path:
+    """An official model in the released checkpoint's layout: released_config + the encoder under ``encoder.``."""
+    root.mkdir(parents=True)
+    save_file(official_encoder(t, "encoder."), str(root / "model.safetensors"), metadata={"format": "pt"})
+    (root / "config.json").write_text(json.dumps(released_config(tau, mode)))
     return root
 
 
@@ -231,3 +266,174 @@ def test_streaming_an_imported_model_equals_its_full_forward(tmp_path):
     want = t["output.block_causal"]
     assert (stream.cls() - want[:, 0]).abs().max().item() < 1e-5  # CLS read out after the last frame
     assert (torch.cat(patches, dim=1) - want[:, 1:]).abs().max().item() < 1e-5  # every frame's patches
+
+
+# ---------------------------------------------------------------------------- the released checkpoint's contract
+
+VIT_L = released_config(1, "block_causal", img_size=224, patch_size=16, num_frames=16, embed_dim=1024, depth=24,
+                        num_heads=16)  # fmt: skip
+
+
+def released_vit_l_names() -> dict[str, tuple[int, ...]]:
+    """The released ViT-L's tensors as its model card and the official VisionTransformer define them: 293 under
+    ``encoder.``, written out here from the architecture (Conv3d kernel (1, 16, 16), no pos_embed with RoPE)."""
+    d, h = 1024, 4096
+    names = {"encoder.cls_token": (1, 1, d), "encoder.patch_embed.proj.weight": (d, 3, 1, 16, 16)}
+    names["encoder.patch_embed.proj.bias"] = (d,)
+    for i in range(24):
+        b = f"encoder.blocks.{i}."
+        for norm in ("norm1", "norm2"):
+            names[b + norm + ".weight"] = names[b + norm + ".bias"] = (d,)
+        names[b + "attn.qkv.weight"], names[b + "attn.qkv.bias"] = (3 * d, d), (3 * d,)
+        names[b + "attn.proj.weight"], names[b + "attn.proj.bias"] = (d, d), (d,)
+        names[b + "mlp.fc1.weight"], names[b + "mlp.fc1.bias"] = (h, d), (h,)
+        names[b + "mlp.fc2.weight"], names[b + "mlp.fc2.bias"] = (d, h), (d,)
+    names["encoder.norm.weight"] = names["encoder.norm.bias"] = (d,)
+    return names
+
+
+def test_the_released_vit_l_contract_on_the_meta_device():
+    """The pinned contract of galilai-group/LeVJEPA-VideoMix-Large (revision e831a03…): its config keys, 293
+    tensors under encoder. with these shapes, 303,099,904 parameters; AutoModel builds exactly that layout from
+    the config, and the importer loads it strictly into levjepa's encoder — all without a single weight."""
+    from transformers import AutoModel
+
+    from levjepa.formats.official import RELEASED_KEYS, official_model, official_state_shapes, released_config
+    from levjepa.formats.origin import RELEASES
+    from levjepa.formats.transformers_config import LeVJEPAConfig
+    from levjepa.model import VideoEncoder
+
+    want = released_vit_l_names()
+    assert len(want) == 293 and sum(torch.Size(s).numel() for s in want.values()) == 303_099_904
+    assert set(RELEASED_KEYS) <= set(VIT_L) and VIT_L["model_type"] == "levjepa"
+    assert RELEASES[("galilai-group/LeVJEPA-VideoMix-Large", "e831a0347737fcaa660b39c57d41c109de399845")] == (
+        "da8bd836ce6532e1b0074ee5a6a46c65b67103f96323529ec4195be1538edc7d"
+    )
+    assert {f"encoder.{k}": v for k, v in official_state_shapes(VIT_L).items()} == want
+    with torch.device("meta"):
+        auto = AutoModel.from_config(LeVJEPAConfig(**VIT_L))
+    assert {k: tuple(v.shape) for k, v in auto.state_dict().items()} == want  # what from_pretrained loads strictly
+    assert sum(p.numel() for p in auto.parameters()) == 303_099_904
+    tensors = {k: torch.empty(s, device="meta") for k, s in want.items()}
+    official = official_model({"published": tensors}, VIT_L, Path("model.safetensors"))
+    cfg = official.config
+    assert cfg == released_config(VIT_L)  # the importer and AutoModel build the same encoder
+    assert (cfg.dim, cfg.depth, cfg.heads, cfg.tubelet, cfg.attention, cfg.rope_layout) == (
+        1024, 24, 16, 1, "block_causal", "vjepa2"
+    )  # fmt: skip
+    with torch.device("meta"):
+        encoder = VideoEncoder(cfg)
+    encoder.load_state_dict(official.encoder, strict=True, assign=True)
+    assert sum(p.numel() for p in encoder.parameters()) == 303_099_904
+
+
+def test_settings_are_read_from_the_encoders_own_section_only(tmp_path):
+    """Decoys in other sections (an optimizer's eps, a probe's num_heads, an attn_mode of a teacher) are never
+    read: a checkpoint whose model section lacks the heads is asked for --heads, not given the probe's 7."""
+    t = fixture(1)
+    decoys = {"optimizer": {"eps": 1e-8, "lr": 4e-4}, "probe": {"num_heads": 7, "attn_mode": "full"}}
+    named = {"model": {"name": "vit_tiny", "attn_mode": "block_causal"}, **decoys}
+    ckpt = lightning_checkpoint(t, tmp_path / "a.ckpt")
+    obj = torch.load(ckpt, weights_only=False)
+    obj["hyper_parameters"] = named
+    torch.save(obj, ckpt)
+    cfg = read_official(ckpt).config
+    assert (cfg.heads, cfg.norm_eps, cfg.attention) == (3, 1e-6, "block_causal")
+    obj["hyper_parameters"] = {"model": {"tubelet_size": 1}, **decoys}
+    torch.save(obj, ckpt)
+    with pytest.raises(WeightsError, match=r"attention heads \(--heads N.*attention mode"):
+        read_official(ckpt)
+    # a hub config.json states its encoder at the top level; a nested section there is not the encoder's
+    folder = hub_folder(tmp_path / "hub", t, "encoder.", {"attn_mode": "full", "probe": {"num_heads": 3}})
+    with pytest.raises(WeightsError, match="--heads"):
+        read_official(folder)
+    folder2 = hub_folder(tmp_path / "hub2", t, "", {"num_heads": 3, "attn_mode": "full", "layer_norm_eps": 1e-5})
+    assert read_official(folder2).config.norm_eps == 1e-5  # the encoder's own eps is read
+
+
+def test_a_config_that_contradicts_its_weights_is_refused(tmp_path):
+    t = fixture(1)
+    bad = {**released_config(1, "full"), "embed_dim": 128}
+    folder = hub_folder(tmp_path / "hub", t, "encoder.", bad)
+    with pytest.raises(WeightsError, match="embed_dim=128, the weights have 96"):
+        read_official(folder)
+
+
+# ----------------------------------------------------------------------------- the hub cache, offline
+
+REPO, FAKE_REV = "galilai-group/LeVJEPA-VideoMix-Large", "0123456789abcdef0123456789abcdef01234567"
+
+
+def hub_cache(root: Path, t: dict[str, torch.Tensor], revision: str) -> Path:
+    """A huggingface_hub cache holding the fixture in the released layout as REPO at ``revision``."""
+    repo = root / ("models--" + REPO.replace("/", "--"))
+    released_folder(repo / "snapshots" / revision, t, 1, "block_causal")
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(revision)
+    return root
+
+
+OFFLINE_SCRIPT = """
+import json, sys, torch
+import levjepa
+from levjepa.cli import main
+from transformers import AutoModel
+repo, rev, video, out = sys.argv[1], sys.argv[2], torch.load(sys.argv[3]), sys.argv[4]
+model = levjepa.from_pretrained(repo, revision=rev)
+auto = AutoModel.from_pretrained(repo, revision=rev)
+with torch.no_grad():
+    a = model(pixel_values=video["x"]).last_hidden_state
+    b = auto(pixel_values=video["x"]).last_hidden_state
+assert main(["import", repo, "--revision", rev, "--out", out]) == 0
+print(json.dumps({"info": model.weights_info, "ours": (a - video["want"]).abs().max().item(),
+                  "auto": (b - video["want"]).abs().max().item()}))
+"""
+
+
+def _offline(tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "PATH": "/usr/bin:/bin",
+           "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "cache"), "HOME": str(tmp_path)}  # fmt: skip
+    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_the_released_repo_loads_offline_from_the_hub_cache_with_its_origin_recorded(tmp_path):
+    import hashlib
+
+    t = fixture(1)
+    hub_cache(tmp_path / "cache", t, FAKE_REV)
+    torch.save({"x": t["input.video"], "want": t["output.block_causal"]}, tmp_path / "video.pt")
+    run = _offline(tmp_path, OFFLINE_SCRIPT, REPO, FAKE_REV, str(tmp_path / "video.pt"), str(tmp_path / "imported"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["ours"] < 1e-5 and got["auto"] < 1e-5
+    weights = tmp_path / "cache" / ("models--" + REPO.replace("/", "--")) / "snapshots" / FAKE_REV / "model.safetensors"
+    sha = hashlib.sha256(weights.read_bytes()).hexdigest()
+    assert f"{REPO}@{FAKE_REV} (sha256 {sha})" in got["info"]
+    # every export made from the import records the same origin, in config.json and the card
+    assert main(["export", str(tmp_path / "imported"), "--out", str(tmp_path / "again")]) == 0
+    for folder in ("imported", "again"):
+        origin = json.loads((tmp_path / folder / "config.json").read_text())["imported_from"]
+        assert (origin["source"], origin["revision"], origin["sha256"]) == (REPO, FAKE_REV, sha)
+        card = (tmp_path / folder / "README.md").read_text()
+        assert sha in card and FAKE_REV in card and "license: cc-by-nc-4.0" in card
+
+
+def test_the_pinned_revision_refuses_other_bytes_and_sha256_pins_any_source(tmp_path):
+    t = fixture(1)
+    pinned = "e831a0347737fcaa660b39c57d41c109de399845"
+    hub_cache(tmp_path / "cache", t, pinned)  # the fixture's bytes under the released revision: not the release
+    code = "import sys, levjepa; levjepa.from_pretrained(sys.argv[1], revision=sys.argv[2])"
+    run = _offline(tmp_path, code, REPO, pinned)
+    last = run.stderr.strip().splitlines()[-1]
+    assert run.returncode == 1 and "is not the pinned da8bd836ce6532e1" in last
+    with pytest.raises(WeightsError, match="is not the pinned 00000"):
+        levjepa_from(hub_folder(tmp_path / "hub", t, "encoder.", released_config(1, "full")), "0" * 64)
+    code = "import sys, levjepa; levjepa.from_pretrained(sys.argv[1], revision='no-such-branch')"
+    run = _offline(tmp_path, code, REPO)
+    assert run.returncode == 1 and "not in the hub cache" in run.stderr.strip().splitlines()[-1]
+
+
+def levjepa_from(path: Path, sha256: str):
+    import levjepa
+
+    return levjepa.from_pretrained(path, sha256=sha256)

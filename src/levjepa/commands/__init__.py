@@ -32,7 +32,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import NoReturn
 
-from levjepa import __version__
+from levjepa.version import __version__
 
 # command -> one-line help; the command lives in the module levjepa.commands.<command>
 COMMANDS: dict[str, str] = {

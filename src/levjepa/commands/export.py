@@ -1,17 +1,21 @@
 """``levjepa export RUN --out DIR [--weights ema|online] [--with-projector]``: an encoder in the layout the
 Hugging Face tools read (``model.safetensors``, ``config.json``, ``preprocessor_config.json``, ``README.md``
 with the model card) that ``levjepa.load(DIR)``, ``levjepa.from_pretrained(DIR)`` and transformers'
-``AutoModel`` read back. Publish it with ``huggingface-cli upload ORG/NAME DIR``. What an export holds:
+``AutoModel`` read back; a fine-tuned classifier's export adds its head, which
+``AutoModelForVideoClassification`` reads too. ``--push-to-hub ORG/NAME`` publishes it with huggingface_hub
+(``create_repo`` + ``upload_folder``; the token is huggingface_hub's). What an export holds:
 :mod:`levjepa.formats.export`.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Literal
 
 from levjepa.config import ConfigError
 from levjepa.formats.export import export_encoder
+from levjepa.formats.hub import push_to_hub
 
 __all__ = ["add_arguments", "main"]
 
@@ -25,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also write the training projector (projector.safetensors), for continued pretraining elsewhere",
     )
+    parser.add_argument("--push-to-hub", metavar="ORG/NAME", default=None, help="publish the export as this hub repo")
+    parser.add_argument("--private", action="store_true", help="with --push-to-hub: create the repo private")
     deploy = parser.add_argument_group("deployment graphs (beside the weights; levjepa.formats.deploy)")
     deploy.add_argument(
         "--format",
@@ -57,10 +63,14 @@ def main(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         quantize=args.quantize,
         opset=args.opset,
+        say=lambda line: print(line, file=sys.stderr, flush=True),
     )
     extra = "" if graphs == "none" else f", clip_encoder.{graphs}, stream_step.{graphs}"
     print(
         f"exported {loaded.describe()} -> {args.out}/model.safetensors (+ config.json, preprocessor_config.json, "
         f"README.md{extra})"
     )
+    if args.push_to_hub:
+        url = push_to_hub(args.out, args.push_to_hub, private=args.private)
+        print(f"pushed {args.out} -> {args.push_to_hub} ({url})")
     return 0

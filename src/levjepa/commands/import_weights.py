@@ -1,10 +1,14 @@
 """``levjepa import SRC --out DIR``: official LeVJEPA weights as a levjepa export that every command reads.
 
-SRC is an official model directory (a download of a hub repo: ``config.json`` + ``model.safetensors``), an
+SRC is an official model directory (``config.json`` + ``model.safetensors``), a hub repo id (``ORG/NAME``,
+``--revision``: downloaded or read from the hub cache with huggingface_hub, ``HF_HUB_OFFLINE=1`` offline), an
 official training checkpoint (``.ckpt``) or a safetensors file of official tensors. What the weights and
-the source's config cannot tell is given as options; the error names what is missing. Examples::
+the source's config cannot tell is given as options; the error names what is missing. The export records
+the source, the revision and the weights file's SHA-256 (``--sha256`` pins it; the released checkpoint at its
+pinned revision is checked without it). Examples::
 
-    levjepa import ~/LeVJEPA-VideoMix-Large --out imported/vitl --heads 16 --attention block_causal
+    levjepa import galilai-group/LeVJEPA-VideoMix-Large --revision e831a0347737fcaa660b39c57d41c109de399845 --out vitl
+    levjepa import ~/LeVJEPA-VideoMix-Large --out imported/vitl                # a folder downloaded by hand
     levjepa import outputs/checkpoints/last.ckpt --out imported/mine          # EMA copy when it has one
     levjepa probe imported/vitl --task index:train.txt,val.txt
     levjepa pretrain --preset vit-b-paper model.init_from=imported/mine ...   # continued pretraining
@@ -22,13 +26,19 @@ from pathlib import Path
 from levjepa.formats.export import write_export
 from levjepa.formats.load import load_encoder
 from levjepa.formats.official import Overrides, read_official
+from levjepa.formats.origin import resolve
 from levjepa.weights import WeightsError
 
 __all__ = ["add_arguments", "main"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("src", help="official model folder (config.json + model.safetensors), .ckpt or .safetensors")
+    parser.add_argument(
+        "src",
+        help="official model folder (config.json + model.safetensors), hub repo id ORG/NAME, .ckpt or .safetensors",
+    )
+    parser.add_argument("--revision", default=None, help="hub revision (commit, branch or tag) of a repo id SRC")
+    parser.add_argument("--sha256", default=None, help="refuse unless the weights file has this SHA-256")
     parser.add_argument("--out", required=True, help="output folder for the levjepa export (must not exist)")
     parser.add_argument("--weights", choices=("ema", "online"), default="ema", help="which copy (default: ema)")
     parser.add_argument("--heads", type=int, default=None, help="attention heads, when the source does not state it")
@@ -55,9 +65,10 @@ def main(args: argparse.Namespace) -> int:
     if out.exists():
         raise WeightsError(f"{out}: already exists; choose a new --out folder (nothing was written)")
     over = Overrides(heads=args.heads, attention=args.attention, norm_eps=args.norm_eps, prefix=args.prefix)
-    official = read_official(args.src, over, weights=args.weights, trust_pickle=args.trust_pickle)
+    origin = resolve(args.src, args.revision)
+    official = read_official(origin.path, over, weights=args.weights, trust_pickle=args.trust_pickle)
     imported = {
-        "source": str(Path(args.src).resolve()),
+        **origin.record(args.sha256),
         "copy": official.copy,
         "stated": official.stated,
         "options": {k: v for k, v in vars(over).items() if v is not None},
@@ -78,9 +89,10 @@ def main(args: argparse.Namespace) -> int:
     )
     tmp.rename(out)
     loaded = load_encoder(out)  # read back: what every command will read
+    named = imported["source"] + (f"@{imported['revision']}" if imported["revision"] else "")
     cfg = loaded.config
     print(
-        f"imported {official.note} from {official.source} -> {out} "
+        f"imported {official.note} from {named} (sha256 {imported['sha256']}) -> {out} "
         f"(ViT dim {cfg.dim}, depth {cfg.depth}, heads {cfg.heads}, tubelet {cfg.tubelet}, {cfg.attention}"
         f"{', with projector' if official.projector is not None else ''})"
     )

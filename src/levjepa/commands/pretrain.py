@@ -41,7 +41,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from levjepa import __version__
 from levjepa.config import (
     ConfigError,
     apply_overrides,
@@ -60,6 +59,7 @@ from levjepa.train.loop import pretrain
 from levjepa.train.report import summary_json
 from levjepa.train.run_dir import newer_writer
 from levjepa.train.start import with_architecture
+from levjepa.version import __version__
 from levjepa.weights import CONFIG, PROBE_RESULTS, read_json, write_json
 
 __all__ = ["add_arguments", "evaluate_run", "main", "resolve_config"]

@@ -2,11 +2,16 @@
 
 * ``load.py`` — levjepa run directories, checkpoints and exports (old and hub layout) into a frozen encoder
   (``levjepa.load``), and what ``model.init_from`` starts a run from;
-* ``official.py`` — the official LeVJEPA checkpoints (hub repo folders, Lightning ``.ckpt``), converted so
-  levjepa's encoder computes the official function (``levjepa import``);
-* ``export.py`` — the Hugging Face hub layout (``levjepa export``);
-* ``hub.py`` — ``LeVJEPAModel`` and ``from_pretrained`` (the official calling convention), and the
-  registration with transformers' ``AutoModel`` (``transformers_auto.py``);
+* ``official.py`` — the official LeVJEPA checkpoints (the released checkpoint's schema and layout, hub repo
+  folders, Lightning ``.ckpt``), converted so levjepa's encoder computes the official function
+  (``levjepa import``);
+* ``origin.py`` — where weights come from: a local folder or a hub repo id (huggingface_hub, its cache
+  offline), the revision and the weights file's SHA-256 (pinned releases checked);
+* ``export.py`` — the Hugging Face hub layout (``levjepa export``), a classifier's included;
+* ``hub.py`` — ``LeVJEPAModel``, ``LeVJEPAForVideoClassification``, ``from_pretrained`` and ``push_to_hub``,
+  and the registration with transformers (``transformers_config.py``: ``AutoConfig``; ``transformers_auto.py``:
+  ``AutoModel`` / ``AutoModelForVideoClassification``, the released layout without remote code);
+* ``outputs.py`` — the official outputs and transformers' input/output conventions, computed once;
 * ``deploy.py`` — the clip encoder and the streaming step as ONNX or ``torch.export`` graphs;
 * ``classifier.py`` — a classifier directory (a kept probe or a fine-tuned classifier: head, labels,
   protocol, the fingerprint of the encoder it reads), read back into ``levjepa.model.classifier``.

@@ -38,6 +38,9 @@ The graphs are traced with ``torch.export`` (``strict=False``) and written with 
 from __future__ import annotations
 
 import dataclasses
+import json
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -47,6 +50,7 @@ from torch import Tensor, nn
 
 from levjepa.model import VideoEncoder
 from levjepa.model.attention import TokenMeta, build_attn_mask
+from levjepa.version import __version__
 from levjepa.weights import WeightsError
 
 __all__ = [
@@ -59,6 +63,7 @@ __all__ = [
     "export_onnx",
     "export_pt2",
     "initial_cache",
+    "onnx_metadata",
     "OnnxStream",
     "read_deploy",
     "stream_video_onnx",
@@ -232,27 +237,88 @@ def _quiet() -> Any:
     return stack
 
 
-def export_onnx(encoder: VideoEncoder, out: str | Path, dc: DeployConfig) -> dict[str, Any]:
-    """Write ``clip_encoder.onnx`` and ``stream_step.onnx`` to ``out``; returns the config's "deploy" record."""
+def export_onnx(
+    encoder: VideoEncoder,
+    out: str | Path,
+    dc: DeployConfig,
+    *,
+    preprocessing: Mapping[str, Any] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Write ``clip_encoder.onnx`` and ``stream_step.onnx`` to ``out``; returns the config's "deploy" record.
+    Each graph carries its contract in ONNX ``metadata_props`` (:func:`onnx_metadata`: the preprocessing, the
+    tubelet, what ``slot`` counts, the inputs and outputs), so a runtime needs no ``config.json``. ``say``
+    hears a line before and after each graph (the export takes tens of seconds)."""
     check_deploy(encoder, dc)
     out = Path(out)
     enc = _cast(encoder, dc)
     clip, step, step_args = _example(enc, dc)
     # one self-contained file per graph while protobuf's 2 GB allows it (ViT-L in fp32 does), external data beyond
     external = sum(p.numel() * p.element_size() for p in enc.parameters()) > 1.5 * 2**30
-    with _quiet():
-        clip_ep = torch.export.export(ClipEncoder(enc), (clip,), dynamic_shapes=_dims(enc), strict=False)
-        torch.onnx.export(clip_ep, (clip,), str(out / CLIP_ONNX), input_names=["pixel_values"],
-                          output_names=["cls", "patches"], opset_version=dc.opset, dynamo=True,
-                          external_data=external)  # fmt: skip
-        step_ep = torch.export.export(step, step_args, strict=False)
-        torch.onnx.export(step_ep, step_args, str(out / STREAM_ONNX), input_names=["frames", "slot", "cache_k",
-                          "cache_v"], output_names=["cls", "patches", "new_cache_k", "new_cache_v"],
-                          opset_version=dc.opset, dynamo=True, external_data=external)  # fmt: skip
-    if dc.quantize == "int8":
-        _quantize(out / CLIP_ONNX)
-        _quantize(out / STREAM_ONNX)
-    return _record(enc, step, dc, {"clip_encoder": CLIP_ONNX, "stream_step": STREAM_ONNX}, "onnx")
+    tell = say or (lambda line: None)
+    record = _record(enc, step, dc, {"clip_encoder": CLIP_ONNX, "stream_step": STREAM_ONNX}, "onnx")
+    for name, graph, args, inputs, outputs, dims in (
+        (CLIP_ONNX, ClipEncoder(enc), (clip,), ["pixel_values"], ["cls", "patches"], _dims(enc)),
+        (STREAM_ONNX, step, step_args, ["frames", "slot", "cache_k", "cache_v"],
+         ["cls", "patches", "new_cache_k", "new_cache_v"], None),
+    ):  # fmt: skip
+        tell(f"exporting {name} ({dc.dtype}{', int8' if dc.quantize == 'int8' else ''}, opset {dc.opset}) ...")
+        start = time.perf_counter()
+        with _quiet():
+            program = torch.export.export(graph, args, dynamic_shapes=dims, strict=False)
+            torch.onnx.export(program, args, str(out / name), input_names=inputs, output_names=outputs,
+                              opset_version=dc.opset, dynamo=True, external_data=external)  # fmt: skip
+        if dc.quantize == "int8":
+            _quantize(out / name)
+        _write_metadata(out / name, onnx_metadata(record, name, preprocessing))
+        size = sum(f.stat().st_size for f in out.glob(name + "*")) / 2**20
+        tell(f"wrote {out / name} ({size:.1f} MiB, {time.perf_counter() - start:.0f} s)")
+    return record
+
+
+def onnx_metadata(record: Mapping[str, Any], name: str, preprocessing: Mapping[str, Any] | None) -> dict[str, str]:
+    """The ``metadata_props`` of graph ``name``: strings (JSON for structures) a runtime reads with
+    ``InferenceSession.get_modelmeta().custom_metadata_map``."""
+    graph = "clip_encoder" if name == CLIP_ONNX else "stream_step"
+    pre = dict(preprocessing or {})
+    meta: dict[str, Any] = {
+        "levjepa_version": __version__,
+        "graph": graph,
+        "inputs": record[graph]["inputs"],
+        "outputs": record[graph]["outputs"],
+        "dtype": record["dtype"],
+        "quantize": record["quantize"],
+        "tubelet": record["tubelet"],
+        "patch_size": record["patch_size"],
+        "height": record["height"],
+        "width": record["width"],
+        "mean": pre.get("mean"),
+        "std": pre.get("std"),
+        "preprocessing": "RGB frames / 255, minus mean, over std (per channel); resized on the short side and "
+        "centre-cropped to height x width; frames in [B, C, T, H, W]",
+    }
+    if pre:
+        meta.update({"num_frames": pre.get("num_frames"), "frame_stride": pre.get("frame_stride")})
+    if graph == "stream_step":
+        meta.update(
+            {
+                "window": record["window"],
+                "slot": "int64 [1]: the temporal slot of this step's tubelet, 0, 1, 2, ... since the stream began "
+                f"(one slot = tubelet = {record['tubelet']} frame(s)); feed `frames` one tubelet at a time",
+                "cache": "cache_k / cache_v: zeros at the start; feed back new_cache_k / new_cache_v each step",
+            }
+        )
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in meta.items() if v is not None}
+
+
+def _write_metadata(path: Path, meta: Mapping[str, str]) -> None:
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)  # external tensors stay where they are
+    del model.metadata_props[:]
+    for key, value in meta.items():
+        model.metadata_props.add(key=key, value=value)
+    onnx.save(model, str(path))
 
 
 def export_pt2(encoder: VideoEncoder, out: str | Path, dc: DeployConfig) -> dict[str, Any]:

@@ -7,14 +7,18 @@ An export is a directory ``huggingface_hub`` and its users recognise, holding no
                                  aliases (hidden_size, num_hidden_layers, num_attention_heads, ...), the
                                  preprocessing, which weights (copy, note, step, source) and where they came
                                  from ("run_config", "imported_from", "init_from")
-    DIR/model.safetensors        the VideoEncoder's state dict (levjepa names, no prefix; metadata format "pt")
-    DIR/preprocessor_config.json mean, std, rescale factor, input size, frames and frame stride of a clip
+    DIR/model.safetensors        the VideoEncoder's state dict (levjepa names, no prefix; metadata format "pt");
+                                 a classifier's: ``encoder.*`` + its head's ``head.*`` (the transformers names)
+    DIR/preprocessor_config.json transformers' VideoMAEImageProcessor (AutoImageProcessor, no torchvision needed): mean,
+                                 std, rescale, short-side resize + centre crop; frames and frame stride of a clip
     DIR/README.md                YAML front matter (library_name: levjepa, tags, pipeline_tag, license, the
                                  run's data) and the model card, with the run's probe table when it has one
     DIR/projector.safetensors    only when asked (``--with-projector``) or imported: the training projector,
                                  for continued pretraining (``model.init_from=DIR``)
 
-Publishing is the user's ``huggingface-cli upload ORG/NAME DIR``. ``levjepa.load(DIR)``,
+A fine-tuned classifier's export adds ``classifier.json`` + ``head.safetensors`` (``levjepa classify``), ``head``
+and ``id2label`` in ``config.json`` and a classifier's card. ``levjepa export --push-to-hub ORG/NAME``
+publishes with huggingface_hub (``levjepa.formats.hub.push_to_hub``). ``levjepa.load(DIR)``,
 ``levjepa.from_pretrained(DIR)`` and, with transformers installed, ``AutoModel.from_pretrained(DIR)`` read it
 back; exports written before this layout (``encoder.safetensors`` + ``MODEL_CARD.md``) still load.
 
@@ -26,15 +30,21 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
-from levjepa import __version__
 from levjepa.config import to_dict
-from levjepa.formats.classifier import HEAD_WEIGHTS, id2label, is_classifier, read_classifier, write_classifier
+from levjepa.formats.classifier import (
+    HEAD_WEIGHTS,
+    ClassifierRecord,
+    id2label,
+    is_classifier,
+    read_classifier,
+    write_classifier,
+)
 from levjepa.formats.deploy import DeployConfig, check_deploy, export_onnx, export_pt2
 from levjepa.formats.load import (
     HUB_FORMAT,
@@ -47,6 +57,7 @@ from levjepa.formats.load import (
 )
 from levjepa.model import EncoderConfig
 from levjepa.train.config import PretrainConfig
+from levjepa.version import __version__
 from levjepa.weights import (
     CONFIG,
     HUB_WEIGHTS,
@@ -62,7 +73,16 @@ from levjepa.weights import (
     write_json,
 )
 
-__all__ = ["README", "Preprocessing", "export_encoder", "model_card", "preprocessing_of", "write_export"]
+__all__ = [
+    "CITATION",
+    "README",
+    "Preprocessing",
+    "export_encoder",
+    "model_card",
+    "preprocessor_config",
+    "preprocessing_of",
+    "write_export",
+]
 
 README = "README.md"
 
@@ -89,22 +109,51 @@ def _fields(section: Any) -> str:
 
 
 def _probe_table(results: Mapping[str, Any] | None) -> list[str]:
-    """The run's probe results (``probe_results.json``) as Markdown rows, when the run has them."""
-    if not results:
+    """The run's frozen-probe table (``probe_results.json``: accuracy of every encoder × task × probe, the chance
+    level of each task), one row per task and probe as ``levjepa probe`` prints it."""
+    accuracy = (results or {}).get("accuracy")
+    if not isinstance(accuracy, Mapping) or not accuracy:
         return []
-    rows = []
+    encoders = list(accuracy)
+    first = accuracy[encoders[0]]
+    chance = (results or {}).get("chance") or {}
+    head = ["task", "probe", *encoders, *(["chance"] if chance else [])]
+    rows = ["| " + " | ".join(head) + " |", "| --- | --- |" + " ---: |" * (len(head) - 2)]
+    for task, probes in first.items():
+        for probe in probes:
+            accs = [f"{accuracy[e].get(task, {}).get(probe, float('nan')):.1f}" for e in encoders]
+            level = [f"{chance[task]:.1f}"] if task in chance else ([""] if chance else [])
+            rows.append(f"| {task} | {probe} | " + " | ".join([*accs, *level]) + " |")
+    caption = "Frozen-encoder accuracy (%) of the probe chosen on validation, as `levjepa probe` reports it."
+    return ["", "## Frozen probes (this run)", "", caption, "", *rows]
 
-    def walk(node: Any, path: list[str]) -> None:
-        if isinstance(node, Mapping):
-            for k, v in node.items():
-                walk(v, [*path, str(k)])
-        elif isinstance(node, int | float) and not isinstance(node, bool) and "acc" in " ".join(path).lower():
-            rows.append(f"| {' / '.join(path)} | {100 * node if node <= 1 else node:.1f} |")
 
-    walk(results.get("results", results), [])
-    if not rows:
-        return []
-    return ["", "## Frozen probes (this run)", "", "| readout | accuracy (%) |", "| --- | ---: |", *rows[:48]]
+CITATION = """@article{kuhn2026levjepa,
+  title   = {LeVJEPA: Efficient \\& Scalable Video Pretraining without the Heuristics},
+  author  = {Kuhn, Lukas and Maes, Lucas and Serra, Giuseppe and Le Lidec, Quentin
+             and LeCun, Yann and Balestriero, Randall and Buettner, Florian},
+  year    = {2026}
+}"""
+LICENSES = {"mit": "MIT", "cc-by-nc-4.0": "CC BY-NC 4.0 (non-commercial use only)"}
+
+
+def _classifier_lines(classifier: Mapping[str, Any]) -> list[str]:
+    """What a classifier is: its task, labels, accuracy and where its encoder came from."""
+    labels = list(classifier.get("labels", []))
+    shown = ", ".join(f"`{n}`" for n in labels[:20]) + (f", … ({len(labels)} in all)" if len(labels) > 20 else "")
+    trained = classifier.get("trained") or {}
+    lines = [
+        f"| task | video classification, {len(labels)} classes |",
+        f"| labels (`config.id2label`) | {shown} |",
+        f"| head | {classifier.get('head_text', '')} |",
+    ]
+    for key, name in (("val_acc", "validation accuracy (%)"), ("test_acc", "test accuracy (%)")):
+        if isinstance(trained.get(key), int | float):
+            value = trained[key]
+            lines.append(f"| {name} | {100 * value if value <= 1 else value:.1f} |")
+    if trained.get("step") is not None:
+        lines.append(f"| fine-tuning steps (best) | {trained['step']} |")
+    return lines
 
 
 def model_card(
@@ -118,22 +167,22 @@ def model_card(
     metrics: list[dict[str, Any]],
     probe_results: Mapping[str, Any] | None = None,
     imported_from: Mapping[str, Any] | None = None,
+    classifier: Mapping[str, Any] | None = None,
     params: int,
     license: str = "mit",
 ) -> str:
-    """``README.md``: YAML front matter the hub reads, then what the encoder is and how it was trained."""
+    """``README.md``: YAML front matter the hub reads, then what the model is and how it was made."""
     sources = list(run.data.sources) if run is not None else []
     front = [
         "---",
         "library_name: levjepa",
         f"license: {license}",
-        "pipeline_tag: video-classification",
+        f"pipeline_tag: {'video-classification' if classifier else 'feature-extraction'}",
         "tags:",
         "- levjepa",
-        "- self-supervised",
         "- video",
         "- vision-transformer",
-        "- feature-extraction",
+        *(["- video-classification"] if classifier else ["- self-supervised", "- feature-extraction"]),
     ]
     if sources:
         front += ["datasets:", *(f"- {s}" for s in sources)]
@@ -146,23 +195,31 @@ def model_card(
     )
     objective = "unknown" if run is None else run.objective.name
     lam = "unknown" if run is None else f"{run.objective.lam_value}"
-    title = "LeVJEPA encoder (official weights, imported)" if imported_from else "LeVJEPA encoder"
-    lines = [
-        *front,
-        "",
-        f"# {title}",
-        "",
-        "A video encoder pretrained with self-supervision (no labels)"
-        + (f", objective `{objective}`." if run is not None else "."),
-        "",
-        "| | |",
-        "| --- | --- |",
+    if classifier:
+        title = "LeVJEPA video classifier"
+        what = (
+            f"A video classifier: a LeVJEPA encoder with a {classifier.get('head_kind', '')} head, fine-tuned on "
+            f"labelled clips ({len(classifier.get('labels', []))} classes). `AutoModelForVideoClassification` and "
+            "`levjepa.from_pretrained` give its logits; `levjepa classify` runs it on video files."
+        )
+    else:
+        title = "LeVJEPA encoder (official weights, imported)" if imported_from else "LeVJEPA encoder"
+        what = "A video encoder pretrained with self-supervision (no labels)" + (
+            f", objective `{objective}`." if run is not None else "."
+        )
+    lines = [*front, "", f"# {title}", "", what, "", "| | |", "| --- | --- |"]
+    if classifier:
+        lines += _classifier_lines(classifier)
+    lines += [
         f"| architecture | {arch} |",
         f"| weights | {weights}{f' ({note})' if note else ''} |",
         f"| training steps | {step if step is not None else 'unknown'} |",
     ]
     if imported_from:
-        lines.append(f"| imported from | `{imported_from.get('source', '?')}` (official LeVJEPA code's layout) |")
+        at = f" at revision `{imported_from['revision']}`" if imported_from.get("revision") else ""
+        lines.append(f"| imported from | `{imported_from.get('source', '?')}`{at} (official LeVJEPA layout) |")
+        if imported_from.get("sha256"):
+            lines.append(f"| weights file SHA-256 | `{imported_from['sha256']}` ({imported_from.get('file')}) |")
     if run is not None:
         data, synth = run.data, run.data.synthetic
         lines.append(f"| objective | {objective}, λ = {lam} |")
@@ -185,25 +242,49 @@ def model_card(
         loss_text = ", ".join(f"{k} {v:.4g}" for k, v in losses.items())
         lines.append(f"| final losses (mean of the last 10 % of logged steps) | {loss_text} |")
     lines.append(f"| exported from | `{source}` |")
+    lines.append(f"| licence of the weights | {LICENSES.get(license, license)} |")
     lines += _probe_table(probe_results)
+    if classifier:
+        use = [
+            "```python",
+            "import levjepa",
+            "model = levjepa.from_pretrained('PATH/OR/ORG/NAME')   # LeVJEPAForVideoClassification, frozen",
+            "logits = model(pixel_values=video).logits            # float [B, 3, T, H, W], ImageNet-normalised",
+            "model.config.id2label[int(logits.argmax(-1)[0])]     # the class name",
+            "```",
+            "",
+            "With `transformers` installed, `AutoModelForVideoClassification.from_pretrained(PATH)` loads it too (no",
+            "remote code); `levjepa classify PATH VIDEO` reads video files with the protocol it was scored with.",
+        ]
+    else:
+        use = [
+            "```python",
+            "import levjepa",
+            "model = levjepa.from_pretrained('PATH/OR/ORG/NAME')   # LeVJEPAModel, frozen, eval() mode",
+            "out = model(pixel_values=video)                      # float [B, 3, T, H, W], ImageNet-normalised",
+            "out.last_hidden_state, out.pooler_output             # [B, 1 + T/τ·H/p·W/p, D] (CLS first), [B, D]",
+            "encoder = levjepa.load('PATH')                       # the levjepa VideoEncoder itself",
+            "```",
+            "",
+            "With `transformers` installed, `AutoModel.from_pretrained(PATH)` loads it too (no remote code).",
+        ]
     lines += [
         "",
         "## Use",
         "",
-        "```python",
-        "import levjepa",
-        "model = levjepa.from_pretrained('PATH/OR/ORG/NAME')   # LeVJEPAModel, frozen, eval() mode",
-        "out = model(pixel_values=video)                      # float [B, 3, T, H, W], ImageNet-normalised",
-        "out.last_hidden_state, out.pooler_output             # [B, 1 + T/τ·H/p·W/p, D] (CLS first), [B, D]",
-        "encoder = levjepa.load('PATH')                       # the levjepa VideoEncoder itself",
-        "```",
-        "",
-        "With `transformers` installed and levjepa imported, `AutoModel.from_pretrained(PATH)` loads it too (no",
-        "remote code). Images are clips too: repeat the frame along time. No token is dropped at inference. The",
-        "patch tokens of frame t depend only on frames ≤ t (block-causal attention) unless the architecture says",
-        "bidirectional. Preprocessing: `preprocessor_config.json`.",
+        *use,
+        "Images are clips too: repeat the frame along time. No token is dropped at inference. The patch tokens of",
+        "frame t depend only on frames ≤ t (block-causal attention) unless the architecture says bidirectional.",
+        "Preprocessing: `preprocessor_config.json` (transformers' `AutoImageProcessor` reads it: frames out as",
+        "`pixel_values_videos` `[B, T, C, H, W]`).",
         "",
         "Files: `model.safetensors` (weights, no pickle), `config.json` (architecture, preprocessing, provenance).",
+        "",
+        "## Citation",
+        "",
+        "```bibtex",
+        CITATION,
+        "```",
         "",
     ]
     return "\n".join(lines)
@@ -226,6 +307,43 @@ def _hf_aliases(config: EncoderConfig, pre: Preprocessing) -> dict[str, Any]:
     }
 
 
+def preprocessor_config(pre: Preprocessing) -> dict[str, Any]:
+    """``preprocessor_config.json``: transformers' ``VideoMAEImageProcessor`` with this export's geometry (its
+    Pillow backend loads without torchvision: ``AutoImageProcessor.from_pretrained(DIR)``), plus the frames a
+    clip takes and their stride, which no image processor reads."""
+    return {
+        "image_processor_type": "VideoMAEImageProcessor",
+        "do_resize": True,
+        "size": {"shortest_edge": pre.size},
+        "resample": 2,  # PIL's bilinear
+        "do_center_crop": True,
+        "crop_size": {"height": pre.size, "width": pre.size},
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": list(pre.mean),
+        "image_std": list(pre.std),
+        "num_frames": pre.num_frames,
+        "frame_stride": pre.frame_stride,
+        "levjepa_version": __version__,
+    }
+
+
+def _classifier_card(record: ClassifierRecord, source: str) -> dict[str, Any]:
+    """What the card says of a classifier: labels, head, accuracy (the fine-tuning's ``results.json`` beside
+    ``best/`` adds the test accuracy)."""
+    trained = dict(record.trained)
+    folder = Path(source).parent if Path(source).is_file() else Path(source)  # best/ (source: its weights file)
+    results = folder.parent / "results.json"
+    if source and results.is_file():
+        data = read_json(results)
+        if data.get("best_step") == trained.get("step") and isinstance(data.get("test_acc"), int | float):
+            trained["test_acc"] = data["test_acc"]
+    h = record.head
+    head_text = f"{h.kind} probe head on {h.input} (width {h.dim}, depth {h.depth})"
+    return {"labels": list(record.labels), "trained": trained, "head_kind": h.kind, "head_text": head_text}
+
+
 def write_export(
     out: str | Path,
     *,
@@ -243,18 +361,26 @@ def write_export(
     preprocessing: Preprocessing | None = None,
     license: str = "mit",
     extra: Mapping[str, Any] | None = None,
+    classifier: ClassifierRecord | None = None,
+    head_state: Mapping[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write the hub layout (module docstring) to ``out`` (created; every file written atomically); ``extra``
-    adds keys to ``config.json`` (a classifier's ``id2label`` / ``label2id``)."""
+    adds keys to ``config.json``. A ``classifier`` (its record and ``head_state``) makes the export a
+    classifier's: ``encoder.*`` and ``head.*`` in ``model.safetensors`` (the names of the transformers model),
+    ``head`` and ``id2label``
+    in ``config.json`` (what ``AutoModelForVideoClassification`` reads), ``classifier.json`` +
+    ``head.safetensors`` (what ``levjepa classify`` reads) and a classifier's card."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise WeightsError(f"{out}: exists and is not a directory; choose another --out")
+    if (classifier is None) != (head_state is None):
+        raise ValueError("write_export: a classifier needs both its record and its head's weights")
     out.mkdir(parents=True, exist_ok=True)
     pre = preprocessing or preprocessing_of(run_config)
     exported_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     record: dict[str, Any] = {
         "model_type": "levjepa",
-        "architectures": ["LeVJEPAModel"],
+        "architectures": ["LeVJEPAForVideoClassification" if classifier else "LeVJEPAModel"],
         "format": HUB_FORMAT,
         "levjepa_version": __version__,
         "encoder": to_dict(config),
@@ -268,30 +394,22 @@ def write_export(
         "init_from": config.init_from,
         "imported_from": dict(imported_from) if imported_from else None,
         "run_config": to_dict(run_config) if run_config is not None else None,
+        "license": license,
         **dict(extra or {}),
     }
+    tensors = dict(encoder_state)
+    if classifier is not None and head_state is not None:  # the names transformers' save_pretrained writes
+        record.update({"head": to_dict(classifier.head), **id2label(classifier.labels)})
+        tensors = {f"encoder.{k}": v for k, v in encoder_state.items()}
+        tensors.update({f"head.{k}": v for k, v in head_state.items()})
     meta = {"format": "pt", "levjepa_format": HUB_FORMAT, "encoder_config": to_dict(config), "weights": weights}
-    save_tensors(out / HUB_WEIGHTS, encoder_state, meta)
+    save_tensors(out / HUB_WEIGHTS, tensors, meta)
     if projector_state is not None:
         save_tensors(out / PROJECTOR_WEIGHTS, projector_state, {"format": "pt", "levjepa_format": HUB_FORMAT})
+    if classifier is not None and head_state is not None:
+        write_classifier(out, classifier, head_state)
     write_json(out / CONFIG, record)
-    write_json(
-        out / PREPROCESSOR,
-        {
-            "do_rescale": True,
-            "rescale_factor": 1 / 255,
-            "do_normalize": True,
-            "image_mean": list(pre.mean),
-            "image_std": list(pre.std),
-            "size": {"shortest_edge": pre.size},
-            "crop_size": {"height": pre.size, "width": pre.size},
-            "num_frames": pre.num_frames,
-            "frame_stride": pre.frame_stride,
-            "resample": "bilinear",
-            "levjepa_version": __version__,
-        },
-    )
-    params = sum(v.numel() for v in encoder_state.values())
+    write_json(out / PREPROCESSOR, preprocessor_config(pre))
     card = model_card(
         config,
         weights=weights,
@@ -302,11 +420,21 @@ def write_export(
         metrics=metrics or [],
         probe_results=probe_results,
         imported_from=imported_from,
-        params=params,
+        classifier=_classifier_card(classifier, source) if classifier is not None else None,
+        params=sum(v.numel() for v in encoder_state.values()),
         license=license,
     )
     atomic_write_text(out / README, card)
     return out
+
+
+def _license(source: str | Path, loaded: LoadedEncoder) -> str:
+    """The licence an export inherits: what the source's ``config.json`` records, the official weights'
+    (CC BY-NC 4.0) for imported ones, levjepa's MIT for weights a levjepa run trained."""
+    cfg = Path(source) / CONFIG
+    if cfg.is_file() and isinstance(read_json(cfg).get("license"), str):
+        return str(read_json(cfg)["license"])
+    return "cc-by-nc-4.0" if loaded.imported_from or loaded.kind == "official" else "mit"
 
 
 def export_encoder(
@@ -322,10 +450,12 @@ def export_encoder(
     dtype: Literal["fp32", "fp16"] = "fp32",
     quantize: Literal["none", "int8"] = "none",
     opset: int = 18,
+    say: Callable[[str], None] | None = None,
 ) -> LoadedEncoder:
-    """Write the hub layout to ``out`` for the encoder at ``source`` (a run, a checkpoint, an export), and with
-    ``graphs`` the deployment graphs beside it (``levjepa.formats.deploy``: the streaming ``window`` in frames,
-    default the clip length; the frame ``size``, default the clip size; ``dtype``, ``quantize``, ``opset``)."""
+    """Write the hub layout to ``out`` for the encoder at ``source`` (a run, a checkpoint, an export, official
+    weights, a fine-tuned classifier with its head), and with ``graphs`` the deployment graphs beside it
+    (``levjepa.formats.deploy``: the streaming ``window`` in frames, default the clip length; the frame
+    ``size``, default the clip size; ``dtype``, ``quantize``, ``opset``)."""
     loaded = load_encoder(source, weights=weights, device=device)
     pre = loaded.preprocessing or preprocessing_of(loaded.run_config)
     deploy = None
@@ -334,7 +464,7 @@ def export_encoder(
         deploy = DeployConfig(pre.num_frames if window is None else window, side, side, dtype, quantize, opset)
         check_deploy(loaded.encoder, deploy)  # before anything is written
     elif (window, size, dtype, quantize) != (None, None, "fp32", "none"):
-        raise WeightsError("window, size, dtype and quantize shape the deployment graphs: export with graphs='onnx'")
+        raise WeightsError("window, size, dtype and quantize shape the deployment graphs: export with --format onnx")
     run_dir = Path(loaded.run_dir) if loaded.run_dir else None
     probe = run_dir / PROBE_RESULTS if run_dir else None
     head = read_classifier(source) if is_classifier(source) else None  # a fine-tuned classifier: its head too
@@ -355,13 +485,15 @@ def export_encoder(
         projector_state=projector,
         imported_from=loaded.imported_from,
         preprocessing=loaded.preprocessing,
-        extra=None if head is None else id2label(head.labels),
+        license=_license(source, loaded),
+        classifier=head,
+        head_state=None if head is None else load_tensors(Path(source) / HEAD_WEIGHTS)[0],
     )
-    if head is not None:
-        write_classifier(out, head, load_tensors(Path(source) / HEAD_WEIGHTS)[0])
-    if graphs != "none" and deploy is not None:
-        write = export_onnx if graphs == "onnx" else export_pt2
-        record = write(loaded.encoder, out, deploy)
+    if graphs == "onnx" and deploy is not None:
+        record = export_onnx(loaded.encoder, out, deploy, preprocessing=to_dict(pre), say=say)
+    elif graphs == "pt2" and deploy is not None:
+        record = export_pt2(loaded.encoder, out, deploy)
+    if deploy is not None:
         path = Path(out) / CONFIG
         write_json(path, {**read_json(path), "deploy": record})
     return loaded

@@ -1,39 +1,62 @@
-"""The official calling convention and ``from_pretrained``: code written against the official LeVJEPA model
-runs unchanged on a levjepa export and on imported official weights.
+"""The official calling convention, ``from_pretrained`` and ``push_to_hub``: code written against the official
+LeVJEPA model runs unchanged on a levjepa export, on the released checkpoint and on imported official weights.
 
-``LeVJEPAModel(pixel_values)`` takes ``[B, C, T, H, W]`` ImageNet-normalised clips (a ``[B, C, H, W]`` image
-batch is one frame per clip) and returns :class:`LeVJEPAOutput`: ``last_hidden_state`` ``[B, 1 + N, D]``
-(CLS first, then every patch token in ``(t, y, x)`` order, after the final norm) and ``pooler_output``
-``[B, D]`` (the CLS), plus ``hidden_states`` (the embedding and every block's output, before the final norm)
-when asked — the fields of transformers' ``BaseModelOutputWithPooling``, readable by name, by key and by
-index. Nothing is dropped; the model is frozen (``eval()``, no gradients) as ``levjepa.load`` returns it.
+``LeVJEPAModel(pixel_values=video)`` takes ``[B, C, T, H, W]`` ImageNet-normalised clips (``[B, C, H, W]`` is
+one frame per clip; ``pixel_values_videos`` ``[B, T, C, H, W]`` is transformers' video layout) and returns
+:class:`LeVJEPAOutput` (``levjepa.formats.outputs``: ``last_hidden_state``, ``pooler_output``, and the
+``depth + 1`` ``hidden_states`` when asked). A fine-tuned classifier's export gives a
+:class:`LeVJEPAForVideoClassification` instead: ``logits`` over ``model.config.id2label``. Nothing is dropped;
+the model is frozen (``eval()``, no gradients) as ``levjepa.load`` returns it.
 
 :func:`from_pretrained` takes a local directory (a levjepa export, a run, a checkpoint; offline) or a hub repo
-id, downloaded with ``huggingface_hub`` (the ``hub`` extra). A directory that holds official LeVJEPA weights
-instead of a levjepa export is imported on the fly (``levjepa.formats.official``; the keyword arguments
-``heads``, ``attention`` give what it does not state).
+id (``ORG/NAME`` with ``revision``), resolved with ``huggingface_hub`` (the ``hub`` extra; the hub cache
+offline with ``HF_HUB_OFFLINE=1``, ``levjepa.formats.origin``). Official LeVJEPA weights — the released
+checkpoint ``galilai-group/LeVJEPA-VideoMix-Large`` included — are imported on the fly
+(``levjepa.formats.official``; ``heads``, ``attention`` give what a source does not state), and the model's
+``weights_info`` names the source, the revision and the weights file's SHA-256 (checked against ``sha256=``
+and the pinned releases).
 
-With ``transformers`` importable, :func:`register_transformers` registers the ``levjepa`` model type with
-``AutoConfig`` / ``AutoModel`` (no ``trust_remote_code``); ``import levjepa`` calls it when transformers is
-already imported, ``import levjepa.formats.hub`` always tries.
+:func:`push_to_hub` publishes an export folder with ``huggingface_hub``'s ``create_repo`` + ``upload_folder``
+(``levjepa export ... --push-to-hub ORG/NAME``). :func:`register_transformers` registers ``model_type:
+levjepa`` with transformers' auto classes (``transformers_auto.py``); ``import levjepa`` arranges for it to
+run when transformers' auto classes are imported, in either order.
 """
 
 from __future__ import annotations
 
-import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from levjepa.formats.load import Preprocessing, freeze, load_encoder
-from levjepa.formats.official import Overrides, read_official
-from levjepa.formats.outputs import LeVJEPAOutput, hub_forward
-from levjepa.model import VideoEncoder
-from levjepa.weights import WeightsError
+from levjepa.config import from_dict
+from levjepa.formats.load import (
+    LoadedEncoder,
+    Preprocessing,
+    freeze,
+    is_official_folder,
+    load_encoder,
+    load_official,
+    read_hub_config,
+)
+from levjepa.formats.official import Overrides
+from levjepa.formats.origin import Origin, resolve
+from levjepa.formats.outputs import LeVJEPAClassifierOutput, LeVJEPAOutput, hub_forward, hub_logits, video_input
+from levjepa.model import EncoderConfig, VideoEncoder
+from levjepa.model.classifier import HeadConfig, build_head
+from levjepa.weights import CONFIG, HUB_WEIGHTS, WeightsError, load_tensors, prefixed
 
-__all__ = ["LeVJEPAModel", "LeVJEPAOutput", "from_pretrained", "register_transformers"]
+__all__ = [
+    "ClassifierConfig",
+    "LeVJEPAForVideoClassification",
+    "LeVJEPAModel",
+    "LeVJEPAOutput",
+    "from_pretrained",
+    "push_to_hub",
+    "register_transformers",
+]
 
 
 class LeVJEPAModel(nn.Module):
@@ -46,26 +69,108 @@ class LeVJEPAModel(nn.Module):
         self.weights_info = info or encoder.weights_info
 
     @property
-    def config(self) -> Any:
+    def config(self) -> EncoderConfig:
         return self.encoder.cfg
 
-    def forward(self, pixel_values: Tensor, output_hidden_states: bool = False) -> LeVJEPAOutput:
-        return hub_forward(self.encoder, pixel_values, output_hidden_states)
+    def forward(
+        self,
+        pixel_values: Tensor | None = None,
+        output_hidden_states: bool = False,
+        *,
+        pixel_values_videos: Tensor | None = None,
+        output_attentions: bool | None = None,
+    ) -> LeVJEPAOutput:
+        video = video_input(pixel_values, pixel_values_videos, output_attentions)
+        return hub_forward(self.encoder, video, output_hidden_states)
 
     @classmethod
-    def from_pretrained(cls, path_or_repo_id: str | Path, **kwargs: Any) -> LeVJEPAModel:
+    def from_pretrained(
+        cls, path_or_repo_id: str | Path, **kwargs: Any
+    ) -> LeVJEPAModel | LeVJEPAForVideoClassification:
         return from_pretrained(path_or_repo_id, **kwargs)
 
 
-def _download(repo_id: str, revision: str | None) -> Path:
+@dataclass(frozen=True)
+class ClassifierConfig:
+    """A classifier's configuration as transformers' configs name it: the encoder, the head, the labels."""
+
+    encoder: EncoderConfig
+    head: HeadConfig
+    id2label: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return {n: i for i, n in self.id2label.items()}
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label)
+
+
+class LeVJEPAForVideoClassification(nn.Module):
+    """A fine-tuned classifier's export: the encoder and its head, frozen; ``logits`` over ``config.id2label``
+    (one view per clip, as transformers' video classifiers; ``levjepa classify`` adds segments and crops)."""
+
+    def __init__(
+        self,
+        encoder: VideoEncoder,
+        head_cfg: HeadConfig,
+        head: nn.Module,
+        labels: dict[int, str],
+        preprocessing: Preprocessing | None = None,
+        info: str = "",
+    ) -> None:
+        super().__init__()
+        self.encoder, self.head = encoder, head
+        self._config = ClassifierConfig(encoder.cfg, head_cfg, dict(labels))
+        self.preprocessing = preprocessing or Preprocessing()
+        self.weights_info = info or encoder.weights_info
+
+    @property
+    def config(self) -> ClassifierConfig:
+        return self._config
+
+    def forward(
+        self,
+        pixel_values: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool = False,
+        *,
+        pixel_values_videos: Tensor | None = None,
+        output_attentions: bool | None = None,
+    ) -> LeVJEPAClassifierOutput:
+        video = video_input(pixel_values, pixel_values_videos, output_attentions)
+        features = hub_forward(self.encoder, video, output_hidden_states)
+        return hub_logits(features, self.head, self._config.head, labels)
+
+
+HubModel = LeVJEPAModel | LeVJEPAForVideoClassification
+
+
+def _classifier_head(folder: Path, data: dict[str, Any]) -> tuple[HeadConfig, nn.Module, dict[int, str]] | None:
+    """A classifier export's head (``config.json``'s ``head`` + ``id2label``, weights ``head.*`` of
+    ``model.safetensors``), or ``None`` for an encoder."""
+    if not isinstance(data.get("head"), dict):
+        return None
+    where = folder / CONFIG
+    head_cfg = from_dict(HeadConfig, data["head"])
+    labels = {int(i): str(n) for i, n in (data.get("id2label") or {}).items()}
+    if sorted(labels) != list(range(head_cfg.num_classes)):
+        raise WeightsError(f"{where}: id2label names {len(labels)} classes, the head has {head_cfg.num_classes}")
+    state = prefixed(load_tensors(folder / HUB_WEIGHTS)[0], "head.")
+    if not state:
+        raise WeightsError(f"{folder / HUB_WEIGHTS}: a classifier's config without its head's weights (head.*)")
+    head = build_head(head_cfg)
     try:
-        from huggingface_hub import snapshot_download
-    except ImportError as err:
-        raise WeightsError(
-            f"{repo_id}: not a local directory; a hub repo id needs huggingface_hub "
-            "(pip install 'levjepa[hub]'), or download it and pass the folder"
-        ) from err
-    return Path(snapshot_download(repo_id, revision=revision))
+        head.load_state_dict(state, strict=True)
+    except RuntimeError as err:
+        raise WeightsError(f"{folder / HUB_WEIGHTS}: the head's weights do not fit its config: {err}") from err
+    return head_cfg, freeze(head), labels
+
+
+def _is_official(origin: Origin) -> bool:
+    p = origin.path
+    return is_official_folder(p) or (p.is_file() and p.suffix == ".ckpt")
 
 
 def from_pretrained(
@@ -74,47 +179,83 @@ def from_pretrained(
     weights: str = "ema",
     device: str | torch.device = "cpu",
     revision: str | None = None,
+    sha256: str | None = None,
     heads: int | None = None,
     attention: str | None = None,
-) -> LeVJEPAModel:
-    """A :class:`LeVJEPAModel` from a local export / run / checkpoint or a hub repo id (see the module doc)."""
-    path = Path(path_or_repo_id)
-    if not path.exists():
-        text = str(path_or_repo_id)
-        if text.count("/") != 1 or text.startswith((".", "/")):
-            raise WeightsError(f"{text}: no such directory, and not a hub repo id (ORG/NAME)")
-        path = _download(text, revision)
+) -> HubModel:
+    """A :class:`LeVJEPAModel` (or :class:`LeVJEPAForVideoClassification`) from a local export / run /
+    checkpoint, official weights or a hub repo id (see the module doc)."""
+    origin = resolve(path_or_repo_id, revision)
+    if _is_official(origin):
+        loaded = load_official(
+            origin, weights=weights, device=device, overrides=Overrides(heads=heads, attention=attention), sha256=sha256
+        )
+    else:
+        loaded = load_encoder(origin.path, weights=weights, device=device)  # type: ignore[arg-type]
+        if origin.repo_id is not None or sha256 is not None:
+            record = origin.record(sha256)
+            loaded.source = f"{record['source']}" + (f"@{record['revision']}" if record["revision"] else "")
+    return _model(loaded, origin, device)
+
+
+def _model(
+    loaded: LoadedEncoder, origin: Origin, device: str | torch.device
+) -> LeVJEPAModel | LeVJEPAForVideoClassification:
+    info = loaded.describe()
+    loaded.encoder.weights_info = info
+    data = read_hub_config(origin.path) if origin.path.is_dir() and loaded.kind == "export" else None
+    head = _classifier_head(origin.path, data) if data is not None else None
+    if head is None:
+        return LeVJEPAModel(loaded.encoder, loaded.preprocessing, info)
+    head_cfg, module, labels = head
+    return LeVJEPAForVideoClassification(
+        loaded.encoder, head_cfg, module.to(device), labels, loaded.preprocessing, info
+    )
+
+
+def push_to_hub(folder: str | Path, repo_id: str, *, private: bool = False, message: str | None = None) -> str:
+    """Publish an export folder as the model repo ``repo_id`` (created when missing) with huggingface_hub;
+    returns the commit's URL. The token is huggingface_hub's (``hf auth login`` or ``HF_TOKEN``)."""
     try:
-        loaded = load_encoder(path, weights=weights, device=device)  # type: ignore[arg-type]
-    except WeightsError:
-        if not (path.is_dir() and (path / "config.json").is_file()) and path.suffix != ".ckpt":
-            raise
-        official = read_official(path, Overrides(heads=heads, attention=attention), weights=weights)
-        encoder = VideoEncoder(official.config)
-        encoder.load_state_dict(official.encoder, strict=True)
-        freeze(encoder.to(device))
-        return LeVJEPAModel(encoder, Preprocessing(), f"{official.note} from {official.source} (imported)")
-    loaded.encoder.weights_info = loaded.describe()
-    return LeVJEPAModel(loaded.encoder, loaded.preprocessing, loaded.describe())
+        from huggingface_hub import create_repo, upload_folder
+    except ImportError as err:
+        raise WeightsError(f"--push-to-hub {repo_id}: needs huggingface_hub (pip install 'levjepa[hub]')") from err
+    folder = Path(folder)
+    if not (folder / CONFIG).is_file():
+        raise WeightsError(f"{folder}: not an export folder (no {CONFIG}); write one with levjepa export first")
+    create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+    commit = upload_folder(
+        repo_id=repo_id,
+        folder_path=str(folder),
+        repo_type="model",
+        commit_message=message or f"levjepa export ({folder.name})",
+    )
+    return str(getattr(commit, "commit_url", commit))
 
 
-_REGISTERED = False
+_REGISTERED: set[str] = set()
+CONFIG_HOOK = "configuration_auto"  # the tails of the transformers modules the post-import hook watches
+MODELS_HOOK = "modeling_auto"
 
 
-def register_transformers() -> bool:
-    """Register ``model_type: levjepa`` with transformers' ``AutoConfig`` / ``AutoModel``; ``False`` when
-    transformers cannot be imported. Idempotent."""
-    global _REGISTERED
-    if _REGISTERED:
-        return True
+def register_transformers(trigger: str | None = None) -> bool:
+    """Register ``model_type: levjepa`` with transformers' ``AutoConfig`` and its ``AutoModel`` /
+    ``AutoModelForVideoClassification``; ``False`` when transformers cannot be imported. Idempotent.
+
+    ``trigger``: the transformers module whose import called this (``levjepa/__init__.py``'s post-import
+    hook): after ``...configuration_auto`` only the config is registered (transformers' model classes may not
+    exist yet), after ``...modeling_auto`` the models; ``None`` (a call by hand) registers both."""
+    parts = [p for p in (CONFIG_HOOK, MODELS_HOOK) if trigger is None or trigger.endswith(p)]
     try:
-        from levjepa.formats.transformers_auto import register
+        for part in parts:
+            if part in _REGISTERED:
+                continue
+            if part == CONFIG_HOOK:
+                from levjepa.formats.transformers_config import register
+            else:
+                from levjepa.formats.transformers_auto import register
+            register()
+            _REGISTERED.add(part)
     except ImportError:
         return False
-    register()
-    _REGISTERED = True
     return True
-
-
-if "transformers" in sys.modules:  # imported by the user already: registering costs nothing more
-    register_transformers()

@@ -47,7 +47,8 @@ import torch
 
 from levjepa.config import ConfigError, from_dict
 from levjepa.data.views import IMAGENET_MEAN, IMAGENET_STD
-from levjepa.formats.official import read_official
+from levjepa.formats.official import Overrides, is_released_schema, read_official
+from levjepa.formats.origin import Origin
 from levjepa.model import EncoderConfig, VideoEncoder
 from levjepa.rng import seeded_init
 from levjepa.train.config import PretrainConfig
@@ -85,8 +86,10 @@ __all__ = [
     "ema_note",
     "freeze",
     "load",
+    "is_official_folder",
     "load_encoder",
     "load_init_weights",
+    "load_official",
     "load_projector",
     "random_encoder",
     "read_hub_config",
@@ -95,7 +98,7 @@ __all__ = [
 ]
 
 WeightsKind = Literal["ema", "online"]
-SourceKind = Literal["run", "checkpoint", "export", "file", "random"]
+SourceKind = Literal["run", "checkpoint", "export", "file", "official", "random"]
 M = TypeVar("M", bound=torch.nn.Module)
 WEIGHTS_MEANING = {
     "ema": "the EMA copy, a weighted average of the online weights trained so far",
@@ -161,7 +164,10 @@ class LoadedEncoder:
     def describe(self) -> str:
         step = f" step {self.step}" if self.step is not None else ""
         note = f" ({self.note})" if self.note else ""
-        return f"{self.weights} weights{step}{note} from {self.source}"
+        origin = self.imported_from or {}
+        at = f"@{origin['revision']}" if origin.get("revision") else ""
+        digest = f" (sha256 {origin['sha256']})" if origin.get("sha256") else ""
+        return f"{self.weights} weights{step}{note} from {self.source}{at}{digest}"
 
 
 def ema_note(meta: dict[str, str], step: int | None, run_cfg: PretrainConfig | None, where: str) -> str:
@@ -356,8 +362,8 @@ def read_hub_config(export_dir: str | Path) -> dict[str, Any] | None:
     if kind == "levjepa":
         if not isinstance(data.get("encoder"), dict):
             raise WeightsError(
-                f"{path}: model_type levjepa without an 'encoder' section: not an export of this levjepa; "
-                f"official LeVJEPA weights are read with `levjepa import {export_dir} --out DIR` first"
+                f"{path}: model_type levjepa without an 'encoder' section or the released checkpoint's keys "
+                f"(embed_dim, depth, num_heads, ...): not a levjepa export nor official weights"
             )
         return data
     if kind is not None or ((Path(export_dir) / HUB_WEIGHTS).is_file() and not (Path(export_dir) / META).is_file()):
@@ -382,10 +388,18 @@ def _section(cls: type[C], data: dict[str, Any], key: str, where: Path) -> C | N
         raise WeightsError(f"{where}: bad {key}: {err}") from err
 
 
+def encoder_tensors(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The encoder's tensors of a hub-layout weights file: as levjepa writes them (no prefix), or under
+    ``encoder.`` as transformers' ``save_pretrained`` writes them; a classifier's ``head.*`` left out."""
+    if any(k.startswith("encoder.") for k in tensors):
+        return prefixed(tensors, "encoder.")
+    return {k: v for k, v in tensors.items() if not k.startswith("head.")}
+
+
 def _from_hub(export_dir: Path, data: dict[str, Any], device: str | torch.device) -> LoadedEncoder:
     file = export_dir / HUB_WEIGHTS
     cfg = _encoder_config(data["encoder"], str(export_dir / CONFIG))
-    tensors, _ = load_tensors(file)
+    tensors = encoder_tensors(load_tensors(file)[0])
     encoder = _build(cfg, tensors, file, device)
     run_cfg = _section(PretrainConfig, data, "run_config", export_dir / CONFIG)
     pre = _section(Preprocessing, data, "preprocessing", export_dir / CONFIG)
@@ -430,6 +444,8 @@ def _load_encoder(path: str | Path, weights: WeightsKind, device: str | torch.de
     if p.is_dir():
         if (p / CHECKPOINTS).is_dir():
             return _from_checkpoint(_latest_checkpoint(p), weights, device, "run")
+        if is_official_folder(p):
+            return load_official(Origin(p, str(p)), weights=weights, device=device)
         hub = read_hub_config(p)
         if hub is not None:
             return _from_hub(p, hub, device)
@@ -490,17 +506,53 @@ def load_projector(path: str | Path) -> dict[str, torch.Tensor] | None:
     return None
 
 
-def _is_official(p: Path) -> bool:
-    if p.is_file():
-        return p.suffix in (".ckpt", ".pt", ".pth", ".bin")
+def is_official_folder(p: Path) -> bool:
+    """A model folder of official LeVJEPA weights: the released checkpoint's schema (``model_type: levjepa``
+    with the official VisionTransformer's arguments) or another model type, with weights and no levjepa
+    checkpoint beside them."""
     cfg = p / CONFIG
-    if p.is_dir() and cfg.is_file() and not (p / CHECKPOINTS).is_dir():
-        return (
-            read_json(cfg).get("model_type") != "levjepa"
-            and ((p / HUB_WEIGHTS).is_file() or (p / "model.safetensors.index.json").is_file())
-            and not (p / META).is_file()
-        )
-    return False
+    if not (p.is_dir() and cfg.is_file()) or (p / CHECKPOINTS).is_dir() or (p / META).is_file():
+        return False
+    if not ((p / HUB_WEIGHTS).is_file() or (p / "model.safetensors.index.json").is_file()):
+        return False
+    data = read_json(cfg)
+    return data.get("model_type") != "levjepa" or is_released_schema(data)
+
+
+def load_official(
+    origin: Origin,
+    *,
+    weights: str = "ema",
+    device: str | torch.device = "cpu",
+    overrides: Overrides | None = None,
+    sha256: str | None = None,
+) -> LoadedEncoder:
+    """Official weights (a model folder, a ``.ckpt``, a safetensors file) imported on the fly: the encoder
+    computes the official function (``levjepa.formats.official``), and ``imported_from`` records the source,
+    revision, file and SHA-256 (``Origin.record``, checked against ``sha256`` and the pinned releases)."""
+    try:
+        official = read_official(origin.path, overrides, weights=weights)
+    except WeightsError as err:
+        raise WeightsError(
+            f"{err}; or import it once with `levjepa import {origin.source} --out DIR` and the options it names"
+        ) from err
+    record = origin.record(sha256)
+    encoder = VideoEncoder(official.config)
+    encoder.load_state_dict(official.encoder, strict=True)
+    return LoadedEncoder(
+        encoder=freeze(encoder.to(device)),
+        config=official.config,
+        source=str(record["source"]),
+        kind="official",
+        weights=official.copy,
+        note=f"{official.note}; official LeVJEPA weights, imported on the fly",
+        imported_from={
+            **record,
+            "copy": official.copy,
+            "stated": official.stated,
+            "layout": "MLO-lab/LeVJEPA module.py (encoder.*, projector.net.*)",
+        },
+    )
 
 
 def load_init_weights(path: str | Path) -> StartWeights:
@@ -511,7 +563,7 @@ def load_init_weights(path: str | Path) -> StartWeights:
     p = Path(path)
     if not p.exists():
         raise WeightsError(f"{p}: no such run, export or checkpoint (model.init_from)")
-    if _is_official(p):
+    if (p.is_file() and p.suffix in (".ckpt", ".pt", ".pth", ".bin")) or is_official_folder(p):
         official = read_official(p)
         return StartWeights(official.config, official.encoder, official.projector, f"{official.note} from {p}")
     loaded = load_encoder(p)

@@ -33,9 +33,18 @@ Keys are matched by name below any prefix (``encoder.``, ``backbone.``, ``model.
 Verified against the reference code (``tests/fixtures/official``: outputs of the official ``module.py`` on
 random weights, every token within 1e-5): the encoder at τ = 1 and 2, block-causal and full attention, an
 image model, and the projector in both BatchNorm modes; the ``.ckpt`` layout follows the official ``main.py``
-and config. Not verified (the hub repository ships its own remote code and config schema, which cannot be
-read from here): the key prefix and config keys of ``galilai-group/LeVJEPA-VideoMix-Large``; they are matched
-by the rules above.
+and config. The released checkpoint ``galilai-group/LeVJEPA-VideoMix-Large`` (revision ``e831a03…``, pinned
+with its SHA-256 in ``levjepa.formats.origin``) states its encoder at the top level of its ``config.json`` in
+the official ``VisionTransformer``'s argument names (:data:`RELEASED_KEYS`, ``model_type: levjepa``) and holds
+293 tensors under ``encoder.``: :func:`released_config` builds its encoder from the config alone,
+:func:`official_state_shapes` names its tensors (the contract ``tests/test_official.py`` pins at ViT-L on the
+meta device, 303,099,904 parameters), and the fixture in that layout goes through ``AutoModel`` and the
+importer alike.
+
+Settings are read from the **encoder's own section** of a source's config only (:func:`encoder_section`: the
+top level of a hub ``config.json``, a training config's ``model``): an optimizer's ``eps`` or a probe's
+``num_heads`` elsewhere in the file is never taken for the encoder's. A config that contradicts the tensors
+(width, depth, patch, channels, tubelet) is refused in one line.
 
 A ``.ckpt`` is a pickle: it is read with ``torch.load(weights_only=True)`` (plain containers, tensors and
 a short allow-list), never unpickled freely unless the caller opts in (``trust_pickle=True``,
@@ -60,7 +69,21 @@ from levjepa.model import EncoderConfig
 from levjepa.model.rope import vjepa2_channel_order
 from levjepa.weights import WeightsError, load_tensors, read_json
 
-__all__ = ["OFFICIAL_HEADS", "OfficialModel", "Overrides", "convert_encoder", "convert_projector", "read_official"]
+__all__ = [
+    "OFFICIAL_HEADS",
+    "RELEASED_KEYS",
+    "OfficialModel",
+    "Overrides",
+    "convert_encoder",
+    "convert_projector",
+    "encoder_section",
+    "is_released_schema",
+    "official_model",
+    "official_state_shapes",
+    "read_official",
+    "released_config",
+    "to_levjepa",
+]
 
 # heads of the official factories (module.py vit_tiny ... vit_gigantic), by name and by width
 OFFICIAL_HEADS = {
@@ -169,17 +192,119 @@ def _meta_config(meta: Mapping[str, str]) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _stated(config: Mapping[str, Any], *names: str) -> Any:
-    """The first of ``names`` stated in ``config`` or in a nested section of it (``model``, ``encoder``, …)."""
+# the keyword arguments of the official VisionTransformer that the released checkpoint's config.json states
+# (galilai-group/LeVJEPA-VideoMix-Large, model_type "levjepa"): the released schema
+RELEASED_KEYS = (
+    "img_size",
+    "patch_size",
+    "num_frames",
+    "tubelet_size",
+    "in_chans",
+    "embed_dim",
+    "depth",
+    "num_heads",
+    "mlp_ratio",
+    "qkv_bias",
+    "attn_mode",
+    "token_drop_rate",
+)
+# what else an encoder's own section may state (the official config.yaml's `model`, HF aliases)
+ENCODER_KEYS = (*RELEASED_KEYS, "name", "use_rope", "num_attention_heads", "layer_norm_eps", "norm_eps")
+SECTIONS = ("model", "encoder", "backbone")  # where a training config keeps the encoder's settings
+
+
+def encoder_section(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The part of a source's config that describes the encoder, and only that part: the top level when it
+    states any encoder key (a hub ``config.json``), else the first of ``model`` / ``encoder`` / ``backbone``
+    that does (a training config), looked for also under one ``cfg`` / ``config`` / ``hparams`` wrapper.
+    Keys of other sections (an optimizer's ``eps``, a probe's ``num_heads``) are never read."""
+    if any(k in config for k in ENCODER_KEYS):
+        return config
+    for wrapper in (config, *(config[w] for w in ("cfg", "config", "hparams") if isinstance(config.get(w), Mapping))):
+        for name in SECTIONS:
+            section = wrapper.get(name)
+            if isinstance(section, Mapping) and any(k in section for k in ENCODER_KEYS):
+                return section
+    return {}
+
+
+def _stated(section: Mapping[str, Any], *names: str) -> Any:
+    """The first of ``names`` that the encoder's section states (``None`` when none is)."""
     for name in names:
-        if name in config and config[name] is not None:
-            return config[name]
-    for value in config.values():
-        if isinstance(value, Mapping):
-            found = _stated(value, *names)
-            if found is not None:
-                return found
+        if section.get(name) is not None:
+            return section[name]
     return None
+
+
+def is_released_schema(config: Mapping[str, Any]) -> bool:
+    """Whether a ``config.json`` is in the released checkpoint's schema (the official VisionTransformer's
+    arguments at the top level) rather than a levjepa export's (an ``encoder`` section)."""
+    return not isinstance(config.get("encoder"), Mapping) and "embed_dim" in config and "depth" in config
+
+
+def released_config(config: Mapping[str, Any], where: str = "config.json") -> EncoderConfig:
+    """The levjepa ``EncoderConfig`` that computes the official function of a config in the released schema
+    (:data:`RELEASED_KEYS`), from the config alone — what ``AutoModel`` builds before any weight is read."""
+    missing = [k for k in ("embed_dim", "depth", "num_heads", "patch_size") if config.get(k) is None]
+    if missing:
+        raise WeightsError(f"{where}: the released schema needs {', '.join(missing)}; this config does not state it")
+    attention = str(config.get("attn_mode", "block_causal"))
+    if attention not in ATTENTION_NAMES:
+        raise WeightsError(f"{where}: attn_mode {attention!r}: valid choices are {', '.join(sorted(ATTENTION_NAMES))}")
+    if config.get("use_rope") is False:
+        raise WeightsError(f"{where}: the config says use_rope=false: levjepa encoders use 3D RoPE only")
+    try:
+        return EncoderConfig(
+            dim=int(config["embed_dim"]),
+            depth=int(config["depth"]),
+            heads=int(config["num_heads"]),
+            mlp_ratio=float(config.get("mlp_ratio", 4.0)),
+            patch_size=int(config["patch_size"]),
+            tubelet=int(config.get("tubelet_size", 2)) if int(config.get("num_frames", 16)) > 1 else 1,
+            in_chans=int(config.get("in_chans", 3)),
+            attention=ATTENTION_NAMES[attention],  # type: ignore[arg-type]
+            final_norm=True,
+            final_norm_bias=True,
+            qkv_bias=bool(config.get("qkv_bias", True)),
+            norm_eps=float(config.get("layer_norm_eps", 1e-6)),
+            rope_layout="vjepa2",
+            tubelet_init="random",
+            drop_ratio=float(config.get("token_drop_rate", 0.95)),
+        )
+    except ValueError as err:
+        raise WeightsError(f"{where}: {err}") from err
+
+
+def official_state_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Every tensor of an official encoder of a released-schema config (names below ``encoder.``, shapes):
+    what a checkpoint in that layout holds, without a single weight (the contract ``AutoModel`` loads)."""
+    cfg = released_config(config)
+    d, hidden, p, c = cfg.dim, cfg.mlp_hidden, cfg.patch_size, cfg.in_chans
+    video = int(config.get("num_frames", 16)) > 1
+    shapes: dict[str, tuple[int, ...]] = {
+        "cls_token": (1, 1, d),
+        ANCHOR: (d, c, cfg.tubelet, p, p) if video else (d, c, p, p),
+        "patch_embed.proj.bias": (d,),
+    }
+    for i in range(cfg.depth):
+        block = {
+            "norm1.weight": (d,),
+            "norm1.bias": (d,),
+            "attn.qkv.weight": (3 * d, d),
+            "attn.proj.weight": (d, d),
+            "attn.proj.bias": (d,),
+            "norm2.weight": (d,),
+            "norm2.bias": (d,),
+            "mlp.fc1.weight": (hidden, d),
+            "mlp.fc1.bias": (hidden,),
+            "mlp.fc2.weight": (d, hidden),
+            "mlp.fc2.bias": (d,),
+        }
+        if cfg.qkv_bias:
+            block["attn.qkv.bias"] = (3 * d,)
+        shapes.update({f"blocks.{i}.{k}": v for k, v in block.items()})
+    shapes.update({"norm.weight": (d,), "norm.bias": (d,)})
+    return shapes
 
 
 def _prefixes(tensors: Mapping[str, torch.Tensor]) -> list[str]:
@@ -209,6 +334,9 @@ def _encoder_tensors(tensors: Mapping[str, torch.Tensor], where: str, prefix: st
 
 
 def _config(enc: Mapping[str, torch.Tensor], stated: Mapping[str, Any], over: Overrides, where: str) -> EncoderConfig:
+    """The ``EncoderConfig`` of official tensors: sizes from the tensors, what they cannot tell from the encoder's
+    own section of the source's config (:func:`encoder_section`) or the caller's overrides."""
+    stated = encoder_section(stated)
     if "pos_embed" in enc and _stated(stated, "use_rope") is not True:
         raise WeightsError(
             f"{where}: this encoder has an absolute position embedding (pos_embed) and no RoPE: levjepa encoders "
@@ -245,10 +373,13 @@ def _config(enc: Mapping[str, torch.Tensor], stated: Mapping[str, Any], over: Ov
         raise WeightsError(
             f"{where}: attention mode {attention!r}: valid choices are {', '.join(sorted(ATTENTION_NAMES))}"
         )
-    eps = over.norm_eps or _stated(stated, "norm_eps", "layer_norm_eps", "eps") or 1e-6
+    eps = over.norm_eps or _stated(stated, "norm_eps", "layer_norm_eps") or 1e-6
     tube_stated = _stated(stated, "tubelet_size", "tubelet")
     if tube_stated is not None and int(tube_stated) != tubelet and patch.dim() == 5:
         raise WeightsError(f"{where}: the config says tubelet_size={tube_stated}, the patch kernel has {tubelet}")
+    for key, found in (("embed_dim", dim), ("depth", depth), ("patch_size", p), ("in_chans", chans)):
+        if _stated(stated, key) is not None and int(_stated(stated, key)) != int(found):
+            raise WeightsError(f"{where}: the config says {key}={_stated(stated, key)}, the weights have {found}")
     kw = dict(
         dim=int(dim),
         depth=depth,
@@ -264,6 +395,7 @@ def _config(enc: Mapping[str, torch.Tensor], stated: Mapping[str, Any], over: Ov
         norm_eps=float(eps),
         rope_layout="vjepa2",
         tubelet_init="random",
+        drop_ratio=float(_stated(stated, "token_drop_rate") or 0.95),
     )
     try:
         return EncoderConfig(**kw)  # type: ignore[arg-type]
@@ -271,8 +403,10 @@ def _config(enc: Mapping[str, torch.Tensor], stated: Mapping[str, Any], over: Ov
         raise WeightsError(f"{where}: {err}") from err
 
 
-def convert_encoder(enc: Mapping[str, torch.Tensor], cfg: EncoderConfig) -> dict[str, torch.Tensor]:
-    """Official encoder tensors -> levjepa ``VideoEncoder`` state dict (``cfg.rope_layout == "vjepa2"``)."""
+def to_levjepa(enc: Mapping[str, torch.Tensor], cfg: EncoderConfig) -> dict[str, torch.Tensor]:
+    """Official encoder tensors -> levjepa ``VideoEncoder`` tensors (``cfg.rope_layout == "vjepa2"``), as a
+    differentiable function of its inputs: the Conv kernel viewed as one Linear, the query and key rows of each
+    ``qkv`` permuted into levjepa's RoPE pair order (values as they are)."""
     out = {}
     hd, order = cfg.head_dim, vjepa2_channel_order(cfg.head_dim)
     for key, value in enc.items():
@@ -282,10 +416,16 @@ def convert_encoder(enc: Mapping[str, torch.Tensor], cfg: EncoderConfig) -> dict
             value = value.reshape(value.shape[0], -1)  # [D, C·τ·p·p]: the Conv kernel as one Linear
         elif re.fullmatch(r"blocks\.\d+\.attn\.qkv\.(weight|bias)", key):
             parts = value.reshape(3, cfg.heads, hd, *value.shape[1:])  # (q | k | v, head, channel, ...)
-            parts = torch.stack([parts[0][:, order], parts[1][:, order], parts[2]])  # q, k permuted; v as it is
+            idx = order.to(value.device)
+            parts = torch.stack([parts[0][:, idx], parts[1][:, idx], parts[2]])  # q, k permuted; v as it is
             value = parts.reshape(value.shape)
-        out[key] = value.detach().clone().to(torch.float32).contiguous()
+        out[key] = value
     return out
+
+
+def convert_encoder(enc: Mapping[str, torch.Tensor], cfg: EncoderConfig) -> dict[str, torch.Tensor]:
+    """Official encoder tensors -> a levjepa ``VideoEncoder`` state dict of its own (float32, contiguous)."""
+    return {k: v.detach().clone().to(torch.float32).contiguous() for k, v in to_levjepa(enc, cfg).items()}
 
 
 def convert_projector(proj: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -303,11 +443,23 @@ def read_official(
     """An official checkpoint converted to levjepa's encoder (and projector when present). ``weights``:
     ``"ema"`` (the default: the EMA copy when the checkpoint has one, else its only copy, said so) or
     ``"online"``. Every failure is a :class:`WeightsError` naming the file."""
-    over = overrides or Overrides()
     if weights not in ("ema", "online"):
         raise ValueError(f"weights={weights!r}: valid choices are ema, online")
-    path = Path(src)
-    copies, stated, file = _read_source(path, trust_pickle)
+    copies, stated, file = _read_source(Path(src), trust_pickle)
+    return official_model(copies, stated, file, overrides, weights=weights)
+
+
+def official_model(
+    copies: Mapping[str, Mapping[str, torch.Tensor]],
+    stated: Mapping[str, Any],
+    file: Path,
+    overrides: Overrides | None = None,
+    *,
+    weights: str = "ema",
+) -> OfficialModel:
+    """:func:`read_official` on tensors already in memory (``copies``: ``{"ema" | "online" | "published":
+    tensors}``; meta tensors too, for a contract checked without weights), ``stated`` the source's config."""
+    over = overrides or Overrides()
     where = str(file)
     if weights in copies:
         copy = weights
@@ -337,6 +489,7 @@ def read_official(
         note = f"the one copy of the weights in {file.name}"
     if projector is not None:
         note += "; projector from the online state_dict" if copy == "ema" else "; with its projector"
+    section = encoder_section(stated)
     return OfficialModel(
         config=cfg,
         encoder=convert_encoder(enc, cfg),
@@ -344,5 +497,5 @@ def read_official(
         source=where,
         copy=copy,
         note=note,
-        stated={k: v for k, v in stated.items() if isinstance(v, str | int | float | bool)},
+        stated={k: v for k, v in section.items() if isinstance(v, str | int | float | bool)},
     )

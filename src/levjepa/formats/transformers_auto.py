@@ -1,8 +1,35 @@
-"""transformers' view of a levjepa export: ``AutoConfig`` / ``AutoModel`` for ``model_type: levjepa``.
+"""transformers' view of levjepa: ``AutoConfig``, ``AutoModel``, ``AutoModelForVideoClassification`` and
+``AutoImageProcessor`` for ``model_type: levjepa``, without remote code.
 
-Imported only where transformers is installed (``levjepa.formats.hub.register_transformers``). The model
-holds a levjepa ``VideoEncoder`` as ``encoder`` (``base_model_prefix``) and returns transformers'
-``BaseModelOutputWithPooling`` with the same tensors as ``levjepa.LeVJEPAModel``.
+Imported only where transformers is installed (``levjepa.formats.hub.register_transformers``, which the
+post-import hook of ``levjepa/__init__.py`` calls in either import order, once ``modeling_auto`` is imported;
+the config, ``transformers_config.py``, is registered as soon as ``configuration_auto`` is).
+
+**Two schemas share ``model_type: levjepa``** and ``LeVJEPAConfig`` reads both:
+
+* a levjepa export (``levjepa.formats.export``): an ``encoder`` section with every ``EncoderConfig`` field,
+  weights in levjepa's names (no prefix; ``encoder.`` once transformers' ``save_pretrained`` wrote them);
+* the released official checkpoint (``galilai-group/LeVJEPA-VideoMix-Large``, whose remote code this
+  replaces): the official ``VisionTransformer``'s arguments at the top level (``embed_dim``, ``depth``,
+  ``num_heads``, ``attn_mode``, ...: ``levjepa.formats.official.RELEASED_KEYS``), weights under ``encoder.``
+  in the official layout (a Conv patch kernel, ``qkv`` rows in the official RoPE channel order).
+
+For the second, the model's ``encoder`` is :class:`OfficialLayout`: it holds its parameters in the official
+names and shapes — so transformers loads the released file strictly, with its own loader, and
+``save_pretrained`` writes the released layout back — and computes with levjepa's ``VideoEncoder`` in the
+``vjepa2`` RoPE layout: each call maps the parameters differentiably (``official.to_levjepa``: a view of the
+kernel, a row permutation of ``qkv``) onto a parameter-free template of that encoder
+(``torch.func.functional_call``), which computes the official function (``tests/test_hub_auto.py`` against
+the official code's outputs). Fine-tuning it trains the official-layout parameters.
+
+Inputs and outputs follow ``levjepa.formats.outputs``: ``pixel_values`` ``[B, C, T, H, W]`` or
+``pixel_values_videos`` ``[B, T, C, H, W]``; ``BaseModelOutputWithPooling`` with ``depth + 1`` hidden states;
+``output_attentions`` refused in one line; the classifier's ``ImageClassifierOutput`` with ``id2label`` in
+its config (a fine-tuned classifier's export: ``head`` section + ``head.*`` weights).
+
+The image processor is transformers' ``VideoMAEImageProcessor`` (its Pillow backend without torchvision),
+which an export's ``preprocessor_config.json`` names: frames resized on the short side, centre-cropped,
+``/ 255``, normalised, stacked ``[B, T, C, H, W]`` — the ``pixel_values_videos`` layout.
 """
 
 from __future__ import annotations
@@ -10,48 +37,126 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import AutoConfig, AutoModel, PretrainedConfig, PreTrainedModel
-from transformers.modeling_outputs import BaseModelOutputWithPooling
+from torch import Tensor, nn
+from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput
+from transformers.modeling_utils import PreTrainedModel
+from transformers.models.auto.modeling_auto import AutoModel, AutoModelForVideoClassification
 
-from levjepa.config import from_dict
-from levjepa.formats.outputs import hub_forward
-from levjepa.model import EncoderConfig, VideoEncoder
+from levjepa.formats.official import ANCHOR, official_state_shapes, released_config, to_levjepa
+from levjepa.formats.outputs import LeVJEPAOutput, hub_forward, hub_logits, video_input
+from levjepa.formats.transformers_config import LeVJEPAConfig
+from levjepa.model import VideoEncoder
+from levjepa.model.classifier import build_head
 
-__all__ = ["LeVJEPAConfig", "LeVJEPATransformersModel", "register"]
-
-
-class LeVJEPAConfig(PretrainedConfig):
-    """A levjepa export's ``config.json``; ``encoder`` holds every ``EncoderConfig`` field."""
-
-    model_type = "levjepa"
-
-    def __init__(self, encoder: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        self.encoder = dict(encoder or {})
-        super().__init__(**kwargs)
-
-    def encoder_config(self) -> EncoderConfig:
-        return from_dict(EncoderConfig, self.encoder)
+__all__ = [
+    "LeVJEPATransformersForVideoClassification",
+    "LeVJEPATransformersModel",
+    "OfficialLayout",
+    "register",
+]
 
 
-class LeVJEPATransformersModel(PreTrainedModel):
-    """``AutoModel.from_pretrained(EXPORT_DIR)``: ``model(pixel_values=video)`` as the official model."""
+def _holder(**children: nn.Module) -> nn.Module:
+    module = nn.Module()
+    for name, child in children.items():
+        module.add_module(name, child)
+    return module
 
+
+class _Call(nn.Module):
+    """The template encoder behind one call: ``functional_call`` gives it the mapped parameters."""
+
+    def __init__(self, encoder: VideoEncoder) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, video: Tensor, output_hidden_states: bool) -> LeVJEPAOutput:
+        return hub_forward(self.encoder, video, output_hidden_states)
+
+
+class OfficialLayout(nn.Module):
+    """An encoder whose parameters are the official checkpoint's (names and shapes: ``cls_token``,
+    ``patch_embed.proj``, ``blocks.N.{norm1,attn.qkv,attn.proj,norm2,mlp.fc1,mlp.fc2}``, ``norm``), computing
+    with levjepa's ``VideoEncoder`` (module doc)."""
+
+    _template: _Call  # set in __dict__: not a submodule, it holds no weights of its own
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+        cfg = released_config(config)
+        shapes = official_state_shapes(config)
+        d, hidden, eps = cfg.dim, cfg.mlp_hidden, cfg.norm_eps
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
+        p, t, c = cfg.patch_size, cfg.tubelet, cfg.in_chans
+        video = len(shapes[ANCHOR]) == 5  # a Conv3d kernel (τ, p, p); an image model's is a Conv2d (p, p)
+        proj = nn.Conv3d(c, d, (t, p, p), (t, p, p)) if video else nn.Conv2d(c, d, p, p)
+        self.patch_embed = _holder(proj=proj)
+        self.blocks = nn.ModuleList(
+            _holder(
+                norm1=nn.LayerNorm(d, eps=eps),
+                attn=_holder(qkv=nn.Linear(d, 3 * d, bias=cfg.qkv_bias), proj=nn.Linear(d, d)),
+                norm2=nn.LayerNorm(d, eps=eps),
+                mlp=_holder(fc1=nn.Linear(d, hidden), fc2=nn.Linear(hidden, d)),
+            )
+            for _ in range(cfg.depth)
+        )
+        self.norm = nn.LayerNorm(d, eps=eps)
+        self.cfg = cfg
+        with torch.device("meta"):
+            template = _Call(VideoEncoder(cfg))
+        self.__dict__["_template"] = template
+
+    def levjepa_state(self) -> dict[str, Tensor]:
+        """The parameters in levjepa's names and layout, as differentiable functions of the official ones."""
+        return to_levjepa(dict(self.named_parameters()), self.cfg)
+
+    def forward(self, video: Tensor, output_hidden_states: bool = False) -> LeVJEPAOutput:
+        state = {f"encoder.{k}": v for k, v in self.levjepa_state().items()}
+        out: LeVJEPAOutput = torch.func.functional_call(self._template, state, (video, output_hidden_states))
+        return out
+
+
+def _encoder(config: LeVJEPAConfig) -> nn.Module:
+    if config.layout == "official":
+        return OfficialLayout(vars(config))
+    return VideoEncoder(config.encoder_config())
+
+
+class _LeVJEPAPreTrained(PreTrainedModel):
     config_class = LeVJEPAConfig
     base_model_prefix = "encoder"
     main_input_name = "pixel_values"
 
+    def _init_weights(self, module: nn.Module) -> None:
+        """Nothing: the encoder and head initialise themselves, and the checkpoint's weights replace them."""
+
+    def _features(self, video: Tensor, output_hidden_states: bool) -> LeVJEPAOutput:
+        encoder = self.encoder
+        if isinstance(encoder, OfficialLayout):
+            return encoder(video, output_hidden_states)
+        assert isinstance(encoder, VideoEncoder)
+        return hub_forward(encoder, video, output_hidden_states)
+
+
+class LeVJEPATransformersModel(_LeVJEPAPreTrained):
+    """``AutoModel.from_pretrained(DIR)``: ``model(pixel_values=video)`` as the official model."""
+
     def __init__(self, config: LeVJEPAConfig) -> None:
         super().__init__(config)
-        self.encoder = VideoEncoder(config.encoder_config())
+        self.encoder = _encoder(config)
         self.post_init()
 
-    def _init_weights(self, module: torch.nn.Module) -> None:
-        """Nothing: ``VideoEncoder`` initialises itself, and the export's weights replace it."""
-
     def forward(
-        self, pixel_values: torch.Tensor, output_hidden_states: bool | None = None, return_dict: bool | None = None
+        self,
+        pixel_values: Tensor | None = None,
+        pixel_values_videos: Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
     ) -> BaseModelOutputWithPooling | tuple[Any, ...]:
-        out = hub_forward(self.encoder, pixel_values, bool(output_hidden_states))
+        video = video_input(pixel_values, pixel_values_videos, output_attentions)
+        out = self._features(video, bool(output_hidden_states))
         if return_dict is False:
             return out.to_tuple()
         return BaseModelOutputWithPooling(
@@ -59,6 +164,40 @@ class LeVJEPATransformersModel(PreTrainedModel):
         )
 
 
+class LeVJEPATransformersForVideoClassification(_LeVJEPAPreTrained):
+    """``AutoModelForVideoClassification.from_pretrained(DIR)`` on a fine-tuned classifier's export: the
+    encoder and the head (``head.*``), logits over ``config.id2label``."""
+
+    def __init__(self, config: LeVJEPAConfig) -> None:
+        super().__init__(config)
+        self.head_cfg = config.head_config()
+        if self.head_cfg.num_classes != config.num_labels:
+            raise ValueError(
+                f"config: the head has {self.head_cfg.num_classes} classes, id2label names {config.num_labels}"
+            )
+        self.encoder = _encoder(config)
+        self.head = build_head(self.head_cfg)
+        self.post_init()
+
+    def forward(
+        self,
+        pixel_values: Tensor | None = None,
+        pixel_values_videos: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> ImageClassifierOutput | tuple[Any, ...]:
+        video = video_input(pixel_values, pixel_values_videos, output_attentions)
+        out = hub_logits(self._features(video, bool(output_hidden_states)), self.head, self.head_cfg, labels)
+        if return_dict is False:
+            return out.to_tuple()
+        return ImageClassifierOutput(loss=out.loss, logits=out.logits, hidden_states=out.hidden_states)
+
+
 def register() -> None:
-    AutoConfig.register("levjepa", LeVJEPAConfig, exist_ok=True)
+    """Register the models of ``model_type: levjepa`` with transformers' auto model classes (idempotent;
+    ``transformers_config.register`` registers the config)."""
     AutoModel.register(LeVJEPAConfig, LeVJEPATransformersModel, exist_ok=True)
+    AutoModelForVideoClassification.register(LeVJEPAConfig, LeVJEPATransformersForVideoClassification, exist_ok=True)

@@ -45,10 +45,11 @@ from typing import Any
 
 import torch
 
-from levjepa import __version__, distributed, release
+from levjepa import distributed
 from levjepa.config import ConfigError
 from levjepa.data import BadFileReport
 from levjepa.train.config import PretrainConfig, check_resume
+from levjepa.version import __version__, release
 from levjepa.weights import (
     BAD_FILES,
     CONFIG,

@@ -1,0 +1,62 @@
+"""transformers' config of ``model_type: levjepa`` (``AutoConfig``): a levjepa export's schema or the released
+official checkpoint's (``transformers_auto.py`` says what each holds).
+
+Its own module, importing only transformers' configuration classes: the post-import hook of
+``levjepa/__init__.py`` registers it the moment ``transformers.models.auto.configuration_auto`` is imported,
+before transformers' model classes exist (``AutoConfig.from_pretrained`` alone must know ``levjepa``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers.configuration_utils import PretrainedConfig
+from transformers.models.auto.configuration_auto import AutoConfig
+
+from levjepa.config import from_dict
+from levjepa.formats.official import is_released_schema, released_config
+from levjepa.model import EncoderConfig
+from levjepa.model.classifier import HeadConfig
+
+__all__ = ["LeVJEPAConfig", "register"]
+
+
+class LeVJEPAConfig(PretrainedConfig):
+    """``config.json`` of ``model_type: levjepa`` in either schema (module doc); ``head``: a classifier's
+    ``HeadConfig`` fields (with ``id2label``)."""
+
+    model_type = "levjepa"
+    encoder: dict[str, Any] | None = None  # class defaults: an absent section is not written back as null
+    head: dict[str, Any] | None = None
+
+    def __init__(
+        self, encoder: dict[str, Any] | None = None, head: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
+        if encoder:
+            self.encoder = dict(encoder)
+        if head:
+            self.head = dict(head)
+        super().__init__(**kwargs)
+
+    @property
+    def layout(self) -> str:
+        """``"official"`` for the released schema, ``"levjepa"`` for a levjepa export."""
+        return "official" if self.encoder is None and is_released_schema(vars(self)) else "levjepa"
+
+    def encoder_config(self) -> EncoderConfig:
+        if self.layout == "official":
+            return released_config(vars(self))
+        return from_dict(EncoderConfig, self.encoder or {})
+
+    def head_config(self) -> HeadConfig:
+        if not self.head:
+            raise ValueError(
+                "this config has no classification head ('head' section): load it with AutoModel, or export a "
+                "fine-tuned classifier (levjepa export FT_DIR) for AutoModelForVideoClassification"
+            )
+        return from_dict(HeadConfig, self.head)
+
+
+def register() -> None:
+    """Register ``model_type: levjepa`` with ``AutoConfig`` (idempotent)."""
+    AutoConfig.register("levjepa", LeVJEPAConfig, exist_ok=True)
