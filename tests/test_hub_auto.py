@@ -19,12 +19,14 @@ from safetensors.torch import load_file
 import levjepa
 from levjepa.cli import main
 from levjepa.config import to_dict
-from levjepa.formats.classifier import ClassifierRecord, Protocol, id2label, load_classifier, weights_fingerprint
+from levjepa.data.eval_clip import ViewSpec
+from levjepa.formats.classifier import ClassifierRecord, id2label, load_classifier
 from levjepa.formats.export import export_encoder, write_export
 from levjepa.formats.hub import LeVJEPAForVideoClassification, LeVJEPAModel
 from levjepa.formats.load import load_encoder
 from levjepa.formats.outputs import ATTENTIONS_REFUSED
 from levjepa.model.classifier import HeadConfig, build_head
+from levjepa.weights import weights_fingerprint
 from test_export import make_run_dir
 from test_extract import _video
 from test_official import CASES, fixture, official_encoder, released_folder
@@ -192,7 +194,7 @@ def _finetuned(root: Path, run: Path, kind: str = "attentive") -> Path:
     best = root / "ft" / "best"
     write_export(best, config=loaded.config, encoder_state=loaded.encoder.state_dict(), weights="finetuned",
                  note="fine-tuned", step=30, source=str(run), extra=id2label(labels))  # fmt: skip
-    record = ClassifierRecord(head_cfg, labels, Protocol(size=16, frames=4, frame_stride=1), ".", "finetuned",
+    record = ClassifierRecord(head_cfg, labels, ViewSpec(size=16, frames=4, frame_stride=1), ".", "finetuned",
                               weights_fingerprint(loaded.encoder), trained={"step": 30, "val_acc": 0.75})  # fmt: skip
     from levjepa.formats.classifier import write_classifier
 

@@ -126,6 +126,7 @@ def hub_logits(
     what ``classify`` computes for one segment and one crop) and, with ``labels`` ``[B]``, their mean
     cross-entropy."""
     tokens = features.last_hidden_state
-    logits = head(view_inputs(tokens[:, 0], tokens[:, 1:], head_cfg))[0]
+    mean = tokens[:, 1:].float().mean(1)
+    logits = head(view_inputs(tokens[:, 0], mean, tokens if head_cfg.input == "tokens" else None, head_cfg))[0]
     loss = None if labels is None else nn.functional.cross_entropy(logits.float(), labels.to(logits.device))
     return LeVJEPAClassifierOutput(loss, logits, features.hidden_states)
