@@ -70,7 +70,7 @@ from levjepa.formats.classifier import (
     read_classifier,
     write_classifier,
 )
-from levjepa.formats.export import write_export
+from levjepa.formats.export import export_license, write_export
 from levjepa.formats.load import LoadedEncoder, load_encoder, random_encoder
 from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
 from levjepa.rng import make_generator
@@ -204,7 +204,17 @@ def _evaluate(model: VideoClassifier, task: _Task, split: str, cfg: FinetuneConf
     return acc
 
 
-def _save_best(model: VideoClassifier, task: _Task, cfg: FinetuneConfig, out: Path, trained: dict[str, Any]) -> None:
+def _save_best(
+    model: VideoClassifier,
+    task: _Task,
+    cfg: FinetuneConfig,
+    out: Path,
+    trained: dict[str, Any],
+    loaded: LoadedEncoder,
+) -> None:
+    """``OUT/best``: the classifier in the hub layout, with the licence and origin of the weights it started
+    from (a classifier fine-tuned from the released checkpoint keeps its CC BY-NC licence) and their
+    preprocessing."""
     enc = model.encoder
     state = {k: v.detach().cpu().clone() for k, v in enc.state_dict().items()}
     dest = out / BEST
@@ -218,7 +228,9 @@ def _save_best(model: VideoClassifier, task: _Task, cfg: FinetuneConfig, out: Pa
         source=str(Path(cfg.source).resolve()),
         run_config=None,
         extra=id2label(task.labels),
-        preprocessing=None,
+        preprocessing=loaded.preprocessing,
+        imported_from=loaded.imported_from,
+        license=export_license(cfg.source, loaded),
     )
     record = ClassifierRecord(
         model.head_cfg, task.labels, task.views, ".", "finetuned", weights_fingerprint(enc), trained=trained
@@ -249,7 +261,7 @@ def _finetune(
     check = functools.partial(_check_resume, cfg=cfg)
     with run_directory(out, info, resume=resume, overwrite=False, check=check) as path:
         model = VideoClassifier(loaded.encoder, head_cfg, head).to(device).train()
-        return _train(cfg, path, info, task, model, micro, accum, resume=resume, progress=progress)
+        return _train(cfg, path, info, task, model, loaded, micro, accum, resume=resume, progress=progress)
 
 
 def _train(
@@ -258,6 +270,7 @@ def _train(
     info: distributed.DistInfo,
     task: _Task,
     model: VideoClassifier,
+    loaded: LoadedEncoder,
     micro: int,
     accum: int,
     *,
@@ -311,7 +324,7 @@ def _train(
                     report.log(done, {"loss": total, "lr": lr_at(step, cfg)})
                 report.advance()
                 if due(done, cfg.eval_every, cfg.steps) and info.is_main:
-                    _validate(model, task, cfg, out, done, best, logger, device)
+                    _validate(model, task, cfg, out, done, best, logger, loaded)
                 life.end_of_step(done, write)
     finally:
         report.close()
@@ -329,16 +342,16 @@ def _validate(
     step: int,
     best: _Best,
     logger: MetricsLogger | None,
-    device: str,
+    loaded: LoadedEncoder,
 ) -> None:
     """Validation accuracy after ``step`` steps (main rank), logged; a new best is written to ``OUT/best``."""
-    val = _evaluate(model, task, "val", cfg, device)
+    val = _evaluate(model, task, "val", cfg, str(next(model.parameters()).device))
     if logger is not None:
         logger.log(step, {"val_acc": val})
     print(f"step {step}/{cfg.steps}  val_acc {val:.1f}", file=sys.stderr)
     if val > best.val:
         best.val, best.step = val, step
-        _save_best(model, task, cfg, out, {"step": step, "val_acc": val, **_recipe(cfg)})
+        _save_best(model, task, cfg, out, {"step": step, "val_acc": val, **_recipe(cfg)}, loaded)
 
 
 def _checkpoint(out: Path, model: VideoClassifier, opt: torch.optim.Optimizer, life: Lifecycle, best: _Best) -> Path:

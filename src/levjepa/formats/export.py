@@ -428,7 +428,7 @@ def write_export(
     return out
 
 
-def _license(source: str | Path, loaded: LoadedEncoder) -> str:
+def export_license(source: str | Path, loaded: LoadedEncoder) -> str:
     """The licence an export inherits: what the source's ``config.json`` records, the official weights'
     (CC BY-NC 4.0) for imported ones, levjepa's MIT for weights a levjepa run trained."""
     cfg = Path(source) / CONFIG
@@ -485,7 +485,7 @@ def export_encoder(
         projector_state=projector,
         imported_from=loaded.imported_from,
         preprocessing=loaded.preprocessing,
-        license=_license(source, loaded),
+        license=export_license(source, loaded),
         classifier=head,
         head_state=None if head is None else load_tensors(Path(source) / HEAD_WEIGHTS)[0],
     )
