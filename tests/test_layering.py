@@ -71,7 +71,9 @@ def _unit(module: str) -> str | None:
 
 def _imports(module: str, is_package: bool, tree: ast.AST, modules: set[str]) -> list[tuple[int, str]]:
     """(line, imported module) for every import in ``tree``, relative ones resolved; ``from X import y`` is
-    read as ``X.y`` (inside levjepa only when that is a module: ``y`` may be a function of ``X``)."""
+    read as ``X.y`` (inside levjepa only when that is a module: ``y`` may be a function of ``X``). A module
+    loaded by name — ``importlib.import_module("levjepa.x")``, or ``import_module(f"levjepa.x.{name}")``
+    (the package it picks from) — is an import too: loading by name is still depending on it."""
     package = module if is_package else module.rpartition(".")[0]
     out = []
     for node in ast.walk(tree):
@@ -87,7 +89,21 @@ def _imports(module: str, is_package: bool, tree: ast.AST, modules: set[str]) ->
                 full = f"{base}.{alias.name}"
                 inside = base == "levjepa" or base.startswith("levjepa.")
                 out.append((node.lineno, base if inside and full not in modules else full))
+        elif isinstance(node, ast.Call) and (_dotted(node.func) or "").endswith("import_module") and node.args:
+            name = _module_string(node.args[0])
+            if name is not None and (name == "levjepa" or name.startswith("levjepa.")):
+                out.append((node.lineno, name))
     return out
+
+
+def _module_string(node: ast.AST) -> str | None:
+    """The module an ``import_module`` argument names: a string, or the constant head of an f-string
+    (``f"levjepa.commands.{name}"`` -> ``levjepa.commands``)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+        return str(node.values[0].value).rstrip(".")
+    return None
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -235,6 +251,10 @@ def test_the_check_catches_upward_sideways_and_distributed_imports():
     assert one("levjepa.objective.sigreg", "from torch import distributed\n")
     assert one("levjepa.model.vit", "import torch\nok = torch.distributed.is_initialized()\n")
     assert one("levjepa.newthing", "")  # a module the table does not place
+    # loading by name is importing: a string or the head of an f-string given to import_module
+    assert one("levjepa.model.vit", 'import importlib\nimportlib.import_module("levjepa.formats.hub")\n')
+    assert one("levjepa.data.views", 'from importlib import import_module\nimport_module(f"levjepa.eval.{n}")\n')
+    assert not one("levjepa.commands", 'import importlib\nimportlib.import_module(f"levjepa.model.{n}")\n')
     assert not one("levjepa.formats.load", "from levjepa.train.loop import build_models\nfrom . import features\n")
     assert not one("levjepa.distributed", "import torch.distributed as dist\n")
 
