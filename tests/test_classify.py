@@ -12,14 +12,13 @@ import pytest
 
 from levjepa.cli import main
 from levjepa.data import write_video
-from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.protocols import PROTOCOLS, Protocol
 from levjepa.formats.classifier import read_classifier
 from test_export import make_run_dir
 
 # 2 segments x 3 crops of 4 frames at 16 px (2 x 2 patches of vit-test per frame): every view path of the
 # standard protocols, at a size the default suite affords
-TINY = Protocol("tiny", ViewSpec(16, 4, 1, 2, 3), 3, False, "test")
+TINY = Protocol("tiny", 16, 2, 3, 3, False, "test")  # 16 px, 2 segments × 3 crops, 3 classes; --slots 4
 
 
 def write_index(root: Path, split: str, n: int, seed: int) -> Path:
@@ -51,13 +50,13 @@ def test_kept_probes_reproduce_their_test_accuracy(tmp_path, index_task, capsys)
     run = make_run_dir(tmp_path, steps=(5,))
     out = tmp_path / "res" / "probe.json"
     task = "index:" + ",".join(map(str, index_task))
-    args = ["probe", str(run), "--task", task, "--protocol", "tiny", "--no-baseline", "--workers", "0"]
+    args = ["probe", str(run), "--task", task, "--protocol", "tiny", "--slots", "4", "--no-baseline", "--workers", "0"]
     assert main([*args, "--probe", "attentive,linear,linear_cls", "--set", "epochs=3", "--out", str(out)]) == 0
     capsys.readouterr()
-    reported = json.loads(out.read_text())["results"]["pretrained-ema"]["labels"]
+    reported = json.loads(out.read_text())["results"]["pretrained-ema"]["media"]
     accs = []
     for probe in ("attentive", "linear", "linear_cls"):
-        kept = run / "probes" / "labels" / probe
+        kept = run / "probes" / "media" / probe
         rec = read_classifier(kept)
         assert rec.protocol.segments == 2 and rec.protocol.crops == 3 and rec.trained["chosen"]
         assert rec.trained["lr"] == reported[probe]["best"]["lr"]
@@ -76,9 +75,9 @@ def test_a_head_refuses_another_encoder_and_unreadable_input(tmp_path, index_tas
     run = make_run_dir(tmp_path, steps=(5,))
     other = make_run_dir(tmp_path / "other", steps=(5,), seed=3)
     task = "index:" + ",".join(map(str, index_task[:2]))
-    args = ["probe", str(run), "--task", task, "--protocol", "tiny", "--no-baseline", "--workers", "0"]
+    args = ["probe", str(run), "--task", task, "--protocol", "tiny", "--slots", "4", "--no-baseline", "--workers", "0"]
     assert main([*args, "--probe", "linear", "--set", "linear_epochs=2"]) == 0
-    kept = run / "probes" / "labels" / "linear"
+    kept = run / "probes" / "media" / "linear"
     capsys.readouterr()
     assert main(["classify", str(kept), str(index_task[1]), "--encoder", str(other), "--workers", "0"]) == 2
     err = capsys.readouterr().err.strip()
@@ -99,11 +98,11 @@ def test_a_head_refuses_another_encoder_and_unreadable_input(tmp_path, index_tas
 def test_windows_give_one_prediction_per_window_with_its_time_span(tmp_path, index_task, capsys):
     run = make_run_dir(tmp_path, steps=(5,))
     task = "index:" + ",".join(map(str, index_task[:2]))
-    args = ["probe", str(run), "--task", task, "--protocol", "tiny", "--no-baseline", "--workers", "0"]
+    args = ["probe", str(run), "--task", task, "--protocol", "tiny", "--slots", "4", "--no-baseline", "--workers", "0"]
     assert main([*args, "--probe", "linear", "--set", "linear_epochs=2"]) == 0
     out = tmp_path / "w.csv"
     video = index_task[1].parent / "val0.mp4"  # 12 frames at 10 fps: windows of 4 frames
-    assert main(["classify", str(run / "probes/labels/linear"), str(video), "--windows", "--out", str(out)]) == 0
+    assert main(["classify", str(run / "probes/media/linear"), str(video), "--windows", "--out", str(out)]) == 0
     lines = out.read_text().splitlines()
     assert lines[0].startswith("path,window,start_time,end_time,truth,label1,prob1")
     spans = [(float(r.split(",")[2]), float(r.split(",")[3])) for r in lines[1:]]

@@ -116,7 +116,7 @@ def test_stream_mode_and_npy_format_via_the_cli(media, tmp_path, capsys):
     export_encoder(run, tmp_path / "export")
     parser = argparse.ArgumentParser()
     cli_extract.add_arguments(parser)
-    common = ["--window", "8", "--stride", "4", "--size", "16", "--no-progress"]
+    common = ["--window", "8", "--stride", "4", "--frame-stride", "2", "--size", "16", "--no-progress"]
     for name, extra in (("win", ["--format", "npy"]), ("stream", ["--stream", "--format", "npy"])):
         args = parser.parse_args(
             [str(tmp_path / "export"), str(media / "a.mp4"), "--out", str(tmp_path / name), *common, *extra]
@@ -191,7 +191,8 @@ def test_per_video_via_the_cli(media, tmp_path, capsys):
     cli_extract.add_arguments(parser)
     args = parser.parse_args(
         [str(run), str(media / "a.mp4"), "--out", str(tmp_path / "pv"), "--format", "per_video",
-         "--per-video-feature", "cls", "--window", "8", "--stride", "4", "--size", "16", "--workers", "0",
+         "--per-video-feature", "cls", "--window", "8", "--stride", "4", "--frame-stride", "2", "--size", "16",
+         "--workers", "0",
          "--device", "auto", "--no-progress"]
     )  # fmt: skip
     assert cli_extract.main(args) == 0

@@ -114,7 +114,7 @@ def test_bad_input_is_one_line_and_leaves_the_source_alone(tmp_path, task, capsy
     # LP-FT from a kept probe: its head must be the one asked for
     probe = ["probe", str(run), "--task", task, "--no-baseline", "--workers", "0", "--size", "16", "--frames", "4"]
     assert main([*probe, "--probe", "linear", "--set", "linear_epochs=1", "--features", str(tmp_path / "f")]) == 0
-    kept = run / "probes" / "labels" / "linear"
+    kept = run / "probes" / "media" / "linear"
     assert main([*args, "--out", str(tmp_path / "o3"), f"head_from={kept}"]) == 2  # attentive asked
     assert "head_from=" in capsys.readouterr().err and not (tmp_path / "o3").exists()
     lp_ft = [*args, "--out", str(tmp_path / "o4"), "--head", "linear", f"head_from={kept}", "steps=1"]
@@ -125,7 +125,7 @@ def test_bad_input_is_one_line_and_leaves_the_source_alone(tmp_path, task, capsy
     feats = str(tmp_path / "f2")
     probe_online = [*probe, "--weights", "online", "--probes-dir", str(online), "--features", feats]
     assert main([*probe_online, "--probe", "linear", "--set", "linear_epochs=1"]) == 0
-    other = [*args, "--out", str(tmp_path / "o5"), "--head", "linear", f"head_from={online / 'labels' / 'linear'}"]
+    other = [*args, "--out", str(tmp_path / "o5"), "--head", "linear", f"head_from={online / 'media' / 'linear'}"]
     assert main(other) == 2
     err = capsys.readouterr().err
     assert "a head reads only the encoder it was trained on" in err and not (tmp_path / "o5").exists()

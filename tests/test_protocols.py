@@ -13,6 +13,7 @@ from PIL import Image
 
 from levjepa.commands import probe as cli_probe
 from levjepa.data import DataError, write_video
+from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.dataset_task import dataset_task
 from levjepa.eval.protocols import PROTOCOLS, read_labelled
 from test_export import make_run_dir
@@ -48,13 +49,18 @@ def test_kinetics_csv(tmp_path):
     assert [i.label for i in task.splits["val"]] == [2, 1]  # the training file's class indices
     assert Path(task.splits["val"][1].path).name == "eee_000001_000011.mp4"  # kept: reported as bad later
     assert task.classes == 400
-    p = PROTOCOLS["k400"]
     assert (task.test_views.views.segments, task.test_views.views.crops, task.train_views.views.crops) == (8, 3, 1)
-    assert (task.test_views.views.frames, task.test_views.views.frame_stride, task.test_views.views.size) == (
-        p.views.frames,
-        4,
-        256,
-    )
+    # the paper's matched evaluation: 8 temporal positions of a τ = 1 encoder, at the sampling it was given
+    v = task.test_views.views
+    assert (v.frames, v.frame_stride, v.size) == (8, 2, 256)
+    assert "k400, 8 slots" in task.protocol_text and "the paper's matched evaluation" in task.protocol_text
+    # V-JEPA 2's own sampling for comparison: 16 frames every 4th, whatever the tubelet
+    vjepa2 = PROTOCOLS["k400"].views(2, ViewSpec(fps=7.5), "vjepa2")
+    assert (vjepa2.frames, vjepa2.frame_stride, vjepa2.fps, vjepa2.segments, vjepa2.crops) == (16, 4, None, 8, 3)
+    # 16 slots, selectable; a τ = 2 encoder reads twice the frames at the same slots, at the model's rate
+    assert PROTOCOLS["k400"].views(1, ViewSpec(), 16).frames == 16
+    tau2 = PROTOCOLS["k400"].views(2, ViewSpec(fps=7.5), 8)
+    assert (tau2.frames, tau2.fps) == (16, 7.5)
     bad = tmp_path / "bad.csv"
     bad.write_text("label,youtube_id,time_start,time_end,split\nnew_class,fff,0,10,val\n")
     with pytest.raises(DataError, match="not in the training file's classes"):
@@ -80,7 +86,7 @@ def test_ssv2_json(tmp_path):
     )
     assert [(Path(i.path).name, i.label) for i in task.splits["train"]] == [("11.mp4", 0), ("12.mp4", 1)]
     assert task.splits["val"][0].label == 1 and task.classes == 174
-    assert (task.test_views.views.segments, task.test_views.views.crops, task.test_views.views.frames) == (2, 3, 16)
+    assert (task.test_views.views.segments, task.test_views.views.crops, task.test_views.views.frames) == (2, 3, 8)
     (root / "test.json").write_text(json.dumps([{"id": "14"}]))
     with pytest.raises(DataError, match="no 'template'"):
         read_labelled(root / "test.json", video_root=root / "videos")
@@ -104,8 +110,11 @@ def _images(root: Path, split: str, n: int) -> Path:
 
 def test_in1k_preset_reads_an_index_of_images(tmp_path):
     train, val = _images(tmp_path / "img", "train", 6), _images(tmp_path / "img", "val", 4)
-    task = dataset_task([str(train), str(val)], protocol="in1k")
-    assert task.test_views.views.frames == 16 and task.test_views.views.size == 224 and task.test_views.views.crops == 1
+    task = dataset_task([str(train), str(val)], protocol="in1k")  # a τ = 1 encoder: 8 repeats unless told
+    assert task.test_views.views.frames == 8 and task.test_views.views.size == 224 and task.test_views.views.crops == 1
+    assert task.protocol_text.startswith("in1k, 8 slots (images repeated 8 times")
+    assert dataset_task([str(train), str(val)], protocol="in1k", tubelet=2).test_views.views.frames == 16
+    assert dataset_task([str(train), str(val)], protocol="in1k", slots="vjepa2").test_views.views.frames == 16
     assert task.splits["train"][0].kind == "image" and task.classes == 1000
     assert [i.label for i in task.splits["val"]] == [0, 1, 0, 1]
 
@@ -172,7 +181,7 @@ def test_the_readme_index_command_runs_with_its_defaults(tmp_path, monkeypatch, 
     assert main(["probe", str(run), "--task", f"index:{media / 'train.txt'},{media / 'val.txt'}"]) == 0
     text = capsys.readouterr().out
     for label in ("attentive", "linear (mean)", "linear (CLS)", "kNN (CLS)"):
-        assert f"| labels | {label} |" in text
+        assert f"| media | {label} |" in text  # the task is named by the folder of its generic train.txt
     assert (tmp_path / "features").is_dir()
 
 

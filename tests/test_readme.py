@@ -142,7 +142,7 @@ def test_the_hub_block_runs_on_an_export(tiny, tmp_path):
 def test_the_feature_reading_block_reads_what_extract_and_probe_wrote(tiny, tmp_path, capsys):
     (block,) = [b for b in _blocks("python") if "PER_VIDEO/video1.npy" in b]
     run, videos = str(tiny / "run"), str(tiny / "videos")
-    small = ["--window", "4", "--stride", "4", "--size", "32", "--workers", "0", "--no-progress"]
+    small = ["--window", "4", "--stride", "4", "--frame-stride", "2", "--size", "32", "--workers", "0", "--no-progress"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert (

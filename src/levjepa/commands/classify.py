@@ -2,8 +2,10 @@
 
 ``MODEL`` is a classifier directory: a probe kept by ``levjepa probe`` (``RUN/probes/<task>/<probe>``) or a
 fine-tuned classifier (``levjepa finetune``'s ``OUT/best``, or its export). ``VIDEOS`` are files, folders
-(recursive) or index files (``path label`` rows: the accuracy over them is printed too). Every file is cut
-into the views of the classifier's protocol and their probabilities averaged (``levjepa.eval.predict``);
+(recursive) or index files (``path label`` rows: the accuracy over them is printed too; a label given as a
+class name is read through the classifier's class names, and a label it never saw is reported, not scored).
+Every file is cut into the views the classifier was scored with (``--fps`` may change their sampling), and
+their probabilities averaged (``levjepa.eval.predict``);
 ``--windows`` gives one prediction per window of a long video with its time span. The top-``--top-k``
 labels go to stdout as a table and, with ``--out``, to a CSV (``.csv``) or JSON Lines file (any other
 name). Decoding runs in ``--workers`` processes, the model on ``--device`` (the GPU when there is one); an
@@ -14,15 +16,16 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 from levjepa.commands._device import add_device_argument, local_device
 from levjepa.config import ConfigError
-from levjepa.data import BadFileReport, DataError, MediaItem, list_media
+from levjepa.data import BadFileReport, DataError
 from levjepa.data.badfiles import bad_file_line
-from levjepa.eval.predict import Prediction, accuracy, predict
+from levjepa.eval.predict import Prediction, accuracy, classifier_items, predict
 from levjepa.formats.classifier import load_classifier
 
 __all__ = ["add_arguments", "main"]
@@ -37,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--encoder", default=None, help="read the encoder from here (it must be the same weights)")
     parser.add_argument("--workers", type=int, default=2, help="decoding processes")
     parser.add_argument("--batch-size", type=int, default=8, help="files per forward")
+    parser.add_argument("--fps", type=float, default=None, help="frames per second instead of the views' own sampling")
     add_device_argument(parser)
 
 
@@ -66,22 +70,23 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError(f"--top-k {args.top_k}: must be >= 1")
     device = local_device(args.device)
     clf = load_classifier(args.model, encoder=args.encoder, device=device)
-    items: list[MediaItem] = [it for src in args.videos for it in list_media(src)]
+    rec = clf.record
+    items, unknown = classifier_items(args.videos, rec.labels)
     if not items:
         raise DataError(f"missing: no video or image in {' '.join(args.videos)}")
     bad = BadFileReport(warn=False)  # listed at the end
-    rec = clf.record
-    p = rec.protocol
+    views = rec.protocol if args.fps is None else dataclasses.replace(rec.protocol, fps=args.fps)
+    origin = "the classifier's own" if args.fps is None else "--fps as given"
     print(
         f"{args.model}: {rec.head.kind} head on {clf.encoder.describe()}; {len(rec.labels)} classes; "
-        f"views {p.segments}×{p.crops} of {p.frames}×{p.size}² every {p.frame_stride} frame(s)",
+        f"views: {views.describe()} ({origin})",
         file=sys.stderr,
     )
     predictions = []
     for q in predict(
         clf.model,
         rec.labels,
-        rec.protocol,
+        views,
         items,
         top_k=args.top_k,
         workers=args.workers,
@@ -97,6 +102,13 @@ def main(args: argparse.Namespace) -> int:
     acc = accuracy(predictions)
     if acc is not None:
         print(f"accuracy {acc:.1f} % over {sum(q.truth is not None for q in predictions)} labelled prediction(s)")
+    if unknown:
+        names = sorted(set(unknown.values()))
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        print(
+            f"{len(unknown)} file(s) labelled with a class the classifier never saw ({shown}): predicted, not "
+            f"scored (its classes: {', '.join(rec.labels[:8])}{' ...' if len(rec.labels) > 8 else ''})"
+        )
     if args.out:
         _write(Path(args.out), predictions)
         print(f"wrote {args.out}", file=sys.stderr)

@@ -5,7 +5,9 @@ files. See ``levjepa.eval.extract`` for the windows, the output files and the in
 writes one ``<video>.npy`` ``[windows, D]`` per video (temporal-action-detection layout), resumes a killed
 job, and splits the videos over ``torchrun`` ranks. Run again into the same ``--out``, a job continues only
 features of the same encoder and settings, and refuses others in one line (``--overwrite`` deletes them
-first). ``--device auto`` (default) uses the GPU when there is one, under bf16 autocast.
+first). ``--device auto`` (default) uses the GPU when there is one, under bf16 autocast. The window, the
+frame size and the sampling default to the model's own (its frames, size and stride or rate,
+``levjepa.formats.reading``); the command says which it used.
 """
 
 from __future__ import annotations
@@ -15,24 +17,32 @@ import argparse
 from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
 from levjepa.eval.extract import ExtractConfig, extract
-from levjepa.formats.load import load_encoder
+from levjepa.formats.load import LoadedEncoder, load_encoder
+from levjepa.formats.reading import model_views
 
 __all__ = ["add_arguments", "main"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = ExtractConfig()
+    d = ExtractConfig()  # the settings that do not come from the model
     parser.add_argument("checkpoint", help="run directory, checkpoint or export")
     parser.add_argument("sources", nargs="+", help="folder(s), V-JEPA index file(s) or media files")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--weights", choices=("ema", "online"), default="ema")
-    parser.add_argument("--window", type=int, default=d.window, help=f"frames per row (default {d.window})")
-    parser.add_argument("--stride", type=int, default=d.stride, help=f"frames between windows (default {d.stride})")
+    parser.add_argument("--window", type=int, default=None, help="frames per row (default: the model's clip length)")
+    parser.add_argument("--stride", type=int, default=None, help="frames between windows (default: half a window)")
     parser.add_argument(
-        "--frame-stride", type=int, default=d.frame_stride, help=f"keep every n-th frame (default {d.frame_stride})"
+        "--frame-stride", type=int, default=None, help="keep every n-th frame (default: the model's sampling)"
     )
-    parser.add_argument("--target-fps", type=float, default=None, help="sample at this rate instead of a stride")
-    parser.add_argument("--size", type=int, default=d.size, help=f"short side + centre crop (default {d.size})")
+    parser.add_argument(
+        "--fps",
+        "--target-fps",
+        dest="target_fps",
+        type=float,
+        default=None,
+        help="frames per second instead of a stride (default: the model's rate, when it records one)",
+    )
+    parser.add_argument("--size", type=int, default=None, help="short side + centre crop (default: the model's)")
     parser.add_argument("--patch", action="store_true", help="also store every patch token (float16)")
     parser.add_argument(
         "--format",
@@ -57,12 +67,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    info, device = setup_device(args.device)
+    try:
+        return _run(args, device, info.is_main)
+    finally:
+        distributed.teardown()
+
+
+def _config(args: argparse.Namespace, loaded: LoadedEncoder) -> tuple[ExtractConfig, str]:
+    """The extraction's settings: the windows, size and sampling of the model unless given (and the line that
+    says which), the rest as given."""
+    views, said = model_views(
+        loaded, size=args.size, frames=args.window, frame_stride=args.frame_stride, fps=args.target_fps
+    )
     cfg = ExtractConfig(
-        window=args.window,
-        stride=args.stride,
-        frame_stride=args.frame_stride,
-        target_fps=args.target_fps,
-        size=args.size,
+        window=views.frames,
+        stride=args.stride if args.stride is not None else max(loaded.config.tubelet, views.frames // 2),
+        frame_stride=views.frame_stride,
+        target_fps=views.fps,
+        size=views.size,
         patches=args.patch,
         batch_size=args.batch_size,
         stream=args.stream,
@@ -71,17 +94,15 @@ def main(args: argparse.Namespace) -> int:
         per_video_feature=args.per_video_feature,
         workers=args.workers,
     )
-    info, device = setup_device(args.device)
-    try:
-        return _run(args, cfg, device, info.is_main)
-    finally:
-        distributed.teardown()
+    return cfg, f"{said.replace('views: ', 'windows: ', 1)}; a window starts every {cfg.stride} frames"
 
 
-def _run(args: argparse.Namespace, cfg: ExtractConfig, device: str, main: bool) -> int:
+def _run(args: argparse.Namespace, device: str, main: bool) -> int:
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=device)
+    cfg, said = _config(args, loaded)
     if main:
         print(f"encoder: {loaded.describe()}")
+        print(said)
     sources = args.sources if len(args.sources) > 1 else args.sources[0]
     res = extract(
         loaded.encoder, sources, args.out, cfg, device=device, progress=not args.no_progress, overwrite=args.overwrite

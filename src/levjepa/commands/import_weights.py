@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from levjepa.formats.export import write_export
-from levjepa.formats.load import load_encoder
+from levjepa.formats.load import OFFICIAL_PREPROCESSING, load_encoder
 from levjepa.formats.official import Overrides, read_official
 from levjepa.formats.origin import resolve
 from levjepa.weights import WeightsError
@@ -85,6 +85,7 @@ def main(args: argparse.Namespace) -> int:
         source=official.source,
         projector_state=official.projector,
         imported_from=imported,
+        preprocessing=OFFICIAL_PREPROCESSING,  # the released weights' clips: 16 × 224² at 7.5 fps
         license=args.license,
     )
     tmp.rename(out)

@@ -43,12 +43,13 @@ from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.config import PROBES, EvalConfig
 from levjepa.eval.dataset_task import DatasetTask, dataset_task
 from levjepa.eval.harness import Task, evaluate
-from levjepa.eval.kept_probes import save_probes
+from levjepa.eval.kept_probes import check_probe_dir, save_probes
 from levjepa.eval.probes import probe_config
-from levjepa.eval.protocols import PROTOCOLS
+from levjepa.eval.protocols import PROTOCOLS, parse_slots
 from levjepa.eval.result import EvalResult
 from levjepa.eval.synthetic_task import SYNTHETIC_TITLE, TASKS, synthetic_config_for, synthetic_splits
 from levjepa.formats.load import LoadedEncoder, load_encoder, random_encoder
+from levjepa.formats.reading import model_views
 
 __all__ = ["add_arguments", "main"]
 
@@ -83,9 +84,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--features", default=None, help="index task: feature store folder (default: features/ beside --out, or ./)"
     )
     parser.add_argument("--workers", type=int, default=2, help="index task: decoding processes")
-    parser.add_argument("--frames", type=int, default=16, help="index task: frames per clip")
-    parser.add_argument("--frame-stride", type=int, default=2, help="index task: keep every n-th frame")
-    parser.add_argument("--size", type=int, default=224, help="index task: short side + centre crop")
+    parser.add_argument("--frames", type=int, default=None, help="index task: frames per clip (default: the model's)")
+    parser.add_argument(
+        "--frame-stride", type=int, default=None, help="index task: keep every n-th frame (default: the model's)"
+    )
+    parser.add_argument(
+        "--fps", type=float, default=None, help="index task: frames per second (default: the model's rate, if any)"
+    )
+    parser.add_argument("--size", type=int, default=None, help="index task: short side + crop (default: the model's)")
+    parser.add_argument(
+        "--slots",
+        default=None,
+        help="with --protocol: temporal positions per clip, 8 (the paper's matched evaluation, default), 16, or "
+        "vjepa2 (V-JEPA 2's 16 frames)",
+    )
+    parser.add_argument(
+        "--name", default=None, help="index task: its name, for the table and RUN/probes/NAME (default: from TRAIN)"
+    )
     parser.add_argument("--batch-size", type=int, default=8, help="clips per encoder forward")
     parser.add_argument("--cache", default=None, help="feature cache folder")
     add_device_argument(parser)
@@ -120,10 +135,16 @@ def _main(args: argparse.Namespace) -> int:
     if args.task.startswith("index:"):
         bad = BadFileReport()
         features = args.features or str(Path(args.out).parent / "features" if args.out else Path("features"))
+        views, said = model_views(
+            first, size=args.size, frames=args.frames, frame_stride=args.frame_stride, fps=args.fps
+        )
         task = dataset_task(
             args.task[len("index:") :].split(","),
             protocol=args.protocol,
-            views=ViewSpec(args.size, args.frames, args.frame_stride),
+            views=views,
+            slots=parse_slots(args.slots),
+            tubelet=first.config.tubelet,
+            name=args.name,
             video_root=args.video_root,
             labels_file=args.labels_file,
             batch_size=args.batch_size,
@@ -131,16 +152,22 @@ def _main(args: argparse.Namespace) -> int:
             features_dir=features,
             bad_files=bad,
         )
-        tasks = ["labels"]
+        tasks = [task.name]
         title = f"labelled index {args.task[len('index:') :]}"
         if args.protocol:
-            title += f", protocol {args.protocol} ({PROTOCOLS[args.protocol].views_text})"
-        print(f"feature stores: {features} (reused when run again)")
+            title += f", protocol {task.protocol_text}"
+        else:
+            print(said)
+        print(f"task: {task.name}; feature stores: {features} (reused when run again)")
+        if not args.no_save:
+            check_probe_dir(_probes_dir(args), task.name, task.paths, columns=_columns(loaded))
     else:
-        if args.protocol or args.video_root or args.labels_file:
+        index_only = ("protocol", "video_root", "labels_file", "frames", "frame_stride", "fps", "size", "slots", "name")
+        if any(getattr(args, k) is not None for k in index_only):
             raise ConfigError(
-                f"--protocol / --video-root / --labels-file apply to --task index:TRAIN,VAL[,TEST], not to --task "
-                f"{args.task!r} (the built-in benchmark)"
+                "--protocol, --slots, --name, --frames, --frame-stride, --fps, --size, --video-root and --labels-file "
+                f"apply to --task index:TRAIN,VAL[,TEST], not to --task {args.task!r} (the built-in benchmark, whose "
+                "clips are the run's)"
             )
         tasks = _split_list(args.task, TASKS, "task")
         task = synthetic_splits(synthetic_config_for(first.run_config, args.synthetic), args.budget)
@@ -189,17 +216,27 @@ def _probes_dir(args: argparse.Namespace) -> Path:
 
 def _save(args: argparse.Namespace, result: EvalResult, loaded: dict[str, LoadedEncoder], task: Task) -> None:
     """Keep the chosen probe of each task and probe name of every pretrained column (module doc)."""
+    files: dict[str, str] = {}
     if isinstance(task, DatasetTask):
         protocol = task.test_views.views
-        labels = {"labels": task.label_names}
+        labels = {task.name: task.label_names}
+        files = task.paths
     else:
         syn = synthetic_config_for(next(iter(loaded.values())).run_config, args.synthetic)
         protocol = ViewSpec(syn.size, syn.num_frames, 1, 1, 1)
         labels = {t: tuple(str(i) for i in range(c)) for t, c in task.num_classes.items()}
-    columns = [name for name in loaded if name != "random-init"]
+    columns = _columns(loaded)
     root = _probes_dir(args)
     for name in columns:
         out = root if len(columns) == 1 else root / loaded[name].weights
         source = str(Path(args.checkpoint).resolve())
-        for d in save_probes(result, name, loaded[name], out, protocol=protocol, labels=labels, encoder_source=source):
+        kept = save_probes(
+            result, name, loaded[name], out, protocol=protocol, labels=labels, encoder_source=source, files=files
+        )
+        for d in kept:
             print(f"kept probe: {d}")
+
+
+def _columns(loaded: dict[str, LoadedEncoder]) -> list[str]:
+    """The pretrained columns, whose chosen probes are kept (not the random-init baseline)."""
+    return [name for name in loaded if name != "random-init"]

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
-from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.protocols import PROTOCOLS
 from levjepa.eval.select import select
 
@@ -38,9 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--protocol", choices=tuple(PROTOCOLS), default=None, help="index task: a standard protocol")
     parser.add_argument("--video-root", default=None, help="index task: folder of a K400 CSV's / SSv2 JSON's videos")
     parser.add_argument("--labels-file", default=None, help="index task: SSv2's something-something-v2-labels.json")
-    parser.add_argument("--frames", type=int, default=16, help="index task: frames per clip")
-    parser.add_argument("--frame-stride", type=int, default=2, help="index task: keep every n-th frame")
-    parser.add_argument("--size", type=int, default=224, help="index task: short side + centre crop")
+    parser.add_argument("--frames", type=int, default=None, help="index task: frames per clip (default: the model's)")
+    parser.add_argument(
+        "--frame-stride", type=int, default=None, help="index task: keep every n-th frame (default: the model's)"
+    )
+    parser.add_argument("--size", type=int, default=None, help="index task: short side + crop (default: the model's)")
     parser.add_argument("--workers", type=int, default=2, help="index task: decoding processes")
     add_device_argument(parser)
     parser.add_argument("--seed", type=int, default=0)
@@ -68,7 +69,9 @@ def main(args: argparse.Namespace) -> int:
             progress=True,
             index_options={
                 "protocol": args.protocol,
-                "views": ViewSpec(args.size, args.frames, args.frame_stride),
+                "size": args.size,
+                "frames": args.frames,
+                "frame_stride": args.frame_stride,
                 "video_root": args.video_root,
                 "labels_file": args.labels_file,
                 "workers": args.workers,

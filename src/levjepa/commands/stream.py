@@ -1,9 +1,10 @@
 """``levjepa stream CHECKPOINT VIDEO`` — run a video through the KV-cache encoder, frame by frame.
 
-Each decoded frame (resized so its short side is ``--size`` and centre-cropped to a multiple of the patch)
-is pushed into :class:`levjepa.infer.StreamingEncoder`; the past is never recomputed, and ``--window W``
-bounds memory and per-frame cost to the last W frames. The CLS readout over the frames seen so far is
-taken every ``--every`` frames and written, with the per-frame latency, to ``--out`` (safetensors:
+Each decoded frame (resized so its short side is ``--size`` and centre-cropped to a multiple of the patch; the
+size and the sampling — ``--frame-stride`` or ``--fps`` — default to the model's own, and the command says
+which it used) is pushed into :class:`levjepa.infer.StreamingEncoder`; the past is never recomputed, and
+``--window W`` bounds memory and per-frame cost to the last W frames. The CLS readout over the frames seen so
+far is taken every ``--every`` frames and written, with the per-frame latency, to ``--out`` (safetensors:
 ``cls [R, D]``, ``frame [R]``, ``time_s [R]``, ``latency_ms [F]``)::
 
     levjepa stream runs/demo VIDEO.mp4 --window 16 --every 4 --out stream.safetensors
@@ -12,10 +13,11 @@ taken every ``--every`` frames and written, with the per-frame latency, to ``--o
 ``--backend onnx`` runs the streaming step that ``levjepa export RUN --out DIR --format onnx`` wrote: its
 window and frame size are fixed by the export (``--window`` / ``--size`` must agree or be left out).
 
-An image streams as the evaluation protocols read it, a clip of its frame repeated (``--max-frames``
-times; by default 16, the in1k protocol's clip). Frames are pushed a tubelet at a time: a video shorter
-than one tubelet is padded with its last frame (as evaluation clips are, and said on stderr), frames past
-the last whole tubelet are left out, and ``--max-frames`` below the tubelet is refused.
+An image streams as the evaluation protocols read it, a clip of its frame repeated (``--max-frames`` times; by
+default the in1k protocol's 8 temporal positions: 8 frames at tubelet 1, 16 at tubelet 2). Frames are pushed a
+tubelet at a time: a video shorter than one tubelet is padded with its last frame (as evaluation clips are,
+and said on stderr), frames past the last whole tubelet are left out, and ``--max-frames`` below the tubelet
+is refused.
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ import torch
 
 from levjepa.commands._device import add_device_argument, local_device
 from levjepa.config import ConfigError, check_range
-from levjepa.data.eval_clip import load_eval_clip, load_eval_video
+from levjepa.data.eval_clip import ViewSpec, load_eval_clip, load_eval_video
 from levjepa.data.sources import media_kind
 from levjepa.data.video import VideoFrames
 from levjepa.eval.protocols import PROTOCOLS
 from levjepa.formats.deploy import read_deploy, stream_video_onnx
 from levjepa.formats.load import load_encoder
+from levjepa.formats.reading import model_views
 from levjepa.infer.stream import stream_video
 from levjepa.weights import save_tensors
 
@@ -52,14 +55,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--size",
         type=int,
         default=None,
-        help="short side of the frames fed to the encoder (default: 224; onnx: the export's)",
+        help="short side of the frames fed to the encoder (default: the model's; onnx: the export's)",
     )
-    parser.add_argument("--frame-stride", type=int, default=1, help="keep every n-th decoded frame")
+    parser.add_argument(
+        "--frame-stride", type=int, default=None, help="keep every n-th decoded frame (default: the model's)"
+    )
+    parser.add_argument(
+        "--fps", type=float, default=None, help="frames per second instead of a stride (default: the model's rate)"
+    )
     parser.add_argument(
         "--max-frames",
         type=int,
         default=None,
-        help="stream at most this many frames (an image: its frame repeated this many times, default 16)",
+        help="stream at most this many frames (an image: its frame repeated this many times, default 8 slots)",
     )
     add_device_argument(parser)
     parser.add_argument("--out", type=Path, default=None, help="write CLS readouts + latencies (safetensors)")
@@ -77,7 +85,8 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("--every and --window must be >= 1")
     if args.size is not None:
         check_range("--size", args.size, 16, 4096, "pixels")
-    check_range("--frame-stride", args.frame_stride, 1, 1000)
+    if args.frame_stride is not None:
+        check_range("--frame-stride", args.frame_stride, 1, 1000)
     if args.max_frames is not None:
         check_range("--max-frames", args.max_frames, 1, 10**7)
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
@@ -96,8 +105,8 @@ def main(args: argparse.Namespace) -> int:
                 "(fixed at export); leave --size out or re-export with --size"
             )
         args.size = record["height"]
-    elif args.size is None:
-        args.size = 224
+    views, said = model_views(loaded, size=args.size, frame_stride=args.frame_stride, fps=args.fps)
+    args.size, args.frame_stride, args.fps = views.size, views.frame_stride, views.fps
     tau = loaded.encoder.cfg.tubelet
     if loaded.encoder.cfg.attention != "block_causal":
         raise ConfigError(
@@ -112,6 +121,7 @@ def main(args: argparse.Namespace) -> int:
             f"least {tau}; give --max-frames {tau} or more"
         )
     video = _frames(args, patch, tau)
+    print(said.replace(f"{views.frames} frames ", "frames "), file=sys.stderr)  # a stream has no fixed length
     frames = video.frames
     if args.backend == "onnx":
         out = stream_video_onnx(args.checkpoint, frames, every=args.every)
@@ -138,12 +148,14 @@ def main(args: argparse.Namespace) -> int:
 
 def _frames(args: argparse.Namespace, patch: int, tau: int) -> VideoFrames:
     """The frames to stream: the video's (up to ``--max-frames``; fewer than a tubelet padded with the last
-    one), or an image repeated ``--max-frames`` times (default: the in1k protocol's 16) at time 0."""
+    one), or an image repeated ``--max-frames`` times (default: the in1k protocol's 8 slots) at time 0."""
     if media_kind(args.video) == "image":
-        repeats = args.max_frames or PROTOCOLS["in1k"].views.frames
+        repeats = args.max_frames or PROTOCOLS["in1k"].views(tau, ViewSpec()).frames
         clip = load_eval_clip(args.video, num_frames=repeats, size=args.size, patch=patch, kind="image")
         return VideoFrames(frames=clip, fps=1.0, timestamps=torch.zeros(repeats, dtype=torch.float64), source_fps=1.0)
-    video = load_eval_video(args.video, size=args.size, patch=patch, frame_stride=args.frame_stride)
+    video = load_eval_video(
+        args.video, size=args.size, patch=patch, frame_stride=args.frame_stride, target_fps=args.fps
+    )
     frames = video.frames[: args.max_frames] if args.max_frames else video.frames
     if len(frames) < tau:
         print(

@@ -1,16 +1,19 @@
 """``levjepa visualize CKPT VIDEO|IMAGE|synthetic[:i] --out DIR``: PCA → RGB and cosine-similarity maps of
 the patch features of one clip, beside its frames (PNG, GIF, JSON). What the maps mean and how they are
-drawn: :mod:`levjepa.tools.visualize`.
+drawn: :mod:`levjepa.tools.visualize`. The clip's frames, size and sampling default to the model's own
+(``levjepa.formats.reading``); the command says which it used.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from levjepa.commands._device import add_device_argument, local_device
 from levjepa.config import ConfigError, check_range
 from levjepa.formats.load import load_encoder
+from levjepa.formats.reading import model_views
 from levjepa.tools.visualize import load_clip, visualize
 
 __all__ = ["add_arguments", "main"]
@@ -22,31 +25,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--query", default=None, help="query patch t,y,x in token-grid units (default: centre)")
     parser.add_argument("--weights", choices=("ema", "online"), default="ema")
-    parser.add_argument("--frames", type=int, default=16, help="frames of the clip (default 16)")
-    parser.add_argument("--frame-stride", type=int, default=2, help="keep every n-th frame (default 2)")
+    parser.add_argument("--frames", type=int, default=None, help="frames of the clip (default: the model's)")
+    parser.add_argument(
+        "--frame-stride", type=int, default=None, help="keep every n-th frame (default: the model's sampling)"
+    )
+    parser.add_argument(
+        "--fps", type=float, default=None, help="frames per second instead of a stride (default: the model's rate)"
+    )
     parser.add_argument("--start", type=int, default=0, help="first source frame (default 0)")
-    parser.add_argument("--size", type=int, default=224, help="short side, then centre crop (default 224)")
+    parser.add_argument("--size", type=int, default=None, help="short side, then centre crop (default: the model's)")
     parser.add_argument("--scale", type=int, default=0, help="tile enlargement (default: 1, or 2 below 128 px)")
     parser.add_argument("--no-gif", action="store_true", help="only the PNG")
     add_device_argument(parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    check_range("--frames", args.frames, 1, 256)  # bounded before anything loads: a clip and its maps in memory
-    check_range("--frame-stride", args.frame_stride, 1, 1000)
+    if args.frames is not None:  # bounded before anything loads: a clip and its maps in memory
+        check_range("--frames", args.frames, 1, 256)
+    if args.frame_stride is not None:
+        check_range("--frame-stride", args.frame_stride, 1, 1000)
     check_range("--start", args.start, 0, 10**7)
-    check_range("--size", args.size, 16, 2048, "pixels")
+    if args.size is not None:
+        check_range("--size", args.size, 16, 2048, "pixels")
     check_range("--scale", args.scale, 0, 8)
     args.device = local_device(args.device)
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
     cfg = loaded.config
+    views, said = model_views(loaded, size=args.size, frames=args.frames, frame_stride=args.frame_stride, fps=args.fps)
     frames = load_clip(
         args.source,
-        num_frames=args.frames,
-        frame_stride=args.frame_stride,
+        num_frames=views.frames,
+        frame_stride=views.frame_stride,
         start=args.start,
-        size=args.size,
+        size=views.size,
         patch=cfg.patch_size,
+        target_fps=views.fps,
     )
     if frames.shape[0] % cfg.tubelet:
         frames = frames[: frames.shape[0] - frames.shape[0] % cfg.tubelet]
@@ -60,6 +73,7 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError(f"--query {args.query!r}: expected t,y,x (three integers)")
         query = (parts[0], parts[1], parts[2])
     scale = args.scale or (2 if frames.shape[1] < 128 else 1)
+    print(said, file=sys.stderr)  # once the clip is read and the options checked: a mistake stays one line
     summary = visualize(
         loaded.encoder,
         frames,

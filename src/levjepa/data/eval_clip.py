@@ -84,20 +84,28 @@ def load_eval_clip(
     frame_stride: int = 1,
     start: int | None = None,
     kind: Literal["video", "image"] | None = None,
+    target_fps: float | None = None,
 ) -> Tensor:
-    """uint8 ``[num_frames, S, S, 3]``: a video's ``num_frames`` frames, every ``frame_stride``-th from source
-    frame ``start`` (``None``: the window centred in the video; a short video is padded with its last
-    frame), or an image repeated ``num_frames`` times; through :func:`center_square` (``S`` a multiple of
-    ``patch``). ``kind`` defaults to the one the extension says (unknown extensions are read as videos)."""
+    """uint8 ``[num_frames, S, S, 3]``: a video's ``num_frames`` frames, every ``frame_stride``-th (or at
+    ``target_fps`` frames per second) from source frame ``start`` (``None``: the window centred in the video; a
+    short video is padded with its last frame), or an image repeated ``num_frames`` times; through
+    :func:`center_square` (``S`` a multiple of ``patch``). ``kind`` defaults to the one the extension says
+    (unknown extensions are read as videos)."""
     kind = kind or media_kind(path) or "video"
     if kind == "image":
         image = center_square(load_image(path, short_side=size)[None], size, patch)
         return image.expand(num_frames, -1, -1, -1)
     if start is None:
-        n = probe_video(path).num_frames
-        span = (num_frames - 1) * frame_stride + 1
-        start = max(0, (n - span) // 2) if n > 0 else 0
-    frames = decode_clip(path, num_frames=num_frames, frame_stride=frame_stride, start_frame=start, short_side=size)
+        info = probe_video(path)
+        start = segment_starts(info.num_frames, num_frames, _step(info.fps, frame_stride, target_fps), 1)[0]
+    frames = decode_clip(
+        path,
+        num_frames=num_frames,
+        frame_stride=frame_stride,
+        target_fps=target_fps,
+        start_frame=start,
+        short_side=size,
+    )
     return center_square(frames, size, patch)
 
 
@@ -124,11 +132,17 @@ def square_crops(frames: Tensor, size: int, patch: int, crops: int) -> Tensor:
     return torch.stack(out).round().clamp(0, 255).to(torch.uint8).permute(0, 1, 3, 4, 2).contiguous()
 
 
-def segment_starts(num_source_frames: int, num_frames: int, frame_stride: int, segments: int) -> list[int]:
-    """First source frame of each of ``segments`` clips of ``num_frames`` frames at ``frame_stride``, spread
-    evenly over the video: one segment is the centred window, several go from the first frame to the
-    last possible start (a video shorter than one clip: every segment starts at 0 and is padded)."""
-    span = (num_frames - 1) * frame_stride + 1
+def _step(source_fps: float, frame_stride: int, target_fps: float | None) -> float:
+    """Source frames between two kept frames: ``frame_stride``, or ``source fps / target_fps`` (time in seconds)."""
+    return source_fps / target_fps if target_fps else float(frame_stride)
+
+
+def segment_starts(num_source_frames: int, num_frames: int, frame_stride: float, segments: int) -> list[int]:
+    """First source frame of each of ``segments`` clips of ``num_frames`` frames ``frame_stride`` source frames
+    apart (fractional at a target rate), spread evenly over the video: one segment is the centred window,
+    several go from the first frame to the last possible start (a video shorter than one clip: every segment
+    starts at 0 and is padded)."""
+    span = round((num_frames - 1) * frame_stride) + 1
     room = max(0, num_source_frames - span)
     if segments == 1:
         return [room // 2]
@@ -145,19 +159,28 @@ def load_eval_views(
     segments: int = 1,
     crops: int = 1,
     kind: Literal["video", "image"] | None = None,
+    target_fps: float | None = None,
 ) -> Tensor:
     """uint8 ``[segments · crops, num_frames, S, S, 3]``, segment-major: the views a protocol evaluates
-    (:func:`segment_starts` × :func:`square_crops`). An image gives the same frame for every segment.
-    ``segments = crops = 1`` equals :func:`load_eval_clip` (the centred window, centre crop)."""
+    (:func:`segment_starts` × :func:`square_crops`), frames every ``frame_stride``-th or at ``target_fps``. An
+    image gives the same frame for every segment. ``segments = crops = 1`` equals :func:`load_eval_clip` (the
+    centred window, centre crop)."""
     kind = kind or media_kind(path) or "video"
     if kind == "image":
         frame = load_image(path, short_side=size)[None]
         views = square_crops(frame, size, patch, crops).expand(-1, num_frames, -1, -1, -1)
         return views.repeat(segments, 1, 1, 1, 1)
-    n = probe_video(path).num_frames
+    info = probe_video(path)
     out = []
-    for start in segment_starts(n, num_frames, frame_stride, segments):
-        frames = decode_clip(path, num_frames=num_frames, frame_stride=frame_stride, start_frame=start, short_side=size)
+    for start in segment_starts(info.num_frames, num_frames, _step(info.fps, frame_stride, target_fps), segments):
+        frames = decode_clip(
+            path,
+            num_frames=num_frames,
+            frame_stride=frame_stride,
+            target_fps=target_fps,
+            start_frame=start,
+            short_side=size,
+        )
         out.append(square_crops(frames, size, patch, crops))
     return torch.cat(out)
 
@@ -174,20 +197,23 @@ def load_eval_video(
 @dataclass(frozen=True)
 class ViewSpec:
     """How a file becomes the views a frozen readout reads (:func:`load_eval_views`): ``segments`` clips of
-    ``frames`` frames, every ``frame_stride``-th source frame, spread over the video, × ``crops`` square crops
-    (1: centre; 3: start, centre, end of the long side) at short side ``size``; an image is its frame repeated.
-    Views are segment-major. (The field order is the on-disk order of ``classifier.json``'s ``protocol``.)"""
+    ``frames`` frames, every ``frame_stride``-th source frame — or, with ``fps``, frames ``1 / fps`` seconds
+    apart whatever the video's own rate — spread over the video, × ``crops`` square crops (1: centre; 3:
+    start, centre, end of the long side) at short side ``size``; an image is its frame repeated. Views are
+    segment-major. (The field order is the on-disk order of ``classifier.json``'s ``protocol``.)"""
 
     size: int = 224
     frames: int = 16
     frame_stride: int = 2
     segments: int = 1
     crops: int = 1
+    fps: float | None = None  # sample at this rate (frames per second) instead of every frame_stride-th
 
     def __post_init__(self) -> None:
         for name in ("size", "frames", "frame_stride", "segments"):
             check(getattr(self, name) >= 1, f"views: {name}={getattr(self, name)} must be >= 1")
         check(self.crops in (1, 3), f"views: crops={self.crops}: valid choices are 1 (centre), 3 (start, centre, end)")
+        check(self.fps is None or self.fps > 0, f"views: fps={self.fps} must be > 0 (or unset: frame_stride)")
 
     @property
     def views(self) -> int:
@@ -198,6 +224,18 @@ class ViewSpec:
     def text(self) -> str:
         """``frames×segments×crops``, as evaluation tables write a protocol's views (``16×2×3``)."""
         return f"{self.frames}×{self.segments}×{self.crops}"
+
+    @property
+    def sampling(self) -> str:
+        """How frames are taken, in words: ``at 7.5 fps`` or ``every 2nd frame``."""
+        if self.fps is not None:
+            return f"at {self.fps:g} fps"
+        return "every frame" if self.frame_stride == 1 else f"every {_ordinal(self.frame_stride)} frame"
+
+    def describe(self) -> str:
+        """``16 frames at 7.5 fps, 224 px, 2×3 views`` (what a reader says it used)."""
+        views = "" if self.views == 1 else f", {self.segments}×{self.crops} views"
+        return f"{self.frames} frames {self.sampling}, {self.size} px{views}"
 
     def fields(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -214,5 +252,10 @@ class ViewSpec:
             segments=self.segments,
             crops=self.crops,
             kind=kind,
+            target_fps=self.fps,
         )
         return views.permute(0, 4, 1, 2, 3).contiguous()
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"

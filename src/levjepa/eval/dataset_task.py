@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,12 +32,12 @@ from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.config import EvalConfig
 from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
 from levjepa.eval.labelled import read_task
-from levjepa.eval.protocols import PROTOCOLS, Protocol
+from levjepa.eval.protocols import PROTOCOLS, SLOTS_DEFAULT, Protocol, Slots
 from levjepa.eval.source import FeatureSource, StoreSource
 from levjepa.model.vit import VideoEncoder
 from levjepa.weights import weights_fingerprint
 
-__all__ = ["DatasetTask", "dataset_task"]
+__all__ = ["DatasetTask", "dataset_task", "task_name"]
 
 
 @dataclass
@@ -55,10 +56,12 @@ class DatasetTask:
     label_names: tuple[str, ...] = ()  # class names in index order (index files: the integers)
     report_seconds: bool = False  # the stores are reused by a second call: a wall time would mean two things
     stores: dict[str, dict[str, Path]] = field(default_factory=dict)  # encoder -> split -> store folder
+    name: str = "labels"  # the task's name: its row in the table, its kept probes' folder (task_name)
+    protocol_text: str = ""  # the protocol and its slots, as the table states them
 
     @property
     def num_classes(self) -> dict[str, int]:
-        return {"labels": self.classes}
+        return {self.name: self.classes}
 
     @property
     def image_source(self) -> str:
@@ -72,7 +75,9 @@ class DatasetTask:
     @property
     def clip_text(self) -> str:
         t, v = self.train_views.views, self.test_views.views
-        return f"{t.frames}×{t.size}×{t.size} (T×H×W); views train {t.segments}×1, val/test {v.segments}×{v.crops}"
+        clip = f"{t.frames}×{t.size}×{t.size} (T×H×W) {t.sampling}"
+        views = f"views train {t.segments}×1, val/test {v.segments}×{v.crops}"
+        return f"{clip}; {views}" + (f"; protocol {self.protocol_text}" if self.protocol_text else "")
 
     def prepare(self, encoders: Mapping[str, VideoEncoder], cfg: EvalConfig) -> bool:
         """Every store of every encoder × split, on every rank; True on rank 0, which trains the probes."""
@@ -91,7 +96,9 @@ class DatasetTask:
         if self.bad_files is not None:
             for p in self.stores[name].values():
                 self.bad_files.extend(BadFileReport.read(p / "bad_files.json").files.items())  # warns once per file
-        sources: dict[str, FeatureSource] = {s: StoreSource(FeatureStore(p)) for s, p in self.stores[name].items()}
+        sources: dict[str, FeatureSource] = {
+            s: StoreSource(FeatureStore(p), task=self.name) for s, p in self.stores[name].items()
+        }
         for split, src in sources.items():
             if len(src) == 0:
                 for other in sources.values():
@@ -104,7 +111,9 @@ class DatasetTask:
 
     def info(self) -> dict[str, Any]:
         return {
-            "protocol": None if self.protocol is None else _protocol_info(self.protocol),
+            "task": self.name,
+            "protocol": None if self.protocol is None else self.protocol_text,
+            "views": self.test_views.views.fields(),
             "feature_stores": {n: {s: str(p) for s, p in st.items()} for n, st in self.stores.items()},
             "torch_threads": torch.get_num_threads(),
         }
@@ -115,6 +124,9 @@ def dataset_task(
     *,
     protocol: str | None = None,
     views: ViewSpec | None = None,
+    slots: Slots = SLOTS_DEFAULT,
+    tubelet: int = 1,
+    name: str | None = None,
     video_root: str | None = None,
     labels_file: str | None = None,
     tokens: bool = True,
@@ -124,15 +136,19 @@ def dataset_task(
     features_dir: str | Path = "features",
     bad_files: BadFileReport | None = None,
 ) -> DatasetTask:
-    """Read the split files (``levjepa.eval.labelled.read_task``). ``views``: how a file is cut when no
-    ``protocol`` names a benchmark (default: one centre clip of 16 frames at stride 2, 224 px)."""
+    """Read the split files (``levjepa.eval.labelled.read_task``). ``views``: how a file is cut (what the reader
+    resolved from the model, ``levjepa.formats.reading``; default one centre clip of 16 frames at stride 2,
+    224 px); with a ``protocol``, its views for an encoder of ``tubelet`` frames per token at ``slots`` temporal
+    positions, sampled as ``views`` says (``levjepa.eval.protocols``). ``name``: the task's name (default:
+    :func:`task_name` of the files)."""
     views = views or ViewSpec()
-    proto = None
+    proto, text = None, ""
     if protocol is not None:
         if protocol not in PROTOCOLS:
             raise DataError(f"unreadable: --protocol {protocol!r}: valid choices are {', '.join(PROTOCOLS)}")
         proto = PROTOCOLS[protocol]
-        views = proto.views
+        views = proto.views(tubelet, views, slots)
+        text = proto.describe(views, slots, tubelet)
     task = read_task(
         paths,
         video_root=video_root,
@@ -151,12 +167,22 @@ def dataset_task(
         Path(features_dir),
         bad_files,
         task.label_names,
+        name=name or task_name(task.paths["train"]),
+        protocol_text=text,
     )
 
 
-def _protocol_info(p: Protocol) -> dict[str, Any]:
-    """The protocol as the results JSON has always recorded it (its views' fields at the top level)."""
-    v = p.views
-    views = {"frames": v.frames, "frame_stride": v.frame_stride, "size": v.size, "segments": v.segments}
-    return {"name": p.name, **views, "crops": v.crops, "num_classes": p.num_classes, "images": p.images,
-            "source": p.source}  # fmt: skip
+# split-file names that say nothing of the dataset: the task is then named by the folder that holds them
+_GENERIC = {"train", "training", "trainlist", "trainlist01", "train_list", "index", "labels", "all", "data"}
+
+
+def task_name(train: str) -> str:
+    """The name of a labelled task, from its TRAIN file: the file's stem (``ssv2_train.csv`` -> ``ssv2_train``),
+    or, for a generic one (``train.txt``), the folder that holds it (``/data/ssv2/train.txt`` -> ``ssv2``);
+    letters, digits, ``.``, ``-`` and ``_`` only. Two tasks of different files get different names, so their
+    kept probes never share a folder (``levjepa.eval.kept_probes``)."""
+    path = Path(train).expanduser().resolve()
+    stem = path.stem
+    raw = path.parent.name if stem.lower() in _GENERIC and path.parent.name else stem
+    clean = re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("._-")
+    return clean or "labels"

@@ -98,7 +98,7 @@ class StoreConfig:
         shard, and per-row results do not depend on the batch on the CPU; on CUDA keep the batch size for
         bit-identical files). Keys in the order ``store.json`` has always written them."""
         v = self.views
-        return {
+        out: dict[str, Any] = {
             "frames": v.frames,
             "frame_stride": v.frame_stride,
             "size": v.size,
@@ -107,6 +107,9 @@ class StoreConfig:
             "tokens": self.tokens,
             "shard_items": self.shard_items,
         }
+        if v.fps is not None:  # a rate: written only when set, so a store computed before rates is reused
+            out["fps"] = v.fps
+        return out
 
 
 @dataclass

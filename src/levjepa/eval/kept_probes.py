@@ -7,9 +7,13 @@ the weights kept (``EvalConfig.keep_heads``) :func:`save_probes` writes, for eac
     OUT/<task>/<probe>-grid/<i>-lr<lr>-wd<wd>/  every probe of the grid (``keep_heads="all"``)
 
 Each records the head (kind, sizes, what it reads), the label names, the protocol its scores were measured
-with (size, frames, stride, segments × crops of the val/test views), how it was trained and scored (lr,
-weight decay, val and test accuracy) and the encoder it reads (source, weights copy, fingerprint). kNN keeps
-no weights of its own and is not saved.
+with (size, frames, stride or rate, segments × crops of the val/test views), how it was trained and scored
+(lr, weight decay, val and test accuracy, the task's split files) and the encoder it reads (source, weights
+copy, fingerprint). kNN keeps no weights of its own and is not saved.
+
+A task is named by its files (``levjepa.eval.dataset_task.task_name``, or ``probe --name``), so two tasks keep
+two folders; a folder that holds the probes of another task — other split files — is never overwritten:
+:func:`check_probe_dir` refuses it in one line before anything is computed.
 """
 
 from __future__ import annotations
@@ -17,15 +21,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from levjepa.config import ConfigError
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.result import EvalResult
 from levjepa.eval.trainer import GridResult
-from levjepa.formats.classifier import ClassifierRecord, write_classifier
+from levjepa.formats.classifier import CLASSIFIER, ClassifierRecord, read_classifier, write_classifier
 from levjepa.formats.load import LoadedEncoder
 from levjepa.model.classifier import HeadConfig
 from levjepa.weights import weights_fingerprint
 
-__all__ = ["save_probes"]
+__all__ = ["check_probe_dir", "save_probes"]
 
 
 def save_probes(
@@ -37,9 +42,11 @@ def save_probes(
     protocol: ViewSpec,
     labels: Mapping[str, Sequence[str]],
     encoder_source: str,
+    files: Mapping[str, str] | None = None,
 ) -> list[Path]:
     """Write every kept probe of ``encoder_name``'s column (see the module doc); returns the chosen probes'
-    directories. ``labels``: task -> class names; ``encoder_source``: where ``classify`` reads the encoder."""
+    directories. ``labels``: task -> class names; ``encoder_source``: where ``classify`` reads the encoder;
+    ``files``: split -> file of a labelled task (recorded, :func:`check_probe_dir` compares them)."""
     fingerprint = weights_fingerprint(loaded.encoder)
     written = []
     for task, probes in result.results[encoder_name].items():
@@ -59,6 +66,7 @@ def save_probes(
                     "test_acc": None if res.test_acc is None else res.test_acc[i],
                     "chosen": i == res.best,
                     "grid_index": i,
+                    **({"task_files": dict(files)} if files else {}),
                 }
                 record = ClassifierRecord(
                     head, names, protocol, encoder_source, loaded.weights, fingerprint, trained=trained
@@ -69,3 +77,22 @@ def save_probes(
                     name = f"{i}-lr{res.lrs[i]:g}-wd{res.weight_decays[i]:g}"
                     write_classifier(Path(out) / task / f"{probe}-grid" / name, record, state)
     return written
+
+
+def check_probe_dir(root: str | Path, task: str, files: Mapping[str, str], *, columns: Sequence[str] = ()) -> None:
+    """Refuse (``ConfigError``, one line) to keep the probes of the labelled task ``task`` (split -> file) where
+    ``root`` already holds the probes of another task under that name: different files, or none recorded."""
+    weights = [c.removeprefix("pretrained-") for c in columns]
+    roots = [Path(root)] if len(columns) <= 1 else [Path(root) / w for w in weights]
+    want = {s: str(Path(p).expanduser().resolve()) for s, p in files.items()}
+    for base in roots:
+        folder = base / task
+        for record in sorted(folder.glob(f"*/{CLASSIFIER}")) if folder.is_dir() else []:
+            held = read_classifier(record.parent).trained.get("task_files")
+            got = {s: str(Path(p).expanduser().resolve()) for s, p in (held or {}).items()}
+            if got != want:
+                what = f"the task of {got.get('train')}" if got else "probes of another task"
+                raise ConfigError(
+                    f"{folder} holds {what}, not of {files.get('train')}: pass --name NAME to keep these probes "
+                    "beside them, --probes-dir DIR to keep them elsewhere, or --no-save"
+                )

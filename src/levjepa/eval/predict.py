@@ -19,18 +19,20 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from levjepa.data import BadFileReport, DataError, MediaItem
+from levjepa.data import BadFileReport, DataError, MediaItem, list_media
 from levjepa.data.eval_clip import ViewSpec, load_eval_video
+from levjepa.data.sources import media_kind, read_index_labels
 from levjepa.data.workers import safe_map
 from levjepa.infer.encode import encode
 from levjepa.model.classifier import VideoClassifier
 
-__all__ = ["Prediction", "accuracy", "predict"]
+__all__ = ["Prediction", "accuracy", "classifier_items", "predict"]
 
 
 @dataclass
@@ -142,6 +144,30 @@ def predict(
             yield from flush()
     if pending:
         yield from flush()
+
+
+def classifier_items(sources: list[str], names: tuple[str, ...]) -> tuple[list[MediaItem], dict[str, str]]:
+    """The files of ``sources`` (files, folders, index files) for a classifier of class names ``names``, each
+    index row's label mapped onto the classifier's classes: a class name through ``names``, an integer as the
+    class index it is. A label the classifier does not know is not scored: its item carries no label, and
+    ``unknown`` maps its path to the label as the index wrote it."""
+    known = {n: i for i, n in enumerate(names)}
+    items: list[MediaItem] = []
+    unknown: dict[str, str] = {}
+    for source in sources:
+        path = Path(source).expanduser()
+        if not (path.is_file() and media_kind(str(path)) is None):  # a folder or a media file: no labels
+            items += [MediaItem(it.path, None, it.kind) for it in list_media(source)]
+            continue
+        found, by_name = read_index_labels(path, known)  # names numbered by the classifier's own order
+        written = {i: n for n, i in (by_name or {}).items()}
+        for it in found:
+            if it.label is None or (0 <= it.label < len(names) and (by_name is None or it.label in written)):
+                items.append(it)
+            else:
+                unknown[it.path] = written.get(it.label, str(it.label))
+                items.append(MediaItem(it.path, None, it.kind))
+    return items, unknown
 
 
 def accuracy(predictions: list[Prediction]) -> float | None:

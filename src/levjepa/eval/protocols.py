@@ -1,25 +1,36 @@
 """The standard frozen-evaluation protocols as named presets, and readers for their official label files.
 
-A :class:`Protocol` says how a dataset's clips are cut and how many views a test video gets — its
-:class:`~levjepa.data.eval_clip.ViewSpec`: frames, frame stride, resolution, ``segments`` temporal clips ×
-``crops`` spatial crops (the probe's predictions are averaged over the crops and it reads the tokens of all
-segments together) — and whether the data are images repeated along time. ``PROTOCOLS`` holds:
+A :class:`Protocol` says how a benchmark's files are cut — its resolution, how many views a test video gets
+(``segments`` temporal clips × ``crops`` spatial crops; the probe's predictions are averaged over the crops and
+it reads the tokens of all segments together), whether its data are images repeated along time — and how many
+**temporal positions** (``slots``: frames / tubelet) a clip gives the encoder. :meth:`Protocol.views` turns it
+into the :class:`~levjepa.data.eval_clip.ViewSpec` for one encoder:
 
-* ``ssv2`` — Something-Something v2: 16 frames, stride 4, 256 px, **16×2×3** at test time (2 segments ×
-  3 crops), 174 classes. Source: V-JEPA 2's frozen-evaluation config ``configs/eval/vitl/ssv2.yaml``
-  (facebookresearch/vjepa2; ``frames_per_clip: 16, frame_step: 4, num_segments: 2,
-  num_views_per_segment: 3, resolution: 256, num_classes: 174`` — read from the ``ssv2-area-attn.yaml``
-  variant in the stored snapshot, which says it is based on ``ssv2.yaml`` and differs only in the encoder).
-* ``k400`` — Kinetics-400: 16 frames, stride 4, 256 px, **16×8×3** (8 segments × 3 crops), 400 classes.
-  Source: V-JEPA 2's ``configs/eval/vitl/k400.yaml`` (``frame_step: 4, num_segments: 8,
-  num_views_per_segment: 3``; read from its ``k400-area-attn.yaml`` variant as above).
-* ``diving48`` — Diving-48: 16 frames, stride 4, 256 px, 8 segments × 3 crops, 48 classes. V-JEPA 2
-  (arXiv:2506.09985, Table 4 and its appendix on the probe protocol) evaluates Diving-48 with the same
-  attentive probe as K400 and SSv2; we use K400's clip sampling (whole-video coverage with 8 segments),
-  since Diving-48's label depends on the whole dive. Our choice where the paper gives no config file.
-* ``in1k`` — ImageNet-1k: images as clips, each image repeated ``frames = 16`` times (the LeJEPA / V-JEPA
-  image protocol: "we repeat ImageNet images 16 times"; SPEC §5 and the LeVJEPA paper's appendix C),
-  224 px, 1 view (centre crop), 1000 classes.
+* ``slots=8`` (the default) — **the paper's matched evaluation**: 8 temporal positions whatever the tubelet,
+  so a τ = 1 model reads 8 frames and ImageNet images repeated 8 times, a τ = 2 model 16 frames and 16
+  repeats (the LeVJEPA paper, its comparison at equal slots); the frames are sampled at the model's own rate
+  (its preprocessing: the released weights' 7.5 fps), or as ``--fps`` / ``--frame-stride`` say;
+* ``slots=16`` — twice the temporal positions, selectable;
+* ``slots="vjepa2"`` — V-JEPA 2's own sampling, for comparison with its tables: 16 frames every 4th source
+  frame for videos, images repeated 16 times, whatever the tubelet.
+
+Every evaluation table states the protocol and its slots (:meth:`Protocol.describe`). ``PROTOCOLS`` holds:
+
+* ``ssv2`` — Something-Something v2: 256 px, **2 segments × 3 crops** at test time, 174 classes. Source:
+  V-JEPA 2's frozen-evaluation config ``configs/eval/vitl/ssv2.yaml`` (facebookresearch/vjepa2;
+  ``frames_per_clip: 16, frame_step: 4, num_segments: 2, num_views_per_segment: 3, resolution: 256,
+  num_classes: 174`` — read from the ``ssv2-area-attn.yaml`` variant in the stored snapshot, which says it is
+  based on ``ssv2.yaml`` and differs only in the encoder).
+* ``k400`` — Kinetics-400: 256 px, **8 segments × 3 crops**, 400 classes. Source: V-JEPA 2's
+  ``configs/eval/vitl/k400.yaml`` (``frame_step: 4, num_segments: 8, num_views_per_segment: 3``; read from its
+  ``k400-area-attn.yaml`` variant as above).
+* ``diving48`` — Diving-48: 256 px, 8 segments × 3 crops, 48 classes. V-JEPA 2 (arXiv:2506.09985, Table 4 and
+  its appendix on the probe protocol) evaluates Diving-48 with the same attentive probe as K400 and SSv2; we
+  use K400's clip sampling (whole-video coverage with 8 segments), since Diving-48's label depends on the
+  whole dive. Our choice where the paper gives no config file.
+* ``in1k`` — ImageNet-1k: images as clips of a repeated frame, 224 px, 1 view (centre crop), 1000 classes;
+  8 repeats for a τ = 1 model by default (the matched evaluation), 16 with ``slots="vjepa2"`` (the LeJEPA /
+  V-JEPA image protocol: "we repeat ImageNet images 16 times").
 
 Every preset reads the usual ``path label`` index files (V-JEPA's CSV: space-separated, no header) and
 the official label files (:func:`read_labelled`):
@@ -44,38 +55,69 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
+from levjepa.config import ConfigError
 from levjepa.data import DataError
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.data.sources import MediaItem, media_kind, read_index_labels
 
-__all__ = ["PROTOCOLS", "Protocol", "read_labelled"]
+__all__ = ["PROTOCOLS", "SLOTS_DEFAULT", "Protocol", "Slots", "parse_slots", "read_labelled"]
+
+
+Slots = int | Literal["vjepa2"]
+SLOTS_DEFAULT = 8  # the paper's matched evaluation: 8 temporal positions
 
 
 @dataclass(frozen=True)
 class Protocol:
-    """A standard benchmark: how its files are viewed (a :class:`ViewSpec`), its class count, whether its data
-    are images repeated along time, and where the settings come from (the module doc, per preset)."""
+    """A standard benchmark: resolution, test views, class count, images or videos, where the settings come
+    from, and V-JEPA 2's own temporal sampling (module doc)."""
 
     name: str
-    views: ViewSpec  # frames, frame stride, short side, segments × crops at test time
+    size: int  # short side, then square crop(s)
+    segments: int  # temporal clips per video at test time
+    crops: int  # spatial crops per clip at test time (1 centre, 3 start/centre/end)
     num_classes: int
     images: bool  # the dataset is images, evaluated as clips of a repeated frame
     source: str  # where the settings come from
+    vjepa2_stride: int = 4  # V-JEPA 2's frame_step, with its 16 frames per clip
 
-    @property
-    def views_text(self) -> str:
-        return self.views.text
+    def views(self, tubelet: int, sampling: ViewSpec, slots: Slots = SLOTS_DEFAULT) -> ViewSpec:
+        """The views for an encoder of ``tubelet`` frames per token: ``slots`` temporal positions sampled as
+        ``sampling`` says (the model's rate or stride, or the user's), or V-JEPA 2's sampling (module doc)."""
+        if slots == "vjepa2":
+            return ViewSpec(self.size, 16, self.vjepa2_stride, self.segments, self.crops)
+        if not isinstance(slots, int) or slots < 1:
+            raise ConfigError(f"--slots {slots!r}: a number of temporal positions (8, the paper's; 16) or vjepa2")
+        return ViewSpec(self.size, slots * tubelet, sampling.frame_stride, self.segments, self.crops, sampling.fps)
+
+    def describe(self, views: ViewSpec, slots: Slots, tubelet: int) -> str:
+        """What an evaluation table says of its protocol: ``ssv2, 8 slots (8 frames at 7.5 fps, 256 px, 2×3
+        views; the paper's matched evaluation)``."""
+        what = {SLOTS_DEFAULT: "the paper's matched evaluation", "vjepa2": "V-JEPA 2's sampling"}.get(slots, "")
+        n = views.frames // tubelet
+        repeats = f"images repeated {views.frames} times" if self.images else views.describe()
+        return f"{self.name}, {n} slots ({repeats}{', ' + what if what else ''})"
 
 
 PROTOCOLS: dict[str, Protocol] = {
-    "ssv2": Protocol("ssv2", ViewSpec(256, 16, 4, 2, 3), 174, False, "V-JEPA 2 configs/eval/vitl/ssv2.yaml"),
-    "k400": Protocol("k400", ViewSpec(256, 16, 4, 8, 3), 400, False, "V-JEPA 2 configs/eval/vitl/k400.yaml"),
-    "diving48": Protocol(
-        "diving48", ViewSpec(256, 16, 4, 8, 3), 48, False, "V-JEPA 2 paper; K400's sampling (our choice)"
-    ),
-    "in1k": Protocol("in1k", ViewSpec(224, 16, 1, 1, 1), 1000, True, "LeJEPA / V-JEPA: images repeated 16 times"),
+    "ssv2": Protocol("ssv2", 256, 2, 3, 174, False, "V-JEPA 2 configs/eval/vitl/ssv2.yaml"),
+    "k400": Protocol("k400", 256, 8, 3, 400, False, "V-JEPA 2 configs/eval/vitl/k400.yaml"),
+    "diving48": Protocol("diving48", 256, 8, 3, 48, False, "V-JEPA 2 paper; K400's sampling (our choice)"),
+    "in1k": Protocol("in1k", 224, 1, 1, 1000, True, "LeVJEPA paper's matched evaluation; V-JEPA: 16 repeats", 1),
 }
+
+
+def parse_slots(text: str | int | None) -> Slots:
+    """``--slots``: a number of temporal positions, or ``vjepa2``; None: the paper's 8."""
+    if text is None:
+        return SLOTS_DEFAULT
+    if isinstance(text, int) or str(text).isdigit():
+        return int(text)
+    if text == "vjepa2":
+        return "vjepa2"
+    raise ConfigError(f"--slots {text!r}: a number of temporal positions (8, the paper's; 16) or vjepa2")
 
 
 def _find_videos(root: Path) -> dict[str, str]:

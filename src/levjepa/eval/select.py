@@ -51,6 +51,7 @@ from levjepa.eval.dataset_task import dataset_task
 from levjepa.eval.harness import evaluate
 from levjepa.eval.synthetic_task import TASKS, synthetic_config_for, synthetic_splits
 from levjepa.formats.load import WEIGHTS_MEANING, load_encoder, read_run_config
+from levjepa.formats.reading import model_views
 from levjepa.train.config import PretrainConfig
 from levjepa.train.run_dir import RunDirError
 from levjepa.weights import CONFIG, checkpoint_step, list_checkpoints, read_metrics
@@ -295,7 +296,8 @@ def select(
     """Rank every checkpoint by its loss (and loss / λ^α); with ``task`` (a built-in task or
     ``index:TRAIN,VAL[,TEST]``) also probe each and report the Spearman correlations (see the module doc).
     ``cache_dir``: the feature cache (built-in) or the feature-store folder (index task);
-    ``index_options``: keyword arguments of ``levjepa.eval.dataset_task.dataset_task`` (protocol, frames, ...)."""
+    ``index_options``: keyword arguments of ``levjepa.eval.dataset_task.dataset_task`` (protocol, ...) and the
+    clip's ``size``, ``frames``, ``frame_stride``, ``fps`` (default: the model's, ``levjepa.formats.reading``)."""
     if task is None or not task.startswith("index:"):
         given = {k: v for k, v in (index_options or {}).items() if k in ("protocol", "video_root", "labels_file") and v}
         if given:
@@ -305,8 +307,27 @@ def select(
     if task is None:
         return SelectionResult(rows, None, info)
     is_index = task.startswith("index:")
+    name = task
+    if is_index:
+        options = dict(index_options or {})
+        first = load_encoder(rows[0]["checkpoint"], weights=weights, device=device)
+        views, said = model_views(
+            first, **{k: options.pop(k, None) for k in ("size", "frames", "frame_stride", "fps")}
+        )  # the clips the run's model was trained on, unless given
+        if progress:
+            print(said)
+        dtask = dataset_task(
+            task[len("index:") :].split(","),
+            tokens=probe == "attentive",
+            features_dir=cache_dir or "features",
+            views=views,
+            tubelet=first.config.tubelet,
+            **options,
+        )
+        name = dtask.name
+        split_text = f"{'test' if 'test' in dtask.splits else 'val'} of {task[len('index:') :]} ({dtask.clip_text})"
     evaluation = EvalConfig(
-        tasks=("labels",) if is_index else (task,),
+        tasks=(name,),
         probes=(probe,),
         budget=budget,
         seed=seed,
@@ -314,15 +335,7 @@ def select(
         cache_dir=None if cache_dir is None or is_index else str(cache_dir),
         progress=progress,
     )
-    if is_index:
-        dtask = dataset_task(
-            task[len("index:") :].split(","),
-            tokens=probe == "attentive",
-            features_dir=cache_dir or "features",
-            **(index_options or {}),
-        )
-        split_text = f"{'test' if 'test' in dtask.splits else 'val'} of {task[len('index:') :]} ({dtask.clip_text})"
-    else:
+    if not is_index:
         if task not in TASKS:
             raise ConfigError(f"--task {task!r}: valid choices are {', '.join(TASKS)} or index:TRAIN,VAL[,TEST]")
         split_cache: dict[str, LabelledSplits] = {}
@@ -332,7 +345,7 @@ def select(
             res = evaluate({"ckpt": enc.encoder}, dtask, evaluation)
             if res is None:  # not rank 0
                 continue
-            result = res.results["ckpt"]["labels"][probe]
+            result = res.results["ckpt"][name][probe]
         else:
             if r["run"] not in split_cache:
                 run_cfg = read_run_config(r["run"]) if (Path(r["run"]) / CONFIG).is_file() else PretrainConfig()

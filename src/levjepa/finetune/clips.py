@@ -12,10 +12,11 @@ micro-batch size the same; ``tests/test_finetune_distributed.py``). Position ``p
 its augmentation is drawn from ``(seed, "augment", p)``: a resumed run, or one on another number of ranks,
 sees the same clips (``tests/test_finetune.py`` resumes bit-exactly).
 
-Augmentation (VideoMAE's fine-tuning: a random temporal window, a random resized crop, a horizontal flip):
-the window of ``frames`` frames at ``frame_stride`` starts anywhere in the video; the frames are resized to a
-short side of ``size`` (``levjepa.data.eval_clip``), then a square of ``crop_scale`` of the area at a random
-place is cut and resized back to ``size`` (the same box for every frame), then flipped with ``flip_p``.
+Augmentation (VideoMAE's fine-tuning: a random temporal window, a random resized crop, a horizontal flip): the
+window of ``frames`` frames at ``frame_stride`` (or ``fps``; the run's views) starts anywhere in the video;
+the frames are resized to a short side of ``size`` (``levjepa.data.eval_clip``), then a square of
+``crop_scale`` of the area at a random place is cut and resized back to ``size`` (the same box for every
+frame), then flipped with ``flip_p``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from levjepa.data import MediaItem, probe_video
-from levjepa.data.eval_clip import load_eval_clip
+from levjepa.data.eval_clip import ViewSpec, load_eval_clip
 from levjepa.finetune.config import FinetuneConfig
 from levjepa.rng import make_generator
 
@@ -65,9 +66,8 @@ class TrainClips:
     workers through ``levjepa.data.workers.safe_map``, which turns a file that cannot be read into a reason.
     ``item_at(p)`` (the same permutation, in any process) says which file position ``p`` is."""
 
-    def __init__(self, items: list[MediaItem], cfg: FinetuneConfig, patch: int) -> None:
-        self.items, self.cfg, self.patch = items, cfg, patch
-        self.views = cfg.views()
+    def __init__(self, items: list[MediaItem], cfg: FinetuneConfig, patch: int, views: ViewSpec) -> None:
+        self.items, self.cfg, self.patch, self.views = items, cfg, patch, views
         self._perms: dict[int, list[int]] = {}
 
     def item_at(self, p: int) -> int:
@@ -85,8 +85,9 @@ class TrainClips:
         gen = make_generator(self.cfg.seed, "augment", p)
         start = 0
         if it.kind == "video":
-            n = probe_video(it.path).num_frames
-            room = max(0, n - ((v.frames - 1) * v.frame_stride + 1))
+            info = probe_video(it.path)
+            step = info.fps / v.fps if v.fps else v.frame_stride
+            room = max(0, info.num_frames - (round((v.frames - 1) * step) + 1))
             start = int(torch.randint(0, room + 1, (), generator=gen))
         clip = load_eval_clip(
             it.path,
@@ -96,5 +97,6 @@ class TrainClips:
             frame_stride=v.frame_stride,
             start=start,
             kind=it.kind,
+            target_fps=v.fps,
         )
         return augment(clip, self.cfg, gen).permute(3, 0, 1, 2).contiguous()

@@ -15,7 +15,9 @@ from typing import Any, Literal
 
 from levjepa.config import ConfigError, check, to_dict
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.eval.protocols import PROTOCOLS
+from levjepa.eval.protocols import PROTOCOLS, parse_slots
+from levjepa.formats.load import LoadedEncoder
+from levjepa.formats.reading import model_views
 
 __all__ = ["RESUMABLE", "FinetuneConfig", "check_resume"]
 
@@ -28,10 +30,12 @@ class FinetuneConfig:
     weights: Literal["ema", "online"] = "ema"  # which copy of a run's weights to start from
     random_init: bool = False  # start from the same architecture at random initialisation (a baseline)
     task: tuple[str, ...] = ()  # TRAIN, VAL[, TEST] split files
-    protocol: str | None = None  # levjepa.eval.protocols: frames, stride, size and the val/test views
-    frames: int = 16
-    frame_stride: int = 2
-    size: int = 224
+    protocol: str | None = None  # levjepa.eval.protocols: size, the val/test views, temporal slots
+    slots: str | None = None  # with a protocol: 8 (the paper's matched evaluation, default), 16 or vjepa2
+    frames: int | None = None  # None: the model's (levjepa.formats.reading)
+    frame_stride: int | None = None  # None: the model's sampling
+    fps: float | None = None  # frames per second instead of a stride; None: the model's rate when it has one
+    size: int | None = None  # None: the model's
     head: Literal["attentive", "linear"] = "attentive"
     head_depth: int = 1
     head_from: str | None = None  # start the head from a kept probe (linear-probe-then-fine-tune, LP-FT)
@@ -73,14 +77,20 @@ class FinetuneConfig:
         for name in ("eval_every", "checkpoint_every", "keep_last", "log_every", "max_consecutive_skips"):
             check(getattr(self, name) >= 1, f"{name}={getattr(self, name)}: must be >= 1")
 
-    def views(self) -> ViewSpec:
-        """How validation and test files are cut (and the clip size of training): the protocol's views, or one
-        centre clip of ``frames`` at ``frame_stride``, ``size`` px."""
+    def views(self, loaded: LoadedEncoder) -> tuple[ViewSpec, str]:
+        """How files are cut (training clips at their size and frames; validation and test files into every
+        view), and the line that says so: the model's clips (``levjepa.formats.reading``) with what this config
+        sets overriding them, or the protocol's views at its temporal slots."""
+        sampling, said = model_views(
+            loaded, size=self.size, frames=self.frames, frame_stride=self.frame_stride, fps=self.fps
+        )
         if self.protocol is None:
-            return ViewSpec(self.size, self.frames, self.frame_stride)
+            return sampling, said
         if self.protocol not in PROTOCOLS:
             raise ConfigError(f"protocol {self.protocol!r}: valid choices are {', '.join(PROTOCOLS)}")
-        return PROTOCOLS[self.protocol].views
+        p, slots, tau = PROTOCOLS[self.protocol], parse_slots(self.slots), loaded.config.tubelet
+        views = p.views(tau, sampling, slots)
+        return views, f"views: protocol {p.describe(views, slots, tau)}"
 
     def batch_layout(self, world_size: int) -> tuple[int, int]:
         """(clips per forward, forwards per step) on each of ``world_size`` ranks."""

@@ -130,10 +130,12 @@ def resume_config(out: str | Path) -> FinetuneConfig:
     return from_dict(FinetuneConfig, read_json(path))
 
 
-def _read_task(cfg: FinetuneConfig) -> _Task:
+def _read_task(cfg: FinetuneConfig, loaded: LoadedEncoder) -> tuple[_Task, str]:
     """The splits and class names of ``cfg.task`` (``levjepa.eval.labelled.read_task``: one class, or a VAL /
-    TEST label TRAIN never has, is refused) and the views of ``cfg`` (its protocol's, or one centre clip)."""
-    return _Task(read_task(cfg.task), cfg.views())
+    TEST label TRAIN never has, is refused) and the views of ``cfg`` for this encoder (the model's clips, or
+    its protocol's views), with the line that says which."""
+    views, said = cfg.views(loaded)
+    return _Task(read_task(cfg.task), views), said
 
 
 def _start_encoder(cfg: FinetuneConfig, device: str) -> LoadedEncoder:
@@ -254,12 +256,14 @@ def _finetune(
     the batch layout, the source encoder and the head; then the run directory (``run_dir.run_directory``)."""
     device = str(info.device)
     _check_out(cfg, out)
-    task = _read_task(cfg)
     micro, accum = cfg.batch_layout(info.world_size)
     loaded = _start_encoder(cfg, device)
+    task, said = _read_task(cfg, loaded)
     head_cfg, head = _head(cfg, loaded, len(task.labels))
     check = functools.partial(_check_resume, cfg=cfg)
     with run_directory(out, info, resume=resume, overwrite=False, check=check) as path:
+        if info.is_main:
+            print(said, file=sys.stderr)
         model = VideoClassifier(loaded.encoder, head_cfg, head).to(device).train()
         return _train(cfg, path, info, task, model, loaded, micro, accum, resume=resume, progress=progress)
 
@@ -305,7 +309,7 @@ def _train(
     life.step = state.step
     bad = BadFileReport()
     positions = rank_positions(range(state.step, cfg.steps), cfg.batch_size, micro, accum, info.rank, info.world_size)
-    clips = TrainClips(task.splits["train"], cfg, model.encoder.cfg.patch_size)
+    clips = TrainClips(task.splits["train"], cfg, model.encoder.cfg.patch_size, task.views)
     stream = safe_map(clips, positions, cfg.workers)
     ctx = StepContext(device, info.rank, info.world_size, model.head_cfg.num_classes, drop_path)
     write = functools.partial(_checkpoint, out, model, opt, life, best)

@@ -76,6 +76,7 @@ __all__ = [
     "EXPORT_FORMAT",
     "HUB_FORMAT",
     "HUB_WEIGHTS",
+    "OFFICIAL_PREPROCESSING",
     "PREPROCESSOR",
     "PROJECTOR_WEIGHTS",
     "ExportRecord",
@@ -111,13 +112,21 @@ HUB_FORMAT = "levjepa-hub/1"
 @dataclass(frozen=True)
 class Preprocessing:
     """How a clip is prepared for the encoder: uint8 RGB frames ``/ 255``, minus ``mean``, over ``std``
-    (ImageNet's), ``num_frames`` frames every ``frame_stride``-th, resized and centre-cropped to ``size``."""
+    (ImageNet's), ``num_frames`` frames every ``frame_stride``-th — or ``fps`` frames per second, the rate the
+    model was trained at when it is known — resized and centre-cropped to ``size``. Every reader takes its
+    defaults from it (``levjepa.formats.reading``)."""
 
     size: int = 224
     num_frames: int = 16
     frame_stride: int = 2
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
+    fps: float | None = None  # the training rate, when the model records one (the released weights: 7.5)
+
+
+# The released LeVJEPA weights were trained on every 2nd frame of 15 fps video (SPEC §3; the official code's
+# frame_stride 2, its notebook's 16 frames at ~7.5 fps), 16 × 224² clips
+OFFICIAL_PREPROCESSING = Preprocessing(size=224, num_frames=16, frame_stride=2, fps=7.5)
 
 
 @dataclass(frozen=True)
@@ -142,7 +151,9 @@ def preprocessing_of(run: PretrainConfig | None) -> Preprocessing:
     data = run.data
     if "synthetic" in data.sources:
         return Preprocessing(size=data.synthetic.size, num_frames=data.synthetic.num_frames, frame_stride=1)
-    return Preprocessing(size=data.global_size, num_frames=data.num_frames, frame_stride=data.frame_stride)
+    return Preprocessing(
+        size=data.global_size, num_frames=data.num_frames, frame_stride=data.frame_stride, fps=data.target_fps
+    )
 
 
 @dataclass
@@ -433,6 +444,7 @@ def load_encoder(
         "input_size": (loaded.config.in_chans, pre.num_frames, pre.size, pre.size),
         "num_frames": pre.num_frames,
         "frame_stride": pre.frame_stride,
+        "fps": pre.fps,
     }
     return loaded
 
@@ -552,6 +564,7 @@ def load_official(
             "stated": official.stated,
             "layout": "MLO-lab/LeVJEPA module.py (encoder.*, projector.net.*)",
         },
+        preprocessing=OFFICIAL_PREPROCESSING,
     )
 
 

@@ -211,11 +211,29 @@ def _synthetic_index(source: str) -> int:
     return int(text)
 
 
-def load_clip(source: str, *, num_frames: int, frame_stride: int, start: int, size: int, patch: int) -> Tensor:
-    """uint8 [T, H, W, 3] from a video, an image or ``synthetic[:i]`` (see the module doc)."""
+def load_clip(
+    source: str,
+    *,
+    num_frames: int,
+    frame_stride: int,
+    start: int,
+    size: int,
+    patch: int,
+    target_fps: float | None = None,
+) -> Tensor:
+    """uint8 [T, H, W, 3] from a video (every ``frame_stride``-th frame, or at ``target_fps``), an image or
+    ``synthetic[:i]`` (see the module doc)."""
     if source == "synthetic" or source.startswith("synthetic:"):
         i = _synthetic_index(source)
         cfg = SyntheticConfig(num_train=1, num_val=1, num_test=max(1, i + 1))
         clip = load_split(cfg, "test").clips[i].permute(1, 2, 3, 0)
         return center_square(clip, min(clip.shape[1], clip.shape[2]), patch)
-    return load_eval_clip(source, num_frames=num_frames, frame_stride=frame_stride, start=start, size=size, patch=patch)
+    return load_eval_clip(
+        source,
+        num_frames=num_frames,
+        frame_stride=frame_stride,
+        start=start,
+        size=size,
+        patch=patch,
+        target_fps=target_fps,
+    )
