@@ -25,6 +25,7 @@ from levjepa.commands._device import add_device_argument, local_device
 from levjepa.config import ConfigError
 from levjepa.data import BadFileReport, DataError
 from levjepa.data.badfiles import bad_file_line
+from levjepa.eval.compact import TokenCodec
 from levjepa.eval.predict import Prediction, accuracy, classifier_items, predict
 from levjepa.formats.classifier import load_classifier
 
@@ -94,6 +95,7 @@ def main(args: argparse.Namespace) -> int:
         windows=args.windows,
         batch_files=args.batch_size,
         bad=bad,
+        codec=TokenCodec.parse(rec.tokens),
     ):
         predictions.append(q)
         print(_row(q))

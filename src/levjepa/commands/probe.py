@@ -101,6 +101,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--name", default=None, help="index task: its name, for the table and RUN/probes/NAME (default: from TRAIN)"
     )
+    parser.add_argument(
+        "--tokens",
+        default="full",
+        help="what the attentive probe reads of the tokens: full (float16), or a compact store: pool2 (2×2 spatial "
+        "pooling), int8, last (the last temporal slot), joined by '-', e.g. pool2-int8 (bench/eval.md)",
+    )
     parser.add_argument("--batch-size", type=int, default=8, help="clips per encoder forward")
     parser.add_argument("--cache", default=None, help="feature cache folder")
     add_device_argument(parser)
@@ -184,6 +190,7 @@ def _main(args: argparse.Namespace) -> int:
         progress=True,
         title=title,
         keep_heads="none" if args.no_save else "all" if args.save_all else "best",
+        tokens=args.tokens,
     )
     result = evaluate({name: le.encoder for name, le in loaded.items()}, task, evaluation)
     if result is None:  # not rank 0: the features are done, rank 0 trains the probes
@@ -231,7 +238,15 @@ def _save(args: argparse.Namespace, result: EvalResult, loaded: dict[str, Loaded
         out = root if len(columns) == 1 else root / loaded[name].weights
         source = str(Path(args.checkpoint).resolve())
         kept = save_probes(
-            result, name, loaded[name], out, protocol=protocol, labels=labels, encoder_source=source, files=files
+            result,
+            name,
+            loaded[name],
+            out,
+            protocol=protocol,
+            labels=labels,
+            encoder_source=source,
+            files=files,
+            tokens=args.tokens,
         )
         for d in kept:
             print(f"kept probe: {d}")

@@ -2,7 +2,8 @@
 
 For each encoder the features of the train / val (/ test) clips are computed **once** (``features.py``:
 frozen, ``eval()``, no dropping; cached on disk under ``EvalConfig.cache_dir``, keyed by the weights and
-:attr:`LabelledSplits.key`) and every probe of every label set reads them (``levjepa.eval.harness``).
+:attr:`LabelledSplits.key`) and every probe of every label set reads them (``levjepa.eval.harness``); with a
+compact ``EvalConfig.tokens`` codec the attentive probe reads the tokens as a compact store keeps them.
 """
 
 from __future__ import annotations
@@ -63,7 +64,12 @@ class LabelledSplits:
                 desc=f"features {split}",
             )
             labels = {t: self.labels[split][t] for t in cfg.tasks}
-            out[split] = MemorySource({"tokens": f.tokens, "mean": f.mean, "cls": f.cls}, labels, name=split)
+            tokens = f.tokens
+            if tokens is not None and not cfg.codec.lossless:  # what a compact store would have kept
+                t, h, w = clips.shape[2:]
+                grid = (t // encoder.cfg.tubelet, h // encoder.cfg.patch_size, w // encoder.cfg.patch_size)
+                tokens = cfg.codec.roundtrip(tokens, grid)
+            out[split] = MemorySource({"tokens": tokens, "mean": f.mean, "cls": f.cls}, labels, name=split)
         return out
 
     def info(self) -> dict[str, Any]:

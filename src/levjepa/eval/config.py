@@ -7,7 +7,8 @@ cannot say *where* or *in which frame* something is; the CLS, which the pretrain
 directly and which attends every patch with relative positions, can. Reporting both linear readouts shows
 which one carries a task.
 
-What is evaluated and how — tasks, probes, budget, probe config, seed, device, batch size, feature cache —
+What is evaluated and how — tasks, probes, budget, probe config, seed, device, batch size, feature cache, what
+the attentive probe reads of the tokens (``tokens``: every token, or a compact store, ``levjepa.eval.compact``) —
 is one frozen :class:`EvalConfig`, passed unchanged from ``levjepa.eval.harness.evaluate`` down to the probes.
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from levjepa.config import check
+from levjepa.eval.compact import TokenCodec
 from levjepa.eval.probes import ProbeConfig, ProbeKind, probe_config
 
 __all__ = ["BUDGETS", "PROBES", "PROBE_INPUTS", "PROBE_KINDS", "PROBE_LABELS", "EvalConfig"]
@@ -44,6 +46,7 @@ class EvalConfig:
     progress: bool = False
     title: str = ""  # what the table's caption calls the evaluation
     keep_heads: Literal["none", "best", "all"] = "none"  # results also hold the chosen (or every) probe's weights
+    tokens: str = "full"  # what the attentive probe reads of the tokens: full or a compact codec (eval/compact.py)
 
     def __post_init__(self) -> None:
         check(self.budget in BUDGETS, f"budget={self.budget!r}: valid choices are {', '.join(BUDGETS)}")
@@ -52,6 +55,11 @@ class EvalConfig:
             check(p in PROBES, f"probe {p!r}: valid choices are {', '.join(PROBES)}")
         check(self.keep_heads in ("none", "best", "all"), f"eval.keep_heads={self.keep_heads!r}: none, best, all")
         check(self.batch_size >= 1, f"eval.batch_size={self.batch_size}: must be >= 1")
+        TokenCodec.parse(self.tokens)  # a bad codec name is refused here, in one line
+
+    @property
+    def codec(self) -> TokenCodec:
+        return TokenCodec.parse(self.tokens)
 
     @property
     def probe_cfg(self) -> ProbeConfig:

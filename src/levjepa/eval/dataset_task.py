@@ -29,6 +29,7 @@ import torch
 from levjepa import distributed
 from levjepa.data import BadFileReport, DataError, MediaItem
 from levjepa.data.eval_clip import ViewSpec
+from levjepa.eval.compact import FULL
 from levjepa.eval.config import EvalConfig
 from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
 from levjepa.eval.labelled import read_task
@@ -67,8 +68,9 @@ class DatasetTask:
     def image_source(self) -> str:
         return ", ".join(self.paths.values())
 
-    def key(self, split: str) -> str:
-        views = self.train_views if split == "train" else self.test_views
+    def key(self, split: str, views: StoreConfig | None = None) -> str:
+        """A store's name: the split file's stem and a hash of the file and every setting the rows depend on."""
+        views = views or (self.train_views if split == "train" else self.test_views)
         text = json.dumps([self.paths[split], views.storage()], sort_keys=True)
         return f"{Path(self.paths[split]).stem}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
 
@@ -86,8 +88,10 @@ class DatasetTask:
             self.stores[name] = {}
             for split, items in self.splits.items():
                 views = self.train_views if split == "train" else self.test_views
-                views = replace(views, tokens=views.tokens and "attentive" in cfg.probes)
-                path = self.features_dir / f"{fp}-{self.key(split)}{'' if views.tokens else '-notokens'}"
+                views = replace(views, tokens=views.tokens and "attentive" in cfg.probes, codec=cfg.codec)
+                # a full store keeps the name it always had: the codec is in the key only when compact
+                plain = replace(views, tokens=True, codec=cfg.codec if views.tokens else FULL)
+                path = self.features_dir / f"{fp}-{self.key(split, plain)}{'' if views.tokens else '-notokens'}"
                 self.stores[name][split] = path
                 build_store(enc, items, path, views, device=cfg.device, progress=cfg.progress, desc=f"{name} {split}")
         return distributed.is_main()

@@ -26,7 +26,9 @@ ranks give the same files as 1 process).
   shard is done it also holds ``complete: true``, the row count and each shard's rows;
 * ``cls-KKKKK.npy`` float32 [n, D] (CLS token), ``mean-KKKKK.npy`` float32 [n, D] (mean of the patch
   tokens), ``tokens-KKKKK.npy`` float16 [n, 1+L, D] (CLS then every patch token, time-major) when
-  ``tokens``; plain ``.npy``, so ``numpy.load(path, mmap_mode="r")`` maps them;
+  ``tokens`` — or, with a compact ``codec`` (``levjepa.eval.compact``: ``pool2``, ``int8``, ...), the tokens it
+  keeps, int8 ones with ``scales-KKKKK.npy`` float16 [n, kept]; plain ``.npy``, so
+  ``numpy.load(path, mmap_mode="r")`` maps them;
 * ``index-KKKKK.jsonl`` — one JSON object per row of shard K: ``file, label, item, segment, crop``
   (rows of an item are consecutive, segment-major); its presence marks the shard done;
 * ``bad-KKKKK.json`` — the unreadable files of shard K; after the last shard ``index.jsonl`` (every row,
@@ -66,6 +68,7 @@ from levjepa.data import BadFileReport, DataError, MediaItem
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.data.progress import Progress
 from levjepa.data.workers import safe_map
+from levjepa.eval.compact import FULL, TokenCodec, grid_of
 from levjepa.eval.feature_writer import write_shard
 from levjepa.infer.encode import encode
 from levjepa.model.vit import VideoEncoder
@@ -74,7 +77,7 @@ from levjepa.weights import atomic_write_text, weights_fingerprint
 __all__ = ["FeatureStore", "StoreConfig", "StoreResult", "build_store"]
 
 STORE_VERSION = 1
-ARRAYS = ("cls", "mean", "tokens")
+ARRAYS = ("cls", "mean", "tokens", "scales")  # scales: the int8 tokens' (a compact store, eval/compact.py)
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,8 @@ class StoreConfig:
     """How each file becomes rows (``views``: one per segment × crop) and how the work is cut (module doc)."""
 
     views: ViewSpec = field(default_factory=ViewSpec)
-    tokens: bool = True  # store every token (float16) for the attentive probe
+    tokens: bool = True  # store the tokens the attentive probe reads
+    codec: TokenCodec = FULL  # what of them: every token in float16, or a compact form (eval/compact.py)
     batch_size: int = 8  # views per encoder forward
     workers: int = 2  # decoding processes (0: decode in this process)
     shard_items: int = 256  # files per shard
@@ -109,6 +113,8 @@ class StoreConfig:
         }
         if v.fps is not None:  # a rate: written only when set, so a store computed before rates is reused
             out["fps"] = v.fps
+        if self.tokens and not self.codec.lossless:  # likewise a compact form of the tokens
+            out["token_codec"] = self.codec.name
         return out
 
 
@@ -214,7 +220,9 @@ def build_store(
         while pending:
             chunk, pending[:] = pending[: cfg.batch_size], pending[cfg.batch_size :]
             enc = encode(encoder, torch.stack([v for _, v in chunk]), device, tokens=cfg.tokens)
-            feats = {"cls": enc.cls, "mean": enc.mean, "tokens": enc.tokens}
+            feats: dict[str, Tensor | None] = {"cls": enc.cls, "mean": enc.mean}
+            if enc.tokens is not None:
+                feats.update(cfg.codec.encode(cfg.codec.reduce(enc.tokens, grid_of(enc.positions))))
             for name, t in feats.items():
                 if t is not None:
                     shard.arrays[name].append(t)
@@ -347,7 +355,14 @@ class FeatureStore:
         return self._readers[key]
 
     def read(self, name: str, rows: np.ndarray) -> np.ndarray:
-        """Rows ``rows`` (any order) of array ``name`` (``cls``, ``mean``, ``tokens``) as a new array."""
+        """Rows ``rows`` (any order) of array ``name`` (``cls``, ``mean``, ``tokens``) as a new array; a compact
+        store's int8 tokens come back as float16 (scaled by their ``scales``)."""
+        if name == "tokens" and self.config.get("token_codec", "full").endswith("int8"):
+            q = torch.from_numpy(self._read("tokens", rows))
+            return TokenCodec.decode(q, torch.from_numpy(self._read("scales", rows))).numpy()
+        return self._read(name, rows)
+
+    def _read(self, name: str, rows: np.ndarray) -> np.ndarray:
         rows = np.asarray(rows, np.int64)
         if len(rows) == 0:
             raise ValueError(f"FeatureStore.read({name!r}): no rows asked for")

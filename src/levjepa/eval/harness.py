@@ -137,6 +137,7 @@ def evaluate(encoders: Mapping[str, VideoEncoder], task: Task, cfg: EvalConfig) 
         "probe_config": {k: list(v) if isinstance(v, tuple) else v for k, v in probe_cfg.__dict__.items()},
         "device": str(cfg.device),
         "seed": cfg.seed,
+        "tokens": cfg.tokens,
         **task.info(),
     }
     if task.report_seconds:

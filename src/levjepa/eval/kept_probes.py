@@ -43,10 +43,12 @@ def save_probes(
     labels: Mapping[str, Sequence[str]],
     encoder_source: str,
     files: Mapping[str, str] | None = None,
+    tokens: str = "full",
 ) -> list[Path]:
     """Write every kept probe of ``encoder_name``'s column (see the module doc); returns the chosen probes'
     directories. ``labels``: task -> class names; ``encoder_source``: where ``classify`` reads the encoder;
-    ``files``: split -> file of a labelled task (recorded, :func:`check_probe_dir` compares them)."""
+    ``files``: split -> file of a labelled task (recorded, :func:`check_probe_dir` compares them); ``tokens``:
+    the token codec the attentive probe was trained on (``levjepa.eval.compact``), which ``classify`` applies."""
     fingerprint = weights_fingerprint(loaded.encoder)
     written = []
     for task, probes in result.results[encoder_name].items():
@@ -69,7 +71,14 @@ def save_probes(
                     **({"task_files": dict(files)} if files else {}),
                 }
                 record = ClassifierRecord(
-                    head, names, protocol, encoder_source, loaded.weights, fingerprint, trained=trained
+                    head,
+                    names,
+                    protocol,
+                    encoder_source,
+                    loaded.weights,
+                    fingerprint,
+                    trained=trained,
+                    tokens=tokens if head.input == "tokens" else "full",
                 )
                 if i == res.best:
                     written.append(write_classifier(Path(out) / task / probe, record, state))

@@ -29,6 +29,7 @@ from levjepa.data import BadFileReport, DataError, MediaItem, list_media
 from levjepa.data.eval_clip import ViewSpec, load_eval_video
 from levjepa.data.sources import media_kind, read_index_labels
 from levjepa.data.workers import safe_map
+from levjepa.eval.compact import FULL, TokenCodec, grid_of
 from levjepa.infer.encode import encode
 from levjepa.model.classifier import VideoClassifier
 
@@ -92,13 +93,19 @@ def _top(probs: Tensor, names: tuple[str, ...], k: int) -> tuple[list[str], list
     return [names[j] for j in order], [float(probs[j]) for j in order], order
 
 
-def _probs(model: VideoClassifier, views: Tensor, device: str, segments: int, crops: int) -> Tensor:
-    """Class probabilities ``[files, classes]`` of ``views`` (the frozen forward, then the head)."""
+def _probs(
+    model: VideoClassifier, views: Tensor, device: str, segments: int, crops: int, codec: TokenCodec = FULL
+) -> Tensor:
+    """Class probabilities ``[files, classes]`` of ``views`` (the frozen forward, the tokens as ``codec`` keeps
+    them, then the head)."""
     cfg = model.head_cfg
     token_dtype = torch.float16 if cfg.token_dtype == "float16" else torch.float32
     enc = encode(model.encoder, views, device, tokens=cfg.input == "tokens", token_dtype=token_dtype, host=False)
+    tokens = enc.tokens
+    if tokens is not None and not codec.lossless:  # what the store the head was trained on kept
+        tokens = codec.roundtrip(tokens, grid_of(enc.positions)).to(token_dtype)
     with torch.no_grad():  # the head, on the frozen features
-        probs = model.probabilities_from(enc.cls, enc.mean, enc.tokens, segments=segments, crops=crops)
+        probs = model.probabilities_from(enc.cls, enc.mean, tokens, segments=segments, crops=crops)
     return probs.float().cpu()
 
 
@@ -114,6 +121,7 @@ def predict(
     windows: bool = False,
     batch_files: int = 8,
     bad: BadFileReport | None = None,
+    codec: TokenCodec = FULL,
 ) -> Iterator[Prediction]:
     """Predictions of ``model`` (in eval mode; class names ``names``, views of protocol ``p``) for ``items``,
     in order (see the module doc)."""
@@ -121,7 +129,7 @@ def predict(
     pending: list[tuple[int, Tensor]] = []
 
     def flush() -> Iterator[Prediction]:
-        probs = _probs(model, torch.cat([v for _, v in pending]), device, p.segments, p.crops)
+        probs = _probs(model, torch.cat([v for _, v in pending]), device, p.segments, p.crops, codec)
         for (i, _), pr in zip(pending, probs, strict=True):
             yield Prediction(items[i].path, *_top(pr, names, top_k), truth=items[i].label)
         pending.clear()
@@ -134,7 +142,10 @@ def predict(
         views, spans = loaded
         if spans is not None:  # one prediction per window, each window one centre view
             probs = torch.cat(
-                [_probs(model, views[j : j + batch_files], device, 1, 1) for j in range(0, len(views), batch_files)]
+                [
+                    _probs(model, views[j : j + batch_files], device, 1, 1, codec)
+                    for j in range(0, len(views), batch_files)
+                ]
             )
             for w, (pr, (t0, t1)) in enumerate(zip(probs, spans.tolist(), strict=True)):
                 yield Prediction(items[i].path, *_top(pr, names, top_k), items[i].label, w, t0, t1)

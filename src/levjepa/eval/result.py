@@ -32,10 +32,12 @@ class EvalResult:
         i = self.info
         sizes = "/".join(str(v) for v in i.get("split_sizes", {}).values())
         split = "test" if i.get("has_test", True) else "val (no test split given)"
+        tokens = i.get("tokens", "full")
+        stored = "" if tokens == "full" else f"; the attentive probe reads {tokens} tokens (a compact store)"
         return (
             f"Frozen-encoder accuracy (%) on {split} of the probe chosen on val — {i.get('title', 'benchmark')}; "
             f"image source: {i.get('image_source')}; clips {i.get('clip')}; train/val/test {sizes} clips; "
-            f"budget {i.get('budget')}; chance = the majority class's share of that split."
+            f"budget {i.get('budget')}{stored}; chance = the majority class's share of that split."
         )
 
     def table(self) -> str:

@@ -62,6 +62,7 @@ class ClassifierRecord:
     encoder_fingerprint: str
     trained: dict[str, Any] = field(default_factory=dict)
     format: str = CLASSIFIER_FORMAT
+    tokens: str = "full"  # what the head reads of the tokens: every one, or a compact store's (eval/compact.py)
 
 
 def id2label(labels: Sequence[str]) -> dict[str, Any]:

@@ -1,0 +1,135 @@
+"""Compact token stores: how much of every output token the attentive probe's features keep.
+
+A feature store keeps, for the attentive probe, every output token of every view in float16: ``(1 + L) · D · 2``
+bytes per view (ViT-B, 16×224², L = 3136 per-frame patches: 4.8 MB; the ImageNet train set at ViT-L with 16
+repeats: ~8 TB). A :class:`TokenCodec` says what is kept instead, and every path that gives the attentive probe
+its tokens applies the same codec — feature stores on disk (``levjepa.eval.feature_store``), features in memory
+(``levjepa.eval.clips_task``), and a kept probe at inference (``levjepa.eval.predict``, which reads the codec
+from the classifier's record) — so a probe is deployed on the numbers it was trained on:
+
+* ``pool=k`` — the patch tokens of each temporal slot averaged over ``k × k`` spatial neighbours
+  (``k²`` times fewer; a grid side not divisible by ``k`` gets overlapping windows, ``adaptive_avg_pool2d``);
+* ``slots="last"`` — only the last temporal slot's patch tokens (for image protocols, where every slot shows
+  the same frame and the last one, block-causal, has seen them all: ``T'`` times fewer);
+* ``bits=8`` — every token as int8 with one float16 scale per token, ``round(127 · x / max|x|)``
+  (symmetric, per token: ``D + 2`` bytes instead of ``2 D``, about half).
+
+CLS is always kept as the first token. The codecs are named ``full``, ``pool2``, ``int8``, ``pool2-int8``,
+``last``, ``last-int8``, ... (:meth:`TokenCodec.parse`). Their bytes per view and their accuracy against the
+full store are measured in ``bench/eval.md`` ("Compact stores").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from levjepa.config import ConfigError
+
+__all__ = ["FULL", "TokenCodec", "grid_of"]
+
+
+@dataclass(frozen=True)
+class TokenCodec:
+    """What a store keeps of the tokens (module doc)."""
+
+    pool: int = 1  # spatial average pooling of each slot's patch tokens, pool × pool -> 1
+    slots: Literal["all", "last"] = "all"  # every temporal slot, or the last one's patch tokens only
+    bits: Literal[16, 8] = 16  # float16, or int8 with a float16 scale per token
+
+    def __post_init__(self) -> None:
+        if self.pool < 1 or self.slots not in ("all", "last") or self.bits not in (16, 8):
+            raise ConfigError(f"token codec {self}: pool >= 1, slots all or last, bits 16 or 8")
+
+    @classmethod
+    def parse(cls, text: str) -> TokenCodec:
+        """``full``, ``pool2``, ``int8``, ``last``, or several joined by ``-`` (``pool2-int8``)."""
+        pool, slots, bits = 1, "all", 16
+        for part in [p for p in text.split("-") if p] if text != "full" else []:
+            if part.startswith("pool") and part[4:].isdigit() and int(part[4:]) >= 1:
+                pool = int(part[4:])
+            elif part == "last":
+                slots = "last"
+            elif part == "int8":
+                bits = 8
+            else:
+                raise ConfigError(
+                    f"--tokens {text!r}: full, or any of pool<k> (spatial pooling), last (the last temporal slot), "
+                    "int8 (8-bit tokens) joined by '-', e.g. pool2-int8"
+                )
+        return cls(pool, slots, bits)  # type: ignore[arg-type]
+
+    @property
+    def name(self) -> str:
+        parts = ([f"pool{self.pool}"] if self.pool > 1 else []) + (["last"] if self.slots == "last" else [])
+        parts += ["int8"] if self.bits == 8 else []
+        return "-".join(parts) or "full"
+
+    @property
+    def lossless(self) -> bool:
+        return self == FULL
+
+    def kept(self, grid: tuple[int, int, int]) -> int:
+        """Tokens kept of a view whose patches form ``grid`` (T', h, w): CLS and the reduced patches."""
+        t, h, w = grid
+        side = (math.ceil(h / self.pool), math.ceil(w / self.pool))
+        return 1 + (1 if self.slots == "last" else t) * side[0] * side[1]
+
+    def bytes_per_view(self, grid: tuple[int, int, int], dim: int) -> int:
+        """Bytes a store keeps of one view's tokens."""
+        per_token = dim * 2 if self.bits == 16 else dim + 2
+        return self.kept(grid) * per_token
+
+    def reduce(self, tokens: Tensor, grid: tuple[int, int, int]) -> Tensor:
+        """``[N, 1 + T'·h·w, D]`` (CLS first, time-major patches) -> ``[N, kept, D]``: the slots and the spatial
+        pooling of the codec, in the tokens' dtype (pooling computed in float32)."""
+        t, h, w = grid
+        n, length, d = tokens.shape
+        if length != 1 + t * h * w:
+            raise ValueError(f"TokenCodec.reduce: {length} tokens are not CLS + {t}×{h}×{w} patches")
+        if self.pool == 1 and self.slots == "all":
+            return tokens
+        patches = tokens[:, 1:].reshape(n, t, h, w, d)
+        if self.slots == "last":
+            patches, t = patches[:, -1:], 1
+        if self.pool > 1:
+            x = patches.float().permute(0, 1, 4, 2, 3).reshape(n * t, d, h, w)
+            x = F.adaptive_avg_pool2d(x, (math.ceil(h / self.pool), math.ceil(w / self.pool)))
+            patches = x.reshape(n, t, d, *x.shape[-2:]).permute(0, 1, 3, 4, 2).to(tokens.dtype)
+        return torch.cat([tokens[:, :1], patches.reshape(n, -1, d)], 1)
+
+    def encode(self, tokens: Tensor) -> dict[str, Tensor]:
+        """Reduced tokens -> the arrays a store writes: ``tokens`` float16, or int8 ``tokens`` + float16
+        ``scales`` ``[N, kept]``."""
+        if self.bits == 16:
+            return {"tokens": tokens.to(torch.float16)}
+        x = tokens.float()
+        scale = x.abs().amax(-1).clamp_min(1e-8) / 127.0  # [N, kept]
+        q = (x / scale[..., None]).round().clamp(-127, 127).to(torch.int8)
+        return {"tokens": q, "scales": scale.to(torch.float16)}
+
+    @staticmethod
+    def decode(tokens: Tensor, scales: Tensor | None) -> Tensor:
+        """A store's arrays back to float16 tokens (int8 ones scaled by their float16 scale)."""
+        if scales is None:
+            return tokens.to(torch.float16)
+        return (tokens.float() * scales.float()[..., None]).to(torch.float16)
+
+    def roundtrip(self, tokens: Tensor, grid: tuple[int, int, int]) -> Tensor:
+        """What a probe reads of ``tokens`` under this codec: reduced, stored and read back (float16)."""
+        arrays = self.encode(self.reduce(tokens, grid))
+        return self.decode(arrays["tokens"], arrays.get("scales"))
+
+
+FULL = TokenCodec()
+
+
+def grid_of(positions: Tensor) -> tuple[int, int, int]:
+    """The token grid (T', h, w) of a whole view's patch positions ``[..., L, 3]`` (nothing dropped)."""
+    top = positions.reshape(-1, 3).amax(0)
+    return int(top[0]) + 1, int(top[1]) + 1, int(top[2]) + 1

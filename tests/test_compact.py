@@ -1,0 +1,108 @@
+"""Compact token stores (issue 45, ``levjepa.eval.compact``): what a codec keeps, that the store on disk, the
+features in memory and a kept probe at inference read the same numbers, and the bytes it saves."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from levjepa.cli import main
+from levjepa.config import ConfigError
+from levjepa.data import MediaItem
+from levjepa.data.eval_clip import ViewSpec
+from levjepa.eval.compact import FULL, TokenCodec, grid_of
+from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
+from levjepa.infer.encode import encode
+from levjepa.model import encoder_config
+from levjepa.model.vit import VideoEncoder
+from levjepa.rng import seeded_init
+from test_classify import PROTOCOLS, TINY, write_index
+from test_export import make_run_dir
+
+
+def _tokens(n: int = 3, grid: tuple[int, int, int] = (2, 4, 6), d: int = 8) -> torch.Tensor:
+    t, h, w = grid
+    return torch.randn(n, 1 + t * h * w, d, generator=torch.Generator().manual_seed(0))
+
+
+def test_codecs_parse_name_and_count_their_bytes():
+    for name in ("full", "pool2", "int8", "pool2-int8", "last", "last-int8", "pool3-last-int8"):
+        assert TokenCodec.parse(name).name == name
+    assert TokenCodec.parse("full") == FULL and FULL.lossless
+    with pytest.raises(ConfigError, match="pool2-int8"):
+        TokenCodec.parse("pool2-fp8")
+    grid, d = (8, 14, 14), 768  # ViT-B at 16 frames of 224 px, tubelet 2
+    full = FULL.bytes_per_view(grid, d)
+    assert full == (1 + 8 * 14 * 14) * d * 2
+    small = TokenCodec.parse("pool2-int8").bytes_per_view(grid, d)
+    assert small == (1 + 8 * 7 * 7) * (d + 2) and full / small > 7.9  # about 8x fewer
+    assert TokenCodec.parse("last").kept(grid) == 1 + 14 * 14
+
+
+def test_reduce_pools_each_slot_and_keeps_cls():
+    grid = (2, 4, 6)
+    x = _tokens(grid=grid)
+    pooled = TokenCodec(pool=2).reduce(x, grid)
+    assert pooled.shape == (3, 1 + 2 * 2 * 3, 8) and torch.equal(pooled[:, 0], x[:, 0])
+    patches = x[:, 1:].reshape(3, 2, 4, 6, 8)
+    want = patches[:, 1, 2:4, 4:6].mean((1, 2))  # slot 1, pooled row 1, column 2
+    torch.testing.assert_close(pooled[:, 1 + 3 * 2 + 1 * 3 + 2], want)
+    last = TokenCodec(slots="last").reduce(x, grid)
+    assert torch.equal(last[:, 1:], x[:, 1 + 24 :])  # the second (last) slot's 24 patches, in order
+
+
+def test_int8_round_trip_error_is_within_half_a_step_per_token():
+    x = _tokens()
+    back = TokenCodec(bits=8).roundtrip(x, (2, 4, 6)).float()
+    step = x.abs().amax(-1, keepdim=True) / 127
+    assert ((back - x).abs() <= step / 2 + 1e-3 * step + 2e-3 * x.abs()).all()  # float16 scale and output
+    arrays = TokenCodec(bits=8).encode(x)
+    assert arrays["tokens"].dtype == torch.int8 and arrays["scales"].shape == (3, 49)
+
+
+def test_a_compact_store_holds_what_the_codec_keeps_of_the_in_memory_tokens(tmp_path):
+    from levjepa.data import write_video
+
+    rng = np.random.default_rng(0)
+    items = []
+    for i in range(3):
+        write_video(tmp_path / f"v{i}.mp4", rng.integers(0, 256, (8, 32, 40, 3), dtype=np.uint8), fps=10)
+        items.append(MediaItem(str(tmp_path / f"v{i}.mp4"), i % 2, "video"))
+    with seeded_init(0):
+        enc = VideoEncoder(encoder_config("vit-test"))
+    views = ViewSpec(size=32, frames=4, frame_stride=1)
+    codec = TokenCodec.parse("pool2-int8")
+    res = build_store(enc, items, tmp_path / "s", StoreConfig(views, codec=codec, workers=0))
+    store = FeatureStore(tmp_path / "s")
+    assert store.config["token_codec"] == "pool2-int8"
+    got = store.read("tokens", np.arange(res.rows))
+    clips = torch.cat([views.load(it.path, enc.cfg.patch_size) for it in items])
+    mem = encode(enc, clips, "cpu")
+    want = codec.roundtrip(mem.tokens, grid_of(mem.positions))
+    assert got.dtype == np.float16 and np.array_equal(got, want.numpy())
+    full = build_store(enc, items, tmp_path / "f", StoreConfig(views, workers=0))
+    size = {p.name.split("-")[0]: p.stat().st_size for p in (tmp_path / "s").glob("*-00000.npy")}
+    full_size = next(p.stat().st_size for p in (tmp_path / "f").glob("tokens-00000.npy"))
+    assert full.rows == res.rows and full_size / (size["tokens"] + size["scales"]) > 2.5  # 17 of 65 tokens, 8 bit
+
+
+def test_a_probe_kept_from_a_compact_store_classifies_as_it_was_scored(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(PROTOCOLS, "tiny", TINY)
+    monkeypatch.chdir(tmp_path)
+    media = tmp_path / "media"
+    files = [write_index(media, s, n, seed) for s, n, seed in (("train", 12, 0), ("val", 6, 1), ("test", 9, 2))]
+    run = make_run_dir(tmp_path, steps=(5,))
+    out = tmp_path / "probe.json"
+    args = ["probe", str(run), "--task", "index:" + ",".join(map(str, files)), "--protocol", "tiny", "--slots", "4"]
+    args += ["--probe", "attentive", "--no-baseline", "--workers", "0", "--set", "epochs=3", "--tokens", "pool2-int8"]
+    assert main([*args, "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["info"]["tokens"] == "pool2-int8" and "pool2-int8 tokens (a compact store)" in capsys.readouterr().out
+    kept = run / "probes" / "media" / "attentive"
+    assert json.loads((kept / "classifier.json").read_text())["tokens"] == "pool2-int8"
+    assert main(["classify", str(kept), str(files[2]), "--workers", "0"]) == 0
+    test_acc = result["results"]["pretrained-ema"]["media"]["attentive"]["best"]["test_acc"]
+    assert f"accuracy {test_acc:.1f} %" in capsys.readouterr().out
