@@ -44,6 +44,7 @@ from levjepa.eval.config import PROBES, EvalConfig
 from levjepa.eval.dataset_task import DatasetTask, dataset_task
 from levjepa.eval.harness import Task, evaluate
 from levjepa.eval.kept_probes import check_probe_dir, save_probes
+from levjepa.eval.plan import plan
 from levjepa.eval.probes import probe_config
 from levjepa.eval.protocols import PROTOCOLS, parse_slots
 from levjepa.eval.result import EvalResult
@@ -100,6 +101,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--name", default=None, help="index task: its name, for the table and RUN/probes/NAME (default: from TRAIN)"
+    )
+    parser.add_argument(
+        "--online",
+        action="store_true",
+        help="index task: no token store; the frozen encoder runs every epoch with train-time augmentation "
+        "(V-JEPA 2's evaluation; for when no store fits)",
+    )
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="index task: print the disk, encoder passes and estimated time of this evaluation, then stop",
     )
     parser.add_argument(
         "--tokens",
@@ -165,13 +177,14 @@ def _main(args: argparse.Namespace) -> int:
         else:
             print(said)
         print(f"task: {task.name}; feature stores: {features} (reused when run again)")
-        if not args.no_save:
+        if not args.no_save and not args.plan:
             check_probe_dir(_probes_dir(args), task.name, task.paths, columns=_columns(loaded))
     else:
         index_only = ("protocol", "video_root", "labels_file", "frames", "frame_stride", "fps", "size", "slots", "name")
-        if any(getattr(args, k) is not None for k in index_only):
+        if any(getattr(args, k) is not None for k in index_only) or args.online or args.plan:
             raise ConfigError(
-                "--protocol, --slots, --name, --frames, --frame-stride, --fps, --size, --video-root and --labels-file "
+                "--protocol, --slots, --name, --frames, --frame-stride, --fps, --size, --online, --plan, --video-root "
+                "and --labels-file "
                 f"apply to --task index:TRAIN,VAL[,TEST], not to --task {args.task!r} (the built-in benchmark, whose "
                 "clips are the run's)"
             )
@@ -191,7 +204,13 @@ def _main(args: argparse.Namespace) -> int:
         title=title,
         keep_heads="none" if args.no_save else "all" if args.save_all else "best",
         tokens=args.tokens,
+        online=args.online,
     )
+    if args.plan:
+        if not isinstance(task, DatasetTask):
+            raise ConfigError("--plan: for --task index:TRAIN,VAL[,TEST] (the built-in benchmark runs in minutes)")
+        print(plan(task, first, evaluation).text())
+        return 0
     result = evaluate({name: le.encoder for name, le in loaded.items()}, task, evaluation)
     if result is None:  # not rank 0: the features are done, rank 0 trains the probes
         return 0

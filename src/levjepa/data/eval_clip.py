@@ -27,6 +27,7 @@ file never reaches the crop at full size.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -41,6 +42,7 @@ from levjepa.data.video import VideoFrames, decode_all, decode_clip, load_image,
 __all__ = [
     "ViewSpec",
     "as_clip",
+    "random_resized_crop",
     "center_square",
     "load_eval_clip",
     "load_eval_video",
@@ -107,6 +109,24 @@ def load_eval_clip(
         short_side=size,
     )
     return center_square(frames, size, patch)
+
+
+def random_resized_crop(clip: Tensor, scale: tuple[float, float], flip_p: float, generator: torch.Generator) -> Tensor:
+    """uint8 ``[T, S, S, 3]`` -> a square of ``scale`` (a range) of the area at a random place, resized back to
+    ``S`` (the same box for every frame), flipped horizontally with probability ``flip_p``: the train-time
+    augmentation of fine-tuning (VideoMAE's) and of the online probes, every draw from ``generator``."""
+    s = clip.shape[1]
+    lo, hi = scale
+    area = lo + (hi - lo) * float(torch.rand((), generator=generator))
+    side = max(1, min(s, round(s * math.sqrt(area))))
+    top = int(torch.randint(0, s - side + 1, (), generator=generator))
+    left = int(torch.randint(0, s - side + 1, (), generator=generator))
+    x = clip[:, top : top + side, left : left + side].permute(0, 3, 1, 2).float()
+    if side != s:
+        x = F.interpolate(x, size=(s, s), mode="bilinear", antialias=True, align_corners=False)
+    if float(torch.rand((), generator=generator)) < flip_p:
+        x = x.flip(-1)
+    return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
 
 
 def square_crops(frames: Tensor, size: int, patch: int, crops: int) -> Tensor:

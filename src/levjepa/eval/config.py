@@ -47,6 +47,7 @@ class EvalConfig:
     title: str = ""  # what the table's caption calls the evaluation
     keep_heads: Literal["none", "best", "all"] = "none"  # results also hold the chosen (or every) probe's weights
     tokens: str = "full"  # what the attentive probe reads of the tokens: full or a compact codec (eval/compact.py)
+    online: bool = False  # labelled files: tokens encoded on the fly every epoch, no token store (eval/online.py)
 
     def __post_init__(self) -> None:
         check(self.budget in BUDGETS, f"budget={self.budget!r}: valid choices are {', '.join(BUDGETS)}")
@@ -56,6 +57,7 @@ class EvalConfig:
         check(self.keep_heads in ("none", "best", "all"), f"eval.keep_heads={self.keep_heads!r}: none, best, all")
         check(self.batch_size >= 1, f"eval.batch_size={self.batch_size}: must be >= 1")
         TokenCodec.parse(self.tokens)  # a bad codec name is refused here, in one line
+        check(not (self.online and self.tokens != "full"), "eval: online tokens are never stored: drop --tokens")
 
     @property
     def codec(self) -> TokenCodec:

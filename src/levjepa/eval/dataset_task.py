@@ -33,6 +33,7 @@ from levjepa.eval.compact import FULL
 from levjepa.eval.config import EvalConfig
 from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
 from levjepa.eval.labelled import read_task
+from levjepa.eval.online import OnlineSource
 from levjepa.eval.protocols import PROTOCOLS, SLOTS_DEFAULT, Protocol, Slots
 from levjepa.eval.source import FeatureSource, StoreSource
 from levjepa.model.vit import VideoEncoder
@@ -88,7 +89,8 @@ class DatasetTask:
             self.stores[name] = {}
             for split, items in self.splits.items():
                 views = self.train_views if split == "train" else self.test_views
-                views = replace(views, tokens=views.tokens and "attentive" in cfg.probes, codec=cfg.codec)
+                keep = views.tokens and "attentive" in cfg.probes and not cfg.online  # online: tokens never stored
+                views = replace(views, tokens=keep, codec=cfg.codec)
                 # a full store keeps the name it always had: the codec is in the key only when compact
                 plain = replace(views, tokens=True, codec=cfg.codec if views.tokens else FULL)
                 path = self.features_dir / f"{fp}-{self.key(split, plain)}{'' if views.tokens else '-notokens'}"
@@ -103,6 +105,21 @@ class DatasetTask:
         sources: dict[str, FeatureSource] = {
             s: StoreSource(FeatureStore(p), task=self.name) for s, p in self.stores[name].items()
         }
+        if cfg.online and "attentive" in cfg.probes:
+            for s, src in sources.items():
+                assert isinstance(src, StoreSource)
+                views = (self.train_views if s == "train" else self.test_views).views
+                sources[s] = OnlineSource(
+                    src,
+                    self.splits[s],
+                    views,
+                    encoder,
+                    augment=s == "train",
+                    seed=cfg.seed,
+                    device=cfg.device,
+                    workers=self.test_views.workers,
+                    batch_size=cfg.batch_size,
+                )
         for split, src in sources.items():
             if len(src) == 0:
                 for other in sources.values():

@@ -138,6 +138,7 @@ def evaluate(encoders: Mapping[str, VideoEncoder], task: Task, cfg: EvalConfig) 
         "device": str(cfg.device),
         "seed": cfg.seed,
         "tokens": cfg.tokens,
+        "online": cfg.online,
         **task.info(),
     }
     if task.report_seconds:

@@ -34,6 +34,8 @@ class EvalResult:
         split = "test" if i.get("has_test", True) else "val (no test split given)"
         tokens = i.get("tokens", "full")
         stored = "" if tokens == "full" else f"; the attentive probe reads {tokens} tokens (a compact store)"
+        if i.get("online"):
+            stored = "; the attentive probe's tokens encoded every epoch with train-time augmentation (online)"
         return (
             f"Frozen-encoder accuracy (%) on {split} of the probe chosen on val — {i.get('title', 'benchmark')}; "
             f"image source: {i.get('image_source')}; clips {i.get('clip')}; train/val/test {sizes} clips; "

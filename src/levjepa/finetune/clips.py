@@ -21,14 +21,11 @@ frame), then flipped with ``flip_p``.
 
 from __future__ import annotations
 
-import math
-
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from levjepa.data import MediaItem, probe_video
-from levjepa.data.eval_clip import ViewSpec, load_eval_clip
+from levjepa.data.eval_clip import ViewSpec, load_eval_clip, random_resized_crop
 from levjepa.finetune.config import FinetuneConfig
 from levjepa.rng import make_generator
 
@@ -47,18 +44,7 @@ def rank_positions(steps: range, batch_size: int, micro: int, accum: int, rank: 
 
 def augment(clip: Tensor, cfg: FinetuneConfig, gen: torch.Generator) -> Tensor:
     """uint8 ``[T, S, S, 3]`` -> the random resized crop and flip of the module doc, uint8 ``[T, S, S, 3]``."""
-    s = clip.shape[1]
-    lo, hi = cfg.crop_scale
-    area = lo + (hi - lo) * float(torch.rand((), generator=gen))
-    side = max(1, min(s, round(s * math.sqrt(area))))
-    top = int(torch.randint(0, s - side + 1, (), generator=gen))
-    left = int(torch.randint(0, s - side + 1, (), generator=gen))
-    x = clip[:, top : top + side, left : left + side].permute(0, 3, 1, 2).float()
-    if side != s:
-        x = F.interpolate(x, size=(s, s), mode="bilinear", antialias=True, align_corners=False)
-    if float(torch.rand((), generator=gen)) < cfg.flip_p:
-        x = x.flip(-1)
-    return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+    return random_resized_crop(clip, cfg.crop_scale, cfg.flip_p, gen)
 
 
 class TrainClips:

@@ -1,0 +1,109 @@
+"""Online probes: the frozen encoder runs every epoch, for when no token store fits (``probe --online``).
+
+A feature store computes every token of every view once and the probes train from disk (``levjepa.eval.source``).
+When the tokens do not fit — the ImageNet train set at ViT-L is terabytes even compact (``bench/eval.md``) —
+V-JEPA 2's evaluation runs the frozen encoder on every batch instead, with the protocol's train-time
+augmentation, so every epoch sees new crops. :class:`OnlineSource` is that: the ``tokens`` of a batch of samples
+are decoded (in worker processes, ``levjepa.data.workers.safe_map``), augmented — training split: a random
+resized crop of 30–100 % of the area and a horizontal flip, the same box for all frames of a view, drawn from
+``(seed, "online", read, item)`` — and encoded by the one frozen forward (``levjepa.infer.encode``) when the
+trainer asks for them. Validation and test views are the protocol's, unaugmented. The small inputs (``mean``,
+``cls``, for the linear probes and kNN) still come from a store without tokens.
+
+Every probe of a grid reads the same batch in one forward of the stacked grid (``levjepa.eval.trainer``), so the
+encoder runs once per view and epoch for the whole attentive grid: ``epochs`` forwards per training view, one
+per validation and test view. ``levjepa probe --plan`` prints these counts and the time they take.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from levjepa.data import DataError, MediaItem
+from levjepa.data.eval_clip import ViewSpec, random_resized_crop
+from levjepa.data.workers import safe_map
+from levjepa.eval.source import FeatureSource, StoreSource
+from levjepa.infer.encode import encode
+from levjepa.model.vit import VideoEncoder
+from levjepa.rng import make_generator
+
+__all__ = ["AUGMENT_SCALE", "OnlineSource"]
+
+AUGMENT_SCALE = (0.3, 1.0)  # the random resized crop's share of the area (training split)
+
+
+def _views(
+    items: list[MediaItem], views: ViewSpec, patch: int, augment: bool, seed: int, read: int, key: tuple[int, int]
+) -> Tensor:
+    """The views of one sample ``(item, crop)`` in a worker: its ``segments`` clips of that crop, uint8
+    ``[segments, C, T, S, S]``, augmented for training."""
+    item, crop = key
+    it = items[item]
+    if augment:  # one random box per view, from the centre square of each segment
+        segs = views.load(it.path, patch, it.kind)  # crops=1 on the training split
+        gen = make_generator(seed, "online", read, item)
+        out = [random_resized_crop(v.permute(1, 2, 3, 0), AUGMENT_SCALE, 0.5, gen).permute(3, 0, 1, 2) for v in segs]
+        return torch.stack(out)
+    every = views.load(it.path, patch, it.kind)  # [segments · crops, ...], segment-major
+    return every[crop :: views.crops]
+
+
+class OnlineSource(FeatureSource):
+    """The samples of a store without tokens (``store``: their labels, ``mean`` and ``cls``), whose ``tokens``
+    the frozen ``encoder`` computes when they are read (module doc)."""
+
+    def __init__(
+        self,
+        store: StoreSource,
+        items: list[MediaItem],
+        views: ViewSpec,
+        encoder: VideoEncoder,
+        *,
+        augment: bool,
+        seed: int = 0,
+        device: str = "cpu",
+        workers: int = 2,
+        batch_size: int = 8,
+    ) -> None:
+        self.store, self.items, self.views, self.encoder = store, items, views, encoder
+        self.augment, self.seed, self.device, self.workers = augment, seed, device, workers
+        self.batch_size = batch_size
+        self.name, self.labels, self.crops = f"{store.name} (tokens online)", store.labels, store.crops
+        self.reads = 0  # token reads so far: a new augmentation for every one
+        self.forwards = 0  # views encoded so far
+
+    def read(self, what: str, idx: Tensor) -> Tensor:
+        if what != "tokens":
+            return self.store.read(what, idx)
+        keys = [(int(self.store.smp.file[i]), int(i) % self.crops) for i in idx.tolist()]
+        load = functools.partial(
+            _views, self.items, self.views, self.encoder.cfg.patch_size, self.augment, self.seed, self.reads
+        )
+        self.reads += 1
+        out: list[Tensor] = []
+        for key, views, reason in safe_map(load, keys, self.workers if len(keys) > 1 else 0):
+            if views is None:  # the store read this file: it became unreadable since
+                raise DataError(f"unreadable: {self.items[key[0]].path}: {reason}")
+            s = views.shape[0]
+            step = self.batch_size
+            enc = [encode(self.encoder, views[j : j + step], self.device).tokens for j in range(0, s, step)]
+            tokens = torch.cat([t for t in enc if t is not None])  # [segments, 1+L, D] float16
+            self.forwards += s
+            out.append(tokens.reshape(-1, tokens.shape[-1]))
+        return torch.stack(out)
+
+    def dim(self, what: str) -> int:
+        return self.encoder.cfg.dim if what == "tokens" else self.store.dim(what)  # no forward to ask it
+
+    def file_cls(self) -> Tensor:
+        return self.store.file_cls()
+
+    def info(self) -> dict[str, Any]:
+        return {**self.store.info(), "online": True, "encoder_forwards": self.forwards}
+
+    def close(self) -> None:
+        self.store.close()

@@ -1,0 +1,173 @@
+"""What an evaluation will cost, said before it runs: ``levjepa probe ... --plan``.
+
+For a labelled task (``levjepa.eval.dataset_task``) and an encoder, :func:`plan` counts, per split, the files,
+the views per file and the store's rows, the disk they take — ``cls`` and ``mean`` (float32, ``2 · D · 4`` bytes
+a row) and, for the attentive probe, the tokens as the store keeps them (``levjepa.eval.compact``: ``1 + L``
+tokens of ``2 · D`` bytes in float16, fewer and smaller in a compact store; none online) — and the encoder's
+forwards (one per view for a store; every epoch of the attentive probe for a training view online, one per
+validation and test view). It then measures a short sample on this machine — decoding a few files, one encoder
+batch of their views, one step of the attentive grid — and multiplies out an estimated time. The estimate is
+what the sample says: decoding that hits a slower disk, or a GPU that is shared, will differ.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from levjepa.data import MediaItem
+from levjepa.eval.compact import FULL, TokenCodec
+from levjepa.eval.config import EvalConfig
+from levjepa.eval.dataset_task import DatasetTask
+from levjepa.eval.probes import build_probe_grid
+from levjepa.formats.load import LoadedEncoder
+from levjepa.infer.encode import encode
+
+__all__ = ["Plan", "SplitPlan", "plan"]
+
+
+@dataclass
+class SplitPlan:
+    split: str
+    files: int
+    views: int  # per file
+    token_bytes: int  # per view (0: no token stored)
+    small_bytes: int  # per view: cls + mean
+    forwards: int  # encoder forwards of the whole split
+
+    @property
+    def rows(self) -> int:
+        return self.files * self.views
+
+    @property
+    def disk(self) -> int:
+        return self.rows * (self.token_bytes + self.small_bytes)
+
+
+@dataclass
+class Plan:
+    task: str
+    encoder: str
+    tokens: str  # how the attentive probe's tokens are kept
+    splits: list[SplitPlan]
+    measured: dict[str, float] = field(default_factory=dict)  # decode_s (per file), encode_s (per view), step_s
+    estimate_s: dict[str, float] = field(default_factory=dict)  # decode, encode, probes
+
+    def text(self) -> str:
+        lines = [
+            f"plan: task {self.task}; encoder {self.encoder}; attentive probe's tokens: {self.tokens}",
+            "| split | files | views per file | rows | disk | encoder forwards |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for s in self.splits:
+            lines.append(f"| {s.split} | {s.files:,} | {s.views} | {s.rows:,} | {_bytes(s.disk)} | {s.forwards:,} |")
+        total = sum(s.disk for s in self.splits)
+        lines.append(f"disk in all: {_bytes(total)}; encoder forwards in all: {sum(s.forwards for s in self.splits):,}")
+        m = self.measured
+        if m:
+            lines.append(
+                f"measured here on {int(m['files'])} file(s): decoding {m['decode_s']:.2f} s a file, the encoder "
+                f"{1000 * m['encode_s']:.1f} ms a view, a step of the attentive grid {1000 * m['step_s']:.1f} ms"
+            )
+            e = self.estimate_s
+            lines.append(
+                f"estimated time: decoding {_duration(e['decode'])} ({int(m['workers'])} worker(s)), encoding "
+                f"{_duration(e['encode'])}, probes {_duration(e['probes'])}; in all {_duration(sum(e.values()))}"
+            )
+        return "\n".join(lines)
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} PB"
+
+
+def _duration(s: float) -> str:
+    if s < 60:
+        return f"{s:.0f} s"
+    if s < 3600:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def plan(task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfig, *, sample: int = 4) -> Plan:
+    """The costs of evaluating ``loaded`` on ``task`` as ``cfg`` says (module doc); ``sample`` files measured."""
+    enc = loaded.encoder
+    c = enc.cfg
+    attentive = "attentive" in cfg.probes
+    codec = cfg.codec if attentive and not cfg.online else FULL
+    epochs = cfg.probe_cfg.epochs
+    splits = []
+    for split, items in task.splits.items():
+        views = (task.train_views if split == "train" else task.test_views).views
+        grid = (views.frames // c.tubelet, views.size // c.patch_size, views.size // c.patch_size)
+        stored = attentive and not cfg.online
+        per_file = views.views
+        forwards = len(items) * per_file  # the store: one forward per view
+        if cfg.online and attentive:  # and the tokens online: every epoch for training, once for val / test
+            forwards += len(items) * per_file * (epochs if split == "train" else 1)
+        splits.append(
+            SplitPlan(
+                split,
+                len(items),
+                per_file,
+                codec.bytes_per_view(grid, c.dim) if stored else 0,
+                2 * c.dim * 4,
+                forwards,
+            )
+        )
+    tokens = "encoded every epoch, not stored" if cfg.online else _codec_text(codec, attentive)
+    out = Plan(task.name, loaded.describe(), tokens, splits)
+    _measure(out, task, loaded, cfg, sample)
+    return out
+
+
+def _codec_text(codec: TokenCodec, attentive: bool) -> str:
+    if not attentive:
+        return "none (no attentive probe)"
+    return "every token, float16" if codec.lossless else f"{codec.name} (a compact store)"
+
+
+def _measure(out: Plan, task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfig, sample: int) -> None:
+    """Time ``sample`` training files' decoding, one encoder batch of their views and one attentive-grid step,
+    and multiply them out (module doc)."""
+    enc = loaded.encoder
+    views = task.train_views.views
+    items: list[MediaItem] = task.splits["train"][:sample]
+    decoded, t0 = [], time.perf_counter()
+    for it in items:
+        try:
+            decoded.append(views.load(it.path, enc.cfg.patch_size, it.kind))
+        except Exception:
+            continue
+    if not decoded:
+        return
+    decode_s = (time.perf_counter() - t0) / len(items)
+    batch = torch.cat(decoded)[: cfg.batch_size]
+    encode(enc, batch[:1], cfg.device)  # warm-up
+    t0 = time.perf_counter()
+    out_tokens = encode(enc, batch, cfg.device).tokens
+    encode_s = (time.perf_counter() - t0) / len(batch)
+    assert out_tokens is not None
+    pcfg = cfg.probe_cfg
+    grid = build_probe_grid("attentive", pcfg, enc.cfg.dim, max(2, task.classes)).to(cfg.device)
+    x = torch.randn(min(pcfg.batch_size, 64), *out_tokens.shape[1:], device=cfg.device)
+    grid(x).sum().backward()  # warm-up
+    t0 = time.perf_counter()
+    grid(x).sum().backward()
+    step_s = (time.perf_counter() - t0) * pcfg.batch_size / len(x)
+    workers = max(1, task.test_views.workers)
+    files = sum(s.files for s in out.splits)
+    forwards = sum(s.forwards for s in out.splits)
+    train_rows = next(s.rows for s in out.splits if s.split == "train")
+    steps = math.ceil(train_rows / pcfg.batch_size) * pcfg.epochs
+    decodes = files + (pcfg.epochs - 1) * out.splits[0].files if cfg.online else files
+    out.measured = {"files": len(decoded), "decode_s": decode_s, "encode_s": encode_s, "step_s": step_s,
+                    "workers": workers}  # fmt: skip
+    out.estimate_s = {"decode": decodes * decode_s / workers, "encode": forwards * encode_s, "probes": steps * step_s}
