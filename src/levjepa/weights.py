@@ -85,6 +85,7 @@ __all__ = [
     "read_metrics",
     "refuse_pickle",
     "save_tensors",
+    "tensor_names",
     "truncate_metrics",
     "weights_fingerprint",
     "write_json",
@@ -163,6 +164,11 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        if err.filename is None and err.errno is not None:  # a write or fsync says no path: name the file
+            raise OSError(err.errno, err.strerror or str(err), str(path)) from err
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -232,6 +238,18 @@ def weights_fingerprint(module: torch.nn.Module) -> str:
         h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
+
+
+def tensor_names(path: str | os.PathLike) -> list[str]:
+    """The tensor names of a safetensors file, from its header alone (the data are not read): whether the file
+    reads at all. Raises :class:`WeightsError` on a file that is not safetensors (a truncated one included)."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return list(f.keys())
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # safetensors raises its own errors on a bad header
+        raise WeightsError(f"{path}: not a readable safetensors file ({err})") from err
 
 
 def prefixed(tensors: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:

@@ -113,7 +113,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 # what the system says when a file cannot be written -> what to do about it
 _SYSTEM_ERRORS: dict[int, str] = {
-    errno.ENOSPC: "free space there or choose another output folder (nothing written so far is lost)",
+    errno.ENOSPC: "free space there or choose another output folder",
     errno.EDQUOT: "your disk quota is full: free space or choose another output folder",
     errno.EROFS: "the file system is read-only: choose an output folder on a writable one",
 }
@@ -246,7 +246,7 @@ def _run(command: str, argv: list[str], debug: bool) -> int:
         if action.help is None and action.default not in (None, False, argparse.SUPPRESS):
             action.help = "(default: %(default)s)"
     from levjepa.train.loop import TrainingStopped
-    from levjepa.train.preemption import REQUEUE_EXIT, Preempted
+    from levjepa.train.preemption import REQUEUE_EXIT, JobStopped
 
     errors = _user_errors()
     name = command
@@ -273,7 +273,7 @@ def _run(command: str, argv: list[str], debug: bool) -> int:
             file=sys.stderr,
         )
         return 2
-    except Preempted as err:
+    except JobStopped as err:  # a run's checkpoint written, or a job whose rerun continues it: requeue
         if err.is_main:
             print(f"levjepa {name}: {err}", file=sys.stderr)
         return REQUEUE_EXIT
@@ -282,8 +282,9 @@ def _run(command: str, argv: list[str], debug: bool) -> int:
             raise
         print(f"levjepa {name}: {err}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         if debug:
             raise
-        print(f"levjepa {command}: interrupted", file=sys.stderr)
+        said = str(err) or "interrupted"  # a run's Ctrl-C names its last checkpoint and the resume command
+        print(f"levjepa {command}: {said}", file=sys.stderr)
         return 130

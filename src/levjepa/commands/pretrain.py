@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import sys
 from collections.abc import Iterator
@@ -54,8 +55,10 @@ from levjepa.distributed import launch_rank
 from levjepa.eval import EvalConfig, evaluate_benchmark
 from levjepa.formats.load import load_encoder, load_init_weights, random_encoder
 from levjepa.presets import DEMO_MARGIN, DEMO_TARGETS, PRESETS, demo_misses, needs_sources, preset
+from levjepa.train.checkpoint import checkpoint_run
 from levjepa.train.config import RESUMABLE, PretrainConfig, check_resume
 from levjepa.train.loop import pretrain
+from levjepa.train.preemption import stop_now_on_signals
 from levjepa.train.report import summary_json
 from levjepa.train.run_dir import newer_writer
 from levjepa.train.start import with_architecture
@@ -230,12 +233,20 @@ def config_help() -> str:
     return head + "\n" + config_reference(PretrainConfig)
 
 
+def _evaluation_stopped(run: Path, checkpoint: Path | None, signal_name: str) -> str:
+    return (
+        f"{signal_name} received during the evaluation at the end of the run: the run itself is complete "
+        f"(checkpoint {checkpoint}); evaluate it with `levjepa probe {run}`"
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     """Errors (a bad key, a refused resume, unreadable data) reach the dispatcher, which prints them in one line."""
     if args.help_config:
         print(config_help())
         return 0
-    cfg = resolve_config(args.preset, args.overrides, args.resume, args.config)
+    run = checkpoint_run(args.resume)[0] if args.resume is not None else None  # RUN, or RUN/checkpoints/step_N
+    cfg = resolve_config(args.preset, args.overrides, run, args.config)
     start = None
     if cfg.model.init_from and args.resume is None:  # continued pretraining: the source's weights and architecture
         start = load_init_weights(cfg.model.init_from)
@@ -253,7 +264,9 @@ def main(args: argparse.Namespace) -> int:
         start_weights=start,
     )
     if cfg.train.eval_at_end and summary.rank == 0:
-        summary.probe_results = evaluate_run(cfg, summary.run_dir)
+        stopped = functools.partial(_evaluation_stopped, summary.run_dir, summary.checkpoint)
+        with stop_now_on_signals(stopped):  # the run is complete: a signal here loses no training
+            summary.probe_results = evaluate_run(cfg, summary.run_dir)
     if args.summary_json:
         args.summary_json.write_text(json.dumps(summary_json(summary), indent=2))
     return 0

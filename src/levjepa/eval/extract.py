@@ -40,10 +40,17 @@ file labels its rows by name. Every feature file is written atomically
 **Run again into the same output.** ``extract.json`` records, from the start of a job, its *signature*: the
 encoder's fingerprint (``levjepa.infer.encode.function_fingerprint``: a hash of its config and weights) and
 every setting that changes a feature (all of :class:`ExtractConfig` but ``workers`` and ``batch_size``). A job
-into a folder that holds features continues only under the same signature (``per_video``: the videos already written are
-kept, the others computed; the shard formats are rewritten whole, their old shards deleted first); under
-another signature — or features without one — it is refused with one line naming what differs, unless
-``overwrite=True`` deletes the old features first. A folder never mixes two encoders or two settings.
+into a folder that holds features continues only under the same signature: ``per_video`` keeps the videos
+already written and computes the others; the shard formats keep every complete shard (its files written and
+all its rows in ``index.jsonl``), drop the rest, and go on from the file the last kept row came from (its rows
+already kept are computed again and not written twice), so the shards end as an uninterrupted job's would.
+Under another signature — or features without one — a folder is refused with one line naming what differs,
+unless ``overwrite=True`` deletes the old features first. A folder never mixes two encoders or two settings.
+Unreadable files are written to the report as they are met.
+
+**Stopping.** A SIGTERM or SIGUSR1 (a scheduler's pre-emption) stops the job at once with one line (what was
+written, and that the same command continues it) and ``levjepa extract`` exits with status 75 (requeue); every
+file written is complete (atomic writes), and a run again continues as above.
 
 **Progress.** A bar on a terminal; otherwise (a SLURM ``.out`` file) one line every 30 s and at the end:
 ``extract: 120/1000 files  3400 rows  4.1 files/s  eta 3m34s``.
@@ -74,6 +81,7 @@ from levjepa.eval.feature_writer import save_npy, write_shard
 from levjepa.infer.encode import encode, frozen, function_fingerprint, precision
 from levjepa.infer.stream import StreamingEncoder
 from levjepa.model.vit import VideoEncoder
+from levjepa.train.preemption import stop_now_on_signals
 from levjepa.weights import atomic_write_text
 
 __all__ = [
@@ -153,19 +161,68 @@ class ExtractResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class _ShardsDone:
+    """What an earlier job of the same signature left of the shard formats: its complete shards (files written
+    and every row in ``index.jsonl``), their rows, and the rows of each file they hold."""
+
+    shards: list[str] = field(default_factory=list)
+    rows: int = 0
+    per_file: dict[str, int] = field(default_factory=dict)
+    last: str | None = None  # the last file with rows in them (possibly only some of its rows)
+
+
+def _shards_done(out: Path, cfg: ExtractConfig) -> _ShardsDone:
+    """Read an earlier job's ``index.jsonl`` (module doc): keep its complete shards, rewrite the index to them
+    and delete any later shard's files, so the job continues at a shard boundary and ends with the files of an
+    uninterrupted run."""
+    index = out / "index.jsonl"
+    rows: list[dict[str, Any]] = []
+    if index.is_file():
+        for line in index.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a line cut by the stop
+    fmt = "safetensors" if cfg.format == "safetensors" else "npy"
+    done, k = _ShardsDone(), 0
+    while True:
+        shard = [r for r in rows[k * cfg.shard_rows : (k + 1) * cfg.shard_rows] if r.get("shard") == k]
+        first = out / (f"features-{k:05d}.safetensors" if fmt == "safetensors" else f"cls-{k:05d}.npy")
+        if len(shard) < cfg.shard_rows or not first.is_file():
+            break
+        done.shards.append(first.name if fmt == "safetensors" else f"{{cls,mean,...}}-{k:05d}.npy")
+        k += 1
+    kept = rows[: k * cfg.shard_rows]
+    done.rows = len(kept)
+    for r in kept:
+        done.per_file[r["path"]] = done.per_file.get(r["path"], 0) + 1
+    done.last = kept[-1]["path"] if kept else None
+    atomic_write_text(index, "".join(json.dumps(r) + "\n" for r in kept))
+    for stale in out.glob("*-*.npy") if fmt == "npy" else out.glob("features-*.safetensors"):
+        number = stale.stem.rsplit("-", 1)[-1]
+        if number.isdigit() and int(number) >= k:
+            stale.unlink()
+    return done
+
+
 class _Writer:
     """Accumulates rows and writes a shard every ``shard_rows`` rows."""
 
-    def __init__(self, out: Path, cfg: ExtractConfig) -> None:
+    def __init__(self, out: Path, cfg: ExtractConfig, done: _ShardsDone | None = None) -> None:
         self.out, self.cfg = out, cfg
         self.buf: dict[str, list[Tensor]] = {"cls": [], "mean": [], "patches": []}
         self.meta: list[dict[str, Any]] = []
-        self.rows = 0
-        self.shards: list[str] = []
-        self.index = (out / "index.jsonl").open("w")
+        done = done or _ShardsDone()
+        self.rows, self.shards = done.rows, list(done.shards)
+        self.skip = dict(done.per_file)  # rows of a file an earlier job wrote: computed again, not written twice
+        self.index = (out / "index.jsonl").open("a" if done.rows else "w")
 
     def add(self, metas: list[dict[str, Any]], cls: Tensor, mean: Tensor, patches: Tensor | None) -> None:
         for i, m in enumerate(metas):
+            if self.skip.get(m["path"], 0) > 0:
+                self.skip[m["path"]] -= 1
+                continue
             self.meta.append(m)
             self.buf["cls"].append(cls[i])
             self.buf["mean"].append(mean[i])
@@ -177,7 +234,7 @@ class _Writer:
     def flush(self) -> None:
         if not self.meta:
             return
-        k = len(self.shards)
+        k = self.rows // self.cfg.shard_rows
         tensors = {name: torch.stack(v) for name, v in self.buf.items() if v}
         fmt: Literal["npy", "safetensors"] = "safetensors" if self.cfg.format == "safetensors" else "npy"
         names = write_shard(self.out, k, tensors, fmt, {"rows": len(self.meta), "first_row": self.rows})
@@ -428,7 +485,7 @@ def _open_output(out: Path, sig: dict[str, Any], *, overwrite: bool, is_main: bo
                 )
             previous_files = previous
         else:
-            previous_files = [] if sig["format"] == "per_video" else previous  # shards are rewritten whole
+            previous_files = []  # the same job: kept, and continued (per-video files, complete shards)
         for path in previous_files:
             path.unlink()
     distributed.barrier()
@@ -469,29 +526,38 @@ def extract(
         atomic_write_text(out / "labels.json", json.dumps(classes, indent=2) + "\n")
     names = video_names(items) if per_video else []
     order = [i for i in range(rank, len(items), world) if not (per_video and (out / f"{names[i]}.json").is_file())]
-    writer: _Writer | _PerVideoWriter = _PerVideoWriter(out, cfg) if per_video else _Writer(out, cfg)
+    bad_path = out / (f"bad_files-{rank}.json" if per_video else "bad_files.json")
     report = BadFileReport(warn=False)
-    if per_video and (out / f"bad_files-{rank}.json").is_file():
-        report.merge(BadFileReport.read(out / f"bad_files-{rank}.json"))
+    writer: _Writer | _PerVideoWriter
+    if per_video:
+        writer = _PerVideoWriter(out, cfg)
+    else:
+        done = _shards_done(out, cfg)
+        if done.last is not None:  # continue at the last file an earlier job wrote rows of
+            order = order[[items[i].path for i in order].index(done.last) :]
+        writer = _Writer(out, cfg, done)
+    if bad_path.is_file():  # an earlier job's unreadable files stay reported
+        report.merge(BadFileReport.read(bad_path))
     batcher = _Batcher(encoder, writer, cfg, device)
     report_progress = Progress(len(order), "extract", "file", show=progress and rank == 0)
     load = functools.partial(_load, items, cfg, encoder.cfg.patch_size)
-    for i, loaded, reason in safe_map(load, order, cfg.workers):
-        item = items[i]
-        if loaded is None:
-            report.add(item.path, reason)
-            if per_video:
-                report.write(out / f"bad_files-{rank}.json")
-        else:
-            frames, timestamps, fps = loaded
-            with frozen(encoder):  # the streaming rows run the encoder outside encode()
-                _add_rows(item, frames, timestamps, fps, cfg, batcher)
-            if isinstance(writer, _PerVideoWriter):
-                batcher.flush()
-                writer.finish(names[i])
-        report_progress.update(1, f"{writer.rows} rows")
-    batcher.flush()
-    writer.close()
+    stopped = functools.partial(_stopped_line, out, writer)
+    with stop_now_on_signals(stopped):
+        for i, loaded, reason in safe_map(load, order, cfg.workers):
+            item = items[i]
+            if loaded is None:
+                report.add(item.path, reason)
+                report.write(bad_path)  # as it goes: a stopped job loses no report
+            else:
+                frames, timestamps, fps = loaded
+                with frozen(encoder):  # the streaming rows run the encoder outside encode()
+                    _add_rows(item, frames, timestamps, fps, cfg, batcher)
+                if isinstance(writer, _PerVideoWriter):
+                    batcher.flush()
+                    writer.finish(names[i])
+            report_progress.update(1, f"{writer.rows} rows")
+        batcher.flush()
+        writer.close()
     report_progress.close(f"{writer.rows} rows")
     rows = -1  # known on rank 0 only
     if per_video:
@@ -522,6 +588,14 @@ def extract(
         record = {"signature": sig, "status": "complete", **vars(result)}
         atomic_write_text(out / "extract.json", json.dumps(record, indent=2) + "\n")
     return result
+
+
+def _stopped_line(out: Path, writer: _Writer | _PerVideoWriter, signal_name: str) -> str:
+    """What ``extract`` says when a signal stops it (``levjepa.train.preemption.stop_now_on_signals``)."""
+    return (
+        f"{signal_name} received: stopped with {writer.rows} row(s) written to {out}; every file written is "
+        "complete, and the same command continues where this one stopped"
+    )
 
 
 def _merge_per_video(out: Path, names: list[str], world: int) -> tuple[int, BadFileReport]:

@@ -85,6 +85,7 @@ def probe_sources(
             generator=make_generator("probe", cfg.seed, ",".join(tasks), probe),
             device=cfg.device,
             keep=cfg.keep_heads,
+            progress=cfg.progress,
         )
         for t in tasks:
             out[t][probe] = res[t]

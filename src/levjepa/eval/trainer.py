@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from levjepa.data.progress import Progress
 from levjepa.eval.probes import LinearProbeGrid, ProbeConfig, ProbeKind, build_probe_grid
 from levjepa.eval.source import FeatureSource, MemorySource
 from levjepa.rng import make_generator
@@ -311,11 +312,13 @@ def train_probes(
     generator: torch.Generator,
     device: str = "cpu",
     keep: Literal["none", "best", "all"] = "none",
+    progress: bool = False,
 ) -> dict[str, GridResult]:
     """Train the (lr × wd) grid of ``kind`` probes reading input ``what`` for every task of ``classes``
     (task -> class count) on ``train``, choose on ``val``, report on ``test``; returns task -> result.
     ``generator`` draws the initialisation, then each epoch's order. ``keep``: the results also hold the
-    chosen probe's weights (``best``) or every probe's (``all``), as ``GridResult.heads``."""
+    chosen probe's weights (``best``) or every probe's (``all``), as ``GridResult.heads``. ``progress``: a bar,
+    or a line every 30 s off a terminal, over the grid's epochs."""
     start = time.perf_counter()
     n = len(train)
     if n == 0:
@@ -336,6 +339,7 @@ def train_probes(
     steps_per_epoch = math.ceil(n / bs)
     total, warmup = epochs * steps_per_epoch, int(cfg.warmup_epochs * steps_per_epoch)
     step = 0
+    bar = Progress(epochs, f"{kind} probes ({len(grid) * len(classes)})", "epoch", show=progress)
     for _ in range(epochs):
         model.train()
         for idx in _batches(n, bs, torch.randperm(n, generator=generator)):
@@ -345,6 +349,8 @@ def train_probes(
             loss.backward()
             opt.step(warmup_cosine(step, peak=1.0, total=total, warmup=warmup))
             step += 1
+        bar.update(1)
+    bar.close()
     ev = {"batch_size": 2 * cfg.batch_size, "device": str(device)}
     val_res = evaluate_probes(model, val, what, slices, **ev)  # type: ignore[arg-type]
     test_res = None if test is None else evaluate_probes(model, test, what, slices, **ev)  # type: ignore[arg-type]

@@ -74,7 +74,7 @@ from levjepa.formats.export import export_license, write_export
 from levjepa.formats.load import LoadedEncoder, load_encoder, random_encoder
 from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
 from levjepa.rng import make_generator
-from levjepa.train.checkpoint import TrainerState, resume_latest, save_checkpoint
+from levjepa.train.checkpoint import TrainerState, checkpoint_run, resume_latest, save_checkpoint
 from levjepa.train.lifecycle import Lifecycle, due
 from levjepa.train.optim import step_unless_nonfinite
 from levjepa.train.report import MetricsLogger, Progress
@@ -122,9 +122,9 @@ class _Best:
 
 
 def resume_config(out: str | Path) -> FinetuneConfig:
-    """The config of the fine-tuning run in ``out`` (its ``config.json``): what ``finetune --resume OUT`` starts
-    from, before the overrides it is given."""
-    path = Path(out) / CONFIG
+    """The config of the fine-tuning run in ``out`` (its ``config.json``; ``out`` may name one of its
+    checkpoints): what ``finetune --resume OUT`` starts from, before the overrides it is given."""
+    path = checkpoint_run(Path(out))[0] / CONFIG
     if not path.is_file():
         raise ConfigError(f"{out}: nothing to resume (no {CONFIG}); start without --resume")
     return from_dict(FinetuneConfig, read_json(path))
@@ -261,11 +261,12 @@ def _finetune(
     task, said = _read_task(cfg, loaded)
     head_cfg, head = _head(cfg, loaded, len(task.labels))
     check = functools.partial(_check_resume, cfg=cfg)
+    out, at = checkpoint_run(out) if resume else (out, None)
     with run_directory(out, info, resume=resume, overwrite=False, check=check) as path:
         if info.is_main:
             print(said, file=sys.stderr)
         model = VideoClassifier(loaded.encoder, head_cfg, head).to(device).train()
-        return _train(cfg, path, info, task, model, loaded, micro, accum, resume=resume, progress=progress)
+        return _train(cfg, path, info, task, model, loaded, micro, accum, resume=resume, progress=progress, at=at)
 
 
 def _train(
@@ -280,13 +281,18 @@ def _train(
     *,
     resume: bool,
     progress: bool,
+    at: Path | None = None,
 ) -> FinetuneResult:
     """The loop: one optimizer step per step, logs, validation (and ``best/``) when due, the run's life in
     ``Lifecycle``; then the test accuracy of ``best/`` and ``results.json``."""
     device = str(info.device)
     # fused: a non-finite step is skipped on the device (train.optim.step_unless_nonfinite)
     opt = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True)
-    state = resume_latest(out, model=model, ema=None, optimizer=opt, is_main=info.is_main) if resume else None
+    state = (
+        resume_latest(out, model=model, ema=None, optimizer=opt, is_main=info.is_main, at=at, command=COMMAND)
+        if resume
+        else None
+    )
     state = state or TrainerState(step=0)
     best = _Best(float((state.extra or {}).get("best_val", -1.0)), int((state.extra or {}).get("best_step", 0)))
     if info.is_main:

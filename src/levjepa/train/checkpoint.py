@@ -43,6 +43,7 @@ from levjepa.weights import (
     ONLINE_WEIGHTS,
     TRAINER_STATE,
     TRAINER_TENSORS,
+    WeightsError,
     atomic_write_text,
     checkpoint_name,
     checkpoint_step,
@@ -53,12 +54,15 @@ from levjepa.weights import (
     prefixed,
     read_json,
     save_tensors,
+    tensor_names,
     truncate_metrics,
     write_json,
 )
 
 __all__ = [
     "TrainerState",
+    "checkpoint_run",
+    "intact",
     "ema_metadata",
     "latest_checkpoint",
     "list_checkpoints",
@@ -183,21 +187,91 @@ def load_checkpoint(
 
 
 def resume_latest(
-    run_dir: Path, *, model: nn.Module, ema: EMA | None, optimizer: torch.optim.Optimizer, is_main: bool
+    run_dir: Path,
+    *,
+    model: nn.Module,
+    ema: EMA | None,
+    optimizer: torch.optim.Optimizer,
+    is_main: bool,
+    at: Path | None = None,
+    command: str = "levjepa pretrain",
 ) -> TrainerState:
-    """Restore the run's latest checkpoint in place (weights, EMA, optimizer) and return its state, or the start
-    when none was written. The main rank says where the run resumes, drops the metric lines logged after that
-    checkpoint (they will be logged again) and the remains of a checkpoint write that a crash interrupted."""
-    latest = latest_checkpoint(run_dir)
+    """Restore the run's latest checkpoint — or ``at``, one of its checkpoints (``--resume RUN/checkpoints/step_N``)
+    — in place (weights, EMA, optimizer) and return its state, or the start when none was written. The main rank
+    says where the run resumes, drops the metric lines logged after that checkpoint (they will be logged again)
+    and the remains of a checkpoint write that a crash interrupted; resuming from ``at``, the run's later
+    checkpoints are set aside (``checkpoints/.abandoned-step_N``), never deleted. A checkpoint that cannot be read
+    is refused in one line naming the newest intact one before it and the ``command`` that continues from it."""
+    chosen = at if at is not None else latest_checkpoint(run_dir)
     saved = TrainerState(step=0)
-    if latest is not None:
-        saved = load_checkpoint(latest, model=model, ema=ema, optimizer=optimizer)
+    if chosen is not None:
+        try:
+            saved = load_checkpoint(chosen, model=model, ema=ema, optimizer=optimizer)
+        except (WeightsError, OSError, ValueError, KeyError, RuntimeError) as err:
+            raise WeightsError(_unreadable(run_dir, chosen, err, command)) from err
     if is_main:
-        where = f"{latest.name} (step {saved.step})" if latest else "the start (no checkpoint was written)"
+        where = f"{chosen.name} (step {saved.step})" if chosen else "the start (no checkpoint was written)"
         print(f"resuming {run_dir} from {where}", file=sys.stderr)
+        if at is not None:
+            _abandon_after(run_dir, at)
         truncate_metrics(run_dir, saved.step)
         remove_partial(run_dir)
     return saved
+
+
+def intact(ckpt: Path) -> bool:
+    """Whether every file of checkpoint ``ckpt`` reads: its JSON parses and its safetensors headers open."""
+    try:
+        for name in (META, TRAINER_STATE):
+            read_json(ckpt / name)
+        for name in (ONLINE_WEIGHTS, EMA_WEIGHTS, TRAINER_TENSORS):
+            if (ckpt / name).is_file() or name != EMA_WEIGHTS:
+                tensor_names(ckpt / name)
+    except (WeightsError, OSError, ValueError):
+        return False
+    return True
+
+
+def _unreadable(run_dir: Path, ckpt: Path, err: BaseException, command: str) -> str:
+    """The one line for a checkpoint that cannot be read: why, and the newest intact one before it."""
+    earlier = [c for c in list_checkpoints(run_dir) if _step(c) < _step(ckpt)]
+    good = next((c for c in reversed(earlier) if intact(c)), None)
+    head = f"{ckpt} cannot be read ({err})"
+    if good is None:
+        return f"{head}, and the run has no intact checkpoint before it: start the run again"
+    return f"{head}; the newest intact checkpoint is {good}: continue from it with `{command} --resume {good}`"
+
+
+def _abandon_after(run_dir: Path, ckpt: Path) -> None:
+    """Set the checkpoints after ``ckpt`` aside (renamed ``.abandoned-step_N``) and point ``latest`` at it."""
+    for later in list_checkpoints(run_dir):
+        if _step(later) > _step(ckpt):
+            later.rename(later.with_name(f".abandoned-{later.name}"))
+            print(f"{later.name} set aside as .abandoned-{later.name}: the run continues from {ckpt.name}")
+    atomic_write_text(Path(run_dir) / CHECKPOINTS / LATEST, ckpt.name)
+
+
+def checkpoint_run(path: Path) -> tuple[Path, Path | None]:
+    """``(run directory, checkpoint)`` of a ``--resume`` argument: a run directory (its latest checkpoint, None
+    here), or one of its checkpoints, ``RUN/checkpoints/step_N`` (that one)."""
+    path = Path(path)
+    if path.parent.name == CHECKPOINTS and _step(path) >= 0:
+        return path.parent.parent, path
+    return path, None
+
+
+def checkpoint_step_or_none(path: Path) -> int | None:
+    """The step of a checkpoint directory, or None when ``path`` is none (its name and meta.json say no step)."""
+    try:
+        return checkpoint_step(path)
+    except ValueError:  # WeightsError included
+        return None
+
+
+def _step(path: Path) -> int:
+    """A checkpoint's step from its name (``step_N``): readable even when its files are not."""
+    name = path.name
+    return int(name[len("step_") :]) if name.startswith("step_") and name[len("step_") :].isdigit() else -1
 
 
 def remove_partial(run_dir: str | Path) -> list[Path]:

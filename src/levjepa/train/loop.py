@@ -138,7 +138,8 @@ def pretrain(
 
     ``start_weights`` (``levjepa.formats.load_init_weights(cfg.model.init_from)``, what ``levjepa pretrain``
     passes when ``model.init_from`` is set) are the encoder and projector weights of step 0 of a fresh run
-    (``levjepa.train.start``); a resume continues from the run's own checkpoints and ignores them.
+    (``levjepa.train.start``); a resume continues from the run's own checkpoints and ignores them: its latest, or,
+    when ``run_dir`` names one of them (``RUN/checkpoints/step_N``), that one (the later ones are set aside).
 
     The process is left as it was found: the torch thread count (``train.threads`` changes it for the run),
     the global RNG state (which nothing in the run draws from; forked all the same) and the process group (torn
@@ -183,9 +184,10 @@ def _pretrain(
         torch.set_num_threads(cfg.train.threads)
     cfg = fit_micro_batch(cfg, info.world_size, say=info.is_main)  # a train.batch_size below one micro-batch
     path = Path(run_dir) if run_dir is not None else default_run_dir(cfg.preset)
+    path, at = ckpt.checkpoint_run(path) if resume else (path, None)
     check = functools.partial(check_pretrain_resume, cfg=cfg, world_size=info.world_size)
     with run_directory(path, info, resume=resume, overwrite=overwrite, check=check) as path:
-        trainer, state = _build(cfg, info, path, resume=resume, start=None if resume else start)
+        trainer, state = _build(cfg, info, path, resume=resume, start=None if resume else start, at=at)
         if info.is_main:
             write_run_info(path, to_dict(cfg), info.world_size)
         return _train(trainer, state, resume=resume, progress=progress)
@@ -289,7 +291,13 @@ def _capped_workers(data: DataConfig, info: distributed.DistInfo) -> DataConfig:
 
 
 def _build(
-    cfg: PretrainConfig, info: distributed.DistInfo, path: Path, *, resume: bool, start: StartWeights | None = None
+    cfg: PretrainConfig,
+    info: distributed.DistInfo,
+    path: Path,
+    *,
+    resume: bool,
+    start: StartWeights | None = None,
+    at: Path | None = None,
 ) -> tuple[Trainer, TrainState]:
     """Encoder + projector (the same initial weights on every rank, or ``start``'s), EMA copy, AdamW and
     objective, restored from the latest checkpoint when resuming, then wrapped for training (DDP, compiled
@@ -309,7 +317,7 @@ def _build(
     objective = build_objective(cfg.objective).to(info.device)
     objective.check_finite = False  # a non-finite batch skips its step instead of raising
     saved = (
-        ckpt.resume_latest(path, model=model, ema=ema, optimizer=optimizer, is_main=info.is_main)
+        ckpt.resume_latest(path, model=model, ema=ema, optimizer=optimizer, is_main=info.is_main, at=at)
         if resume
         else ckpt.TrainerState(step=0)
     )

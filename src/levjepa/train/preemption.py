@@ -22,19 +22,28 @@ written is recorded and changes nothing: the job ends as soon as the checkpoint 
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from collections.abc import Callable, Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
-__all__ = ["REQUEUE_EXIT", "STOP_SIGNALS", "Preempted", "StopSignals"]
+__all__ = ["REQUEUE_EXIT", "STOP_SIGNALS", "JobStopped", "Preempted", "StopSignals", "stop_now_on_signals"]
 
 REQUEUE_EXIT = 75  # sysexits.h EX_TEMPFAIL: stopped by the scheduler after a checkpoint; requeue and --resume
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
-class Preempted(Exception):
+class JobStopped(Exception):
+    """A job stopped on SIGTERM / SIGUSR1 with nothing it wrote lost; the message says what is saved and the
+    command that continues it. The command line prints it and exits with :data:`REQUEUE_EXIT`."""
+
+    is_main: bool = True  # the process that says so
+
+
+class Preempted(JobStopped):
     """The run stopped on a signal after writing a checkpoint; ``--resume`` continues it exactly."""
 
     def __init__(
@@ -79,3 +88,24 @@ class StopSignals:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous.clear()
+
+
+@contextlib.contextmanager
+def stop_now_on_signals(message: Callable[[str], str]) -> Iterator[None]:
+    """While inside, SIGTERM / SIGUSR1 raise :class:`JobStopped` (``message(signal name)``) at once: for jobs whose
+    every write is atomic and which a rerun continues (``extract``: its complete shards and videos; the end of a
+    run's evaluation: the run itself is complete), so stopping mid-step loses nothing. The previous handlers are
+    restored on exit; outside the main thread this does nothing."""
+    previous: dict[int, Any] = {}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise JobStopped(message(signal.Signals(signum).name))
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
