@@ -1,0 +1,151 @@
+"""Plain use of long jobs (issue 48): a signal stops ``extract`` and the end-of-run evaluation with one line and
+exit 75, and ``extract`` continues its shards to the bytes of an uninterrupted job; Ctrl-C names the last
+checkpoint and the resume command; a full disk names its path and says truthfully what is saved; a checkpoint
+that cannot be read points at the newest intact one, and ``--resume RUN/checkpoints/step_N`` continues from it."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+import levjepa.commands.pretrain as cli_pretrain
+import levjepa.eval.extract as extract_module
+import levjepa.train.loop as train_loop
+from levjepa.cli import main
+from levjepa.train.preemption import REQUEUE_EXIT
+from levjepa.weights import load_tensors
+from test_export import make_run_dir
+from test_extract import _video
+from train_utils import TINY
+
+
+def _lines(capsys) -> list[str]:
+    return capsys.readouterr().err.strip().splitlines()
+
+
+def _pretrain_args(run: Path, *extra: str) -> list[str]:
+    return ["pretrain", "--preset", "demo-cpu", *TINY, "--run-dir", str(run), "--no-progress", *extra]
+
+
+def test_sigterm_stops_extract_in_one_line_and_the_same_command_ends_as_an_uninterrupted_job(
+    tmp_path, monkeypatch, capsys
+):
+    media = tmp_path / "videos"
+    media.mkdir()
+    for i in range(5):
+        _video(media / f"v{i}.mp4", 24)
+    run = make_run_dir(tmp_path, steps=(5,))
+    args = ["extract", str(run), str(media), "--window", "4", "--stride", "4", "--size", "16", "--workers", "0"]
+    args += ["--shard-rows", "5", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "whole")]) == 0
+    real = extract_module._Writer.flush
+    flushes = []
+
+    def stopped_after_two_shards(self):
+        real(self)
+        flushes.append(1)
+        if len(flushes) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # a scheduler's pre-emption, mid-job
+
+    monkeypatch.setattr(extract_module._Writer, "flush", stopped_after_two_shards)
+    capsys.readouterr()
+    assert main([*args, "--out", str(tmp_path / "cut")]) == REQUEUE_EXIT
+    said = _lines(capsys)
+    assert said[-1].startswith("levjepa extract: SIGTERM received: stopped with 10 row(s) written")
+    assert "the same command continues" in said[-1]
+    monkeypatch.setattr(extract_module._Writer, "flush", real)
+    assert main([*args, "--out", str(tmp_path / "cut")]) == 0
+    whole = sorted(p.name for p in (tmp_path / "whole").iterdir())
+    assert sorted(p.name for p in (tmp_path / "cut").iterdir()) == whole
+    for name in whole:
+        a, b = tmp_path / "cut" / name, tmp_path / "whole" / name
+        if name.endswith(".safetensors"):  # the same tensors and metadata (safetensors orders metadata freely)
+            (ta, ma), (tb, mb) = load_tensors(a), load_tensors(b)
+            assert ma == mb and ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta), name
+        elif name != "extract.json":  # its wall time differs
+            assert a.read_bytes() == b.read_bytes(), name
+
+
+def test_sigterm_during_the_end_of_run_evaluation_is_one_line_and_exit_75(tmp_path, monkeypatch, capsys):
+    def evaluation_stopped(cfg, run_dir):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("the signal stops the evaluation before this line")
+
+    monkeypatch.setattr(cli_pretrain, "evaluate_run", evaluation_stopped)
+    run = tmp_path / "run"
+    assert main(_pretrain_args(run, "train.steps=2", "train.eval_at_end=true")) == REQUEUE_EXIT
+    said = _lines(capsys)[-1]
+    assert said.startswith("levjepa pretrain: SIGTERM received during the evaluation at the end of the run")
+    assert f"evaluate it with `levjepa probe {run}`" in said and (run / "checkpoints" / "step_000002").is_dir()
+
+
+def test_ctrl_c_names_the_last_checkpoint_and_the_resume_command(tmp_path, monkeypatch, capsys):
+    real = train_loop.train_step
+
+    def interrupted_at_step_three(*args, step, **kwargs):
+        if step == 3:
+            raise KeyboardInterrupt
+        return real(*args, step=step, **kwargs)
+
+    monkeypatch.setattr(train_loop, "train_step", interrupted_at_step_three)
+    run = tmp_path / "run"
+    assert main(_pretrain_args(run, "train.steps=6", "train.checkpoint_every=2")) == 130
+    said = _lines(capsys)[-1]
+    assert said == (
+        f"levjepa pretrain: interrupted after step 3; the last is checkpoint {run}/checkpoints/step_000002: "
+        f"continue with `levjepa pretrain --resume {run}`"
+    )
+
+
+def test_a_full_disk_names_its_path_and_says_nothing_is_saved_when_nothing_is(tmp_path, monkeypatch, capsys):
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(train_loop.ckpt, "save_checkpoint", full)
+    run = tmp_path / "run"
+    assert main(_pretrain_args(run, "train.steps=2", "train.checkpoint_every=2")) == 2
+    said = _lines(capsys)[-1]
+    assert said.startswith(f"levjepa pretrain: {run}/checkpoints: the checkpoint of the last step (2)")
+    assert "no space left on device" in said and "the run has no checkpoint yet: none of its steps is saved" in said
+    assert "nothing written so far is lost" not in said
+
+
+def test_a_corrupt_latest_checkpoint_points_at_the_newest_intact_one_and_resume_takes_it(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(_pretrain_args(run, "train.steps=4", "train.checkpoint_every=2", "train.keep_last=4")) == 0
+    latest = run / "checkpoints" / "step_000004" / "model.safetensors"
+    latest.write_bytes(latest.read_bytes()[:100])  # a disk error: the latest checkpoint's weights cut short
+    capsys.readouterr()
+    assert main(["pretrain", "--resume", str(run), "train.steps=6", "--no-progress"]) == 2
+    said = _lines(capsys)
+    good = run / "checkpoints" / "step_000002"
+    assert len(said) == 1 and "step_000004/model.safetensors" in said[0]
+    assert (
+        f"the newest intact checkpoint is {good}: continue from it with `levjepa pretrain --resume {good}`" in said[0]
+    )
+    assert main(["pretrain", "--resume", str(good), "train.steps=6", "--no-progress"]) == 0
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert ".abandoned-step_000004" in names and "step_000006" in names  # set aside, never deleted
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == 6  # the metrics after step 2 were logged again, once
+
+
+@pytest.mark.parametrize("where", ["run", "checkpoint"])
+def test_finetune_resume_takes_a_run_or_one_of_its_checkpoints(tmp_path, where):
+    from test_finetune import RECIPE, write_index
+
+    media = tmp_path / "media"
+    files = [write_index(media, s, n, seed) for s, n, seed in (("train", 6, 0), ("val", 3, 1))]
+    source = make_run_dir(tmp_path, steps=(5,))
+    out = tmp_path / "ft"
+    task = "index:" + ",".join(map(str, files))
+    assert main(["finetune", str(source), "--task", task, "--out", str(out), *RECIPE, "steps=2"]) == 0
+    target = out if where == "run" else out / "checkpoints" / "step_000002"
+    assert main(["finetune", "--resume", str(target), "steps=4"]) == 0
+    assert (out / "checkpoints" / "step_000004").is_dir()
