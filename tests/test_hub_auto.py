@@ -266,7 +266,9 @@ def test_the_head_config_is_stored_with_the_export(tmp_path):
 
 # ------------------------------------------------------------------------------ the README's hub blocks, run
 
-README = (TESTS.parent / "README.md").read_text()
+README = "\n".join(  # the README and the guides under docs/, where the hub's blocks live
+    p.read_text() for p in [TESTS.parent / "README.md", *sorted((TESTS.parent / "docs").glob("*.md"))]
+)
 PINNED = "e831a0347737fcaa660b39c57d41c109de399845"
 
 

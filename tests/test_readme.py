@@ -1,7 +1,10 @@
-"""The README's documented paths run as written (issue 27): every ``levjepa`` command line of its bash blocks
-and its command table is accepted by the command's own parser (options, choices, config keys), a tiny set of
-them runs end to end, and its Python blocks, read from README.md itself, run as scripts (in a fresh process:
-the pretraining block starts loader workers that re-import the script) on tiny inputs.
+"""The documented paths run as written (issue 27; the guides under ``docs/`` since issue 48): every ``levjepa``
+command line of the README's and the guides' bash blocks and of the command table is accepted by the command's
+own parser (options, choices, config keys), a tiny set of them runs end to end, and their Python blocks, read
+from the files themselves, run as scripts (in a fresh process: the pretraining block starts loader workers that
+re-import the script) on tiny inputs — every Python block of every page is claimed by a test here or in
+``tests/test_hub_auto.py`` (:func:`test_every_python_block_is_run_by_a_test`). The README's map names every
+package and top-level module (:func:`test_the_readme_map_names_every_package`).
 
 The tiny inputs are what the README's placeholders name (``DIR``, ``RUN``, ``video``, ``clip.mp4``, ...), made
 here; the pretraining block runs with the tiny test overrides in place of its ``train.steps=100`` (the block
@@ -27,11 +30,13 @@ from train_utils import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+PAGES = {p.name: p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))}
+DOCS = README + "\n" + "\n".join(PAGES.values())  # the README and every guide: what the blocks come from
 SRC = str(ROOT / "src")
 
 
 def _blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+    return re.findall(rf"```{language}\n(.*?)```", DOCS, flags=re.S)
 
 
 def _command_lines() -> list[list[str]]:
@@ -39,7 +44,7 @@ def _command_lines() -> list[list[str]]:
     lines: list[str] = []
     for block in _blocks("bash"):
         lines += block.replace("\\\n", " ").splitlines()
-    rows = [line for line in README.splitlines() if line.startswith("| `")]  # the command table
+    rows = [line for line in DOCS.splitlines() if line.startswith("| `")]  # the command table
     table = [span for row in rows for span in re.findall(r"`([^`]*levjepa [^`]*)`", row.split(" | ")[0])]
     lines += [t.replace("[", "").replace("]", "").replace("...", "").replace("NAME", "demo-cpu") for t in table]
     found = []
@@ -219,3 +224,38 @@ def test_the_onnx_streaming_block_streams_a_tubelet_1_export_frame_by_frame(tiny
         assert main([*args, "--no-progress"]) == 0
     lines = _run_the_onnx_block(run, tiny / "videos" / "video2.mp4", tmp_path)
     assert [slot for slot, _ in lines] == list(range(30))  # one CLS readout per frame
+
+
+# the marker of each Python block and the test that runs it (tests/test_hub_auto.py runs the hub's two)
+BLOCK_RUNNERS = {
+    "from levjepa.train import pretrain": "test_the_pretraining_block_runs_as_a_script_with_tiny_overrides",
+    'levjepa.from_pretrained("DIR")': "test_the_hub_block_runs_on_an_export",
+    "PER_VIDEO/video1.npy": "test_the_feature_reading_block_reads_what_extract_and_probe_wrote",
+    "stream_step": "test_the_onnx_streaming_block_streams_the_demo_models_tubelets_as_levjepa_stream_does",
+    "galilai-group/LeVJEPA-VideoMix-Large": "test_hub_auto: test_the_readme_block_loads_the_released_repo_...",
+    "my-org/levjepa-actions": "test_hub_auto: test_a_fine_tuned_classifier_is_published_and_the_readme_block_...",
+}
+
+
+def test_every_python_block_is_run_by_a_test():
+    """A Python block added to the README or a guide without a test that runs it fails here."""
+    for block in _blocks("python"):
+        runners = [marker for marker in BLOCK_RUNNERS if marker in block]
+        assert len(runners) == 1, f"a Python block no test runs (or two claim): {block[:200]!r}"
+
+
+def test_the_readme_map_names_every_package():
+    """The README's layout map names every package and top-level module of src/levjepa."""
+    src = ROOT / "src" / "levjepa"
+    fenced = re.findall(r"^```\w*\n(.*?)^```", README, flags=re.S | re.M)
+    (tree,) = [b for b in fenced if b.startswith("src/levjepa/")]
+    packages = sorted(p.name for p in src.iterdir() if (p / "__init__.py").is_file())
+    modules = sorted(p.name for p in src.glob("*.py") if p.name not in ("__init__.py", "__main__.py", "cli.py"))
+    missing = [f"{p}/" for p in packages if f"  {p}/" not in tree] + [m for m in modules if m not in tree]
+    assert missing == [], f"the README's map leaves out {missing}"
+    for package in packages:  # and every module of each package, by its file name (commands: by their names)
+        if package == "commands":
+            assert [c for c in COMMANDS if c not in re.findall(r"[\w-]+", tree)] == []
+            continue
+        names = sorted(p.name for p in (src / package).glob("*.py") if p.name != "__init__.py")
+        assert [n for n in names if n not in tree] == [], package
