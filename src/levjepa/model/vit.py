@@ -7,8 +7,10 @@ Data flow of one call (``B`` clips, ``N`` grid tokens, ``L`` kept tokens, ``D`` 
       -> keep_idx [B, L] (training: uniform or tube, explicit generator; inference: all N, L = N)
       -> PatchEmbed: kept patches' pixels -> tokens [B, L, D], positions [B, L, 3] = original (t, y, x)
       -> prepend the learnable CLS (one parameter shared by all views, always kept) -> x [B, 1+L, D]
-      -> RoPE cos/sin [B, 1, 1+L, hd] and the additive attention bias [B, 1, 1+L, 1+L] from the tokens
-         present, once for all layers ([1, ...] when no token is dropped: the same for every clip)
+      -> RoPE cos/sin [B, 1, 1+L, hd] and the attention pattern from the tokens present, once for all
+         layers: when no token is dropped (inference, ρ = 0) every clip holds whole frames, RoPE is [1, ...]
+         and block-causal attention needs no mask (KeySpans: each frame's queries read the keys of frames
+         ≤ t, O(L) memory); with dropping, the additive bias [B, 1, 1+L, 1+L] of each clip's kept tokens
       -> depth x pre-LN block: x += attn(LN(x)); x += mlp(LN(x))
       -> final LayerNorm (optional, no bias) -> EncoderOutput(cls [B, D], patches [B, L, D], positions [B, L, 3])
 
@@ -44,11 +46,11 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from levjepa.model.attention import Attention, KVCache, TokenMeta, attn_bias, build_attn_mask
+from levjepa.model.attention import Attention, AttnPattern, KVCache, TokenMeta, attn_bias, build_attn_mask, key_spans
 from levjepa.model.config import EncoderConfig
 from levjepa.model.linear import linear
 from levjepa.model.rope import Rope3D
-from levjepa.model.tokens import PatchEmbed, check_video, sample_keep_idx
+from levjepa.model.tokens import PatchEmbed, check_video, grid_positions, sample_keep_idx
 from levjepa.rng import fold_keys
 
 __all__ = ["Block", "Blocks", "EncoderOutput", "VideoEncoder"]
@@ -89,7 +91,7 @@ class Block(nn.Module):
         self,
         x: Tensor,
         rope: tuple[Tensor, Tensor],
-        attn_mask: Tensor | None,
+        attn_mask: AttnPattern,
         kv_cache: KVCache | None = None,
         queries: int | None = None,
     ) -> Tensor:
@@ -108,7 +110,7 @@ class Blocks(nn.ModuleList):
         self,
         x: Tensor,
         rope: tuple[Tensor, Tensor],
-        attn_mask: Tensor | None,
+        attn_mask: AttnPattern,
         last_queries: int | None = None,
         checkpointing: bool = False,
     ) -> Tensor:
@@ -243,9 +245,10 @@ class VideoEncoder(nn.Module):
         window: int | None,
         name: str,
         keys: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor], Tensor | None]:
-        """Tokens with CLS ``[B, 1+L, D]``, patch positions ``[B, L, 3]``, RoPE and the additive attention bias,
-        built once for every layer (``attention.py``)."""
+    ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor], AttnPattern]:
+        """Tokens with CLS ``[B, 1+L, D]``, patch positions ``[B, L, 3]``, RoPE and the attention pattern, built
+        once for every layer (``attention.py``): the spans of whole frames when every clip keeps the whole
+        grid, the additive bias otherwise (``None``: bidirectional)."""
         self.check_input(video, name)
         b = video.shape[0]
         grid = self.patch_embed.grid(video)  # (T', H', W')
@@ -258,15 +261,24 @@ class VideoEncoder(nn.Module):
                 )
             c = self.cfg
             keep_idx = sample_keep_idx(b, grid, c.drop_ratio, c.drop_mode, generator, video.device, keys=keys)
+            if keep_idx.shape[1] == math.prod(grid):  # ρ = 0: every token kept (ascending, so the whole grid)
+                keep_idx = None
         patches, positions = self.patch_embed(video, keep_idx)  # [B, L, D], [B, L, 3]
         # every clip keeps the whole grid: one row of positions serves the batch (RoPE [1, 1, 1+L, hd], bias
         # [1, 1, 1+L, 1+L], broadcast); with dropping each clip has its own (B rows)
         rows = positions if keep_idx is not None else positions[:1]
         cls_pos, cls_meta = self.cls_meta(grid[0] - 1, video.device)  # CLS at the newest slot
         all_pos = torch.cat([cls_pos.expand(rows.shape[0], 1, 3), rows], dim=1)  # [B or 1, 1+L, 3]
-        meta = cls_meta.cat(TokenMeta.patches(rows[..., 0]))  # [B or 1, 1+L]
-        attn_mask = build_attn_mask(self.cfg.attention, meta, meta, self.window_slots(window))
         x = torch.cat([self.cls_token.expand(b, -1, -1).to(patches.dtype), patches], dim=1)  # [B, 1+L, D]
+        slots = self.window_slots(window)
+        if keep_idx is None and self.cfg.attention == "block_causal" and not torch.compiler.is_compiling():
+            # whole frames: the spans, from the metadata of the grid's tokens (PatchEmbed's order) on the host
+            host = self.cls_meta(grid[0] - 1)[1].cat(TokenMeta.patches(grid_positions(*grid)[None, :, 0]))
+            spans = key_spans("block_causal", host, host, slots)
+            if spans is not None:
+                return x, positions, self.rope(all_pos), spans
+        meta = cls_meta.cat(TokenMeta.patches(rows[..., 0]))  # [B or 1, 1+L]
+        attn_mask = build_attn_mask(self.cfg.attention, meta, meta, slots)
         return x, positions, self.rope(all_pos), attn_bias(attn_mask, x)
 
     def _encode(
