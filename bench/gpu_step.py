@@ -56,8 +56,7 @@ def _setup(device: str, batch: int, smoke: bool, mode: str | None):
     if mode is not None:  # the smoke run checks the capture only (Inductor's CPU build takes minutes)
         encoder.compile_blocks(**({"backend": "aot_eager"} if smoke else {} if mode == "default" else {"mode": mode}))
     model = Pretrainer(encoder, projector).to(device)
-    objective = build_objective(cfg.objective).to(device)
-    objective.check_finite = False
+    objective = build_objective(cfg.objective, check_finite=False).to(device)
     opt = build_optimizer(model, cfg.optim)
     d = cfg.data
     g = torch.Generator().manual_seed(0)

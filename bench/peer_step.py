@@ -105,8 +105,7 @@ def levjepa_step(rho: float, batch: int, compile_blocks: bool = False) -> Callab
     model = Pretrainer(*build_models(cfg, seed=0))
     if compile_blocks:
         model.encoder.compile_blocks()
-    objective = build_objective(cfg.objective)
-    objective.check_finite = False
+    objective = build_objective(cfg.objective, check_finite=False)
     opt = build_optimizer(model, cfg.optim)
     views = list(_views(batch))
     keys = sample_keys(0, "drop", 0, positions=range(batch))

@@ -24,8 +24,7 @@ from train_utils import tiny_config
 def _setup(*overrides: str):
     cfg = tiny_config(*overrides)
     model = Pretrainer(*build_models(cfg, seed=0))
-    objective = build_objective(cfg.objective)
-    objective.check_finite = False  # as in the loop: non-finite input skips the step
+    objective = build_objective(cfg.objective, check_finite=False)  # as in the loop: non-finite input skips the step
     return cfg, model, objective, build_optimizer(model, cfg.optim)
 
 

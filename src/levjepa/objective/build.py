@@ -7,8 +7,10 @@ way (a different purpose string, so its stream is independent of the directions'
 parameters and no state; the formulas live in :mod:`levjepa.objective.losses` and
 :mod:`levjepa.objective.localreg`.
 
-``module.check_finite`` (default ``None``: check input values on CPU tensors only, where it is free) can be
-set to ``True`` to also check on accelerators (synchronises) or ``False`` to never check.
+``build_objective(cfg, check_finite=...)`` says whether the module checks its input values: ``None`` (the
+default) on CPU tensors only, where it is free; ``True`` on accelerators too (synchronises); ``False`` never
+(the trainer: a non-finite batch skips its step instead of raising). It is fixed at construction
+(``module.check_finite`` reads it).
 
 ``shift_invariant(cfg)`` says whether the objective is unchanged when every projection moves by one constant
 vector (LocaLeJEPA: both its terms re-centre ``z``). Then the projector's output bias gets an exactly zero
@@ -44,10 +46,15 @@ class Objective(nn.Module):
 
     shift_invariant = False  # whether z -> z + c (one constant vector) leaves the loss unchanged
 
-    def __init__(self, cfg: ObjectiveConfig) -> None:
+    def __init__(self, cfg: ObjectiveConfig, *, check_finite: bool | None = None) -> None:
         super().__init__()
         self.cfg = cfg
-        self.check_finite: bool | None = None
+        self._check_finite = check_finite
+
+    @property
+    def check_finite(self) -> bool | None:
+        """Whether input values are checked (module docstring); set at construction."""
+        return self._check_finite
 
     def generator(self, step: int, device: torch.device, purpose: str) -> torch.Generator:
         return make_generator(purpose, self.cfg.seed, step, device=device)  # derive_seed(purpose, seed, step)
@@ -141,8 +148,9 @@ def shift_invariant(cfg: ObjectiveConfig) -> bool:
     return _OBJECTIVES[cfg.name].shift_invariant
 
 
-def build_objective(cfg: ObjectiveConfig) -> Objective:
-    """The objective module named by ``cfg.name``; call it as ``module(z, step) -> ObjectiveOutput``."""
+def build_objective(cfg: ObjectiveConfig, *, check_finite: bool | None = None) -> Objective:
+    """The objective module named by ``cfg.name``; call it as ``module(z, step) -> ObjectiveOutput``.
+    ``check_finite``: whether it checks its input values (module docstring)."""
     if not isinstance(cfg, ObjectiveConfig):
         raise ValueError(f"build_objective expects an ObjectiveConfig, got {type(cfg).__name__}")
-    return _OBJECTIVES[cfg.name](cfg)
+    return _OBJECTIVES[cfg.name](cfg, check_finite=check_finite)

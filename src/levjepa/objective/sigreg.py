@@ -310,6 +310,7 @@ class SIGReg(nn.Module):
     ``forward(z, step=None)``: ``z`` ``[N, K]`` or ``[V, N, K]``; ``step`` a Python int (the training
     step; ``None`` uses an internal call counter, saved in the state dict). Directions are drawn on
     ``z``'s device, so every rank draws the same ones without communicating, and nothing synchronises.
+    ``check_finite`` as for :func:`sigreg`.
     """
 
     def __init__(
@@ -320,6 +321,7 @@ class SIGReg(nn.Module):
         seed: int = 0,
         reduction: Literal["mean", "none"] = "mean",
         impl: Impl = "auto",
+        check_finite: bool | None = None,
     ) -> None:
         super().__init__()
         if num_directions < 1 or num_nodes < 2 or not t_max > 0:
@@ -332,7 +334,7 @@ class SIGReg(nn.Module):
         self.num_directions, self.num_nodes, self.t_max = num_directions, num_nodes, t_max
         self.seed, self.reduction, self.impl = seed, reduction, impl
         self.calls = 0
-        self.check_finite: bool | None = None
+        self.check_finite = check_finite  # as ``sigreg``'s: None checks values on CPU tensors only
 
     def directions(self, dim: int, step: int, device: torch.device | str | None = None) -> torch.Tensor:
         """The ``[dim, num_directions]`` directions used at ``step`` (float32)."""

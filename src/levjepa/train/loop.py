@@ -303,8 +303,7 @@ def _build(
     tc = cfg.train
     ema = EMA(model.encoder, decay=tc.ema_decay, every=tc.ema_every, warmup=tc.ema_warmup)
     optimizer = build_optimizer(model, cfg.optim)
-    objective = build_objective(cfg.objective).to(info.device)
-    objective.check_finite = False  # a non-finite batch skips its step instead of raising
+    objective = build_objective(cfg.objective, check_finite=False).to(info.device)  # non-finite: the step is skipped
     saved = (
         ckpt.resume_latest(path, model=model, ema=ema, optimizer=optimizer, is_main=info.is_main)
         if resume
