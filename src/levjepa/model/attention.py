@@ -66,7 +66,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from levjepa.model.linear import linear
-from levjepa.model.rope import rotary_qkv
+from levjepa.model.rope import compute_dtype, rotary_qkv
 
 __all__ = [
     "FRAME_KERNELS",
@@ -146,9 +146,7 @@ def attn_bias(attn_mask: Tensor | None, like: Tensor) -> Tensor | None:
     tokens) will have: the autocast dtype under autocast, ``like.dtype`` otherwise. ``None`` stays ``None``."""
     if attn_mask is None:
         return None
-    device = like.device.type
-    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else like.dtype
-    bias = torch.zeros(attn_mask.shape, dtype=dtype, device=attn_mask.device)
+    bias = torch.zeros(attn_mask.shape, dtype=compute_dtype(like), device=attn_mask.device)
     return bias.masked_fill_(~attn_mask, float("-inf"))
 
 

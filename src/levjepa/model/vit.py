@@ -276,10 +276,10 @@ class VideoEncoder(nn.Module):
             host = self.cls_meta(grid[0] - 1)[1].cat(TokenMeta.patches(grid_positions(*grid)[None, :, 0]))
             spans = key_spans("block_causal", host, host, slots)
             if spans is not None:
-                return x, positions, self.rope(all_pos), spans
+                return x, positions, self.rope.tables(all_pos, x), spans
         meta = cls_meta.cat(TokenMeta.patches(rows[..., 0]))  # [B or 1, 1+L]
         attn_mask = build_attn_mask(self.cfg.attention, meta, meta, slots)
-        return x, positions, self.rope(all_pos), attn_bias(attn_mask, x)
+        return x, positions, self.rope.tables(all_pos, x), attn_bias(attn_mask, x)
 
     def _encode(
         self,
