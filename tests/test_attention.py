@@ -302,3 +302,29 @@ def test_no_token_by_token_tensor_exists_when_whole_frames_are_kept(window):
     with _LargestScores(1 + 72) as seen:
         dropping.forward_features(video, drop=True, generator=torch.Generator().manual_seed(0))
     assert seen.square  # the check can fail
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["sdpa", "flex"])
+def test_spans_on_cuda_equal_the_dense_mask(kernel):
+    """Whole frames on CUDA, by each frame kernel, against SDPA with the dense mask on the same GPU: outputs and
+    the gradients of queries, keys and values (float32), and bf16 outputs within bf16's rounding."""
+    assert torch.cuda.is_available(), "the gpu marker needs a CUDA device"
+    g = torch.Generator(device="cuda").manual_seed(0)
+    m = _frames_meta([196] * 8, "first")  # 8 frames of 14 × 14 patches, CLS first
+    spans = key_spans("block_causal", m, m)
+    assert spans is not None
+    allowed = block_causal(m, m)[:, None].cuda()
+    for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
+        q, k, v = (torch.randn(2, 4, 1 + 8 * 196, 64, generator=g, device="cuda", dtype=dtype) for _ in range(3))
+        q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+        grad = torch.randn_like(q)
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        with frame_kernel(kernel):
+            got = attend_spans(q, k, v, spans)
+        for w, x in zip(
+            (want, *torch.autograd.grad(want, (q, k, v), grad)),
+            (got, *torch.autograd.grad(got, (q, k, v), grad)),
+            strict=True,
+        ):
+            assert float((x - w).float().abs().max()) <= tol * max(1.0, float(w.float().abs().max()))

@@ -31,14 +31,15 @@ Data flow of one call (``B`` clips, ``N`` grid tokens, ``L`` kept tokens, ``D`` 
   residual output projections (``attn.proj``, ``mlp.fc2``) divided by ``sqrt(2·layer)`` (V-JEPA), so
   deep residual streams start small.
 * ``compile_blocks()`` compiles the block stack in place as one region with static shapes (one graph per
-  view shape; the state-dict keys are unchanged): ``train.compile``'s fast path; ``grad_checkpointing``
-  recomputes blocks in the backward pass.
+  view shape; the state-dict keys are unchanged): ``train.compile``'s fast path on the CPU;
+  ``compile_views()`` compiles a view group's whole training forward (dropping, embedding, blocks, norm),
+  what CUDA graphs capture on a GPU; ``grad_checkpointing`` recomputes blocks in the backward pass.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,6 +152,7 @@ class VideoEncoder(nn.Module):
         # no bias by default: the projector's BatchNorm cancels a constant shift of CLS (see EncoderConfig)
         final = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps, bias=cfg.final_norm_bias)
         self.norm = final if cfg.final_norm else nn.Identity()
+        self._compiled_group: Callable[..., Tensor] | None = None  # compile_views' compiled group_cls
         self.init_weights()
         # ImageNet's mean and std (levjepa.data.views normalises with them); 16 × 224² every 2nd frame
         self.pretrained_cfg: dict[str, Any] = {
@@ -357,10 +359,26 @@ class VideoEncoder(nn.Module):
                 raise ValueError(f"forward_views: keys must be int64 [B={b}], got shape {tuple(keys.shape)}")
             view_keys = None if keys is None else fold_keys(keys, slot, count=v).reshape(-1)  # [V·B], view-major
             slot += v
-            x, _ = self._encode(views.flatten(0, 1), True, generator, None, f"groups[{i}]", view_keys, cls_only=True)
-            # x: [V·B, 1, D], CLS only
-            cls.append(self.norm(x[:, 0]).view(v, b, -1))  # [V, B, D]
-        return torch.cat(cls, dim=0)  # [ΣV, B, D]
+            group = self._compiled_group or self.group_cls
+            cls.append(group(views.flatten(0, 1), view_keys, generator, f"groups[{i}]").view(v, b, -1))
+        return torch.cat(cls, dim=0)  # [ΣV, B, D]: a copy, as CUDA graphs want of their outputs
+
+    def group_cls(self, video: Tensor, keys: Tensor | None, generator: torch.Generator | None, name: str) -> Tensor:
+        """One view group's share of :meth:`forward_views`: CLS after the final norm ``[V·B, D]`` of the clips
+        ``video`` ``[V·B, C, T, H, W]`` with dropping on — token dropping, patch embedding, the blocks (the last
+        one CLS alone), the norm: the region :meth:`compile_views` compiles."""
+        x, _ = self._encode(video, True, generator, None, name, keys, cls_only=True)  # [V·B, 1, D]
+        return self.norm(x[:, 0])
+
+    def compile_views(self, **kwargs: Any) -> VideoEncoder:
+        """``torch.compile`` the whole training forward of a view group (:meth:`group_cls`) for every later
+        :meth:`forward_views` call; returns ``self``. ``dynamic=False`` unless ``kwargs`` say otherwise: one
+        graph per view shape and grad mode, from the per-clip keys to the normalised CLS, with no Python between
+        its kernels — what CUDA graphs capture (``mode="reduce-overhead"``, ``train.compile`` on CUDA:
+        ``levjepa.train.step.compile_step``). The state-dict keys are unchanged."""
+        kwargs.setdefault("dynamic", False)
+        self._compiled_group = torch.compile(self.group_cls, **kwargs)
+        return self
 
     def get_intermediate_layers(
         self, video: Tensor, n: int | Sequence[int] = 1, *, norm: bool = True

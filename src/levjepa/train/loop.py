@@ -44,7 +44,7 @@ from levjepa.train.preemption import Preempted, StopSignals
 from levjepa.train.report import MetricsLogger, Progress, RunSummary, check_loggers, format_summary, start_banner
 from levjepa.train.run_dir import read_bad_files, run_directory, write_run_info
 from levjepa.train.start import StartWeights, load_start_weights
-from levjepa.train.step import Pretrainer, StepOutput, train_step
+from levjepa.train.step import Pretrainer, StepOutput, compile_step, train_step
 from levjepa.weights import BAD_FILES
 
 __all__ = ["TrainState", "Trainer", "TrainingStopped", "available_cores", "build_models", "pretrain"]
@@ -314,7 +314,7 @@ def _build(
         info=info,
         path=path,
         model=model,
-        module=_training_module(model, info, micro_batches, tc.accumulation, tc.compile),
+        module=_training_module(model, objective, info, micro_batches, tc.accumulation, tc.compile),
         ema=ema,
         optimizer=optimizer,
         objective=objective,
@@ -408,19 +408,23 @@ def _finish(trainer: Trainer, state: TrainState, start: int, wall: float) -> Run
 
 
 def _training_module(
-    model: Pretrainer, info: distributed.DistInfo, micro_batches: int, accumulation: str, compile_: bool
+    model: Pretrainer,
+    objective: Objective,
+    info: distributed.DistInfo,
+    micro_batches: int,
+    accumulation: str,
+    compile_: bool,
 ) -> torch.nn.Module:
     """The module ``train_step`` runs: DDP around ``model`` when each rank runs one pass per micro-batch on
     several ranks (it averages gradients overlapped with the backward); ``model`` itself for GradCache
     accumulation, whose gradients ``train_step`` averages over ranks with one explicit all-reduce.
 
-    ``train.compile``: the encoder's block stack is compiled in place as one region
-    (``VideoEncoder.compile_blocks``: the state-dict keys do not change, one graph per view shape and grad
-    mode; the keyed token dropping, the loop over view groups and the small projector, whose BatchNorm
-    all-reduces over ranks, stay eager).
+    ``train.compile``: ``levjepa.train.step.compile_step`` compiles in place (the state-dict keys do not
+    change): on CUDA each view group's forward, the projector and the loss as CUDA graphs; on the CPU the
+    encoder's block stack as one region.
     """
     if compile_:
-        model.encoder.compile_blocks()
+        compile_step(model, objective, info.device)
     if info.world_size > 1 and (micro_batches == 1 or accumulation == "local"):
         return distributed.wrap_ddp(model, info)
     return model
