@@ -22,7 +22,9 @@ process runs with ``MALLOC_MMAP_THRESHOLD_=65536`` so that every large buffer is
 freed, and one side's freed memory cannot hide the next side's peak.
 
 A setting's ms/clip is the fastest call of each side (the least disturbed on a shared machine), its peak the
-largest; the ratio is reference ms / levjepa ms. Results and the commands that made them: ``bench/encoder.md``
+largest; the ratio is reference ms / levjepa ms. With ``--threads 1`` the same table by process CPU time
+follows: the compute of each call, which other processes on a shared machine disturb far less than its wall
+time. Results and the commands that made them: ``bench/encoder.md``
 (Clip inference beside the reference).
 """
 
@@ -90,14 +92,14 @@ def _status_mib(field: str) -> float:
     return int(found.group(1)) / 1024
 
 
-def measured(fn: Any) -> tuple[float, float]:
-    """``(ms, MiB)``: wall time of ``fn()`` and the peak RSS it added (module docstring)."""
+def measured(fn: Any) -> tuple[float, float, float]:
+    """``(ms, CPU ms, MiB)``: wall and process CPU time of ``fn()`` and the peak RSS it added (module docstring)."""
     before = _status_mib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # the peak RSS starts again from the current RSS
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     fn()
-    ms = (time.perf_counter() - t0) * 1e3
-    return ms, _status_mib("VmHWM") - before
+    ms, cpu_ms = (time.perf_counter() - t0) * 1e3, (time.process_time() - c0) * 1e3
+    return ms, cpu_ms, _status_mib("VmHWM") - before
 
 
 def worker(ref_path: str, model: str, frames: int, batch: int, rounds: int, dense: bool) -> dict[str, Any]:
@@ -117,7 +119,8 @@ def worker(ref_path: str, model: str, frames: int, batch: int, rounds: int, dens
     sides = {"reference": lambda: official(clip), "levjepa": lambda: ours.forward_features(clip).tokens}
     if dense:
         sides["levjepa-dense"] = run_dense
-    res: dict[str, Any] = {"model": model, "frames": frames, "batch": batch, "ms": {}, "peak_mib": {}, "diff": {}}
+    res: dict[str, Any] = {"model": model, "frames": frames, "batch": batch, "threads": torch.get_num_threads()}
+    res |= {"ms": {}, "cpu_ms": {}, "peak_mib": {}, "diff": {}}
     with torch.inference_mode():
         want = official(clip)  # the warm-up of the reference, and the check
         for name, fn in sides.items():
@@ -127,10 +130,13 @@ def worker(ref_path: str, model: str, frames: int, batch: int, rounds: int, dens
         names = list(sides)
         for r in range(rounds):
             for name in names if r % 2 == 0 else names[::-1]:
-                ms, peak = measured(sides[name])
+                ms, cpu_ms, peak = measured(sides[name])
                 res["ms"].setdefault(name, []).append(ms)
+                res["cpu_ms"].setdefault(name, []).append(cpu_ms)
                 res["peak_mib"].setdefault(name, []).append(peak)
-                print(f"  {model} {frames} frames round {r} {name:14s} {ms:9.0f} ms  +{peak:6.0f} MiB", file=sys.stderr)
+                line = f"  {model} {frames} frames round {r} {name:14s} {ms:9.0f} ms {cpu_ms:9.0f} CPU ms"
+                line += f"  +{peak:6.0f} MiB"
+                print(line, file=sys.stderr, flush=True)
     return res
 
 
@@ -146,14 +152,16 @@ def _run_worker(args: argparse.Namespace, model: str, frames: int) -> dict[str, 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+def table(rows: list[dict[str, Any]], key: str = "ms") -> str:
+    """The markdown table of ``rows`` by wall (``key="ms"``) or process CPU time (``"cpu_ms"``) per clip."""
     sides = [s for s in rows[0]["ms"] if s != "reference"]
-    cols = ["reference ms/clip"] + [f"{s} ms/clip" for s in sides] + [f"reference / {s}" for s in sides]
+    unit = "ms/clip" if key == "ms" else "CPU ms/clip"
+    cols = [f"reference {unit}"] + [f"{s} {unit}" for s in sides] + [f"reference / {s}" for s in sides]
     cols += ["peak added, reference MiB"] + [f"{s} MiB" for s in sides] + [f"max abs diff, {s}" for s in sides]
     out = ["| model, clip | " + " | ".join(cols) + " |", "|" + " --- |" * (len(cols) + 1)]
     for row in rows:
         b = row["batch"]
-        ms = {s: min(v) / b for s, v in row["ms"].items()}
+        ms = {s: min(v) / b for s, v in row[key].items()}
         peak = {s: max(v) for s, v in row["peak_mib"].items()}
         cells = [f"{ms['reference']:.0f}"] + [f"{ms[s]:.0f}" for s in sides]
         cells += [f"**{ms['reference'] / ms[s]:.2f}×**" for s in sides]
@@ -183,6 +191,8 @@ def main() -> None:
         return
     rows = [_run_worker(args, m, int(f)) for m in args.models.split(",") for f in args.frames.split(",")]
     print(table(rows))
+    if args.threads == 1:  # one thread: the process's CPU time is its compute, which other load disturbs least
+        print("\n" + table(rows, "cpu_ms"))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
 
