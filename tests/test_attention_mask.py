@@ -159,9 +159,10 @@ def test_windowed_forward_equals_the_reference(tubelet):
     _compare(enc, torch.randn(2, 3, 8, 16, 16), drop=False, window=2 * tubelet)
 
 
-def test_forward_views_equals_the_reference_per_group():
+@pytest.mark.parametrize("drop_ratio", [0.5, 0.0])  # 0: whole frames, the spans with CLS alone in the last block
+def test_forward_views_equals_the_reference_per_group(drop_ratio):
     torch.manual_seed(2)
-    enc = VideoEncoder(encoder_config("vit-test", drop_ratio=0.5))
+    enc = VideoEncoder(encoder_config("vit-test", drop_ratio=drop_ratio))
     ref = copy.deepcopy(enc)
     groups = (torch.randn(1, 2, 3, 4, 32, 32), torch.randn(3, 2, 3, 4, 16, 16))
     keys = sample_keys(0, "drop", 0, positions=range(2))
