@@ -50,8 +50,9 @@ Design:
   was measured there too: its CPU kernel has no backward, its compiled forward is slower than the dense
   mask); on CUDA the same runs can be computed by one FlexAttention call with a block mask built from the
   spans (:func:`frame_kernel`, ``"flex"``; not the default until measured on a GPU, ``bench/gpu_peer.py``).
-  ``torch.export`` / ONNX tracing keeps the dense bias (shapes are symbolic there), so the exported graphs
-  are unchanged.
+  Traced code keeps the dense bias: ``torch.export`` / ONNX (shapes are symbolic there, so the exported
+  graphs are unchanged) and a forward compiled whole (``VideoEncoder.compile_views``, whose training views
+  drop tokens anyway), since reading the metadata is a host step a graph cannot hold.
 """
 
 from __future__ import annotations
