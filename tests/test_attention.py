@@ -265,8 +265,10 @@ def test_flex_kernel_computes_the_spans_forward():
     q, k, v = (torch.randn(1, 2, 25, 16, generator=g) for _ in range(3))
     with frame_kernel("flex"):
         got = attend_spans(q, k, v, spans)
+        cls = attend_spans(q[:, :, :1], k, v, spans, queries=1)  # CLS alone (the last block of training)
     want = attend_spans(q, k, v, spans)
     assert float((got - want).abs().max()) < 1e-5
+    assert float((cls - want[:, :, :1]).abs().max()) < 1e-5
     with pytest.raises(ValueError, match="valid choices are sdpa, flex"), frame_kernel("dense"):
         pass
 

@@ -182,7 +182,7 @@ class KeySpans(NamedTuple):
     keys: tuple[tuple[tuple[int, int], ...], ...]
 
     def dense(self, num_keys: int) -> Tensor:
-        """The ``[Lq, Lk]`` boolean mask these spans stand for (for tests and the FlexAttention block mask)."""
+        """The ``[Lq, Lk]`` boolean mask these spans stand for (what the tests compare with the predicates)."""
         allowed = torch.zeros(self.queries[-1][1], num_keys, dtype=torch.bool)
         for (a, b), ranges in zip(self.queries, self.keys, strict=True):
             for c, d in ranges:
@@ -264,7 +264,7 @@ def attend_spans(q: Tensor, k: Tensor, v: Tensor, spans: KeySpans, queries: int 
     mask"): each run of queries attends its keys with no mask, through :func:`attend`; the outputs of the
     first ``queries`` queries only when given (``q`` then holds just those)."""
     if _frame_kernel == "flex":
-        return _flex(q, k, v, spans, queries)
+        return _flex(q, k, v, spans)
     out = []
     for (a, b), ranges in zip(spans.queries, spans.keys, strict=True):
         if queries is not None and a >= queries:
@@ -278,9 +278,10 @@ _BLOCK_MASKS: dict[tuple[Any, ...], Any] = {}
 _FLEX: list[Any] = []  # the compiled flex_attention, made on first use
 
 
-def _flex(q: Tensor, k: Tensor, v: Tensor, spans: KeySpans, queries: int | None) -> Tensor:
-    """The spans as one FlexAttention call: its block mask (per spans, key count and device, cached) reads,
-    for each query, the first and second key range of its run — O(L) tensors, no ``L × L`` mask."""
+def _flex(q: Tensor, k: Tensor, v: Tensor, spans: KeySpans) -> Tensor:
+    """The spans as one FlexAttention call over the ``q.shape[2]`` first queries: its block mask (per spans,
+    query and key counts and device, cached) reads, for each query, the first and second key range of its
+    run — O(L) tensors, no ``L × L`` mask."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     lq, lk = q.shape[2], k.shape[2]
