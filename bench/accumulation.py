@@ -81,8 +81,7 @@ class Setup:
         self.cfg = apply_overrides(preset(name), overrides)
         self.device = device
         self.model = Pretrainer(*build_models(self.cfg, seed=0)).to(device)
-        self.objective = build_objective(self.cfg.objective).to(device)
-        self.objective.check_finite = False
+        self.objective = build_objective(self.cfg.objective, check_finite=False).to(device)
         self.opt = build_optimizer(self.model, self.cfg.optim)
         self.autocast = torch.bfloat16 if autocast else None
         batches = [_batch(self.cfg, self.micro, device, i) for i in range(self.accum)]

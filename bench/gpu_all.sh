@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Every GPU check of the project in one run on one H200 (the step limits add up to 555 s, under the 600 s of
-# one device call), for the device tool:
+# Every GPU check of the project in one run on one H200, most important first (the step limits add up to 570 s,
+# under the 600 s of one device call; the device tool's 15 minutes also pay for the machine's start):
 #
-#   run(command="bash bench/gpu_all.sh", carry=[".whl"], timeout_s=600)
-#   run(command="ONLY=train_step bash bench/gpu_all.sh", timeout_s=120)   # one step by name
+#   run(command="bash bench/gpu_all.sh", carry=[".whl", ".ref"], timeout_s=600)
+#   run(command="ONLY=peer bash bench/gpu_all.sh", carry=[".ref"], timeout_s=300)   # one step by name
 #
+# .ref/module.py is the reference LeVJEPA code (MLO-lab/LeVJEPA module.py, CC BY-NC 4.0; ignored by git,
+# never committed): bench/gpu_peer.py runs it beside levjepa. Without it the `peer` step says so and is skipped.
 # onnxruntime-gpu (bench/gpu_deploy.py) is not on the image either: its wheel goes in .whl/ too.
 #
 # .whl holds the PyAV wheel for Python 3.12 (the GPU image has no PyAV): `python3 -m pip download --no-deps
@@ -32,15 +34,23 @@ step() {  # step NAME SECONDS COMMAND... (only the steps named in $ONLY when it 
   timeout "$secs" "$@" >>"$LOG" 2>&1
   echo "=== $name exit $? after $((SECONDS - t0))s" >>"$LOG"
 }
-step pytest_gpu 50 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py tests/test_sigreg_impl.py tests/test_localreg.py
-step sigreg 70 python3 bench/gpu_sigreg.py --out "$OUT" --budget-s 50
-step encoder 90 python3 bench/gpu_encoder.py --out "$OUT" --budget-s 65
-step data 30 python3 bench/gpu_data.py --out "$OUT" --budget-s 25
-step train 90 python3 bench/gpu_train.py --out "$OUT" --budget-s 75
-step eval 40 python3 bench/gpu_eval.py --out "$OUT" --budget-s 32
-step train_step 120 python3 bench/gpu_step.py --out "$OUT" --budget-s 110  # the block stack compiles as one graph now
-step deploy 35 python3 bench/gpu_deploy.py --out "$OUT" --budget-s 25
-# the earlier demo-preset search: by name only (ONLY=demo_sweep), it does not fit the 600 s of one device call
+REFERENCE=${REFERENCE:-$PWD/.ref/module.py}
+export REFERENCE
+# issue 47 first: the GPU tests of its paths, the reference code beside levjepa, SIGReg captured, the captured step
+step pytest_gpu 60 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_attention.py tests/test_sigreg_impl.py tests/test_localreg.py tests/test_train_step.py
+if [ -f "$REFERENCE" ]; then
+  step peer 200 python3 bench/gpu_peer.py --reference "$REFERENCE" --out "$OUT" --budget-s 170
+else
+  echo "=== peer skipped: no reference module.py at $REFERENCE (set REFERENCE or carry .ref/)" >>"$LOG"
+fi
+step sigreg 50 python3 bench/gpu_sigreg.py --out "$OUT" --budget-s 35
+step train_step 80 python3 bench/gpu_step.py --out "$OUT" --budget-s 65
+step encoder 55 python3 bench/gpu_encoder.py --out "$OUT" --budget-s 40
+step train 50 python3 bench/gpu_train.py --out "$OUT" --budget-s 40
+step eval 35 python3 bench/gpu_eval.py --out "$OUT" --budget-s 28
+step deploy 20 python3 bench/gpu_deploy.py --out "$OUT" --budget-s 15
+step fp16 20 python3 -m levjepa pretrain --preset demo-cpu train.precision=fp16 train.device=cuda train.steps=30 train.eval_at_end=false --no-progress --run-dir "$OUT/fp16"  # loss scaling on a GPU
+# by name only (ONLY=...): they do not fit the 600 s of one device call beside the others
+[ -n "${ONLY:-}" ] && step data 30 python3 bench/gpu_data.py --out "$OUT" --budget-s 25
 [ -n "${ONLY:-}" ] && step demo_sweep 110 python3 bench/demo_sweep.py --out "$OUT" --device cuda --jobs 4 --workers 3 --budget-s 60
-step fp16 30 python3 -m levjepa pretrain --preset demo-cpu train.precision=fp16 train.device=cuda train.steps=30 train.eval_at_end=false --no-progress --run-dir "$OUT/fp16"  # loss scaling on a GPU
 echo "done $(date +%T)" >>"$LOG"

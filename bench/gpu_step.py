@@ -12,7 +12,10 @@ normalised float views already on the GPU. Variants:
 * ``compiled``: ``train.compile=true`` (``VideoEncoder.compile_blocks()``: the block stack as one region,
   forward and backward, static shapes — one graph per view shape; each block on its own before 2026-12-04);
 * ``cudagraphs``: the same with ``mode="reduce-overhead"`` (CUDA graphs over each compiled region: at 158-
-  and 30-token sequences every kernel is small, and launch overhead is what a graph removes).
+  and 30-token sequences every kernel is small, and launch overhead is what a graph removes);
+* ``captured``: ``train.compile`` on CUDA since issue 47 (``levjepa.train.step.compile_step``): each view
+  group's whole forward, the projector and the loss as three CUDA graphs (dropping, patch embedding and
+  SIGReg inside them).
 
 Each reports ms/step, clips/s, peak ``max_memory_allocated``, compile/warm-up time, its first losses against
 eager's (same weights, same keys), and from ``torch.profiler``: the CUDA time of GEMM kernels and attention
@@ -41,7 +44,7 @@ from levjepa.presets import preset
 from levjepa.rng import sample_keys
 from levjepa.train.loop import build_models
 from levjepa.train.optim import build_optimizer
-from levjepa.train.step import Pretrainer, train_step
+from levjepa.train.step import Pretrainer, compile_regions, compile_step, train_step
 
 GEMM = ("gemm", "cutlass", "sm90_xmma", "sm80_xmma", "ampere", "hopper", "nvjet", "cublas")
 ATTENTION = ("fmha", "flash", "attention", "efficient")
@@ -53,11 +56,15 @@ def _setup(device: str, batch: int, smoke: bool, mode: str | None):
     overrides = ["data.sources=/unused", f"data.batch_size={batch}", f"train.batch_size={batch}"]
     cfg = apply_overrides(preset("vit-tiny-consumer"), overrides + (SMOKE if smoke else []))
     encoder, projector = build_models(cfg, seed=0)
-    if mode is not None:  # the smoke run checks the capture only (Inductor's CPU build takes minutes)
+    if mode not in (None, "step"):  # the smoke run checks the capture only (Inductor's CPU build takes minutes)
         encoder.compile_blocks(**({"backend": "aot_eager"} if smoke else {} if mode == "default" else {"mode": mode}))
     model = Pretrainer(encoder, projector).to(device)
-    objective = build_objective(cfg.objective).to(device)
-    objective.check_finite = False
+    objective = build_objective(cfg.objective, check_finite=False).to(device)
+    if mode == "step":
+        if smoke:
+            compile_regions(model, objective, backend="aot_eager")
+        else:
+            compile_step(model, objective, torch.device(device))
     opt = build_optimizer(model, cfg.optim)
     d = cfg.data
     g = torch.Generator().manual_seed(0)
@@ -152,7 +159,8 @@ def main() -> None:
         torch.backends.cuda.matmul.allow_tf32 = True
     results: dict[str, object] = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
     t_start = time.perf_counter()
-    for name, mode in (("eager", None), ("compiled", "default"), ("cudagraphs", "reduce-overhead")):
+    variants = (("eager", None), ("captured", "step"), ("compiled", "default"), ("cudagraphs", "reduce-overhead"))
+    for name, mode in variants:
         if time.perf_counter() - t_start > args.budget_s:
             results[name] = {"skipped": "over the time budget"}
             continue

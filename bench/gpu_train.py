@@ -75,8 +75,7 @@ def _step_bench(cfg, b: int, iters: int, compile_blocks: bool) -> dict:
     if compile_blocks:
         encoder.compile_blocks()
     model = Pretrainer(encoder, projector).to(device)
-    objective = build_objective(cfg.objective).to(device)
-    objective.check_finite = False
+    objective = build_objective(cfg.objective, check_finite=False).to(device)
     opt = build_optimizer(model, cfg.optim)
     batch = _batch(cfg, b, device)
 

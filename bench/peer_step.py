@@ -105,8 +105,7 @@ def levjepa_step(rho: float, batch: int, compile_blocks: bool = False) -> Callab
     model = Pretrainer(*build_models(cfg, seed=0))
     if compile_blocks:
         model.encoder.compile_blocks()
-    objective = build_objective(cfg.objective)
-    objective.check_finite = False
+    objective = build_objective(cfg.objective, check_finite=False)
     opt = build_optimizer(model, cfg.optim)
     views = list(_views(batch))
     keys = sample_keys(0, "drop", 0, positions=range(batch))
@@ -118,18 +117,30 @@ def levjepa_step(rho: float, batch: int, compile_blocks: bool = False) -> Callab
     return step
 
 
-def reference_step(path: str, rho: float, batch: int) -> Callable[[int], None]:
-    """``step(i)``: the reference step (module docstring) from the user's ``module.py`` at ``path``."""
+def reference_step(
+    path: str,
+    rho: float,
+    batch: int,
+    *,
+    factory: str = "vit_tiny",
+    views: tuple[torch.Tensor, torch.Tensor] | None = None,
+    autocast: torch.dtype | None = None,
+) -> Callable[[int], None]:
+    """``step(i)``: the reference step (module docstring) from the user's ``module.py`` at ``path``: the encoder
+    its ``factory`` builds, on the device of ``views`` (levjepa's layout, global ``[1, B, C, T, H, W]`` and local
+    ``[V, B, C, T, h, w]``; default: this script's CPU views), under ``autocast`` (``main.py``'s bf16-mixed)."""
     spec = importlib.util.spec_from_file_location("levjepa_reference_module", path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"--reference {path}: not a Python module")
     ref = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ref)
+    glob, local = views if views is not None else _views(batch)
+    device = glob.device
     torch.manual_seed(0)
-    encoder = ref.vit_tiny(
-        img_size=GLOBAL,
+    encoder = getattr(ref, factory)(
+        img_size=glob.shape[-1],
         patch_size=16,
-        num_frames=FRAMES,
+        num_frames=glob.shape[3],
         tubelet_size=1,
         use_rope=True,
         token_drop_rate=rho,
@@ -137,25 +148,26 @@ def reference_step(path: str, rho: float, batch: int) -> Callable[[int], None]:
         attn_mode="block_causal",
     ).train()
     projector = ref.Projector(input_dim=encoder.embed_dim, hidden_dim=2048, output_dim=256).train()
-    sigreg = ref.SIGReg()
+    encoder, projector, sigreg = encoder.to(device), projector.to(device), ref.SIGReg().to(device)
     params = [(n, p) for m in (encoder, projector) for n, p in m.named_parameters()]
     no_decay = [p for n, p in params if "bias" in n.lower() or "norm" in n.lower() or p.ndim == 1]
     decay = [p for n, p in params if not ("bias" in n.lower() or "norm" in n.lower() or p.ndim == 1)]
     groups = [{"params": decay, "weight_decay": 0.04}, {"params": no_decay, "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=4e-4, betas=(0.9, 0.95))
-    glob, local = _views(batch)
     global_frame = glob[0].transpose(1, 2).contiguous()  # [B, T, C, H, W]: the official loader's layout
     local_frames = local.permute(1, 0, 3, 2, 4, 5).contiguous()  # [B, V, T, C, H, W]
+    num_local = local.shape[0]
 
     def step(i: int) -> None:
         b = global_frame.shape[0]
         opt.zero_grad(set_to_none=True)
-        global_cls = encoder(global_frame.permute(0, 2, 1, 3, 4))[:, 0].unsqueeze(1)  # "b t c h w -> b c t h w"
-        local_tokens = encoder(local_frames.flatten(0, 1).permute(0, 2, 1, 3, 4))  # "b v t c h w -> (b v) c t h w"
-        local_cls = local_tokens[:, 0].reshape(b, NUM_LOCAL, -1)  # "(b v) d -> b v d"
-        embeddings = projector(torch.cat([global_cls, local_cls], dim=1))
-        pred_loss = (embeddings[:, :1] - embeddings).pow(2).mean()
-        loss = pred_loss + LAMBDA * sigreg(embeddings.transpose(0, 1))  # "b v d -> v b d"
+        with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
+            global_cls = encoder(global_frame.permute(0, 2, 1, 3, 4))[:, 0].unsqueeze(1)  # "b t c h w -> b c t h w"
+            local_tokens = encoder(local_frames.flatten(0, 1).permute(0, 2, 1, 3, 4))  # "b v t c h w -> (b v) ..."
+            local_cls = local_tokens[:, 0].reshape(b, num_local, -1)  # "(b v) d -> b v d"
+            embeddings = projector(torch.cat([global_cls, local_cls], dim=1))
+            pred_loss = (embeddings[:, :1] - embeddings).pow(2).mean()
+            loss = pred_loss + LAMBDA * sigreg(embeddings.transpose(0, 1))  # "b v d -> v b d"
         loss.backward()
         opt.step()
         float(loss)

@@ -6,16 +6,20 @@ import copy
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from levjepa.model import VideoEncoder, encoder_config
 from levjepa.model.attention import (
     SHORT_KEYS,
     TokenMeta,
     attend,
+    attend_spans,
     attn_bias,
     bidirectional,
     block_causal,
     build_attn_mask,
+    frame_kernel,
+    key_spans,
 )
 
 
@@ -172,3 +176,157 @@ def test_attend_is_sdpa_on_short_and_long_sequences(mask, keys, monkeypatch):
     assert bool(calls) == (keys > SHORT_KEYS or mask == "bool")
     for w, x in zip((want, *want_grads), (got, *got_grads), strict=True):
         assert torch.allclose(x, w, rtol=0, atol=1e-6 * float(w.abs().max()))
+
+
+# ---- whole frames without a mask ----------------------------------------------------------------------------
+
+
+def _frames_meta(sizes: list[int], cls: str | None, first_slot: int = 0) -> TokenMeta:
+    """Patches of consecutive slots (``sizes[i]`` tokens of slot ``first_slot + i``) with CLS at the newest slot
+    first (``cls="first"``), last (the streaming encoder's keys) or absent."""
+    frame = torch.cat([torch.full((n,), first_slot + i) for i, n in enumerate(sizes)])
+    is_cls = torch.zeros_like(frame, dtype=torch.bool)
+    newest = torch.tensor([first_slot + len(sizes) - 1])
+    if cls == "first":
+        frame, is_cls = torch.cat([newest, frame]), torch.cat([torch.tensor([True]), is_cls])
+    elif cls == "last":
+        frame, is_cls = torch.cat([frame, newest]), torch.cat([is_cls, torch.tensor([True])])
+    return TokenMeta(frame[None], is_cls[None])
+
+
+@pytest.mark.parametrize("window", [None, 1, 2, 5])
+@pytest.mark.parametrize(
+    ("q_sizes", "q_cls", "k_sizes", "k_cls", "k_first"),
+    [
+        ([4, 4, 4, 4], "first", [4, 4, 4, 4], "first", 0),  # a clip: CLS, then whole frames
+        ([3, 1, 5, 2], "first", [3, 1, 5, 2], "first", 0),  # frames of different sizes (tube dropping, ragged)
+        ([4, 4], None, [4, 4, 4, 4], None, -2),  # streaming: two new frames against the cache and themselves
+        ([1], "first", [4, 4, 4], "last", 0),  # a CLS readout over a stream's cache
+    ],
+)
+def test_key_spans_are_the_block_causal_mask(q_sizes, q_cls, k_sizes, k_cls, k_first, window):
+    """The spans stand for exactly the mask ``block_causal`` gives, whatever the frame sizes and windows."""
+    q = _frames_meta(q_sizes, q_cls)
+    if q_cls == "first" and len(q_sizes) == 1 and k_cls == "last":
+        q = TokenMeta(torch.tensor([[len(k_sizes) - 1]]), torch.tensor([[True]]))  # CLS alone, at the newest slot
+    k = _frames_meta(k_sizes, k_cls, first_slot=k_first)
+    spans = key_spans("block_causal", q, k, window)
+    assert spans is not None
+    assert torch.equal(spans.dense(k.frame.shape[1]), block_causal(q, k, window)[0])
+    # every query is in exactly one span, in order
+    assert [a for a, _ in spans.queries] == [0] + [b for _, b in spans.queries[:-1]]
+
+
+def test_key_spans_refuse_layouts_that_are_not_whole_frames():
+    m = _frames_meta([3, 3], "first")
+    shuffled = TokenMeta(m.frame[:, [0, 1, 4, 2, 5, 3, 6]], m.is_cls)  # slots 0, 1, 0, 1, ...: 3 key ranges a row
+    assert key_spans("block_causal", shuffled, shuffled) is None
+    per_clip = TokenMeta(m.frame.expand(2, -1), m.is_cls.expand(2, -1))  # one row per clip (dropping)
+    assert key_spans("block_causal", per_clip, per_clip) is None
+    with pytest.raises(ValueError, match="valid choices are block_causal, bidirectional"):
+        key_spans("causal", m, m)
+
+
+@pytest.mark.parametrize("window", [None, 2])
+@pytest.mark.parametrize("queries", [None, 1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_attend_spans_equals_masked_attention_forward_and_backward(window, queries, dtype):
+    """Unmasked attention over each run's keys is masked SDPA over all of them: outputs and the gradients of
+    queries, keys and values within 1e-5 (float32; 1e-12 in float64), long frames through SDPA's fused
+    kernel and short ones through the two-matmul path."""
+    g = torch.Generator().manual_seed(0)
+    m = _frames_meta([70, 70, 70, 70], "first")  # 281 tokens: long and short runs of keys
+    spans = key_spans("block_causal", m, m, window)
+    assert spans is not None
+    bias = attn_bias(block_causal(m, m, window)[:, None], torch.zeros(1, dtype=dtype))
+    b, h, n, hd = 2, 3, m.frame.shape[1], 16
+    q, k, v = (torch.randn(b, h, n, hd, generator=g, dtype=dtype, requires_grad=True) for _ in range(3))
+    nq = n if queries is None else queries
+    grad = torch.randn(b, h, nq, hd, generator=g, dtype=dtype)
+    want = torch.nn.functional.scaled_dot_product_attention(q[:, :, :nq], k, v, attn_mask=bias[:, :, :nq])
+    got = attend_spans(q[:, :, :nq], k, v, spans, queries)
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    for w, x in zip(
+        (want, *torch.autograd.grad(want, (q, k, v), grad)),
+        (got, *torch.autograd.grad(got, (q, k, v), grad)),
+        strict=True,
+    ):
+        assert x.shape == w.shape
+        assert float((x - w).abs().max()) <= tol * max(1.0, float(w.abs().max()))
+
+
+def test_flex_kernel_computes_the_spans_forward():
+    """The FlexAttention form of the spans (the CUDA option) is the same function; PyTorch's CPU FlexAttention
+    has a forward only, so the gradients are checked by the GPU test."""
+    g = torch.Generator().manual_seed(1)
+    m = _frames_meta([8, 8, 8], "first")
+    spans = key_spans("block_causal", m, m, 2)
+    assert spans is not None
+    q, k, v = (torch.randn(1, 2, 25, 16, generator=g) for _ in range(3))
+    with frame_kernel("flex"):
+        got = attend_spans(q, k, v, spans)
+        cls = attend_spans(q[:, :, :1], k, v, spans, queries=1)  # CLS alone (the last block of training)
+    want = attend_spans(q, k, v, spans)
+    assert float((got - want).abs().max()) < 1e-5
+    assert float((cls - want[:, :, :1]).abs().max()) < 1e-5
+    with pytest.raises(ValueError, match="valid choices are sdpa, flex"), frame_kernel("dense"):
+        pass
+
+
+class _LargestScores(TorchDispatchMode):
+    """Records the shape of every ``[..., n, n]`` output of any op (``n`` the tokens of a clip)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n, self.square = n, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, tuple) else (out,):
+            if isinstance(t, torch.Tensor) and t.dim() >= 2 and t.shape[-1] == t.shape[-2] == self.n:
+                self.square.append(tuple(t.shape))
+        return out
+
+
+@pytest.mark.parametrize("window", [None, 2])
+def test_no_token_by_token_tensor_exists_when_whole_frames_are_kept(window):
+    """Inference and ρ = 0 training keep whole frames: no op of the forward or the backward makes an ``L × L``
+    tensor (the attention pattern costs O(L)); with dropping, the per-clip bias does."""
+    torch.manual_seed(0)
+    enc = VideoEncoder(encoder_config("vit-test", drop_ratio=0.0))
+    video = torch.randn(2, 3, 6, 32, 32)  # 6 frames of 16 tokens
+    n = 1 + 6 * 16
+    with _LargestScores(n) as seen:
+        enc.forward_features(video, window=window).tokens.sum().backward()
+        enc.forward_views(video[None], generator=torch.Generator().manual_seed(0)).sum().backward()  # ρ = 0
+    assert seen.square == []
+    dropping = VideoEncoder(encoder_config("vit-test", drop_ratio=0.25))
+    with _LargestScores(1 + 72) as seen:
+        dropping.forward_features(video, drop=True, generator=torch.Generator().manual_seed(0))
+    assert seen.square  # the check can fail
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["sdpa", "flex"])
+def test_spans_on_cuda_equal_the_dense_mask(kernel):
+    """Whole frames on CUDA, by each frame kernel, against SDPA with the dense mask on the same GPU: outputs and
+    the gradients of queries, keys and values (float32), and bf16 outputs within bf16's rounding."""
+    assert torch.cuda.is_available(), "the gpu marker needs a CUDA device"
+    g = torch.Generator(device="cuda").manual_seed(0)
+    m = _frames_meta([196] * 8, "first")  # 8 frames of 14 × 14 patches, CLS first
+    spans = key_spans("block_causal", m, m)
+    assert spans is not None
+    allowed = block_causal(m, m)[:, None].cuda()
+    for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
+        q, k, v = (torch.randn(2, 4, 1 + 8 * 196, 64, generator=g, device="cuda", dtype=dtype) for _ in range(3))
+        q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+        grad = torch.randn_like(q)
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        with frame_kernel(kernel):
+            got = attend_spans(q, k, v, spans)
+        for w, x in zip(
+            (want, *torch.autograd.grad(want, (q, k, v), grad)),
+            (got, *torch.autograd.grad(got, (q, k, v), grad)),
+            strict=True,
+        ):
+            assert float((x - w).float().abs().max()) <= tol * max(1.0, float(w.float().abs().max()))

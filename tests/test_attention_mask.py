@@ -142,6 +142,16 @@ def test_forward_and_gradients_equal_the_per_layer_boolean_mask(attention, drop,
     _compare(enc, torch.randn(3, 3, 4, 32, 24), drop=drop != "none")
 
 
+@pytest.mark.parametrize("layout", ["levjepa", "vjepa2"])
+@pytest.mark.parametrize("tubelet", [1, 2])
+def test_rho_zero_training_takes_whole_frames_and_equals_the_reference(tubelet, layout):
+    """ρ = 0 keeps every token: the training forward (``drop=True``) computes the spans of whole frames, with
+    the outputs and gradients of the per-clip boolean mask."""
+    torch.manual_seed(4)
+    enc = VideoEncoder(encoder_config("vit-test", tubelet=tubelet, rope_layout=layout, drop_ratio=0.0))
+    _compare(enc, torch.randn(2, 3, 4, 32, 24), drop=True)
+
+
 @pytest.mark.parametrize("tubelet", [1, 2])
 def test_windowed_forward_equals_the_reference(tubelet):
     torch.manual_seed(1)
@@ -149,9 +159,10 @@ def test_windowed_forward_equals_the_reference(tubelet):
     _compare(enc, torch.randn(2, 3, 8, 16, 16), drop=False, window=2 * tubelet)
 
 
-def test_forward_views_equals_the_reference_per_group():
+@pytest.mark.parametrize("drop_ratio", [0.5, 0.0])  # 0: whole frames, the spans with CLS alone in the last block
+def test_forward_views_equals_the_reference_per_group(drop_ratio):
     torch.manual_seed(2)
-    enc = VideoEncoder(encoder_config("vit-test", drop_ratio=0.5))
+    enc = VideoEncoder(encoder_config("vit-test", drop_ratio=drop_ratio))
     ref = copy.deepcopy(enc)
     groups = (torch.randn(1, 2, 3, 4, 32, 32), torch.randn(3, 2, 3, 4, 16, 16))
     keys = sample_keys(0, "drop", 0, positions=range(2))
@@ -210,19 +221,21 @@ def _saved_masks(enc: VideoEncoder, video: Tensor, drop: bool) -> list[tuple[int
 
 
 @pytest.mark.parametrize("kernel", ["sdpa", "short"])
-def test_autograd_keeps_one_bias_of_batch_one_when_nothing_is_dropped(kernel, monkeypatch):
-    """Through SDPA (long sequences, CUDA) autograd keeps the one shared bias; through the CPU short-sequence
-    path (``attention.attend``) it keeps none, the bias being only added to the scores."""
+def test_autograd_keeps_no_mask_without_dropping_and_one_bias_per_clip_with_it(kernel, monkeypatch):
+    """Whole frames need no mask: without dropping autograd keeps no ``L × L`` tensor at all (the spans of
+    ``attention.key_spans``); with dropping, through SDPA (long sequences, CUDA), it keeps the one per-clip bias
+    for every layer, and through the CPU short-sequence path (``attention.attend``) none, the bias being only
+    added to the scores."""
     if kernel == "sdpa":
         monkeypatch.setattr(attention, "SHORT_KEYS", 0)
     torch.manual_seed(0)
     enc = VideoEncoder(encoder_config("vit-test", depth=3))
     video = torch.randn(4, 3, 4, 16, 16)  # 4 clips, 1 + 16 tokens each
     kept, dropped = _saved_masks(enc, video, drop=False), _saved_masks(enc, video, drop=True)
+    assert kept == []
     if kernel == "short":
-        assert kept == [] and dropped == []
+        assert dropped == []
         return
-    assert kept == [(1, 1, 17, 17)]  # one for all 3 layers and all 4 clips
     assert len(dropped) == 1 and dropped[0][0] == 4  # per clip, still one for all layers
 
 

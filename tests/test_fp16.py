@@ -24,8 +24,7 @@ from train_utils import tiny_config
 def _setup(*overrides):
     cfg = tiny_config("optim.grad_clip=none", *overrides)
     model = Pretrainer(*build_models(cfg, seed=0))
-    objective = build_objective(cfg.objective)
-    objective.check_finite = False
+    objective = build_objective(cfg.objective, check_finite=False)
     return cfg, model, objective, build_optimizer(model, cfg.optim)
 
 

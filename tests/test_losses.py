@@ -162,11 +162,9 @@ def test_objective_module_rejects_a_tensor_step_and_bad_shapes():
 def test_objective_forward_reads_no_tensor_value_on_the_host(monkeypatch):
     z = _z(v=3, b=16, dtype=torch.float32).requires_grad_(True)
     modules = [
-        build_objective(ObjectiveConfig(name=n, num_directions=16, local_directions=16))
+        build_objective(ObjectiveConfig(name=n, num_directions=16, local_directions=16), check_finite=False)
         for n in ("levjepa", "lejepa", "localejepa")
     ]
-    for m in modules:
-        m.check_finite = False
 
     def forbidden(*args, **kwargs):
         raise AssertionError("host read of a tensor value inside the objective's forward pass")
@@ -186,3 +184,17 @@ def test_the_levjepa_objective_refuses_a_second_global_view():
         ObjectiveConfig(name="levjepa", num_global_views=2)
     assert ObjectiveConfig(name="lejepa", num_global_views=2).num_global_views == 2
     assert ObjectiveConfig(name="localejepa", num_global_views=2).num_global_views == 2
+
+
+@pytest.mark.parametrize("name", ["levjepa", "lejepa", "localejepa"])
+def test_check_finite_is_fixed_at_construction(name):
+    """By default a CPU objective refuses non-finite projections in one line; built with ``check_finite=False``
+    (what the trainer does) it computes a non-finite loss instead, which skips the step."""
+    cfg = ObjectiveConfig(name=name, num_directions=16, local_directions=16)
+    z = _z(v=3, b=16, dtype=torch.float32)
+    z[1, 2, 0] = float("nan")
+    with pytest.raises(ValueError, match="non-finite"):
+        build_objective(cfg)(z, 0)
+    quiet = build_objective(cfg, check_finite=False)
+    assert quiet.check_finite is False and build_objective(cfg).check_finite is None
+    assert not torch.isfinite(quiet(z, 0).loss)

@@ -181,3 +181,60 @@ def test_rotary_qkv_is_the_rotation_of_queries_and_keys_forward_and_backward(
         refs = _qkv_by_definition(base.view(b, n, 3, h, hd), cos, sin)
         (ref,) = torch.autograd.grad(sum((refs[i] * weights[i]).sum() for i in used), base)
         torch.testing.assert_close(grad, ref, rtol=0, atol=1e-5 if dtype == torch.float32 else 1e-12)
+
+
+def test_tables_take_the_compute_dtype_of_16_bit_runs_only():
+    rope, pos = Rope3D(16), torch.randint(0, 8, (1, 5, 3))
+    for like in (torch.zeros(1, dtype=torch.float32), torch.zeros(1, dtype=torch.float64)):
+        assert all(t.dtype == torch.float32 for t in rope.tables(pos, like))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cos, sin = rope.tables(pos, torch.zeros(1))
+    assert cos.dtype == sin.dtype == torch.bfloat16
+    torch.testing.assert_close(cos.float(), rope(pos)[0], rtol=2**-8, atol=0)
+    assert all(t.dtype == torch.float16 for t in rope.tables(pos, torch.zeros(1, dtype=torch.float16)))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rotation_in_the_compute_dtype_is_within_its_rounding(dtype):
+    """Queries and keys rotated in bf16 / fp16 with tables of that dtype (one autograd function, no float32
+    intermediate) against the float32 rotation of the same inputs cast once: within a few units of the
+    dtype's last place, forward and backward."""
+    torch.manual_seed(0)
+    b, n, h, hd = 2, 40, 3, 64
+    rope = Rope3D(hd)
+    pos = torch.randint(0, 16, (1, n, 3))
+    qkv32 = torch.randn(b, n, 3 * h * hd)
+    qkv = qkv32.to(dtype).requires_grad_(True)
+    eps = torch.finfo(dtype).eps
+    low = rotary_qkv(qkv.view(b, n, 3, h, hd), *(t.to(dtype) for t in rope(pos)))
+    ref_in = qkv.detach().float().requires_grad_(True)
+    ref = rotary_qkv(ref_in.view(b, n, 3, h, hd), *rope(pos))
+    weights = [torch.randn(b, h, n, hd) for _ in range(3)]
+    for got, want in zip(low, ref, strict=True):
+        assert got.dtype == dtype and got.is_contiguous()
+        assert float((got.float() - want).abs().max()) <= 4 * eps * float(want.abs().max())
+    (g,) = torch.autograd.grad(sum((o * w.to(dtype)).sum() for o, w in zip(low, weights, strict=True)), qkv)
+    (r,) = torch.autograd.grad(sum((o * w).sum() for o, w in zip(ref, weights, strict=True)), ref_in)
+    assert float((g.float() - r).abs().max()) <= 8 * eps * float(r.abs().max())
+
+
+def test_a_bf16_encoder_is_as_close_to_float32_as_with_float32_tables(monkeypatch):
+    """Under bf16 autocast the whole encoder, RoPE in bf16, stays as close to its float32 outputs as with the
+    rotation in float32 (what it computed before): the rotation adds nothing to bf16's own error."""
+    from levjepa.model import VideoEncoder, encoder_config
+
+    torch.manual_seed(0)
+    enc = VideoEncoder(encoder_config("vit-test", depth=4)).eval()
+    video = torch.randn(2, 3, 4, 32, 32)
+
+    def error() -> float:
+        with torch.no_grad():
+            want = enc.forward_features(video).tokens
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                got = enc.forward_features(video).tokens.float()
+        return float((got - want).norm() / want.norm())
+
+    in_bf16 = error()
+    monkeypatch.setattr(Rope3D, "tables", lambda self, positions, like: self(positions))  # float32 tables
+    in_float32 = error()
+    assert 0 < in_bf16 <= 1.25 * in_float32 + 1e-3

@@ -154,8 +154,7 @@ def test_derived_seeds_differ_for_nearby_pairs():
 def test_forward_reads_no_tensor_value_on_the_host(monkeypatch):
     # A host read (.item(), .tolist(), bool(t), ...) is a device sync on a GPU; on CPU we can forbid them.
     z = torch.randn(2, 32, 8, requires_grad=True)
-    reg = SIGReg(num_directions=16, seed=1)
-    reg.check_finite = False
+    reg = SIGReg(num_directions=16, seed=1, check_finite=False)
 
     def forbidden(*args, **kwargs):
         raise AssertionError("host read of a tensor value inside the forward pass")

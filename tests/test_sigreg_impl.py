@@ -108,12 +108,14 @@ def test_chunked_keeps_only_n_by_m_tensors_for_backward():
 _INTERPRETED_RUN = """
 import sys, torch
 from levjepa.objective import _chunked, triton_sigreg
+from levjepa.objective.sigreg import ecf_stats
 assert triton_sigreg.AVAILABLE and triton_sigreg.INTERPRET, "triton is a test dependency: pip install triton"
 cases, step = torch.load(sys.argv[1])
 results = []
 for u, upstream in cases:
     out = {}
     for name, fn in (("fused", lambda x: triton_sigreg.ecf_stats(x, step, 17)),
+                     ("operator", lambda x: ecf_stats(x, 17, step * 16, "triton")),
                      ("twin", lambda x: _chunked.ecf_stats(x, step, 17))):
         uu = u.clone().requires_grad_(True)
         stats = fn(uu)
@@ -147,11 +149,27 @@ def test_triton_kernels_equal_the_chunked_path_under_the_interpreter():
     for views, n, m in ((1, 37, 21), (2, 40, 16), (1, 300, 20)):
         cases.append((torch.randn(views, n, m, generator=g) * 1.5 + 0.2, torch.randn(views, 2, 17, m, generator=g)))
     for (u, upstream), out in zip(cases, _run_interpreted(cases, step), strict=True):
-        for f, c in zip(out["fused"], out["twin"], strict=True):
+        for f, c, op in zip(out["fused"], out["twin"], out["operator"], strict=True):
             torch.testing.assert_close(f, c, rtol=1e-5, atol=2e-6)
+            assert torch.equal(op, f)  # the levjepa::ecf_stats operator runs the same kernels
         exact = _stats_and_grad(lambda x: _chunked.ecf_stats(x, step, 17), u.double(), upstream.double())
         torch.testing.assert_close(out["fused"][0].double(), exact[0], rtol=1e-5, atol=2e-6)
         torch.testing.assert_close(out["fused"][1].double(), exact[1], rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_statistics_operator_is_registered_for_autograd_and_compile(dtype):
+    """``levjepa::ecf_stats`` (what ``torch.compile`` keeps whole in a compiled loss): its schema, fake tensor
+    and autograd registrations agree with what it computes (``torch.library.opcheck``), and it is the chunked
+    autograd function's statistics and gradient."""
+    g = torch.Generator().manual_seed(5)
+    u = (torch.randn(2, 30, 8, generator=g, dtype=dtype) * 1.3).requires_grad_(True)
+    torch.library.opcheck(torch.ops.levjepa.ecf_stats.default, (u, 3.0 / 16, 17, "chunked"))
+    upstream = torch.randn(2, 2, 17, 8, generator=g, dtype=dtype)
+    via_op = _stats_and_grad(lambda x: torch.ops.levjepa.ecf_stats(x, 3.0 / 16, 17, "chunked"), u.detach(), upstream)
+    direct = _stats_and_grad(lambda x: _chunked.ecf_stats(x, 3.0 / 16, 17), u.detach(), upstream)
+    for a, b in zip(via_op, direct, strict=True):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.gpu

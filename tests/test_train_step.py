@@ -5,6 +5,7 @@ The global (GradCache) accumulation is checked in ``test_accumulation.py``.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import fields, replace
 from typing import Literal, get_args, get_origin, get_type_hints
 
@@ -17,15 +18,14 @@ from levjepa.objective import build_objective
 from levjepa.rng import make_generator, sample_keys
 from levjepa.train.loop import build_models
 from levjepa.train.optim import build_optimizer
-from levjepa.train.step import Pretrainer, clip_gradients, train_step
+from levjepa.train.step import Pretrainer, clip_gradients, compile_regions, compile_step, train_step
 from train_utils import tiny_config
 
 
 def _setup(*overrides: str):
     cfg = tiny_config(*overrides)
     model = Pretrainer(*build_models(cfg, seed=0))
-    objective = build_objective(cfg.objective)
-    objective.check_finite = False  # as in the loop: non-finite input skips the step
+    objective = build_objective(cfg.objective, check_finite=False)  # as in the loop: non-finite input skips the step
     return cfg, model, objective, build_optimizer(model, cfg.optim)
 
 
@@ -202,3 +202,54 @@ def test_clip_gradients_is_torchs_clip_bit_for_bit(scale):
     torch.testing.assert_close(norm, want, rtol=0, atol=0, equal_nan=True)
     for a, b in zip(ours, theirs, strict=True):
         torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.slow  # torch.compile: ~16 s a case on the 2-core machine
+@pytest.mark.parametrize("objective_name", ["levjepa", "lejepa"])
+def test_the_captured_step_is_the_eager_step(objective_name):
+    """``train.compile``'s CUDA form on the CPU (``compile_regions`` with ``fullgraph=True``: each view group's
+    forward — keyed dropping to normalised CLS —, the projector and the loss, SIGReg's operator inside it, are
+    one graph each, with nothing between their kernels, what a CUDA graph captures): two steps of GradCache over
+    two micro-batches (the re-forward replays the group graphs) give the eager step's losses, gradients and
+    weights."""
+    overrides = ("optim.warmup_steps=0", f"objective.name={objective_name}", "train.batch_size=16")
+    cfg, model, objective, opt = _setup(*overrides)
+    twin, twin_objective = copy.deepcopy(model), build_objective(cfg.objective, check_finite=False)
+    twin_opt = build_optimizer(twin, cfg.optim)
+    torch._dynamo.reset()
+    compile_regions(twin, twin_objective, backend="aot_eager", fullgraph=True)
+    micro = _batches(cfg, 2)
+    keys = [sample_keys(0, "drop", 0, positions=range(8 * i, 8 * i + 8)) for i in range(2)]
+    for step in range(2):
+        want = train_step(model, objective, opt, micro, keys, step=step, lr=1e-3, grad_clip=1.0)
+        got = train_step(twin, twin_objective, twin_opt, micro, keys, step=step, lr=1e-3, grad_clip=1.0)
+        assert float((got.loss - want.loss).abs()) <= 1e-5 * float(want.loss.abs())
+        for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
+            assert float((q.grad - p.grad).abs().max()) <= 1e-4 * float(p.grad.abs().max()) + 1e-9, name
+            assert float((q - p).detach().abs().max()) <= 1e-5, name
+
+
+@pytest.mark.gpu
+def test_the_cuda_graph_step_is_the_eager_step():
+    """``train.compile`` on CUDA (``compile_step``: the regions as CUDA graphs, ``mode="reduce-overhead"``)
+    against the eager step on the same GPU, GradCache over two micro-batches, three steps: the same losses and
+    weights to float32 rounding of the TF32-free products."""
+    assert torch.cuda.is_available(), "the gpu marker needs a CUDA device"
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.device("cuda")
+    cfg, model, objective, opt = _setup("optim.warmup_steps=0", "train.batch_size=16")
+    model = model.to(dev)
+    opt = build_optimizer(model, cfg.optim)
+    twin = copy.deepcopy(model)
+    twin_objective = build_objective(cfg.objective, check_finite=False)
+    twin_opt = build_optimizer(twin, cfg.optim)
+    torch._dynamo.reset()
+    compile_step(twin, twin_objective, dev)
+    micro = [[v.to(dev) for v in b] for b in _batches(cfg, 2)]
+    keys = [sample_keys(0, "drop", 0, positions=range(8 * i, 8 * i + 8), device=dev) for i in range(2)]
+    for step in range(3):
+        want = train_step(model, objective, opt, micro, keys, step=step, lr=1e-3, grad_clip=1.0)
+        got = train_step(twin, twin_objective, twin_opt, micro, keys, step=step, lr=1e-3, grad_clip=1.0)
+        assert float((got.loss - want.loss).abs()) <= 1e-4 * float(want.loss.abs()), step
+    for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
+        assert float((q - p).detach().abs().max()) <= 1e-4, name

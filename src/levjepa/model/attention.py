@@ -35,31 +35,56 @@ Design:
   broadcast over heads, except for short float32 sequences on the CPU (see there). On CUDA, SDPA picks a
   fused kernel that accepts arbitrary masks (memory-efficient attention); without a mask it can take the
   flash kernel. Attention scores are ~2 % of the encoder's FLOPs at ρ = 0.95 (158- and 30-token
-  sequences), so no mask-specialised kernel was written; ``bench/gpu_encoder.py`` times the op per backend
-  and mask type, and the whole step with and without mask.
+  sequences), so no mask-specialised kernel was written for training; ``bench/gpu_encoder.py`` times the op
+  per backend and mask type, and the whole step with and without mask.
+* **Whole frames need no mask** (:class:`KeySpans`). When every clip holds the same tokens in time-major
+  order — nothing dropped: inference, extraction, ρ = 0 — every query of one temporal slot reads the same
+  *contiguous* run of keys (a patch of slot ``t``: the patches of slots ``≤ t``, within the window; CLS:
+  itself and every patch). :func:`key_spans` finds those runs by evaluating the same predicate on the token
+  metadata, one row per run of equal ``(frame, is_cls)`` (never ``index // tokens_per_frame``), and
+  :func:`attend_spans` computes each run of queries as one unmasked attention over its keys: the same
+  function as the masked one (``tests/test_attention.py``: outputs and gradients within 1e-5), half of its
+  score FLOPs (the future is never computed), and no ``L × L`` tensor anywhere, so the attention pattern
+  costs O(L) memory where the bias cost O(L²) (39 MiB at 16 × 224², 600 MiB at 64 frames). On the CPU the
+  runs go through SDPA's fused kernel one after another (``bench/encoder.md``, "Clip inference"; FlexAttention
+  was measured there too: its CPU kernel has no backward, its compiled forward is slower than the dense
+  mask); on CUDA the same runs can be computed by one FlexAttention call with a block mask built from the
+  spans (:func:`frame_kernel`, ``"flex"``; not the default until measured on a GPU, ``bench/gpu_peer.py``).
+  Traced code keeps the dense bias: ``torch.export`` / ONNX (shapes are symbolic there, so the exported
+  graphs are unchanged) and a forward compiled whole (``VideoEncoder.compile_views``, whose training views
+  drop tokens anyway), since reading the metadata is a host step a graph cannot hold.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+import contextlib
+import itertools
+from collections.abc import Iterator
+from typing import Any, NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from levjepa.model.linear import linear
-from levjepa.model.rope import rotary_qkv
+from levjepa.model.rope import compute_dtype, rotary_qkv
 
 __all__ = [
+    "FRAME_KERNELS",
     "SHORT_KEYS",
     "Attention",
+    "AttnPattern",
     "KVCache",
+    "KeySpans",
     "TokenMeta",
     "attend",
+    "attend_spans",
     "attn_bias",
     "bidirectional",
     "block_causal",
     "build_attn_mask",
+    "frame_kernel",
+    "key_spans",
 ]
 
 
@@ -122,9 +147,7 @@ def attn_bias(attn_mask: Tensor | None, like: Tensor) -> Tensor | None:
     tokens) will have: the autocast dtype under autocast, ``like.dtype`` otherwise. ``None`` stays ``None``."""
     if attn_mask is None:
         return None
-    device = like.device.type
-    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else like.dtype
-    bias = torch.zeros(attn_mask.shape, dtype=dtype, device=attn_mask.device)
+    bias = torch.zeros(attn_mask.shape, dtype=compute_dtype(like), device=attn_mask.device)
     return bias.masked_fill_(~attn_mask, float("-inf"))
 
 
@@ -151,6 +174,140 @@ def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None) -> Tensor:
     return torch.matmul(scores.softmax(dim=-1), v)
 
 
+class KeySpans(NamedTuple):
+    """An attention pattern as contiguous runs, no mask: the queries ``queries[i] = (start, end)`` read exactly
+    the keys in the ranges ``keys[i]`` (one or two ``(start, end)``), every clip alike (:func:`key_spans`)."""
+
+    queries: tuple[tuple[int, int], ...]
+    keys: tuple[tuple[tuple[int, int], ...], ...]
+
+    def dense(self, num_keys: int) -> Tensor:
+        """The ``[Lq, Lk]`` boolean mask these spans stand for (what the tests compare with the predicates)."""
+        allowed = torch.zeros(self.queries[-1][1], num_keys, dtype=torch.bool)
+        for (a, b), ranges in zip(self.queries, self.keys, strict=True):
+            for c, d in ranges:
+                allowed[a:b, c:d] = True
+        return allowed
+
+
+AttnPattern = Tensor | KeySpans | None  # a boolean or additive mask, spans of whole frames, or every pair
+
+
+# more runs than this (tokens in no useful order, or one token per frame) and the dense mask is used instead
+MAX_SPANS = 1024
+
+
+def _runs(meta: TokenMeta) -> list[tuple[int, int]]:
+    """``(start, end)`` of each run of consecutive tokens with equal ``(frame, is_cls)`` in a ``[1, L]`` row."""
+    f, c = meta.frame[0], meta.is_cls[0]
+    change = ((f[1:] != f[:-1]) | (c[1:] != c[:-1])).nonzero().flatten() + 1
+    edges = [0, *change.tolist(), f.numel()]
+    return list(itertools.pairwise(edges))
+
+
+def key_spans(kind: str, q: TokenMeta, k: TokenMeta, window: int | None = None) -> KeySpans | None:
+    """The pattern ``kind`` (within ``window`` slots) as :class:`KeySpans`, or ``None`` where it has no such
+    form: metadata that is not one row shared by the batch, runs that read more than two key ranges (tokens
+    not in time-major order), a run that reads nothing, or more than :data:`MAX_SPANS` runs.
+
+    The metadata must be on the CPU (it is read here; callers build it there, so no device synchronises).
+    Each run of queries with equal ``(frame, is_cls)`` gets the key ranges of the predicate's row for its
+    first query — the predicates depend on nothing else, so the spans are the mask, exactly."""
+    if kind not in MASKS:
+        raise ValueError(f"attention {kind!r}: valid choices are {', '.join(MASKS)}")
+    if q.frame.shape[0] != 1 or k.frame.shape[0] != 1 or q.frame.device.type != "cpu":
+        return None
+    runs = _runs(q)
+    if len(runs) > MAX_SPANS:
+        return None
+    queries, keys = [], []
+    for a, b in runs:
+        row = MASKS[kind](TokenMeta(q.frame[:, a : a + 1], q.is_cls[:, a : a + 1]), k, window)[0, 0]  # [Lk]
+        step = torch.diff(
+            row.to(torch.int8), prepend=row.new_zeros(1, dtype=torch.int8), append=row.new_zeros(1, dtype=torch.int8)
+        )
+        starts, ends = (step == 1).nonzero().flatten().tolist(), (step == -1).nonzero().flatten().tolist()
+        if not 1 <= len(starts) <= 2:
+            return None
+        queries.append((a, b))
+        keys.append(tuple(zip(starts, ends, strict=True)))
+    return KeySpans(tuple(queries), tuple(keys))
+
+
+FRAME_KERNELS = ("sdpa", "flex")
+_frame_kernel = "sdpa"
+
+
+@contextlib.contextmanager
+def frame_kernel(name: str) -> Iterator[None]:
+    """Within the block, :func:`attend_spans` computes the spans with ``name``: ``"sdpa"`` (the default: one
+    unmasked SDPA call per run of queries) or ``"flex"`` (one FlexAttention call with a block mask made from
+    the spans; CUDA, or the CPU forward only: PyTorch's CPU FlexAttention has no backward)."""
+    global _frame_kernel
+    if name not in FRAME_KERNELS:
+        raise ValueError(f"frame kernel {name!r}: valid choices are {', '.join(FRAME_KERNELS)}")
+    saved, _frame_kernel = _frame_kernel, name
+    try:
+        yield
+    finally:
+        _frame_kernel = saved
+
+
+def _span_keys(x: Tensor, ranges: tuple[tuple[int, int], ...]) -> Tensor:
+    """``x[:, :, ranges]`` along the token axis: a view for one range, a copy for two."""
+    parts = [x[:, :, c:d] for c, d in ranges]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+
+
+def attend_spans(q: Tensor, k: Tensor, v: Tensor, spans: KeySpans, queries: int | None = None) -> Tensor:
+    """Attention of ``[B, h, Lq, hd]`` queries under ``spans`` (module docstring, "Whole frames need no
+    mask"): each run of queries attends its keys with no mask, through :func:`attend`; the outputs of the
+    first ``queries`` queries only when given (``q`` then holds just those)."""
+    if _frame_kernel == "flex":
+        return _flex(q, k, v, spans)
+    out = []
+    for (a, b), ranges in zip(spans.queries, spans.keys, strict=True):
+        if queries is not None and a >= queries:
+            break
+        b = b if queries is None else min(b, queries)
+        out.append(attend(q[:, :, a:b], _span_keys(k, ranges), _span_keys(v, ranges), None))
+    return out[0] if len(out) == 1 else torch.cat(out, dim=2)
+
+
+_BLOCK_MASKS: dict[tuple[Any, ...], Any] = {}
+_FLEX: list[Any] = []  # the compiled flex_attention, made on first use
+
+
+def _flex(q: Tensor, k: Tensor, v: Tensor, spans: KeySpans) -> Tensor:
+    """The spans as one FlexAttention call over the ``q.shape[2]`` first queries: its block mask (per spans,
+    query and key counts and device, cached) reads, for each query, the first and second key range of its
+    run — O(L) tensors, no ``L × L`` mask."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    lq, lk = q.shape[2], k.shape[2]
+    key = (spans, lq, lk, q.device)
+    if key not in _BLOCK_MASKS:
+        n = spans.queries[-1][1]
+        lo, hi = torch.zeros(2, n, dtype=torch.long), torch.zeros(2, n, dtype=torch.long)
+        for (a, b), ranges in zip(spans.queries, spans.keys, strict=True):
+            for r, (c, d) in enumerate(ranges):
+                lo[r, a:b], hi[r, a:b] = c, d
+        lo, hi = lo[:, :lq].to(q.device), hi[:, :lq].to(q.device)
+
+        def mask_mod(b: Tensor, h: Tensor, qi: Tensor, ki: Tensor) -> Tensor:
+            return ((ki >= lo[0, qi]) & (ki < hi[0, qi])) | ((ki >= lo[1, qi]) & (ki < hi[1, qi]))
+
+        _BLOCK_MASKS[key] = create_block_mask(mask_mod, None, None, lq, lk, device=str(q.device))
+    fn = flex_attention
+    if q.device.type == "cuda":
+        if not _FLEX:
+            _FLEX.append(torch.compile(flex_attention, dynamic=False))
+        fn = _FLEX[0]
+    out = fn(q, k, v, block_mask=_BLOCK_MASKS[key])
+    assert isinstance(out, Tensor)
+    return out
+
+
 class KVCache(Protocol):
     """Streaming hook: receives this call's rotated keys/values ``[B, h, L, hd]`` and returns the keys/values
     to attend over (the cached past followed by them), storing what it keeps."""
@@ -171,13 +328,14 @@ class Attention(nn.Module):
         self,
         x: Tensor,
         rope: tuple[Tensor, Tensor],
-        attn_mask: Tensor | None,
+        attn_mask: AttnPattern,
         kv_cache: KVCache | None = None,
         queries: int | None = None,
     ) -> Tensor:
         """``x`` ``[B, L, D]``; ``rope`` from ``Rope3D`` (``[B or 1, 1, L, hd]``); ``attn_mask`` boolean or
-        additive (:func:`attn_bias`), ``[B or 1, 1, L, L_k]``, or ``None``. ``queries``: the outputs of only the
-        first ``queries`` tokens ``[B, queries, D]``, reading the keys and values of all (``None``: every token's)."""
+        additive (:func:`attn_bias`), ``[B or 1, 1, L, L_k]``, :class:`KeySpans` (whole frames, no mask) or
+        ``None``. ``queries``: the outputs of only the first ``queries`` tokens ``[B, queries, D]``, reading the
+        keys and values of all (``None``: every token's)."""
         b, n, d = x.shape
         qkv = linear(x, self.qkv).view(b, n, 3, self.heads, d // self.heads)
         q, k, v = rotary_qkv(qkv, *rope)  # [B, h, L, hd] each
@@ -186,6 +344,10 @@ class Attention(nn.Module):
         if queries is not None:
             n = queries
             q = q[:, :, :n]
-            attn_mask = None if attn_mask is None else attn_mask[:, :, :n]
-        y = attend(q, k, v, attn_mask)  # [B, h, L, hd]
+            if isinstance(attn_mask, Tensor):
+                attn_mask = attn_mask[:, :, :n]
+        if isinstance(attn_mask, KeySpans):
+            y = attend_spans(q, k, v, attn_mask, queries)  # [B, h, L, hd]
+        else:
+            y = attend(q, k, v, attn_mask)  # [B, h, L, hd]
         return linear(y.transpose(1, 2).reshape(b, n, d), self.proj)

@@ -26,7 +26,13 @@ Design (the choices the paper leaves open):
   position-free, so this position only shapes how CLS weighs patches: by how far back a frame is, not by
   its absolute index, which is what a sliding-window stream of any length needs. Under bidirectional
   attention the same position is used.
-* Angles, cos and sin are computed in float32 and the rotated query/key are cast back to the input dtype.
+* Angles, cos and sin are computed in float32. :meth:`Rope3D.tables` then casts them, once per forward, to the
+  dtype the queries will have when that is a 16-bit float (the autocast dtype under autocast), so that the
+  rotation runs in the compute dtype — under bf16 autocast three bf16 elementwise kernels, no float32
+  intermediate and no casts (the convention of Hugging Face's Llama); the rotation's two products then round
+  in bf16 each instead of once, a difference of the order of bf16's own rounding of the queries
+  (``tests/test_rope.py``). Float32 and float64 runs keep float32 tables and are unchanged. Tables in another
+  dtype than the queries' (a stream run under autocast) still rotate in float32 and cast back.
 * The tables are computed once per forward and shared by every layer; :func:`apply_rope` is one autograd
   function (three kernels forward, three backward: no copy of the swapped halves, and autograd saves only
   the tables). :func:`rotary_qkv` is what the attention layer calls: from its ``qkv`` projection to the
@@ -56,7 +62,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-__all__ = ["ROPE_LAYOUTS", "Rope3D", "apply_rope", "rope_split", "rotary_qkv", "vjepa2_channel_order"]
+__all__ = ["ROPE_LAYOUTS", "Rope3D", "apply_rope", "compute_dtype", "rope_split", "rotary_qkv", "vjepa2_channel_order"]
 
 ROPE_LAYOUTS = ("levjepa", "vjepa2")
 
@@ -91,6 +97,13 @@ def _vjepa2_tables(head_dim: int, base: float) -> tuple[Tensor, Tensor]:
     return axis[order], freq[order]
 
 
+def compute_dtype(like: Tensor) -> torch.dtype:
+    """The dtype of what a linear layer computes from ``like``: the autocast dtype of its device under
+    autocast, ``like.dtype`` otherwise (the dtype of the queries, keys and attention bias)."""
+    device = like.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else like.dtype
+
+
 class Rope3D(nn.Module):
     """``forward(positions [B, L, 3]) -> (cos, sin)``, each ``[B, 1, L, head_dim]`` (float32), in the
     ``levjepa`` layout (the default) or the official code's ``vjepa2`` layout (see the module docstring)."""
@@ -120,6 +133,15 @@ class Rope3D(nn.Module):
         ang = self.angles(positions)[:, None]  # [B, 1, L, n]: broadcasts over heads
         cos, sin = ang.cos(), ang.sin()
         return torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)
+
+    def tables(self, positions: Tensor, like: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`forward`'s tables in the compute dtype of ``like`` (the tokens) when that is a 16-bit float, in
+        float32 otherwise (module docstring): what every layer of one forward rotates with."""
+        cos, sin = self(positions)
+        dtype = compute_dtype(like)
+        if dtype in (torch.float16, torch.bfloat16):
+            return cos.to(dtype), sin.to(dtype)
+        return cos, sin
 
     def _vjepa2(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """The official map as per-channel tables: channel ``c`` turns by ``pos[axis(c)]·freq(c)`` (0 for the
@@ -212,8 +234,8 @@ class _RotaryQKV(torch.autograd.Function):
 
 
 def _rotate_into(out: Tensor, x: Tensor, cos: Tensor, sin: Tensor, *, transpose: bool) -> None:
-    """:func:`_rotate` written into ``out`` (same shape as ``x``, any strides, a dtype the float32 result casts
-    to without loss of range: float32 or float64)."""
+    """:func:`_rotate` written into ``out`` (``x``'s shape and dtype, any strides), computed in that dtype: the
+    tables are of it (16-bit runs under autocast) or wider (float32 tables for float32 / float64)."""
     n = x.shape[-1] // 2
     s1, s2 = (sin[..., n:], sin[..., :n]) if transpose else (sin[..., :n], sin[..., n:])
     torch.mul(x, cos, out=out)
@@ -225,13 +247,14 @@ def rotary_qkv(qkv: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, T
     """Queries and keys rotated by RoPE, and the values, each ``[B, h, L, hd]``, from a ``qkv`` projection viewed
     as ``[B, L, 3, h, hd]`` and the tables ``(cos, sin)`` of :meth:`Rope3D.forward` (``[B or 1, 1, L, hd]``).
 
-    In eager float32 / float64, one autograd function (:class:`_RotaryQKV`: contiguous outputs, one gradient
-    tensor in the projection's layout); otherwise (under ``torch.compile``, which fuses these kernels itself,
-    or in a lower-precision dtype, whose rotation runs in float32 and casts back) :func:`apply_rope` on the
-    queries and keys together and views of the values. The two paths compute the same function
-    (``tests/test_rope.py``)."""
+    In eager mode with tables of the queries' dtype or wider (float32 / float64 runs; bf16 / fp16 under autocast
+    with :meth:`Rope3D.tables`), one autograd function (:class:`_RotaryQKV`: contiguous outputs written in the
+    compute dtype, one gradient tensor in the projection's layout); otherwise (under ``torch.compile``, which
+    fuses the rotation and the split into one kernel itself, or with float32 tables on 16-bit queries, whose
+    rotation runs in float32 and casts back) :func:`apply_rope` on the queries and keys together and views of
+    the values. The two paths compute the same function (``tests/test_rope.py``)."""
     same_dtype = torch.promote_types(qkv.dtype, cos.dtype) == qkv.dtype
-    if same_dtype and qkv.dtype in (torch.float32, torch.float64) and not torch.compiler.is_compiling():
+    if same_dtype and qkv.is_floating_point() and not torch.compiler.is_compiling():
         q, k, v = _RotaryQKV.apply(qkv, cos, sin)
         return q, k, v
     qk, v = qkv.split([2, 1], dim=2)  # [B, L, 2|1, h, hd]

@@ -7,8 +7,10 @@ Data flow of one call (``B`` clips, ``N`` grid tokens, ``L`` kept tokens, ``D`` 
       -> keep_idx [B, L] (training: uniform or tube, explicit generator; inference: all N, L = N)
       -> PatchEmbed: kept patches' pixels -> tokens [B, L, D], positions [B, L, 3] = original (t, y, x)
       -> prepend the learnable CLS (one parameter shared by all views, always kept) -> x [B, 1+L, D]
-      -> RoPE cos/sin [B, 1, 1+L, hd] and the additive attention bias [B, 1, 1+L, 1+L] from the tokens
-         present, once for all layers ([1, ...] when no token is dropped: the same for every clip)
+      -> RoPE cos/sin [B, 1, 1+L, hd] and the attention pattern from the tokens present, once for all
+         layers: when no token is dropped (inference, ρ = 0) every clip holds whole frames, RoPE is [1, ...]
+         and block-causal attention needs no mask (KeySpans: each frame's queries read the keys of frames
+         ≤ t, O(L) memory); with dropping, the additive bias [B, 1, 1+L, 1+L] of each clip's kept tokens
       -> depth x pre-LN block: x += attn(LN(x)); x += mlp(LN(x))
       -> final LayerNorm (optional, no bias) -> EncoderOutput(cls [B, D], patches [B, L, D], positions [B, L, 3])
 
@@ -29,14 +31,15 @@ Data flow of one call (``B`` clips, ``N`` grid tokens, ``L`` kept tokens, ``D`` 
   residual output projections (``attn.proj``, ``mlp.fc2``) divided by ``sqrt(2·layer)`` (V-JEPA), so
   deep residual streams start small.
 * ``compile_blocks()`` compiles the block stack in place as one region with static shapes (one graph per
-  view shape; the state-dict keys are unchanged): ``train.compile``'s fast path; ``grad_checkpointing``
-  recomputes blocks in the backward pass.
+  view shape; the state-dict keys are unchanged): ``train.compile``'s fast path on the CPU;
+  ``compile_views()`` compiles a view group's whole training forward (dropping, embedding, blocks, norm),
+  what CUDA graphs capture on a GPU; ``grad_checkpointing`` recomputes blocks in the backward pass.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,11 +47,11 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from levjepa.model.attention import Attention, KVCache, TokenMeta, attn_bias, build_attn_mask
+from levjepa.model.attention import Attention, AttnPattern, KVCache, TokenMeta, attn_bias, build_attn_mask, key_spans
 from levjepa.model.config import EncoderConfig
 from levjepa.model.linear import linear
 from levjepa.model.rope import Rope3D
-from levjepa.model.tokens import PatchEmbed, check_video, sample_keep_idx
+from levjepa.model.tokens import PatchEmbed, check_video, grid_positions, sample_keep_idx
 from levjepa.rng import fold_keys
 
 __all__ = ["Block", "Blocks", "EncoderOutput", "VideoEncoder"]
@@ -89,7 +92,7 @@ class Block(nn.Module):
         self,
         x: Tensor,
         rope: tuple[Tensor, Tensor],
-        attn_mask: Tensor | None,
+        attn_mask: AttnPattern,
         kv_cache: KVCache | None = None,
         queries: int | None = None,
     ) -> Tensor:
@@ -108,7 +111,7 @@ class Blocks(nn.ModuleList):
         self,
         x: Tensor,
         rope: tuple[Tensor, Tensor],
-        attn_mask: Tensor | None,
+        attn_mask: AttnPattern,
         last_queries: int | None = None,
         checkpointing: bool = False,
     ) -> Tensor:
@@ -149,6 +152,7 @@ class VideoEncoder(nn.Module):
         # no bias by default: the projector's BatchNorm cancels a constant shift of CLS (see EncoderConfig)
         final = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps, bias=cfg.final_norm_bias)
         self.norm = final if cfg.final_norm else nn.Identity()
+        self._compiled_group: Callable[..., Tensor] | None = None  # compile_views' compiled group_cls
         self.init_weights()
         # ImageNet's mean and std (levjepa.data.views normalises with them); 16 × 224² every 2nd frame
         self.pretrained_cfg: dict[str, Any] = {
@@ -244,9 +248,11 @@ class VideoEncoder(nn.Module):
         name: str,
         keys: Tensor | None = None,
         drop_ratio: float | None = None,
-    ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor], Tensor | None]:
-        """Tokens with CLS ``[B, 1+L, D]``, patch positions ``[B, L, 3]``, RoPE and the additive attention bias,
-        built once for every layer (``attention.py``)."""
+    ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor], AttnPattern]:
+        """Tokens with CLS ``[B, 1+L, D]``, patch positions ``[B, L, 3]``, RoPE and the attention pattern, built
+        once for every layer (``attention.py``): the spans of whole frames when every clip keeps the whole
+        grid, the additive bias otherwise (``None``: bidirectional). ``drop_ratio``: the caller's, else the
+        config's."""
         self.check_input(video, name)
         b = video.shape[0]
         grid = self.patch_embed.grid(video)  # (T', H', W')
@@ -260,16 +266,25 @@ class VideoEncoder(nn.Module):
             c = self.cfg
             ratio = c.drop_ratio if drop_ratio is None else drop_ratio
             keep_idx = sample_keep_idx(b, grid, ratio, c.drop_mode, generator, video.device, keys=keys)
+            if keep_idx.shape[1] == math.prod(grid):  # ρ = 0: every token kept (ascending, so the whole grid)
+                keep_idx = None
         patches, positions = self.patch_embed(video, keep_idx)  # [B, L, D], [B, L, 3]
         # every clip keeps the whole grid: one row of positions serves the batch (RoPE [1, 1, 1+L, hd], bias
         # [1, 1, 1+L, 1+L], broadcast); with dropping each clip has its own (B rows)
         rows = positions if keep_idx is not None else positions[:1]
         cls_pos, cls_meta = self.cls_meta(grid[0] - 1, video.device)  # CLS at the newest slot
         all_pos = torch.cat([cls_pos.expand(rows.shape[0], 1, 3), rows], dim=1)  # [B or 1, 1+L, 3]
-        meta = cls_meta.cat(TokenMeta.patches(rows[..., 0]))  # [B or 1, 1+L]
-        attn_mask = build_attn_mask(self.cfg.attention, meta, meta, self.window_slots(window))
         x = torch.cat([self.cls_token.expand(b, -1, -1).to(patches.dtype), patches], dim=1)  # [B, 1+L, D]
-        return x, positions, self.rope(all_pos), attn_bias(attn_mask, x)
+        slots = self.window_slots(window)
+        if keep_idx is None and self.cfg.attention == "block_causal" and not torch.compiler.is_compiling():
+            # whole frames: the spans, from the metadata of the grid's tokens (PatchEmbed's order) on the host
+            host = self.cls_meta(grid[0] - 1)[1].cat(TokenMeta.patches(grid_positions(*grid)[None, :, 0]))
+            spans = key_spans("block_causal", host, host, slots)
+            if spans is not None:
+                return x, positions, self.rope.tables(all_pos, x), spans
+        meta = cls_meta.cat(TokenMeta.patches(rows[..., 0]))  # [B or 1, 1+L]
+        attn_mask = build_attn_mask(self.cfg.attention, meta, meta, slots)
+        return x, positions, self.rope.tables(all_pos, x), attn_bias(attn_mask, x)
 
     def _encode(
         self,
@@ -350,10 +365,26 @@ class VideoEncoder(nn.Module):
                 raise ValueError(f"forward_views: keys must be int64 [B={b}], got shape {tuple(keys.shape)}")
             view_keys = None if keys is None else fold_keys(keys, slot, count=v).reshape(-1)  # [V·B], view-major
             slot += v
-            x, _ = self._encode(views.flatten(0, 1), True, generator, None, f"groups[{i}]", view_keys, cls_only=True)
-            # x: [V·B, 1, D], CLS only
-            cls.append(self.norm(x[:, 0]).view(v, b, -1))  # [V, B, D]
-        return torch.cat(cls, dim=0)  # [ΣV, B, D]
+            group = self._compiled_group or self.group_cls
+            cls.append(group(views.flatten(0, 1), view_keys, generator, f"groups[{i}]").view(v, b, -1))
+        return torch.cat(cls, dim=0)  # [ΣV, B, D]: a copy, as CUDA graphs want of their outputs
+
+    def group_cls(self, video: Tensor, keys: Tensor | None, generator: torch.Generator | None, name: str) -> Tensor:
+        """One view group's share of :meth:`forward_views`: CLS after the final norm ``[V·B, D]`` of the clips
+        ``video`` ``[V·B, C, T, H, W]`` with dropping on — token dropping, patch embedding, the blocks (the last
+        one CLS alone), the norm: the region :meth:`compile_views` compiles."""
+        x, _ = self._encode(video, True, generator, None, name, keys, cls_only=True)  # [V·B, 1, D]
+        return self.norm(x[:, 0])
+
+    def compile_views(self, **kwargs: Any) -> VideoEncoder:
+        """``torch.compile`` the whole training forward of a view group (:meth:`group_cls`) for every later
+        :meth:`forward_views` call; returns ``self``. ``dynamic=False`` unless ``kwargs`` say otherwise: one
+        graph per view shape and grad mode, from the per-clip keys to the normalised CLS, with no Python between
+        its kernels — what CUDA graphs capture (``mode="reduce-overhead"``, ``train.compile`` on CUDA:
+        ``levjepa.train.step.compile_step``). The state-dict keys are unchanged."""
+        kwargs.setdefault("dynamic", False)
+        self._compiled_group = torch.compile(self.group_cls, **kwargs)
+        return self
 
     def get_intermediate_layers(
         self, video: Tensor, n: int | Sequence[int] = 1, *, norm: bool = True

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["default_chunk", "ecf_stats"]
+__all__ = ["backward_grad", "default_chunk", "ecf_stats", "forward_stats"]
 
 
 def default_chunk(num_views: int, num_directions: int, device: torch.device) -> int:
@@ -122,37 +122,50 @@ def _run(work: Any, parts: list[list[int]]) -> list[Any]:
         torch.set_num_threads(threads)
 
 
+def forward_stats(u: torch.Tensor, step: float, num_nodes: int, chunk: int | None = None) -> torch.Tensor:
+    """The statistics ``[V, 2, J, M]`` of contiguous ``u`` ``[V, N, M]`` (module doc), without autograd."""
+    nviews, n, m = u.shape
+    chunk = default_chunk(nviews, m, u.device) if chunk is None else chunk
+    parts = _split(n, chunk, u.device)
+    partial = _run(lambda starts: _chunk_sums(u, starts, step, num_nodes, chunk), parts)
+    sums = partial[0]
+    for extra in partial[1:]:  # a fixed order: deterministic for a given thread count
+        sums = sums + extra
+    stats = u.new_empty(nviews, 2, num_nodes, m)
+    stats[:, 0, 0] = 1.0
+    stats[:, 1, 0] = 0.0
+    stats[:, 0, 1:] = sums.real / n
+    stats[:, 1, 1:] = sums.imag / n
+    return stats
+
+
+def backward_grad(
+    u: torch.Tensor, grad: torch.Tensor, step: float, num_nodes: int, chunk: int | None = None
+) -> torch.Tensor:
+    """``dL/du`` ``[V, N, M]`` from ``grad = dL/dstats`` ``[V, 2, J, M]`` (module doc), without autograd."""
+    nviews, n, m = u.shape
+    chunk = default_chunk(nviews, m, u.device) if chunk is None else chunk
+    t = torch.arange(num_nodes, device=u.device, dtype=u.dtype) * step
+    grad = grad.to(u.dtype)
+    beta = torch.complex(grad[:, 1], grad[:, 0]) * (t[:, None] / n)  # [V, J, M]
+    out = torch.empty_like(u)
+    _run(lambda starts: _chunk_grads(u, beta, out, starts, step, chunk), _split(n, chunk, u.device))
+    return out
+
+
 class _ChunkedECF(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, u: torch.Tensor, step: float, num_nodes: int, chunk: int) -> torch.Tensor:
-        nviews, n, m = u.shape
-        parts = _split(n, chunk, u.device)
-        partial = _run(lambda starts: _chunk_sums(u, starts, step, num_nodes, chunk), parts)
-        sums = partial[0]
-        for extra in partial[1:]:  # a fixed order: deterministic for a given thread count
-            sums = sums + extra
-        stats = u.new_empty(nviews, 2, num_nodes, m)
-        stats[:, 0, 0] = 1.0
-        stats[:, 1, 0] = 0.0
-        stats[:, 0, 1:] = sums.real / n
-        stats[:, 1, 1:] = sums.imag / n
         ctx.save_for_backward(u)
         ctx.step, ctx.num_nodes, ctx.chunk = step, num_nodes, chunk
-        return stats
+        return forward_stats(u, step, num_nodes, chunk)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
         (u,) = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
-        step, num_nodes, chunk = ctx.step, ctx.num_nodes, ctx.chunk
-        n = u.shape[1]
-        t = torch.arange(num_nodes, device=u.device, dtype=u.dtype) * step
-        grad = grad.to(u.dtype)
-        beta = torch.complex(grad[:, 1], grad[:, 0]) * (t[:, None] / n)  # [V, J, M]
-        out = torch.empty_like(u)
-        _run(lambda starts: _chunk_grads(u, beta, out, starts, step, chunk), _split(n, chunk, u.device))
-        return out, None, None, None
+        return backward_grad(u, grad, ctx.step, ctx.num_nodes, ctx.chunk), None, None, None
 
 
 def ecf_stats(u: torch.Tensor, step: float, num_nodes: int, chunk: int | None = None) -> torch.Tensor:

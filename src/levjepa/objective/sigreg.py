@@ -35,6 +35,11 @@ Implementations of the statistics (``impl``), all returning the same values and 
 * ``"triton"``: :mod:`levjepa.objective.triton_sigreg`, fused GPU kernels (float32).
 * ``"auto"``: triton for float32 CUDA tensors when triton imports, chunked otherwise.
 
+``chunked`` and ``triton`` run as one registered operator, ``levjepa::ecf_stats`` (forward) and
+``levjepa::ecf_stats_backward``: opaque to ``torch.compile``, so a compiled loss keeps SIGReg inside its one
+graph (and, on CUDA with ``mode="reduce-overhead"``, inside one CUDA graph: one launch forward, one backward,
+``levjepa.train.step``). ``tests/test_sigreg_impl.py`` checks the registration (``torch.library.opcheck``).
+
 Numerics: the projection and the statistics run in float32 (float64 if the input is float64) with autocast
 disabled, so bf16 autocast never degrades the characteristic function. No host–device synchronisation:
 nothing reads a tensor value on the host (input values are checked for finiteness only on CPU tensors,
@@ -214,18 +219,66 @@ def _resolve_impl(impl: str, u: torch.Tensor) -> str:
     return "chunked"
 
 
+@torch.library.custom_op("levjepa::ecf_stats", mutates_args=())
+def _ecf_op(u: torch.Tensor, step: float, num_nodes: int, impl: str) -> torch.Tensor:
+    """The chunked or Triton statistics of contiguous ``u`` as one operator (its backward another, below):
+    ``torch.compile`` keeps it whole inside a compiled region and CUDA graphs capture its kernels, so the loss
+    of a compiled step is one graph with SIGReg in it (``levjepa.train.step``)."""
+    if impl == "triton":
+        from . import triton_sigreg
+
+        return triton_sigreg.forward_stats(u, step, num_nodes)
+    return _chunked.forward_stats(u, step, num_nodes)
+
+
+@_ecf_op.register_fake
+def _(u: torch.Tensor, step: float, num_nodes: int, impl: str) -> torch.Tensor:
+    return u.new_empty(u.shape[0], 2, num_nodes, u.shape[2])
+
+
+@torch.library.custom_op("levjepa::ecf_stats_backward", mutates_args=())
+def _ecf_backward_op(u: torch.Tensor, grad: torch.Tensor, step: float, num_nodes: int, impl: str) -> torch.Tensor:
+    """``dL/du`` of :func:`_ecf_op` from ``dL/dstats``."""
+    if impl == "triton":
+        from . import triton_sigreg
+
+        return triton_sigreg.backward_grad(u, grad, step, num_nodes)
+    return _chunked.backward_grad(u, grad, step, num_nodes)
+
+
+@_ecf_backward_op.register_fake
+def _(u: torch.Tensor, grad: torch.Tensor, step: float, num_nodes: int, impl: str) -> torch.Tensor:
+    return torch.empty_like(u)
+
+
+def _ecf_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    u, step, num_nodes, impl = inputs
+    ctx.save_for_backward(u)
+    ctx.step, ctx.num_nodes, ctx.impl = step, num_nodes, impl
+
+
+def _ecf_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
+    (u,) = ctx.saved_tensors
+    return _ecf_backward_op(u, grad.contiguous(), ctx.step, ctx.num_nodes, ctx.impl), None, None, None
+
+
+_ecf_op.register_autograd(_ecf_backward, setup_context=_ecf_setup)
+
+
 def ecf_stats(u: torch.Tensor, num_nodes: int, t_max: float, impl: str = "auto") -> torch.Tensor:
-    """Local cos/sin means ``[V, 2, J, M]`` of projections ``u`` ``[V, N, M]`` by the chosen implementation."""
+    """Local cos/sin means ``[V, 2, J, M]`` of projections ``u`` ``[V, N, M]`` by the chosen implementation:
+    ``reference`` in autograd ops, ``chunked`` and ``triton`` through the ``levjepa::ecf_stats`` operator."""
     step = t_max / (num_nodes - 1)
     which = _resolve_impl(impl, u)
     if which == "reference":
         t = torch.arange(num_nodes, device=u.device, dtype=u.dtype) * step
         return reference_ecf_stats(u, t)
-    if which == "chunked":
-        return _chunked.ecf_stats(u, step, num_nodes)
-    from . import triton_sigreg
+    if which == "triton":
+        from . import triton_sigreg
 
-    return triton_sigreg.ecf_stats(u, step, num_nodes)
+        triton_sigreg.check_input(u)
+    out: torch.Tensor = torch.ops.levjepa.ecf_stats(u.contiguous(), float(step), int(num_nodes), which)
+    return out
 
 
 def global_stats(stats: torch.Tensor, n_local: int) -> tuple[torch.Tensor, torch.Tensor | float]:
@@ -310,6 +363,7 @@ class SIGReg(nn.Module):
     ``forward(z, step=None)``: ``z`` ``[N, K]`` or ``[V, N, K]``; ``step`` a Python int (the training
     step; ``None`` uses an internal call counter, saved in the state dict). Directions are drawn on
     ``z``'s device, so every rank draws the same ones without communicating, and nothing synchronises.
+    ``check_finite`` as for :func:`sigreg`.
     """
 
     def __init__(
@@ -320,6 +374,7 @@ class SIGReg(nn.Module):
         seed: int = 0,
         reduction: Literal["mean", "none"] = "mean",
         impl: Impl = "auto",
+        check_finite: bool | None = None,
     ) -> None:
         super().__init__()
         if num_directions < 1 or num_nodes < 2 or not t_max > 0:
@@ -332,7 +387,7 @@ class SIGReg(nn.Module):
         self.num_directions, self.num_nodes, self.t_max = num_directions, num_nodes, t_max
         self.seed, self.reduction, self.impl = seed, reduction, impl
         self.calls = 0
-        self.check_finite: bool | None = None
+        self.check_finite = check_finite  # as ``sigreg``'s: None checks values on CPU tensors only
 
     def directions(self, dim: int, step: int, device: torch.device | str | None = None) -> torch.Tensor:
         """The ``[dim, num_directions]`` directions used at ``step`` (float32)."""

@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - exercised on machines without triton
     triton = None
     tl = None
 
-__all__ = ["AVAILABLE", "INTERPRET", "ecf_stats", "row_groups"]
+__all__ = ["AVAILABLE", "INTERPRET", "backward_grad", "check_input", "ecf_stats", "forward_stats", "row_groups"]
 
 AVAILABLE = triton is not None
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -161,40 +161,57 @@ def row_groups(n: int) -> tuple[int, int]:
     return -(-n // per_group), per_group
 
 
+def forward_stats(u: torch.Tensor, step: float, num_nodes: int) -> torch.Tensor:
+    """The local statistics ``[V, 2, J, M]`` of contiguous float32 ``u`` ``[V, N, M]``: the forward kernel and
+    the sum of its row-group partials, without autograd."""
+    nviews, n, m = u.shape
+    groups, per_group = row_groups(n)
+    part = u.new_empty(nviews, groups, 2, num_nodes, m)
+    pad = triton.next_power_of_2(num_nodes)
+    _fwd[lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), groups, nviews)](
+        u, part, n, m, step, ROWS_PER_GROUP=per_group, NUM_NODES=num_nodes, NODES_PAD=pad
+    )
+    return part.sum(1) / n
+
+
+def backward_grad(u: torch.Tensor, grad: torch.Tensor, step: float, num_nodes: int) -> torch.Tensor:
+    """``dL/du`` ``[V, N, M]`` from ``grad = dL/dstats`` ``[V, 2, J, M]``: the backward kernel, without autograd."""
+    nviews, n, m = u.shape
+    grad = grad.float().contiguous()
+    out = torch.empty_like(u)
+    _bwd[lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(n, meta["BLOCK_N"]), nviews)](
+        u, grad, out, n, m, step, NUM_NODES=num_nodes
+    )
+    return out
+
+
 class _TritonECF(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, u: torch.Tensor, step: float, num_nodes: int) -> torch.Tensor:
-        nviews, n, m = u.shape
-        groups, per_group = row_groups(n)
-        part = u.new_empty(nviews, groups, 2, num_nodes, m)
-        pad = triton.next_power_of_2(num_nodes)
-        _fwd[lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), groups, nviews)](
-            u, part, n, m, step, ROWS_PER_GROUP=per_group, NUM_NODES=num_nodes, NODES_PAD=pad
-        )
         ctx.save_for_backward(u)
         ctx.step, ctx.num_nodes = step, num_nodes
-        return part.sum(1) / n
+        return forward_stats(u, step, num_nodes)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
         (u,) = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return None, None, None
-        nviews, n, m = u.shape
-        grad = grad.float().contiguous()
-        out = torch.empty_like(u)
-        _bwd[lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(n, meta["BLOCK_N"]), nviews)](
-            u, grad, out, n, m, ctx.step, NUM_NODES=ctx.num_nodes
-        )
-        return out, None, None
+        return backward_grad(u, grad, ctx.step, ctx.num_nodes), None, None
 
 
-def ecf_stats(u: torch.Tensor, step: float, num_nodes: int) -> torch.Tensor:
-    """Local ``[V, 2, J, M]`` cos/sin means of float32 ``u`` (``[V, N, M]``) with the fused kernels."""
+def check_input(u: torch.Tensor) -> None:
+    """Refuse, in one line, what the kernels cannot take: a CPU tensor (outside the interpreter), not float32,
+    or no triton package."""
     if not (u.is_cuda or INTERPRET):
         raise ValueError(f"impl='triton' needs a CUDA tensor (or TRITON_INTERPRET=1), got device {u.device}")
     if u.dtype != torch.float32:
         raise ValueError(f"impl='triton' takes float32 input (float64 uses impl='chunked'), got {u.dtype}")
     if not AVAILABLE:
         raise RuntimeError("impl='triton' needs the triton package (pip install triton)")
+
+
+def ecf_stats(u: torch.Tensor, step: float, num_nodes: int) -> torch.Tensor:
+    """Local ``[V, 2, J, M]`` cos/sin means of float32 ``u`` (``[V, N, M]``) with the fused kernels."""
+    check_input(u)
     return _TritonECF.apply(u.contiguous(), float(step), int(num_nodes))

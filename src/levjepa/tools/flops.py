@@ -6,7 +6,9 @@ Conventions (the usual ones, e.g. Kaplan et al., fvcore, ``torch.utils.flop_coun
   GELU and RoPE rotations are element-wise and left out (< 1 % of a ViT).
 * Encoder, per view with ``L`` tokens (kept patches + 1 CLS), width ``D``, MLP hidden ``H``, depth ``n``:
   ``qkv = n·2·L·D·3D``, ``attention = n·4·L²·D`` (``QKᵀ`` and ``AV``; the block-causal mask is *not*
-  credited: the kernels compute every score), ``attn_proj = n·2·L·D²``, ``mlp = n·2·L·2·D·H``,
+  credited: a training step's kernels compute every score of the kept tokens; inference on whole frames
+  computes only the block-causal ones, about half, ``levjepa.model.attention.KeySpans``),
+  ``attn_proj = n·2·L·D²``, ``mlp = n·2·L·2·D·H``,
   ``patch_embed = 2·E·(C·τ·p²)·D`` with ``E`` the embedded patches: the kept ones (ours, dropping before the
   embedding) or all of them (``embed_all``: the paper's order, ≈ 6.4 GFLOPs per clip at ViT-B).
 * Projector per view: ``2·(D·2048 + 2048·256)``. SIGReg per view: the projection ``2·K·M`` plus

@@ -53,7 +53,7 @@ from levjepa.train.run_dir import (
     write_run_info,
 )
 from levjepa.train.start import StartWeights, load_start_weights
-from levjepa.train.step import Pretrainer, StepOutput, train_step
+from levjepa.train.step import Pretrainer, StepOutput, compile_step, train_step
 from levjepa.weights import BAD_FILES
 
 __all__ = ["TrainState", "Trainer", "TrainingStopped", "available_cores", "build_models", "pretrain"]
@@ -314,8 +314,7 @@ def _build(
     tc = cfg.train
     ema = EMA(model.encoder, decay=tc.ema_decay, every=tc.ema_every, warmup=tc.ema_warmup)
     optimizer = build_optimizer(model, cfg.optim)
-    objective = build_objective(cfg.objective).to(info.device)
-    objective.check_finite = False  # a non-finite batch skips its step instead of raising
+    objective = build_objective(cfg.objective, check_finite=False).to(info.device)  # non-finite: the step is skipped
     saved = (
         ckpt.resume_latest(path, model=model, ema=ema, optimizer=optimizer, is_main=info.is_main, at=at)
         if resume
@@ -326,7 +325,7 @@ def _build(
         info=info,
         path=path,
         model=model,
-        module=_training_module(model, info, micro_batches, tc.accumulation, tc.compile),
+        module=_training_module(model, objective, info, micro_batches, tc.accumulation, tc.compile),
         ema=ema,
         optimizer=optimizer,
         objective=objective,
@@ -399,19 +398,23 @@ def _finish(trainer: Trainer, state: TrainState, life: Lifecycle, start: int, wa
 
 
 def _training_module(
-    model: Pretrainer, info: distributed.DistInfo, micro_batches: int, accumulation: str, compile_: bool
+    model: Pretrainer,
+    objective: Objective,
+    info: distributed.DistInfo,
+    micro_batches: int,
+    accumulation: str,
+    compile_: bool,
 ) -> torch.nn.Module:
     """The module ``train_step`` runs: DDP around ``model`` when each rank runs one pass per micro-batch on
     several ranks (it averages gradients overlapped with the backward); ``model`` itself for GradCache
     accumulation, whose gradients ``train_step`` averages over ranks with one explicit all-reduce.
 
-    ``train.compile``: the encoder's block stack is compiled in place as one region
-    (``VideoEncoder.compile_blocks``: the state-dict keys do not change, one graph per view shape and grad
-    mode; the keyed token dropping, the loop over view groups and the small projector, whose BatchNorm
-    all-reduces over ranks, stay eager).
+    ``train.compile``: ``levjepa.train.step.compile_step`` compiles in place (the state-dict keys do not
+    change): on CUDA each view group's forward, the projector and the loss as CUDA graphs; on the CPU the
+    encoder's block stack as one region.
     """
     if compile_:
-        model.encoder.compile_blocks()
+        compile_step(model, objective, info.device)
     if info.world_size > 1 and (micro_batches == 1 or accumulation == "local"):
         return distributed.wrap_ddp(model, info)
     return model

@@ -41,6 +41,17 @@ the projector's backward happens outside any per-micro-batch forward, so DDP's h
 explicit ``levjepa.distributed.all_reduce_gradients`` averages them after the last micro-batch (the same
 mean DDP takes; the loop does not wrap the model in DDP then).
 
+**Compiled** (``train.compile``, :func:`compile_step`): on CUDA the step runs as three compiled regions with
+static shapes, each captured as a CUDA graph (``mode="reduce-overhead"``): a view group's whole forward —
+keyed token dropping, patch embedding, the blocks, the final norm (``VideoEncoder.compile_views``; GradCache's
+re-forward replays the same graph) —, the projector, and the loss (``Objective.compile_terms``, SIGReg's
+statistics inside it as one operator); their backward graphs likewise. What stays eager between them is a few
+launches: the per-view keys, concatenating the groups' CLS, the seeded directions, gradient clipping and the
+fused AdamW step. A step on a GPU is launch-bound at ρ = 0.95 (``bench/gpu.md``), so this is its fast path.
+On the CPU ``train.compile`` compiles the block stack alone (``VideoEncoder.compile_blocks``), the form
+measured there (``bench/train.md``). ``tests/test_train_step.py`` holds the CUDA form to the eager step on
+the CPU (each region one graph, ``fullgraph=True``).
+
 Precision: under ``autocast_dtype=torch.bfloat16`` the encoder and projector run in bf16; the
 projections are cast to float32 (float64 stays float64) before the objective, whose characteristic-function
 statistics are float32 anyway. Under ``torch.float16`` (GPUs without bf16: V100, T4) a ``scaler``
@@ -56,16 +67,27 @@ import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from levjepa import distributed
 from levjepa.model.vit import VideoEncoder
+from levjepa.objective.build import Objective
 from levjepa.objective.losses import loss_dtype
+from levjepa.train.optim import step_unless_nonfinite
 
-__all__ = ["Accumulation", "DropSource", "Pretrainer", "StepOutput", "clip_gradients", "train_step"]
+__all__ = [
+    "Accumulation",
+    "DropSource",
+    "Pretrainer",
+    "StepOutput",
+    "clip_gradients",
+    "compile_regions",
+    "compile_step",
+    "train_step",
+]
 
 Accumulation = Literal["global", "local"]
 DropSource = torch.Tensor | torch.Generator  # per-clip int64 keys [B] (training) or one generator
@@ -197,6 +219,24 @@ def _grad_cache(
     return out.loss.detach(), out.terms, z.detach()
 
 
+def compile_regions(model: Pretrainer, objective: Objective, **kwargs: Any) -> None:
+    """Compile the step's three regions in place (module docstring, "Compiled"), each with ``kwargs`` for
+    ``torch.compile`` and static shapes: a view group's forward, the projector, the loss terms."""
+    kwargs.setdefault("dynamic", False)
+    model.encoder.compile_views(**kwargs)
+    model.projector.compile(**kwargs)
+    objective.compile_terms(**kwargs)
+
+
+def compile_step(model: Pretrainer, objective: Objective, device: torch.device) -> None:
+    """``train.compile``: on CUDA the three regions as CUDA graphs (:func:`compile_regions` with
+    ``mode="reduce-overhead"``); on other devices the encoder's block stack (module docstring)."""
+    if device.type == "cuda":
+        compile_regions(model, objective, mode="reduce-overhead")
+    else:
+        model.encoder.compile_blocks()
+
+
 def clip_gradients(params: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
     """``torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)``: the total gradient norm (a 0-d
     tensor), every gradient scaled by ``min(1, max_norm / (norm + 1e-6))``. PyTorch multiplies the
@@ -242,6 +282,8 @@ def train_step(
     for group in optimizer.param_groups:
         group["lr"] = lr
     optimizer.zero_grad(set_to_none=True)
+    if micro_batches[0][0].is_cuda:
+        torch.compiler.cudagraph_mark_step_begin()  # a new step: CUDA graphs may reuse the last one's buffers
     if accumulation == "global" and len(micro_batches) > 1:
         loss, terms, z = _grad_cache(model, objective, micro_batches, drops, step, autocast_dtype, scaler)
         synced_by_ddp = False
@@ -254,11 +296,7 @@ def train_step(
     if scaler is not None:
         scaler.unscale_(optimizer)  # the true gradients, before clipping; records overflows for update()
     grad_norm = clip_gradients(params, grad_clip if grad_clip else math.inf)
-    skipped = ~(torch.isfinite(loss) & torch.isfinite(grad_norm))
-    # fused AdamW reads these two attributes and skips the update on the device when found_inf is 1
-    optimizer.grad_scale = None  # type: ignore[attr-defined]
-    optimizer.found_inf = skipped.to(device=params[0].device, dtype=torch.float32)  # type: ignore[attr-defined]
-    optimizer.step()
+    skipped = step_unless_nonfinite(optimizer, loss, grad_norm)  # fine-tuning's step skips the same way
     if scaler is not None:
         scaler.update()  # an overflow (found by unscale_) halves the scale; growth_interval clean steps double it
     return StepOutput(loss=loss, terms=terms, grad_norm=grad_norm.detach(), skipped=skipped, z=z)
