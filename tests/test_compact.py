@@ -29,7 +29,7 @@ def _tokens(n: int = 3, grid: tuple[int, int, int] = (2, 4, 6), d: int = 8) -> t
 
 
 def test_codecs_parse_name_and_count_their_bytes():
-    for name in ("full", "pool2", "int8", "pool2-int8", "last", "last-int8", "pool3-last-int8"):
+    for name in ("full", "pool2", "int8", "pool2-int8", "last", "last-int8", "pool3-last-int8", "tpool2-pool2-int8"):
         assert TokenCodec.parse(name).name == name
     assert TokenCodec.parse("full") == FULL and FULL.lossless
     with pytest.raises(ConfigError, match="pool2-int8"):
@@ -52,6 +52,9 @@ def test_reduce_pools_each_slot_and_keeps_cls():
     torch.testing.assert_close(pooled[:, 1 + 3 * 2 + 1 * 3 + 2], want)
     last = TokenCodec(slots="last").reduce(x, grid)
     assert torch.equal(last[:, 1:], x[:, 1 + 24 :])  # the second (last) slot's 24 patches, in order
+    both = TokenCodec.parse("tpool2-pool2").reduce(x, grid)  # the two slots averaged, then 2 × 2 pooling
+    assert both.shape == (3, 1 + 6, 8) and TokenCodec.parse("tpool2-pool2").kept(grid) == 7
+    torch.testing.assert_close(both[:, 1 + 1 * 3 + 2], patches[:, :, 2:4, 4:6].mean((1, 2, 3)))
 
 
 def test_int8_round_trip_error_is_within_half_a_step_per_token():

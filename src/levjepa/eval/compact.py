@@ -9,14 +9,16 @@ from the classifier's record) — so a probe is deployed on the numbers it was t
 
 * ``pool=k`` — the patch tokens of each temporal slot averaged over ``k × k`` spatial neighbours
   (``k²`` times fewer; a grid side not divisible by ``k`` gets overlapping windows, ``adaptive_avg_pool2d``);
+* ``tpool=k`` — the patch tokens of ``k`` consecutive temporal slots averaged (``k`` times fewer; a last
+  group shorter than ``k`` is averaged as it is);
 * ``slots="last"`` — only the last temporal slot's patch tokens (for image protocols, where every slot shows
   the same frame and the last one, block-causal, has seen them all: ``T'`` times fewer);
 * ``bits=8`` — every token as int8 with one float16 scale per token, ``round(127 · x / max|x|)``
   (symmetric, per token: ``D + 2`` bytes instead of ``2 D``, about half).
 
 CLS is always kept as the first token. The codecs are named ``full``, ``pool2``, ``int8``, ``pool2-int8``,
-``last``, ``last-int8``, ... (:meth:`TokenCodec.parse`). Their bytes per view and their accuracy against the
-full store are measured in ``bench/eval.md`` ("Compact stores").
+``tpool2-pool2-int8``, ``last``, ``last-int8``, ... (:meth:`TokenCodec.parse`). Their bytes per view and their
+accuracy against the full store are measured in ``bench/eval.md`` ("Compact stores").
 """
 
 from __future__ import annotations
@@ -41,32 +43,36 @@ class TokenCodec:
     pool: int = 1  # spatial average pooling of each slot's patch tokens, pool × pool -> 1
     slots: Literal["all", "last"] = "all"  # every temporal slot, or the last one's patch tokens only
     bits: Literal[16, 8] = 16  # float16, or int8 with a float16 scale per token
+    tpool: int = 1  # temporal average pooling: tpool consecutive slots -> 1
 
     def __post_init__(self) -> None:
-        if self.pool < 1 or self.slots not in ("all", "last") or self.bits not in (16, 8):
-            raise ConfigError(f"token codec {self}: pool >= 1, slots all or last, bits 16 or 8")
+        if self.pool < 1 or self.tpool < 1 or self.slots not in ("all", "last") or self.bits not in (16, 8):
+            raise ConfigError(f"token codec {self}: pool, tpool >= 1, slots all or last, bits 16 or 8")
 
     @classmethod
     def parse(cls, text: str) -> TokenCodec:
         """``full``, ``pool2``, ``int8``, ``last``, or several joined by ``-`` (``pool2-int8``)."""
-        pool, slots, bits = 1, "all", 16
+        pool, slots, bits, tpool = 1, "all", 16, 1
         for part in [p for p in text.split("-") if p] if text != "full" else []:
             if part.startswith("pool") and part[4:].isdigit() and int(part[4:]) >= 1:
                 pool = int(part[4:])
+            elif part.startswith("tpool") and part[5:].isdigit() and int(part[5:]) >= 1:
+                tpool = int(part[5:])
             elif part == "last":
                 slots = "last"
             elif part == "int8":
                 bits = 8
             else:
                 raise ConfigError(
-                    f"--tokens {text!r}: full, or any of pool<k> (spatial pooling), last (the last temporal slot), "
-                    "int8 (8-bit tokens) joined by '-', e.g. pool2-int8"
+                    f"--tokens {text!r}: full, or any of pool<k> (spatial pooling), tpool<k> (temporal pooling), "
+                    "last (the last temporal slot), int8 (8-bit tokens) joined by '-', e.g. pool2-int8"
                 )
-        return cls(pool, slots, bits)  # type: ignore[arg-type]
+        return cls(pool, slots, bits, tpool)  # type: ignore[arg-type]
 
     @property
     def name(self) -> str:
-        parts = ([f"pool{self.pool}"] if self.pool > 1 else []) + (["last"] if self.slots == "last" else [])
+        parts = [f"tpool{self.tpool}"] if self.tpool > 1 else []
+        parts += ([f"pool{self.pool}"] if self.pool > 1 else []) + (["last"] if self.slots == "last" else [])
         parts += ["int8"] if self.bits == 8 else []
         return "-".join(parts) or "full"
 
@@ -78,7 +84,7 @@ class TokenCodec:
         """Tokens kept of a view whose patches form ``grid`` (T', h, w): CLS and the reduced patches."""
         t, h, w = grid
         side = (math.ceil(h / self.pool), math.ceil(w / self.pool))
-        return 1 + (1 if self.slots == "last" else t) * side[0] * side[1]
+        return 1 + (1 if self.slots == "last" else math.ceil(t / self.tpool)) * side[0] * side[1]
 
     def bytes_per_view(self, grid: tuple[int, int, int], dim: int) -> int:
         """Bytes a store keeps of one view's tokens."""
@@ -92,11 +98,14 @@ class TokenCodec:
         n, length, d = tokens.shape
         if length != 1 + t * h * w:
             raise ValueError(f"TokenCodec.reduce: {length} tokens are not CLS + {t}×{h}×{w} patches")
-        if self.pool == 1 and self.slots == "all":
+        if self.pool == 1 and self.tpool == 1 and self.slots == "all":
             return tokens
         patches = tokens[:, 1:].reshape(n, t, h, w, d)
         if self.slots == "last":
             patches, t = patches[:, -1:], 1
+        if self.tpool > 1:
+            groups = [patches[:, i : i + self.tpool].float().mean(1) for i in range(0, t, self.tpool)]
+            patches, t = torch.stack(groups, 1).to(tokens.dtype), len(groups)
         if self.pool > 1:
             x = patches.float().permute(0, 1, 4, 2, 3).reshape(n * t, d, h, w)
             x = F.adaptive_avg_pool2d(x, (math.ceil(h / self.pool), math.ceil(w / self.pool)))
