@@ -162,9 +162,10 @@ def test_probe_command_on_a_labelled_index_reports_bad_files(tmp_path, capsys):
     assert [line for line in said.err.splitlines() if "missing.mp4" in line] == [
         f"bad file skipped: {media / 'missing.mp4'} does not exist"
     ]  # one line per bad file, then skipped
-    assert "| labels | kNN (CLS) |" in text and "1 unreadable file(s) skipped" in text
+    name = media.name  # the task is named by the folder of its generic train.csv
+    assert f"| {name} | kNN (CLS) |" in text and "1 unreadable file(s) skipped" in text
     js = json.loads(out.read_text())
     assert js["info"]["split_sizes"] == {"train": 9, "val": 4, "test": 4}
-    assert js["accuracy"]["pretrained-ema"]["labels"]["knn"] == 100.0  # colour separates the classes
+    assert js["accuracy"]["pretrained-ema"][name]["knn"] == 100.0  # colour separates the classes
     bad = json.loads((out.parent / "bad_files.json").read_text())
     assert bad["total"] == 1 and bad["files"][0]["path"].endswith("missing.mp4")

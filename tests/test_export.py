@@ -130,6 +130,7 @@ def test_export_then_load_gives_identical_outputs_and_a_model_card(tmp_path):
         "frame_stride": 1,
         "mean": [0.485, 0.456, 0.406],
         "std": [0.229, 0.224, 0.225],
+        "fps": None,  # a run trained at a frame stride, not a rate
     }
     assert levjepa.load(out).pretrained_cfg["input_size"] == (3, 16, 64, 64)
     pre = json.loads((out / "preprocessor_config.json").read_text())

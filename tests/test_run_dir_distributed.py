@@ -10,6 +10,7 @@ it waits and exits, so that failure is a failed test, not a hung suite.
 from __future__ import annotations
 
 import faulthandler
+import functools
 import re
 
 import pytest
@@ -18,7 +19,7 @@ from dist_utils import run_gloo
 from levjepa import distributed
 from levjepa.config import ConfigError
 from levjepa.train.loop import pretrain
-from levjepa.train.run_dir import RunDirError, RunLock, run_directory
+from levjepa.train.run_dir import RunDirError, RunLock, check_pretrain_resume, run_directory
 from train_utils import tiny_config
 
 WATCHDOG_S = 120  # the whole rank function takes a few seconds; a rank waiting at a barrier waits forever
@@ -36,7 +37,9 @@ def _refused_resumes(rank: int, world: int, run: str) -> list[tuple[str, str]]:
     got = []
     for overrides, _ in REFUSED:
         try:
-            with run_directory(tiny_config("train.steps=2", *overrides), run, info, resume=True, overwrite=False):
+            cfg = tiny_config("train.steps=2", *overrides)
+            check = functools.partial(check_pretrain_resume, cfg=cfg, world_size=world)
+            with run_directory(run, info, resume=True, overwrite=False, check=check):
                 got.append(("opened", ""))
         except (ConfigError, RunDirError) as err:
             got.append((type(err).__name__, str(err)))

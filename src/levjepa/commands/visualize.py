@@ -73,7 +73,6 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError(f"--query {args.query!r}: expected t,y,x (three integers)")
         query = (parts[0], parts[1], parts[2])
     scale = args.scale or (2 if frames.shape[1] < 128 else 1)
-    print(said, file=sys.stderr)  # once the clip is read and the options checked: a mistake stays one line
     summary = visualize(
         loaded.encoder,
         frames,
@@ -84,5 +83,6 @@ def main(args: argparse.Namespace) -> int:
         gif=not args.no_gif,
         source=f"{args.source} ({loaded.describe()})",
     )
+    print(said, file=sys.stderr)  # once the maps are drawn: a mistake before stays one line
     print(json.dumps(summary, indent=2))
     return 0

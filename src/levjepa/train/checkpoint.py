@@ -207,6 +207,8 @@ def resume_latest(
     if chosen is not None:
         try:
             saved = load_checkpoint(chosen, model=model, ema=ema, optimizer=optimizer)
+        except ConfigError:  # readable, but of another layout: its own message says what to do
+            raise
         except (WeightsError, OSError, ValueError, KeyError, RuntimeError) as err:
             raise WeightsError(_unreadable(run_dir, chosen, err, command)) from err
     if is_main:
