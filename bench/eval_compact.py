@@ -1,7 +1,7 @@
 """Compact token stores against the full store: bytes per clip and the attentive probe's accuracy (bench/eval.md).
 
-    python bench/eval_compact.py benchmark --run RUN [--codecs full,int8,pool2,pool2-int8,pool4] [--seeds 0,1,2]
-    python bench/eval_compact.py index --run RUN --index DIR [--codecs ...] [--seeds 0,1,2]
+    python bench/eval_compact.py benchmark --run RUN [--codecs full,int8,pool2,pool2-int8,pool4] [--seeds 0,1,2,3,4]
+    python bench/eval_compact.py index --run RUN --index DIR [--codecs ...] [--seeds 0,1,2,3,4]
 
 ``benchmark``: the built-in benchmark's three tasks (the demo budget, the run's own clips), the attentive probe
 only, once per codec (``levjepa.eval.compact``) with the same probe seed, in memory — where the tokens are
@@ -10,7 +10,7 @@ what a store of that codec would keep. ``index``: an index task of small video f
 stores on disk, as ``levjepa probe --task index: --tokens CODEC`` reads it; the bytes are the stores' own.
 Prints one markdown table: codec, bytes per view of the tokens, the ratio to the full store, the test accuracy
 of each task (the mean over the probe seeds ``--seeds``: one attentive probe reads 400 test clips, so a single
-seed moves by a point or two) and its difference from the full store's.
+seed moves by a point or two), its difference from the full store's and the seeds' standard deviation.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def benchmark(run: str, codecs: list[str], seeds: list[int]) -> None:
             cfg = EvalConfig(probes=("attentive",), budget="demo", tokens=name, seed=seed)
             res = evaluate_benchmark({"ema": loaded.encoder}, syn, cfg)
             per_seed.append({t: res.accuracy("ema", t, "attentive") for t in res.tasks})
-        accs = {t: sum(a[t] for a in per_seed) / len(per_seed) for t in per_seed[0]}
+        accs = {t: [a[t] for a in per_seed] for t in per_seed[0]}
         rows.append((name, TokenCodec.parse(name).bytes_per_view(grid, loaded.config.dim), accs))
         print(name, accs, flush=True, file=sys.stderr)
     _table(rows, f"built-in benchmark, token grid {grid}, D = {loaded.config.dim}")
@@ -77,19 +77,27 @@ def index(run: str, folder: str, codecs: list[str], seeds: list[int]) -> None:
         files = sorted(store.glob("tokens-*.npy")) + sorted(store.glob("scales-*.npy"))
         rows_in = sum(np.load(f, mmap_mode="r").shape[0] for f in store.glob("tokens-*.npy"))
         per_view = sum(np.load(f, mmap_mode="r").nbytes for f in files) // max(1, rows_in)
-        rows.append((name, per_view, {task.name: sum(per_seed) / len(per_seed)}))
+        rows.append((name, per_view, {task.name: per_seed}))
         print(name, rows[-1], flush=True, file=sys.stderr)
     _table(rows, f"index task {folder}, views {views.describe()}, through feature stores")
 
 
-def _table(rows: list[tuple[str, int, dict[str, float]]], what: str) -> None:
+def _table(rows: list[tuple[str, int, dict[str, list[float]]]], what: str) -> None:
+    import statistics
+
     full = next(r for r in rows if r[0] == "full")
     tasks = list(full[2])
-    print(f"{what}; attentive probe, test accuracy (%, mean over the probe seeds), demo grid")
+    mean = {t: statistics.fmean(full[2][t]) for t in tasks}
+    seeds = len(full[2][tasks[0]])
+    print(f"{what}; attentive probe, test accuracy (%: the mean over {seeds} probe seeds, its difference from the "
+          "full store's, ± the seeds' standard deviation), demo grid")  # fmt: skip
     print("| codec | token bytes per view | fewer bytes | " + " | ".join(tasks) + " |")
     print("| --- | ---: | ---: | " + " | ".join("---:" for _ in tasks) + " |")
     for name, size, accs in rows:
-        cells = [f"{accs[t]:.1f}" + ("" if name == "full" else f" ({accs[t] - full[2][t]:+.1f})") for t in tasks]
+        cells = []
+        for t in tasks:
+            m, sd = statistics.fmean(accs[t]), statistics.stdev(accs[t]) if len(accs[t]) > 1 else 0.0
+            cells.append(f"{m:.1f}" + ("" if name == "full" else f" ({m - mean[t]:+.1f})") + f" ±{sd:.1f}")
         print(f"| {name} | {size:,} | {full[1] / size:.1f}× | " + " | ".join(cells) + " |")
 
 
@@ -100,7 +108,7 @@ def main() -> None:
     ap.add_argument("--run", required=True)
     ap.add_argument("--index", default=None, help="index mode: folder of train.txt, val.txt, test.txt")
     ap.add_argument("--codecs", default="full,int8,pool2,pool2-int8,pool4,pool4-int8,tpool2-pool2-int8")
-    ap.add_argument("--seeds", default="0,1,2", help="probe seeds, averaged")
+    ap.add_argument("--seeds", default="0,1,2,3,4", help="probe seeds, averaged")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     import torch

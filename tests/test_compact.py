@@ -29,7 +29,17 @@ def _tokens(n: int = 3, grid: tuple[int, int, int] = (2, 4, 6), d: int = 8) -> t
 
 
 def test_codecs_parse_name_and_count_their_bytes():
-    for name in ("full", "pool2", "int8", "pool2-int8", "last", "last-int8", "pool3-last-int8", "tpool2-pool2-int8"):
+    for name in (
+        "full",
+        "pool2",
+        "int8",
+        "pool2-int8",
+        "last",
+        "last-int8",
+        "pool3-last-int8",
+        "tpool2-pool2-int8",
+        "tpool2-int4",
+    ):
         assert TokenCodec.parse(name).name == name
     assert TokenCodec.parse("full") == FULL and FULL.lossless
     with pytest.raises(ConfigError, match="pool2-int8"):
@@ -40,6 +50,7 @@ def test_codecs_parse_name_and_count_their_bytes():
     small = TokenCodec.parse("pool2-int8").bytes_per_view(grid, d)
     assert small == (1 + 8 * 7 * 7) * (d + 2) and full / small > 7.9  # about 8x fewer
     assert TokenCodec.parse("last").kept(grid) == 1 + 14 * 14
+    assert TokenCodec.parse("int4").bytes_per_view(grid, d) == (1 + 8 * 14 * 14) * (d // 2 + 2)
 
 
 def test_reduce_pools_each_slot_and_keeps_cls():
@@ -66,7 +77,22 @@ def test_int8_round_trip_error_is_within_half_a_step_per_token():
     assert arrays["tokens"].dtype == torch.int8 and arrays["scales"].shape == (3, 49)
 
 
-def test_a_compact_store_holds_what_the_codec_keeps_of_the_in_memory_tokens(tmp_path):
+def test_int4_packs_two_values_a_byte_within_half_a_step():
+    x = _tokens()
+    arrays = TokenCodec(bits=4).encode(x)
+    assert arrays["tokens"].dtype == torch.uint8 and arrays["tokens"].shape == (3, 49, 4)
+    back = TokenCodec.decode(arrays["tokens"], arrays["scales"]).float()
+    step = arrays["scales"].float()[..., None]
+    assert ((back - x).abs() <= step / 2 + 2e-3 * x.abs()).all()
+    assert (back.abs().amax(-1) - x.abs().amax(-1)).abs().max() < 2e-3 * x.abs().max()  # the extreme is exact
+    levels = (back / step).round()  # every value is one of the 15 levels, the channel order kept
+    assert levels.abs().max() == 7 and torch.equal(levels.sign(), (x / step).round().sign())
+    with pytest.raises(ValueError, match="odd"):
+        TokenCodec(bits=4).encode(torch.randn(2, 3, 5))
+
+
+@pytest.mark.parametrize("name", ["pool2-int8", "tpool2-int4"])
+def test_a_compact_store_holds_what_the_codec_keeps_of_the_in_memory_tokens(tmp_path, name):
     from levjepa.data import write_video
 
     rng = np.random.default_rng(0)
@@ -77,10 +103,10 @@ def test_a_compact_store_holds_what_the_codec_keeps_of_the_in_memory_tokens(tmp_
     with seeded_init(0):
         enc = VideoEncoder(encoder_config("vit-test"))
     views = ViewSpec(size=32, frames=4, frame_stride=1)
-    codec = TokenCodec.parse("pool2-int8")
+    codec = TokenCodec.parse(name)
     res = build_store(enc, items, tmp_path / "s", StoreConfig(views, codec=codec, workers=0))
     store = FeatureStore(tmp_path / "s")
-    assert store.config["token_codec"] == "pool2-int8"
+    assert store.config["token_codec"] == name
     got = store.read("tokens", np.arange(res.rows))
     clips = torch.cat([views.load(it.path, enc.cfg.patch_size) for it in items])
     mem = encode(enc, clips, "cpu")
@@ -89,7 +115,9 @@ def test_a_compact_store_holds_what_the_codec_keeps_of_the_in_memory_tokens(tmp_
     full = build_store(enc, items, tmp_path / "f", StoreConfig(views, workers=0))
     size = {p.name.split("-")[0]: p.stat().st_size for p in (tmp_path / "s").glob("*-00000.npy")}
     full_size = next(p.stat().st_size for p in (tmp_path / "f").glob("tokens-00000.npy"))
-    assert full.rows == res.rows and full_size / (size["tokens"] + size["scales"]) > 2.5  # 17 of 65 tokens, 8 bit
+    assert (
+        full.rows == res.rows and full_size / (size["tokens"] + size["scales"]) > 2.5
+    )  # 17 of 65 tokens at 8 bit; 33 at 4
 
 
 def test_a_probe_kept_from_a_compact_store_classifies_as_it_was_scored(tmp_path, capsys, monkeypatch):

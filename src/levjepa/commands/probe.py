@@ -117,7 +117,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tokens",
         default="full",
         help="what the attentive probe reads of the tokens: full (float16), or a compact store: pool2 (2×2 spatial "
-        "pooling), int8, last (the last temporal slot), joined by '-', e.g. pool2-int8 (bench/eval.md)",
+        "pooling), tpool2 (2 temporal slots averaged), last (the last temporal slot), int8 or int4 (8- or 4-bit "
+        "tokens), joined by '-', e.g. pool2-int8 (bench/eval.md)",
     )
     parser.add_argument("--batch-size", type=int, default=8, help="clips per encoder forward")
     parser.add_argument("--cache", default=None, help="feature cache folder")

@@ -14,10 +14,12 @@ from the classifier's record) — so a probe is deployed on the numbers it was t
 * ``slots="last"`` — only the last temporal slot's patch tokens (for image protocols, where every slot shows
   the same frame and the last one, block-causal, has seen them all: ``T'`` times fewer);
 * ``bits=8`` — every token as int8 with one float16 scale per token, ``round(127 · x / max|x|)``
-  (symmetric, per token: ``D + 2`` bytes instead of ``2 D``, about half).
+  (symmetric, per token: ``D + 2`` bytes instead of ``2 D``, about half);
+* ``bits=4`` — the same at 4 bits, ``round(7 · x / max|x|)``, two values packed in a byte (``D / 2 + 2``
+  bytes, about a quarter; ``D`` even, as every ViT width is).
 
-CLS is always kept as the first token. The codecs are named ``full``, ``pool2``, ``int8``, ``pool2-int8``,
-``tpool2-pool2-int8``, ``last``, ``last-int8``, ... (:meth:`TokenCodec.parse`). Their bytes per view and their
+CLS is always kept as the first token. The codecs are named ``full``, ``pool2``, ``int8``, ``int4``, ``pool2-int8``,
+``tpool2-int4``, ``last``, ``last-int8``, ... (:meth:`TokenCodec.parse`). Their bytes per view and their
 accuracy against the full store are measured in ``bench/eval.md`` ("Compact stores").
 """
 
@@ -42,12 +44,12 @@ class TokenCodec:
 
     pool: int = 1  # spatial average pooling of each slot's patch tokens, pool × pool -> 1
     slots: Literal["all", "last"] = "all"  # every temporal slot, or the last one's patch tokens only
-    bits: Literal[16, 8] = 16  # float16, or int8 with a float16 scale per token
+    bits: Literal[16, 8, 4] = 16  # float16, or int8 / packed int4 with a float16 scale per token
     tpool: int = 1  # temporal average pooling: tpool consecutive slots -> 1
 
     def __post_init__(self) -> None:
-        if self.pool < 1 or self.tpool < 1 or self.slots not in ("all", "last") or self.bits not in (16, 8):
-            raise ConfigError(f"token codec {self}: pool, tpool >= 1, slots all or last, bits 16 or 8")
+        if self.pool < 1 or self.tpool < 1 or self.slots not in ("all", "last") or self.bits not in (16, 8, 4):
+            raise ConfigError(f"token codec {self}: pool, tpool >= 1, slots all or last, bits 16, 8 or 4")
 
     @classmethod
     def parse(cls, text: str) -> TokenCodec:
@@ -60,12 +62,12 @@ class TokenCodec:
                 tpool = int(part[5:])
             elif part == "last":
                 slots = "last"
-            elif part == "int8":
-                bits = 8
+            elif part in ("int8", "int4"):
+                bits = int(part[3:])
             else:
                 raise ConfigError(
                     f"--tokens {text!r}: full, or any of pool<k> (spatial pooling), tpool<k> (temporal pooling), "
-                    "last (the last temporal slot), int8 (8-bit tokens) joined by '-', e.g. pool2-int8"
+                    "last (the last temporal slot), int8 or int4 (8- or 4-bit tokens) joined by '-', e.g. pool2-int8"
                 )
         return cls(pool, slots, bits, tpool)  # type: ignore[arg-type]
 
@@ -73,7 +75,7 @@ class TokenCodec:
     def name(self) -> str:
         parts = [f"tpool{self.tpool}"] if self.tpool > 1 else []
         parts += ([f"pool{self.pool}"] if self.pool > 1 else []) + (["last"] if self.slots == "last" else [])
-        parts += ["int8"] if self.bits == 8 else []
+        parts += [f"int{self.bits}"] if self.bits < 16 else []
         return "-".join(parts) or "full"
 
     @property
@@ -88,7 +90,7 @@ class TokenCodec:
 
     def bytes_per_view(self, grid: tuple[int, int, int], dim: int) -> int:
         """Bytes a store keeps of one view's tokens."""
-        per_token = dim * 2 if self.bits == 16 else dim + 2
+        per_token = {16: dim * 2, 8: dim + 2, 4: math.ceil(dim / 2) + 2}[self.bits]
         return self.kept(grid) * per_token
 
     def reduce(self, tokens: Tensor, grid: tuple[int, int, int]) -> Tensor:
@@ -113,20 +115,29 @@ class TokenCodec:
         return torch.cat([tokens[:, :1], patches.reshape(n, -1, d)], 1)
 
     def encode(self, tokens: Tensor) -> dict[str, Tensor]:
-        """Reduced tokens -> the arrays a store writes: ``tokens`` float16, or int8 ``tokens`` + float16
-        ``scales`` ``[N, kept]``."""
+        """Reduced tokens -> the arrays a store writes: ``tokens`` float16; or int8 ``tokens`` (int4: uint8, two
+        values a byte, the even channel in the low nibble) + float16 ``scales`` ``[N, kept]``."""
         if self.bits == 16:
             return {"tokens": tokens.to(torch.float16)}
+        if self.bits == 4 and tokens.shape[-1] % 2:
+            raise ValueError(f"int4 tokens pack two channels a byte: width {tokens.shape[-1]} is odd")
+        top = 2 ** (self.bits - 1) - 1  # 127 or 7
         x = tokens.float()
-        scale = x.abs().amax(-1).clamp_min(1e-8) / 127.0  # [N, kept]
-        q = (x / scale[..., None]).round().clamp(-127, 127).to(torch.int8)
-        return {"tokens": q, "scales": scale.to(torch.float16)}
+        scale = (x.abs().amax(-1).clamp_min(1e-8) / top).to(torch.float16)  # [N, kept], as stored
+        q = (x / scale.float()[..., None]).round().clamp(-top, top).to(torch.int8)
+        if self.bits == 4:
+            nib = (q + 8).to(torch.uint8)  # 1..15
+            q = nib[..., 0::2] | (nib[..., 1::2] << 4)
+        return {"tokens": q, "scales": scale}
 
     @staticmethod
     def decode(tokens: Tensor, scales: Tensor | None) -> Tensor:
-        """A store's arrays back to float16 tokens (int8 ones scaled by their float16 scale)."""
+        """A store's arrays back to float16 tokens (int8 and packed int4 ones times their float16 scale)."""
         if scales is None:
             return tokens.to(torch.float16)
+        if tokens.dtype == torch.uint8:  # packed int4
+            low, high = (tokens & 15).to(torch.int8) - 8, (tokens >> 4).to(torch.int8) - 8
+            tokens = torch.stack([low, high], -1).flatten(-2)
         return (tokens.float() * scales.float()[..., None]).to(torch.float16)
 
     def roundtrip(self, tokens: Tensor, grid: tuple[int, int, int]) -> Tensor:

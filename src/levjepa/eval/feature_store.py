@@ -27,7 +27,7 @@ ranks give the same files as 1 process).
 * ``cls-KKKKK.npy`` float32 [n, D] (CLS token), ``mean-KKKKK.npy`` float32 [n, D] (mean of the patch
   tokens), ``tokens-KKKKK.npy`` float16 [n, 1+L, D] (CLS then every patch token, time-major) when
   ``tokens`` — or, with a compact ``codec`` (``levjepa.eval.compact``: ``pool2``, ``int8``, ...), the tokens it
-  keeps, int8 ones with ``scales-KKKKK.npy`` float16 [n, kept]; plain ``.npy``, so
+  keeps, int8 ones (int4: uint8, two a byte) with ``scales-KKKKK.npy`` float16 [n, kept]; plain ``.npy``, so
   ``numpy.load(path, mmap_mode="r")`` maps them;
 * ``index-KKKKK.jsonl`` — one JSON object per row of shard K: ``file, label, item, segment, crop``
   (rows of an item are consecutive, segment-major); its presence marks the shard done;
@@ -356,8 +356,8 @@ class FeatureStore:
 
     def read(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Rows ``rows`` (any order) of array ``name`` (``cls``, ``mean``, ``tokens``) as a new array; a compact
-        store's int8 tokens come back as float16 (scaled by their ``scales``)."""
-        if name == "tokens" and self.config.get("token_codec", "full").endswith("int8"):
+        store's int8 and int4 tokens come back as float16 (scaled by their ``scales``)."""
+        if name == "tokens" and TokenCodec.parse(self.config.get("token_codec", "full")).bits < 16:
             q = torch.from_numpy(self._read("tokens", rows))
             return TokenCodec.decode(q, torch.from_numpy(self._read("scales", rows))).numpy()
         return self._read(name, rows)
