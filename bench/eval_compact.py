@@ -85,19 +85,19 @@ def index(run: str, folder: str, codecs: list[str], seeds: list[int]) -> None:
 def _table(rows: list[tuple[str, int, dict[str, list[float]]]], what: str) -> None:
     import statistics
 
-    full = next(r for r in rows if r[0] == "full")
+    full = next((r for r in rows if r[0] == "full"), rows[0])  # the reference: full, or the first codec given
     tasks = list(full[2])
     mean = {t: statistics.fmean(full[2][t]) for t in tasks}
     seeds = len(full[2][tasks[0]])
     print(f"{what}; attentive probe, test accuracy (%: the mean over {seeds} probe seeds, its difference from the "
-          "full store's, ± the seeds' standard deviation), demo grid")  # fmt: skip
+          f"{full[0]} store's, ± the seeds' standard deviation), demo grid")  # fmt: skip
     print("| codec | token bytes per view | fewer bytes | " + " | ".join(tasks) + " |")
     print("| --- | ---: | ---: | " + " | ".join("---:" for _ in tasks) + " |")
     for name, size, accs in rows:
         cells = []
         for t in tasks:
             m, sd = statistics.fmean(accs[t]), statistics.stdev(accs[t]) if len(accs[t]) > 1 else 0.0
-            cells.append(f"{m:.1f}" + ("" if name == "full" else f" ({m - mean[t]:+.1f})") + f" ±{sd:.1f}")
+            cells.append(f"{m:.1f}" + ("" if name == full[0] else f" ({m - mean[t]:+.1f})") + f" ±{sd:.1f}")
         print(f"| {name} | {size:,} | {full[1] / size:.1f}× | " + " | ".join(cells) + " |")
 
 
