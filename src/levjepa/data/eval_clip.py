@@ -100,15 +100,7 @@ def load_eval_clip(
     if start is None:
         info = probe_video(path)
         start = segment_starts(info.num_frames, num_frames, _step(info.fps, frame_stride, target_fps), 1)[0]
-    frames = decode_clip(
-        path,
-        num_frames=num_frames,
-        frame_stride=frame_stride,
-        target_fps=target_fps,
-        start_frame=start,
-        short_side=size,
-    )
-    return center_square(frames, size, patch)
+    return center_square(_decode_at(path, start, num_frames, frame_stride, target_fps, size), size, patch)
 
 
 def random_resized_crop(clip: Tensor, scale: tuple[float, float], flip_p: float, generator: torch.Generator) -> Tensor:
@@ -157,6 +149,20 @@ def _step(source_fps: float, frame_stride: int, target_fps: float | None) -> flo
     return source_fps / target_fps if target_fps else float(frame_stride)
 
 
+def _decode_at(
+    path: str, start: int, num_frames: int, frame_stride: int, target_fps: float | None, size: int
+) -> torch.Tensor:
+    """``num_frames`` frames of ``path`` from frame ``start``, at the stride or the rate, short side ``size``."""
+    return decode_clip(
+        path,
+        num_frames=num_frames,
+        frame_stride=frame_stride,
+        target_fps=target_fps,
+        start_frame=start,
+        short_side=size,
+    )
+
+
 def segment_starts(num_source_frames: int, num_frames: int, frame_stride: float, segments: int) -> list[int]:
     """First source frame of each of ``segments`` clips of ``num_frames`` frames ``frame_stride`` source frames
     apart (fractional at a target rate), spread evenly over the video: one segment is the centred window,
@@ -193,14 +199,7 @@ def load_eval_views(
     info = probe_video(path)
     out = []
     for start in segment_starts(info.num_frames, num_frames, _step(info.fps, frame_stride, target_fps), segments):
-        frames = decode_clip(
-            path,
-            num_frames=num_frames,
-            frame_stride=frame_stride,
-            target_fps=target_fps,
-            start_frame=start,
-            short_side=size,
-        )
+        frames = _decode_at(path, start, num_frames, frame_stride, target_fps, size)
         out.append(square_crops(frames, size, patch, crops))
     return torch.cat(out)
 
