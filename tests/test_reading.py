@@ -84,6 +84,10 @@ def test_every_reader_reads_a_32px_export_at_32px_and_says_so(export32, tmp_path
     ft = ["finetune", str(export32), "--task", task, "--out", str(tmp_path / "ft"), "steps=1", "workers=0"]
     assert main([*ft, "batch_size=2", "loggers=", "size=16", "eval_every=1"]) == 0
     assert "views: 4 frames every frame, 16 px (size as given, the rest the model's)" in capsys.readouterr().err
+    # the random-init baseline reads what the model reads, in finetune as in probe
+    ft = ["finetune", str(export32), "--random-init", "--task", task, "--out", str(tmp_path / "ft-random")]
+    assert main([*ft, "steps=1", "workers=0", "batch_size=2", "loggers=", "eval_every=1"]) == 0
+    assert "views: 4 frames every frame, 32 px (the model's preprocessing)" in capsys.readouterr().err
 
 
 def test_a_rate_replaces_the_stride_and_frames_must_fill_tubelets(export32):

@@ -49,7 +49,7 @@ from levjepa.eval.probes import probe_config
 from levjepa.eval.protocols import PROTOCOLS, parse_slots
 from levjepa.eval.result import EvalResult
 from levjepa.eval.synthetic_task import SYNTHETIC_TITLE, TASKS, synthetic_config_for, synthetic_splits
-from levjepa.formats.load import LoadedEncoder, load_encoder, random_encoder
+from levjepa.formats.load import LoadedEncoder, load_encoder, random_like
 from levjepa.formats.reading import model_views
 
 __all__ = ["add_arguments", "main"]
@@ -147,7 +147,7 @@ def _main(args: argparse.Namespace) -> int:
         loaded.setdefault(f"pretrained-{enc.weights}", enc)
     first = next(iter(loaded.values()))
     if not args.no_baseline:
-        loaded["random-init"] = random_encoder(first.config, seed=args.baseline_seed, device=args.device)
+        loaded["random-init"] = random_like(first, seed=args.baseline_seed)
     probe_cfg = apply_overrides(probe_config(args.budget, depth=args.probe_depth), args.set)
     bad = None
     task: Task

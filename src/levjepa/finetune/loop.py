@@ -71,7 +71,7 @@ from levjepa.formats.classifier import (
     write_classifier,
 )
 from levjepa.formats.export import export_license, write_export
-from levjepa.formats.load import LoadedEncoder, load_encoder, random_encoder
+from levjepa.formats.load import LoadedEncoder, load_encoder, random_like
 from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
 from levjepa.rng import make_generator
 from levjepa.train.checkpoint import TrainerState, checkpoint_run, resume_latest, save_checkpoint
@@ -141,7 +141,7 @@ def _read_task(cfg: FinetuneConfig, loaded: LoadedEncoder) -> tuple[_Task, str]:
 def _start_encoder(cfg: FinetuneConfig, device: str) -> LoadedEncoder:
     loaded = load_encoder(cfg.source, weights=cfg.weights, device="cpu")
     if cfg.random_init:
-        loaded = random_encoder(loaded.config, seed=cfg.seed)
+        loaded = random_like(loaded, seed=cfg.seed)
     for p in loaded.encoder.parameters():
         p.requires_grad_(True)
     loaded.encoder = loaded.encoder.to(device)

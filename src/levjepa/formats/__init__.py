@@ -21,6 +21,6 @@ Evaluation, extraction and the commands read weights only through this package.
 
 from __future__ import annotations
 
-from levjepa.formats.load import LoadedEncoder, load, load_encoder, load_init_weights, random_encoder
+from levjepa.formats.load import LoadedEncoder, load, load_encoder, load_init_weights, random_encoder, random_like
 
-__all__ = ["LoadedEncoder", "load", "load_encoder", "load_init_weights", "random_encoder"]
+__all__ = ["LoadedEncoder", "load", "load_encoder", "load_init_weights", "random_encoder", "random_like"]

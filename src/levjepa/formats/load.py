@@ -502,6 +502,14 @@ def random_encoder(config: EncoderConfig, *, seed: int = 0, device: str | torch.
     )
 
 
+def random_like(loaded: LoadedEncoder, *, seed: int = 0) -> LoadedEncoder:
+    """``loaded``'s architecture at random initialisation, reading what ``loaded`` reads: the run's config
+    and the recorded preprocessing travel with it, so the baseline sees the same views (size, frames, rate)
+    as the weights it stands beside."""
+    rand = random_encoder(loaded.config, seed=seed, device=next(loaded.encoder.parameters()).device)
+    return dataclasses.replace(rand, run_config=loaded.run_config, preprocessing=loaded.preprocessing)
+
+
 def load_projector(path: str | Path) -> dict[str, torch.Tensor] | None:
     """The training projector's state dict kept beside an encoder (a run's latest checkpoint, a checkpoint,
     an export written with its projector), or ``None`` when there is none."""
