@@ -41,9 +41,11 @@ def table(out: Path) -> None:
     rows: list[tuple[str, str, str]] = []
     probe = out / "probe.json"
     if probe.is_file():
-        results = json.loads(probe.read_text())["results"]["pretrained-ema"]["labels"]
-        for name, res in results.items():
-            rows.append((f"frozen probe, {name}", f"{res['reported_acc']:.1f}", f"{res['best']['val_acc']:.1f}"))
+        for task, results in json.loads(probe.read_text())["results"]["pretrained-ema"].items():  # task: its name
+            for name, res in results.items():
+                rows.append(
+                    (f"frozen probe, {task}, {name}", f"{res['reported_acc']:.1f}", f"{res['best']['val_acc']:.1f}")
+                )
     groups: dict[str, list[tuple[float, float]]] = {}
     for path in sorted(out.glob("ft-*/results.json")):
         name = path.parent.name.removeprefix("ft-").rsplit("-seed", 1)[0]
