@@ -122,3 +122,21 @@ def test_an_index_with_class_names_writes_its_label_map_beside_the_features(medi
     assert json.loads((out / "labels.json").read_text()) == {"jumping": 0, "walking": 1}
     labels = {Path(r["path"]).name: r["label"] for r in read_index(out)}
     assert labels == {"a.mp4": 1, "b.mp4": 0}
+
+
+def test_shards_continue_only_over_the_same_list_of_files(media, tmp_path):
+    # the shard formats continue at a position in the list of files: a source that lists other files is
+    # refused (it was taken for the same job: a file added was counted and never extracted)
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(media, src)
+    out = tmp_path / "rows"
+    enc = _encoder()
+    _run(enc, src, out, format="safetensors", shard_rows=2)
+    shutil.copy(src / "a.mp4", src / "a2.mp4")
+    with pytest.raises(DataError, match=r"another list of files .*--overwrite"):
+        _run(enc, src, out, format="safetensors", shard_rows=2)
+    again = _run(enc, src, out, format="safetensors", shard_rows=2, overwrite=True)
+    assert sorted({Path(r["path"]).name for r in read_index(out)}) == ["a.mp4", "a2.mp4", "b.mp4"]
+    assert again.files == 3

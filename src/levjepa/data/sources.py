@@ -30,6 +30,7 @@ proportional to its weight).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,7 @@ __all__ = [
     "decode_media",
     "decode_options",
     "image_clip",
+    "items_hash",
     "list_media",
     "media_kind",
     "parse_index",
@@ -72,6 +74,15 @@ class MediaItem:
     path: str
     label: int | None
     kind: Literal["video", "image"]
+
+
+def items_hash(items: list[MediaItem]) -> str:
+    """A hash of a list of items, in order (path, label, kind): what a feature store or an extraction records
+    so that a job into the same folder continues only over the same files."""
+    h = hashlib.sha1()
+    for it in items:
+        h.update(f"{it.path}\t{it.label}\t{it.kind}\n".encode())
+    return h.hexdigest()
 
 
 def media_kind(path: str) -> Literal["video", "image"] | None:

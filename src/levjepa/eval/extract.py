@@ -43,7 +43,9 @@ every setting that changes a feature (all of :class:`ExtractConfig` but ``worker
 into a folder that holds features continues only under the same signature: ``per_video`` keeps the videos
 already written and computes the others; the shard formats keep every complete shard (its files written and
 all its rows in ``index.jsonl``), drop the rest, and go on from the file the last kept row came from (its rows
-already kept are computed again and not written twice), so the shards end as an uninterrupted job's would.
+already kept are computed again and not written twice), so the shards end as an uninterrupted job's would;
+their signature also holds a hash of the list of files (``levjepa.data.sources.items_hash``), since the
+position they continue from is one in that list.
 Under another signature — or features without one — a folder is refused with one line naming what differs,
 unless ``overwrite=True`` deletes the old features first. A folder never mixes two encoders or two settings.
 Unreadable files are written to the report as they are met.
@@ -75,7 +77,7 @@ from levjepa.config import check, to_dict
 from levjepa.data import BadFileReport, DataError, list_media, normalize
 from levjepa.data.eval_clip import load_eval_clip, load_eval_video
 from levjepa.data.progress import Progress
-from levjepa.data.sources import MediaItem, media_kind, read_index_labels
+from levjepa.data.sources import MediaItem, items_hash, media_kind, read_index_labels
 from levjepa.data.workers import safe_map
 from levjepa.eval.feature_writer import save_npy, write_shard
 from levjepa.infer.encode import encode, frozen, function_fingerprint, precision
@@ -477,9 +479,13 @@ def _open_output(out: Path, sig: dict[str, Any], *, overwrite: bool, is_main: bo
                 if saved is None:
                     what = "features without a recorded encoder and settings (an older levjepa, or an unfinished job)"
                 else:
-                    changed = [f"{k} {saved.get(k)!r} -> {sig.get(k)!r}" for k in sig if saved.get(k) != sig.get(k)]
-                    what = "features of another " + ("encoder" if saved.get("encoder") != sig["encoder"] else "setting")
-                    what += f" ({', '.join(changed)})"
+                    keys = [k for k in sig if saved.get(k) != sig.get(k)]
+                    changed = [f"{k} {saved.get(k)!r} -> {sig.get(k)!r}" for k in keys]
+                    if keys == ["files"]:  # the shard formats continue over the same list of files only
+                        what = "features of another list of files (the source's files or their order changed)"
+                    else:
+                        what = "features of another " + ("encoder" if "encoder" in keys else "setting")
+                        what += f" ({', '.join(changed)})"
                 raise DataError(
                     f"{out} holds {what}: choose another --out, or pass --overwrite to delete them and extract again"
                 )
@@ -521,6 +527,8 @@ def extract(
     if world > 1 and not per_video:
         raise ValueError("extract under torchrun: use --format per_video (one file per video, split over ranks)")
     sig = signature(encoder, cfg)
+    if not per_video:  # the shards continue at a position in the list of files: the list must be the same
+        sig["files"] = items_hash(items)
     _open_output(out, sig, overwrite=overwrite, is_main=rank == 0)
     if classes and rank == 0:
         atomic_write_text(out / "labels.json", json.dumps(classes, indent=2) + "\n")

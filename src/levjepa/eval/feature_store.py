@@ -49,7 +49,6 @@ plus the probe, whatever the number of clips.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 import os
@@ -67,6 +66,7 @@ from levjepa.config import check
 from levjepa.data import BadFileReport, DataError, MediaItem
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.data.progress import Progress
+from levjepa.data.sources import items_hash
 from levjepa.data.workers import safe_map
 from levjepa.eval.compact import FULL, TokenCodec, grid_of
 from levjepa.eval.feature_writer import write_shard
@@ -135,13 +135,6 @@ def _views(items: list[MediaItem], views: ViewSpec, patch: int, i: int) -> Tenso
     return views.load(items[i].path, patch, items[i].kind)
 
 
-def _items_hash(items: list[MediaItem]) -> str:
-    h = hashlib.sha1()
-    for it in items:
-        h.update(f"{it.path}\t{it.label}\t{it.kind}\n".encode())
-    return h.hexdigest()
-
-
 class _Shard:
     """Rows of one shard, kept until its last item is seen, then written."""
 
@@ -199,7 +192,7 @@ def build_store(
         "encoder": weights_fingerprint(encoder),
         "patch": encoder.cfg.patch_size,
         "items": len(items),
-        "items_sha1": _items_hash(items),
+        "items_sha1": items_hash(items),
     }
     _check_manifest(out, manifest)
     rank, world = distributed.rank(), distributed.world_size()
