@@ -72,7 +72,7 @@ def _file_views(
 
 def _windows(path: str, p: ViewSpec, patch: int) -> tuple[Tensor, Tensor]:
     """Consecutive windows of ``p.frames`` kept frames [W, C, T, S, S] and their (start, end) times [W, 2]."""
-    video = load_eval_video(path, size=p.size, patch=patch, frame_stride=p.frame_stride)
+    video = load_eval_video(path, size=p.size, patch=patch, frame_stride=p.frame_stride, target_fps=p.fps)
     frames, ts = video.frames, video.timestamps
     n = len(frames)
     if n == 0:
