@@ -80,6 +80,26 @@ def _cases(run: Path, f: dict[str, str], out: str) -> list[tuple[list[str], str]
         (["flops", "--sweep", "0,x"], "--sweep"),
         (["flops", "--local-size", "90"], "--local-size 90"),
         (["export", r, "--out", out, "--window", "8", "--dtype", "fp16"], "--window, --dtype shape"),
+        (["export", r, "--out", out, "--opset", "11"], "--opset shapes"),
+        (["export", r, "--out", out, "--private"], "--push-to-hub"),
+        (["probe", r, "--task", f"index:{f['text']},{f['text']}", "--protocol", "k400", "--size", "48"], "--size"),
+        (["probe", r, "--task", f"index:{f['text']},{f['text']}", "--protocol", "k400", "--frames", "2"], "--frames"),
+        (
+            [
+                "probe",
+                r,
+                "--task",
+                f"index:{f['text']},{f['text']}",
+                "--slots",
+                "vjepa2",
+                "--protocol",
+                "ssv2",
+                "--fps",
+                "4",
+            ],
+            "--fps",
+        ),
+        (["probe", r, "--task", f"index:{f['text']},{f['text']}", "--slots", "16"], "--protocol"),
         (["classify", r, f["fake_video"], "--top-k", "0"], "--top-k 0"),
     ]
 

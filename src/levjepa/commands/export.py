@@ -42,16 +42,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     deploy.add_argument("--quantize", choices=("none", "int8"), default="none", help="int8: dynamic quantization")
     deploy.add_argument("--window", type=int, default=None, help="streaming window in frames (default: clip length)")
     deploy.add_argument("--size", type=int, default=None, help="frame side in pixels (default: the clip size)")
-    deploy.add_argument("--opset", type=int, default=18, help="ONNX opset (default: 18)")
+    deploy.add_argument("--opset", type=int, default=None, help="ONNX opset (default: 18)")
 
 
 def main(args: argparse.Namespace) -> int:
     graphs: Literal["none", "onnx", "pt2"] = "none" if args.format == "safetensors" else args.format
     shaping = {"--window": args.window, "--size": args.size, "--dtype": args.dtype, "--quantize": args.quantize}
+    shaping["--opset"] = args.opset
     given = [option for option, value in shaping.items() if value not in (None, "fp32", "none")]
     if graphs == "none" and given:
         verb = "shapes" if len(given) == 1 else "shape"
         raise ConfigError(f"{', '.join(given)} {verb} the deployment graphs, which only --format onnx or pt2 writes")
+    if args.private and not args.push_to_hub:
+        raise ConfigError("--private: with --push-to-hub REPO_ID only (it makes the new hub repo private)")
     loaded = export_encoder(
         args.run,
         args.out,
@@ -62,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
         size=args.size,
         dtype=args.dtype,
         quantize=args.quantize,
-        opset=args.opset,
+        opset=18 if args.opset is None else args.opset,
         say=lambda line: print(line, file=sys.stderr, flush=True),
     )
     extra = "" if graphs == "none" else f", clip_encoder.{graphs}, stream_step.{graphs}"

@@ -63,6 +63,23 @@ def _split_list(text: str, valid: tuple[str, ...], what: str) -> list[str]:
     return items
 
 
+def _check_protocol_options(args: argparse.Namespace) -> None:
+    """A protocol sets the size and the frames (its slots × the tubelet), V-JEPA 2's slots the sampling too: an
+    option they would overrule is refused rather than dropped; ``--slots`` means nothing without a protocol."""
+    if args.protocol is None:
+        if args.slots is not None:
+            raise ConfigError("--slots: with --protocol only (without one, --frames sets the clip)")
+        return
+    given = [f"--{k.replace('_', '-')}" for k in ("size", "frames") if getattr(args, k) is not None]
+    if args.slots == "vjepa2":
+        given += [f"--{k.replace('_', '-')}" for k in ("frame_stride", "fps") if getattr(args, k) is not None]
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)}: --protocol {args.protocol} sets the size and frames (--slots: temporal positions "
+            "per clip), and --slots vjepa2 the sampling too; leave them out, or drop --protocol"
+        )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="run directory, checkpoint or export")
     parser.add_argument(
@@ -152,6 +169,7 @@ def _main(args: argparse.Namespace) -> int:
     bad = None
     task: Task
     if args.task.startswith("index:"):
+        _check_protocol_options(args)
         bad = BadFileReport()
         features = args.features or str(Path(args.out).parent / "features" if args.out else Path("features"))
         views, said = model_views(
@@ -208,8 +226,7 @@ def _main(args: argparse.Namespace) -> int:
         online=args.online,
     )
     if args.plan:
-        if not isinstance(task, DatasetTask):
-            raise ConfigError("--plan: for --task index:TRAIN,VAL[,TEST] (the built-in benchmark runs in minutes)")
+        assert isinstance(task, DatasetTask)  # --plan with the built-in benchmark is refused above
         print(plan(task, first, evaluation).text())
         return 0
     result = evaluate({name: le.encoder for name, le in loaded.items()}, task, evaluation)
