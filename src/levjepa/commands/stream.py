@@ -4,8 +4,8 @@ Each decoded frame (resized so its short side is ``--size`` and centre-cropped t
 size and the sampling — ``--frame-stride`` or ``--fps`` — default to the model's own, and the command says
 which it used) is pushed into :class:`levjepa.infer.StreamingEncoder`; the past is never recomputed, and
 ``--window W`` bounds memory and per-frame cost to the last W frames. The CLS readout over the frames seen so
-far is taken every ``--every`` frames and written, with the per-frame latency, to ``--out`` (safetensors:
-``cls [R, D]``, ``frame [R]``, ``time_s [R]``, ``latency_ms [F]``)::
+far is taken every ``--every`` frames and written, with the latency of each step (one tubelet of τ frames), to
+``--out`` (safetensors: ``cls [R, D]``, ``frame [R]``, ``time_s [R]``, ``latency_ms [F / τ]``)::
 
     levjepa stream runs/demo VIDEO.mp4 --window 16 --every 4 --out stream.safetensors
     levjepa stream exports/demo VIDEO.mp4 --backend onnx --every 4     # the exported step, onnxruntime
@@ -158,9 +158,10 @@ def _frames(args: argparse.Namespace, patch: int, tau: int) -> VideoFrames:
     )
     frames = video.frames[: args.max_frames] if args.max_frames else video.frames
     if len(frames) < tau:
+        sampling = f"{args.fps:g} fps" if args.fps is not None else f"a frame stride of {args.frame_stride}"
         print(
-            f"note: {args.video} has {len(frames)} frame(s) at --frame-stride {args.frame_stride}, fewer than a "
-            f"tubelet ({tau}): padded with its last frame",
+            f"note: {args.video} has {len(frames)} frame(s) at {sampling}, fewer than a tubelet ({tau}): padded "
+            "with its last frame",
             file=sys.stderr,
         )
         frames = torch.cat([frames, frames[-1:].expand(tau - len(frames), -1, -1, -1)])
