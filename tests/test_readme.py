@@ -184,14 +184,19 @@ def test_the_documented_commands_run_on_a_tiny_input(tiny, tmp_path, capsys):
     assert (tmp_path / "vis" / "visualize.png").is_file() and index
 
 
-def _run_the_onnx_block(run: Path, video: Path, tmp_path: Path) -> list[tuple[int, np.ndarray]]:
+def _run_the_onnx_block(run: Path, video: Path, tmp_path: Path, **recorded: object) -> list[tuple[int, np.ndarray]]:
     """The README's ONNX streaming block on ``run`` exported as ONNX (32-px frames, a 4-frame window) to DIR,
-    streaming ``video`` as clip.mp4: its (slot, first 3 CLS values) lines."""
+    streaming ``video`` as clip.mp4: its (slot, first 3 CLS values) lines. ``recorded``: preprocessing values
+    written into the export's config.json (as a run of another sampling would record them)."""
     (block,) = [b for b in _blocks("python") if "stream_step" in b and "onnxruntime" in b]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         args = ["--format", "onnx", "--window", "4", "--size", "32"]
         assert main(["export", str(run), "--out", str(tmp_path / "DIR"), *args]) == 0
+    if recorded:
+        cfg = json.loads((tmp_path / "DIR" / "config.json").read_text())
+        cfg["preprocessing"].update(recorded)
+        (tmp_path / "DIR" / "config.json").write_text(json.dumps(cfg))
     (tmp_path / "clip.mp4").symlink_to(video)
     out = _script(tmp_path, block).replace("[", " ").replace("]", " ").splitlines()
     return [(int(line.split()[0]), np.array(line.split()[1:], float)) for line in out]
@@ -212,6 +217,20 @@ def test_the_onnx_streaming_block_streams_the_demo_models_tubelets_as_levjepa_st
 
     want = load_tensors(out)[0]["cls"][:, :3].numpy()
     assert want.shape == (15, 3)
+    np.testing.assert_allclose(np.stack([cls for _, cls in lines]), want, atol=1e-4)
+
+
+def test_the_onnx_streaming_block_keeps_the_models_sampling_as_levjepa_stream_does(tiny, tmp_path):
+    """An export recorded at every 2nd frame (real-video runs' default; the released weights' 7.5 of 15 fps):
+    the block keeps 15 of the 30 frames, 7 whole tubelets, the CLS ``levjepa stream --backend onnx`` reads."""
+    video = tiny / "videos" / "video2.mp4"
+    lines = _run_the_onnx_block(tiny / "run", video, tmp_path, frame_stride=2)
+    out = tmp_path / "stream.safetensors"
+    assert main(["stream", str(tmp_path / "DIR"), str(video), "--backend", "onnx", "--out", str(out)]) == 0
+    from levjepa.weights import load_tensors
+
+    want = load_tensors(out)[0]["cls"][:, :3].numpy()
+    assert [slot for slot, _ in lines] == list(range(7)) and want.shape == (7, 3)
     np.testing.assert_allclose(np.stack([cls for _, cls in lines]), want, atol=1e-4)
 
 
