@@ -84,3 +84,24 @@ def test_the_plan_counts_what_the_store_takes(setting, tmp_path, capsys):
     assert main([*args, "--workers", "0", "--features", str(tmp_path / "g")]) == 0
     out = capsys.readouterr().out
     assert "| train | 12 | 1 | 12 |" in out and "estimated time" in out and not (tmp_path / "g").exists()
+
+
+def test_online_tokens_of_unaugmented_views_are_the_stores_tokens(setting, tmp_path):
+    # validation and test read online are the store's views, unaugmented: the same tokens, row for row, in any
+    # batch (the encoder runs batch_size views at a time over a batch of samples)
+    import torch
+
+    from levjepa.eval.online import OnlineSource
+
+    files, _, loaded, views = setting
+    task = dataset_task(files, views=views, workers=0, features_dir=tmp_path / "f")
+    cfg = EvalConfig(tasks=(task.name,), probes=("attentive",))
+    task.prepare({"e": loaded.encoder}, cfg)
+    sources = task.sources("e", loaded.encoder, cfg)
+    stored = sources["test"]
+    live = OnlineSource(stored, task.splits["test"], task.test_views.views, loaded.encoder, augment=False, batch_size=2)
+    idx = torch.tensor([4, 0, 7, 3, 1])
+    np.testing.assert_array_equal(live.read("tokens", idx).numpy(), stored.read("tokens", idx).numpy())
+    assert live.forwards == 5
+    for src in sources.values():
+        src.close()

@@ -36,19 +36,17 @@ __all__ = ["AUGMENT_SCALE", "OnlineSource"]
 AUGMENT_SCALE = (0.3, 1.0)  # the random resized crop's share of the area (training split)
 
 
-def _views(
-    items: list[MediaItem], views: ViewSpec, patch: int, augment: bool, seed: int, read: int, key: tuple[int, int]
-) -> Tensor:
-    """The views of one sample ``(item, crop)`` in a worker: its ``segments`` clips of that crop, uint8
-    ``[segments, C, T, S, S]``, augmented for training."""
-    item, crop = key
-    it = items[item]
+def _views(views: ViewSpec, patch: int, augment: bool, seed: int, read: int, key: tuple[str, str, int, int]) -> Tensor:
+    """The views of one sample ``key = (path, kind, item, crop)`` in a worker: its ``segments`` clips of that
+    crop, uint8 ``[segments, C, T, S, S]``, augmented for training. (The key carries the file, so a worker is
+    sent one sample, not the split's list of files.)"""
+    path, kind, item, crop = key
     if augment:  # one random box per view, from the centre square of each segment
-        segs = views.load(it.path, patch, it.kind)  # crops=1 on the training split
+        segs = views.load(path, patch, kind)  # crops=1 on the training split
         gen = make_generator(seed, "online", read, item)
         out = [random_resized_crop(v.permute(1, 2, 3, 0), AUGMENT_SCALE, 0.5, gen).permute(3, 0, 1, 2) for v in segs]
         return torch.stack(out)
-    every = views.load(it.path, patch, it.kind)  # [segments · crops, ...], segment-major
+    every = views.load(path, patch, kind)  # [segments · crops, ...], segment-major
     return every[crop :: views.crops]
 
 
@@ -79,22 +77,23 @@ class OnlineSource(FeatureSource):
     def read(self, what: str, idx: Tensor) -> Tensor:
         if what != "tokens":
             return self.store.read(what, idx)
-        keys = [(int(self.store.smp.file[i]), int(i) % self.crops) for i in idx.tolist()]
-        load = functools.partial(
-            _views, self.items, self.views, self.encoder.cfg.patch_size, self.augment, self.seed, self.reads
-        )
+        keys = []
+        for i in idx.tolist():
+            item = int(self.store.smp.file[i])
+            keys.append((self.items[item].path, self.items[item].kind, item, int(i) % self.crops))
+        load = functools.partial(_views, self.views, self.encoder.cfg.patch_size, self.augment, self.seed, self.reads)
         self.reads += 1
-        out: list[Tensor] = []
+        samples: list[Tensor] = []
         for key, views, reason in safe_map(load, keys, self.workers if len(keys) > 1 else 0):
             if views is None:  # the store read this file: it became unreadable since
-                raise DataError(f"unreadable: {self.items[key[0]].path}: {reason}")
-            s = views.shape[0]
-            step = self.batch_size
-            enc = [encode(self.encoder, views[j : j + step], self.device).tokens for j in range(0, s, step)]
-            tokens = torch.cat([t for t in enc if t is not None])  # [segments, 1+L, D] float16
-            self.forwards += s
-            out.append(tokens.reshape(-1, tokens.shape[-1]))
-        return torch.stack(out)
+                raise DataError(f"unreadable: {key[0]}: {reason}")
+            samples.append(views)
+        every = torch.cat(samples)  # [samples · segments, C, T, S, S]: encoded batch_size views at a time
+        step = self.batch_size
+        parts = [encode(self.encoder, every[j : j + step], self.device).tokens for j in range(0, len(every), step)]
+        tokens = torch.cat([t for t in parts if t is not None])  # [samples · segments, 1 + L, D] float16
+        self.forwards += len(every)
+        return tokens.reshape(len(samples), -1, tokens.shape[-1])  # each sample's segments, one after another
 
     def dim(self, what: str) -> int:
         return self.encoder.cfg.dim if what == "tokens" else self.store.dim(what)  # no forward to ask it
