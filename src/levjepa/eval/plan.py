@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from levjepa.data import MediaItem
+from levjepa.data.workers import READ_ERRORS
 from levjepa.eval.compact import FULL, TokenCodec
 from levjepa.eval.config import EvalConfig
 from levjepa.eval.dataset_task import DatasetTask
@@ -144,7 +145,7 @@ def _measure(out: Plan, task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfi
     for it in items:
         try:
             decoded.append(views.load(it.path, enc.cfg.patch_size, it.kind))
-        except Exception:
+        except READ_ERRORS:  # an unreadable file costs its attempt, as in the run
             continue
     if not decoded:
         return
@@ -157,17 +158,32 @@ def _measure(out: Plan, task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfi
     assert out_tokens is not None
     pcfg = cfg.probe_cfg
     grid = build_probe_grid("attentive", pcfg, enc.cfg.dim, max(2, task.classes)).to(cfg.device)
-    x = torch.randn(min(pcfg.batch_size, 64), *out_tokens.shape[1:], device=cfg.device)
+    # a training row: the tokens of its `segments` views, as the store keeps them (its codec's count)
+    c = enc.cfg
+    tgrid = (views.frames // c.tubelet, views.size // c.patch_size, views.size // c.patch_size)
+    kept = out_tokens.shape[1] if cfg.online or "attentive" not in cfg.probes else cfg.codec.kept(tgrid)
+    x = torch.randn(min(pcfg.batch_size, 64), views.segments * kept, c.dim, device=cfg.device)
     grid(x).sum().backward()  # warm-up
+    _sync(cfg.device)
     t0 = time.perf_counter()
     grid(x).sum().backward()
+    _sync(cfg.device)
     step_s = (time.perf_counter() - t0) * pcfg.batch_size / len(x)
     workers = max(1, task.test_views.workers)
     files = sum(s.files for s in out.splits)
     forwards = sum(s.forwards for s in out.splits)
     train_rows = next(s.rows for s in out.splits if s.split == "train")
+    train_files = next(s.files for s in out.splits if s.split == "train")
     steps = math.ceil(train_rows / pcfg.batch_size) * pcfg.epochs
-    decodes = files + (pcfg.epochs - 1) * out.splits[0].files if cfg.online else files
+    # online: the store of CLS and mean decodes every file, then the tokens every epoch's training files and
+    # the validation and test files once more
+    decodes = 2 * files + (pcfg.epochs - 1) * train_files if cfg.online else files
     out.measured = {"files": len(decoded), "decode_s": decode_s, "encode_s": encode_s, "step_s": step_s,
                     "workers": workers}  # fmt: skip
     out.estimate_s = {"decode": decodes * decode_s / workers, "encode": forwards * encode_s, "probes": steps * step_s}
+
+
+def _sync(device: str | torch.device) -> None:
+    """Wait for the GPU's queued work, so that a time read after it counts the work (not only its launch)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
