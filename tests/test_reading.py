@@ -121,7 +121,11 @@ def test_two_index_tasks_keep_two_probe_folders_and_a_name_is_never_reused(tmp_p
     before = (run / "probes" / "ucf" / "linear" / "head.safetensors").read_bytes()
     assert main([*base, "--task", "index:" + ",".join(map(str, b)), "--name", "ucf"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "holds the task of" in err and "--name NAME" in err
+    assert err.count("\n") == 0 and "--name NAME" in err
+    assert f"probes whose train file is {a[0].resolve()}, not {b[0].resolve()}" in err
+    # the same TRAIN file with another VAL file: the message names the split that differs
+    assert main([*base, "--task", "index:" + ",".join(map(str, [a[0], b[1]])), "--name", "ucf"]) == 2
+    assert f"probes whose val file is {a[1].resolve()}, not {b[1].resolve()}" in capsys.readouterr().err
     assert (run / "probes" / "ucf" / "linear" / "head.safetensors").read_bytes() == before
     assert main([*base, "--task", "index:" + ",".join(map(str, a))]) == 0  # the same task again: renewed
 

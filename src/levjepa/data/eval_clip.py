@@ -37,7 +37,7 @@ from torch import Tensor
 
 from levjepa.config import check
 from levjepa.data.sources import media_kind
-from levjepa.data.video import VideoFrames, decode_all, decode_clip, load_image, probe_video
+from levjepa.data.video import VideoFrames, decode_all, decode_clip, frame_step, load_image, probe_video
 
 __all__ = [
     "ViewSpec",
@@ -99,7 +99,7 @@ def load_eval_clip(
         return image.expand(num_frames, -1, -1, -1)
     if start is None:
         info = probe_video(path)
-        start = segment_starts(info.num_frames, num_frames, _step(info.fps, frame_stride, target_fps), 1)[0]
+        start = segment_starts(info.num_frames, num_frames, frame_step(info.fps, frame_stride, target_fps), 1)[0]
     return center_square(_decode_at(path, start, num_frames, frame_stride, target_fps, size), size, patch)
 
 
@@ -142,11 +142,6 @@ def square_crops(frames: Tensor, size: int, patch: int, crops: int) -> Tensor:
         left = (nw - side) * pos // 2 if nw >= nh else (nw - side) // 2
         out.append(x[:, :, top : top + side, left : left + side])
     return torch.stack(out).round().clamp(0, 255).to(torch.uint8).permute(0, 1, 3, 4, 2).contiguous()
-
-
-def _step(source_fps: float, frame_stride: int, target_fps: float | None) -> float:
-    """Source frames between two kept frames: ``frame_stride``, or ``source fps / target_fps`` (time in seconds)."""
-    return source_fps / target_fps if target_fps else float(frame_stride)
 
 
 def _decode_at(
@@ -198,7 +193,7 @@ def load_eval_views(
         return views.repeat(segments, 1, 1, 1, 1)
     info = probe_video(path)
     out = []
-    for start in segment_starts(info.num_frames, num_frames, _step(info.fps, frame_stride, target_fps), segments):
+    for start in segment_starts(info.num_frames, num_frames, frame_step(info.fps, frame_stride, target_fps), segments):
         frames = _decode_at(path, start, num_frames, frame_stride, target_fps, size)
         out.append(square_crops(frames, size, patch, crops))
     return torch.cat(out)

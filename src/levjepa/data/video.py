@@ -75,6 +75,7 @@ __all__ = [
     "decode_all",
     "decode_clip",
     "decode_windows",
+    "frame_step",
     "hwaccel_status",
     "load_image",
     "open_video",
@@ -571,8 +572,9 @@ def _decode_indices_once(
     return np.stack(out)  # type: ignore[arg-type]
 
 
-def _step(info: VideoInfo, frame_stride: int, target_fps: float | None) -> float:
-    return info.fps / target_fps if target_fps else float(frame_stride)
+def frame_step(source_fps: float, frame_stride: int, target_fps: float | None) -> float:
+    """Source frames between two kept frames: ``frame_stride``, or ``source fps / target_fps`` (time in seconds)."""
+    return source_fps / target_fps if target_fps else float(frame_stride)
 
 
 def decode_clip(
@@ -634,7 +636,7 @@ def decode_windows(
         info = _info(name, container, o.min_side, o.max_side)
         _setup_stream(container.streams.video[0], o.threads)
         convert = _Converter(info.height, info.width, o.short_side)
-        step = _step(info, o.frame_stride, o.target_fps)
+        step = frame_step(info.fps, o.frame_stride, o.target_fps)
         everything = None
         if info.num_frames < 0:  # neither a frame count nor a duration is stored: decode everything once
             everything = _decode_everything(name, container, convert)
@@ -703,7 +705,7 @@ def decode_all(
         _setup_stream(stream, threads)
         convert = _Converter(info.height, info.width, short_side)
         tb, start_time = stream.time_base, _first_pts(container, stream)
-        step = _step(info, frame_stride, target_fps)
+        step = frame_step(info.fps, frame_stride, target_fps)
         next_k, counter = 0, -1
         try:
             for frame in container.decode(stream):

@@ -200,8 +200,9 @@ _GENERIC = {"train", "training", "trainlist", "trainlist01", "train_list", "inde
 def task_name(train: str) -> str:
     """The name of a labelled task, from its TRAIN file: the file's stem (``ssv2_train.csv`` -> ``ssv2_train``),
     or, for a generic one (``train.txt``), the folder that holds it (``/data/ssv2/train.txt`` -> ``ssv2``);
-    letters, digits, ``.``, ``-`` and ``_`` only. Two tasks of different files get different names, so their
-    kept probes never share a folder (``levjepa.eval.kept_probes``)."""
+    letters, digits, ``.``, ``-`` and ``_`` only. Two tasks of different files may get one name
+    (``/a/ssv2/train.txt``, ``/b/ssv2/train.csv``): keeping the second's probes where the first's are is refused
+    (``levjepa.eval.kept_probes.check_probe_dir``; ``--name`` sets another)."""
     path = Path(train).expanduser().resolve()
     stem = path.stem
     raw = path.parent.name if stem.lower() in _GENERIC and path.parent.name else stem

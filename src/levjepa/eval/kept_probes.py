@@ -100,8 +100,9 @@ def check_probe_dir(root: str | Path, task: str, files: Mapping[str, str], *, co
             held = read_classifier(record.parent).trained.get("task_files")
             got = {s: str(Path(p).expanduser().resolve()) for s, p in (held or {}).items()}
             if got != want:
-                what = f"the task of {got.get('train')}" if got else "probes of another task"
+                split = next(s for s in ("train", "val", "test", *want, *got) if got.get(s) != want.get(s))
+                what = f"probes whose {split} file is {got.get(split)}" if got else "probes of another task"
                 raise ConfigError(
-                    f"{folder} holds {what}, not of {files.get('train')}: pass --name NAME to keep these probes "
+                    f"{folder} holds {what}, not {want.get(split, 'none')}: pass --name NAME to keep these probes "
                     "beside them, --probes-dir DIR to keep them elsewhere, or --no-save"
                 )

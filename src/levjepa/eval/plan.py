@@ -123,7 +123,7 @@ def plan(task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfig, *, sample: i
                 forwards,
             )
         )
-    tokens = "encoded every epoch, not stored" if cfg.online else _codec_text(codec, attentive)
+    tokens = "encoded every epoch, not stored" if cfg.online and attentive else _codec_text(codec, attentive)
     out = Plan(task.name, loaded.describe(), tokens, splits)
     _measure(out, task, loaded, cfg, sample)
     return out

@@ -32,9 +32,10 @@ class EvalResult:
         i = self.info
         sizes = "/".join(str(v) for v in i.get("split_sizes", {}).values())
         split = "test" if i.get("has_test", True) else "val (no test split given)"
-        tokens = i.get("tokens", "full")
-        stored = "" if tokens == "full" else f"; the attentive probe reads {tokens} tokens (a compact store)"
-        if i.get("online"):
+        tokens, stored = i.get("tokens", "full"), ""
+        if "attentive" in self.probes and tokens != "full":
+            stored = f"; the attentive probe reads {tokens} tokens (a compact store)"
+        if "attentive" in self.probes and i.get("online"):
             stored = "; the attentive probe's tokens encoded every epoch with train-time augmentation (online)"
         return (
             f"Frozen-encoder accuracy (%) on {split} of the probe chosen on val — {i.get('title', 'benchmark')}; "

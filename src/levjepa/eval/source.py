@@ -19,13 +19,16 @@ either source.
 Memory of a store source: the index (a few int64 per row) plus the batch asked for; kNN keeps every file's
 CLS vector (N × D float32), which is what kNN is.
 
-**Choice: float16 tokens stored once and streamed**, not the frozen encoder re-run every epoch. At ViT-B
+**Choice: tokens stored once and streamed** by default, not the frozen encoder re-run every epoch. At ViT-B
 (D = 768), 16×224² clips (1 + 1568 tokens), one view, per 10k clips: 24 GB of float16 tokens on disk
 (+ 61 MB of CLS / mean) and one batch in memory (64 × 1569 × 768 × 4 B = 0.31 GB in fp32) plus the grid.
 Re-running the encoder instead costs, per 10k clips and 20 epochs, 200k decodes and ≈ 7×10^16 FLOPs, every
 time a grid is trained; stored tokens are computed once and shared by every probe, grid and seed. The
 deviation from V-JEPA 2's protocol this implies: its training clips are random-resized-crop augmented each
-epoch; ours are the fixed views of the store.
+epoch; a store's are its fixed views. Two other sources cover what a store cannot: a compact store keeps
+fewer or smaller tokens (``levjepa.eval.compact``, ``probe --tokens``), and
+:class:`levjepa.eval.online.OnlineSource` runs the encoder every epoch with that augmentation (``probe
+--online``: V-JEPA 2's protocol, no token stored).
 """
 
 from __future__ import annotations
