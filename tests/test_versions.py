@@ -78,3 +78,10 @@ def test_a_run_written_by_a_newer_levjepa_is_named_as_such(tmp_path, capsys):
     assert "was written by levjepa 9.1.0, newer than this one" in err and "train.new_knob" in err
     assert main(["pretrain", "--config", str(run / "config.json"), "--print-config"]) == 2
     assert "written by levjepa 9.1.0" in capsys.readouterr().err
+
+
+def test_release_keeps_the_numeric_release_and_drops_a_pre_release_tag():
+    assert levjepa.release("2.13.0+cpu") == (2, 13, 0)
+    assert levjepa.release("2.4.1rc3") == (2, 4, 1)
+    assert levjepa.release("2.6.0a0+git1234") == (2, 6, 0)
+    assert levjepa.release("2.5.dev20240101") == (2, 5)

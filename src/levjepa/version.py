@@ -11,6 +11,7 @@ installed package's metadata, without importing torch (``import levjepa`` calls 
 
 from __future__ import annotations
 
+import re
 from importlib.metadata import PackageNotFoundError, version
 
 __all__ = ["TORCH_FLOOR", "__version__", "check_torch", "release"]
@@ -23,11 +24,11 @@ def release(text: str) -> tuple[int, ...]:
     """``"2.13.0+cpu"`` -> ``(2, 13, 0)``: the numeric release of a version string (pre-release tags dropped)."""
     numbers = []
     for part in text.split("+")[0].split("."):
-        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
-        if not digits:
+        digits = re.match(r"\d+", part)
+        if digits is None:
             break
-        numbers.append(int(digits))
-        if not part.isdigit():
+        numbers.append(int(digits.group()))
+        if digits.end() < len(part):  # "1rc3": the release ends at its pre-release tag
             break
     return tuple(numbers)
 

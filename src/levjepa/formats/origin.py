@@ -95,12 +95,13 @@ def _snapshot(repo_id: str, revision: str | None) -> Path:
         return Path(snapshot_download(repo_id, revision=revision))
     except LocalEntryNotFoundError as err:
         raise WeightsError(
-            f"{repo_id}{'@' + revision if revision else ''}: not in the hub cache and the hub cannot be reached "
-            "(HF_HUB_OFFLINE, no network): download it once online, or pass a local folder"
+            f"{repo_id}{'@' + revision if revision else ''}: no such local folder, and as a hub repo id not in the "
+            "hub cache while the hub cannot be reached (HF_HUB_OFFLINE, no network): check the path, or download "
+            "the repo once online"
         ) from err
     except (HfHubHTTPError, OSError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise WeightsError(f"{repo_id}: cannot be fetched from the hub ({first})") from err
+        raise WeightsError(f"{repo_id}: no such local folder, and cannot be fetched from the hub ({first})") from err
 
 
 def resolve(path_or_repo_id: str | Path, revision: str | None = None) -> Origin:
