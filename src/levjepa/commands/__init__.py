@@ -195,12 +195,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """``--help``: each option's default (unless its help already says it) and the command's module docstring,
-    its examples first, as the epilog, as written."""
+    """``--help``: each option's default (unless its help already says it: "default", or the value in brackets)
+    and, as the epilog, the command's module docstring (``_epilog``: its first paragraph reflowed, the rest
+    as written)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not text:
+        said = "default" in text or f"({action.default})" in text
+        if said or action.default in (None, False, argparse.SUPPRESS) or not text:
             return action.help
         return super()._get_help_string(action)
 
