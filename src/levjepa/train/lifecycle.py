@@ -8,7 +8,8 @@ left), and inside ``with Lifecycle(...) as life:`` calls, after every optimizer 
 * :meth:`Lifecycle.record` — the step's skip flag (a non-finite loss or gradient: the update was skipped on
   the device), kept on the device; every ``check_every`` steps :meth:`Lifecycle.check` reads the flags (one
   synchronisation), names the skipped steps, and stops the run with :class:`TrainingStopped` after
-  ``max_consecutive_skips`` in a row;
+  ``max_consecutive_skips`` in a row — the longest run since the last check, kept on the device, so a run that
+  ends between two checks stops it too;
 * :meth:`Lifecycle.end_of_step` — a checkpoint when one is due (every ``checkpoint_every`` steps and at the
   last), written by the loop's own ``write`` (what a checkpoint holds differs between the loops), pruned to
   the newest ``keep_last`` (and those at multiples of ``keep_every``); a write that fails (a full disk) is
@@ -86,6 +87,7 @@ class Lifecycle:
         self.max_consecutive_skips = max_consecutive_skips
         self.after_checkpoint = after_checkpoint  # every rank, after every checkpoint (a collective may go here)
         self.consecutive = torch.tensor(consecutive_skips, device=info.device)  # non-finite steps in a row
+        self.worst = self.consecutive.clone()  # the longest such run since the last check (it may have ended)
         self.pending: list[tuple[int, torch.Tensor]] = []  # (step, skip flag) not yet read
         self.skipped: list[int] = []  # steps whose update was skipped
         self.checkpoint: Path | None = latest_checkpoint(path)  # the last checkpoint written (or found)
@@ -112,6 +114,7 @@ class Lifecycle:
         whether it counts towards stopping the run (default: ``skipped``). Nothing is read from the device."""
         stops = skipped if stops is None else stops
         self.consecutive = torch.where(stops, self.consecutive + 1, torch.zeros_like(self.consecutive))
+        self.worst = torch.maximum(self.worst, self.consecutive)  # a run that ends before the check still counts
         self.pending.append((step, skipped))
         self.step = step + 1
 
@@ -120,16 +123,17 @@ class Lifecycle:
         run after ``max_consecutive_skips`` non-finite steps in a row."""
         if not self.pending:
             return
-        flags = torch.stack([f for _, f in self.pending]).tolist()
+        *flags, worst = torch.stack([*(f.to(self.worst.dtype) for _, f in self.pending), self.worst]).tolist()
         newly = [s for (s, _), bad in zip(self.pending, flags, strict=True) if bad]
         self.pending.clear()
+        self.worst = self.consecutive.clone()  # a run still going on at the check goes on counting from here
         if newly and self.info.is_main:
             print(f"step(s) {newly}: non-finite loss or gradient, update skipped", file=sys.stderr)
         self.skipped.extend(newly)
-        if int(self.consecutive) >= self.max_consecutive_skips:
+        if worst >= self.max_consecutive_skips:
             raise TrainingStopped(
-                f"{int(self.consecutive)} consecutive optimizer steps (up to step {self.step - 1}) had a non-finite "
-                f"loss or gradient; stopping. The last good checkpoint is {latest_checkpoint(self.path)}. "
+                f"{worst} consecutive optimizer steps (ending by step {self.step - 1}) had a non-finite loss or "
+                f"gradient; stopping. The last good checkpoint is {latest_checkpoint(self.path)}. "
                 "Lower the learning rate, check the data (bad_files.json) or train in float32."
             )
 
