@@ -17,7 +17,8 @@ left), and inside ``with Lifecycle(...) as life:`` calls, after every optimizer 
   step, where it ends the run (:class:`CheckpointError`). Then, if a ``SIGTERM`` or ``SIGUSR1`` arrived on any
   rank (``levjepa.train.preemption``), a checkpoint of the step just done and :class:`Preempted`, whose
   message names the command that continues the run (``levjepa pretrain --resume RUN``, ``levjepa finetune
-  --resume OUT``): exit status 75.
+  --resume OUT``): exit status 75. When that checkpoint cannot be written, the message says so and names the
+  last checkpoint saved before it (or that none is).
 
 A ``KeyboardInterrupt`` (Ctrl-C) leaves the ``with`` as :class:`Interrupted`, which names the last checkpoint
 and the same command. Only the main rank writes; every rank calls every method (the stop decision and the
@@ -35,7 +36,7 @@ from types import TracebackType
 import torch
 
 from levjepa import distributed
-from levjepa.train.checkpoint import latest_checkpoint, prune
+from levjepa.train.checkpoint import checkpoint_step_or_none, latest_checkpoint, prune
 from levjepa.train.preemption import Preempted, StopSignals
 
 __all__ = ["CheckpointError", "Interrupted", "Lifecycle", "TrainingStopped", "due"]
@@ -141,39 +142,53 @@ class Lifecycle:
         """After ``step`` steps: a checkpoint when due (``write`` writes it on the main rank and returns its
         path), then the stop on a signal (module doc)."""
         checkpointed = due(step, self.checkpoint_every, self.steps)
-        if checkpointed:
-            self.save(step, write)
+        failed = self.save(step, write) if checkpointed else None
         if step >= self.steps or not distributed.any_rank(self._signals.received is not None):
             return
         if not checkpointed:
-            self.save(step, write)
-        name = distributed.broadcast_object(self._signals.received or "a stop signal")  # maybe not rank 0's
+            failed = self.save(step, write, stopping=True)
+        # the main rank wrote (or failed to); the signal's name maybe not rank 0's
+        name, failed = distributed.broadcast_object((self._signals.received or "a stop signal", failed))
+        saved = self.checkpoint if failed is None else latest_checkpoint(self.path)
         raise Preempted(
-            name, step, latest_checkpoint(self.path), self.path, is_main=self.info.is_main, command=self.command
+            name,
+            step,
+            saved,
+            self.path,
+            is_main=self.info.is_main,
+            command=self.command,
+            failed=failed,
+            saved_step=checkpoint_step_or_none(saved) if saved is not None else None,
         )
 
-    def save(self, step: int, write: Callable[[], Path]) -> None:
-        """Write the checkpoint of ``step`` (main rank), prune old ones, report a failed write (module doc)."""
+    def save(self, step: int, write: Callable[[], Path], *, stopping: bool = False) -> str | None:
+        """Write the checkpoint of ``step`` (main rank), prune old ones, report a failed write (module doc; not
+        when ``stopping``: the stop says it). Returns why the write failed, or None when it was written (and on
+        the other ranks)."""
+        failed = None
         if self.info.is_main:
             try:
                 self.checkpoint = write()
                 prune(self.path, self.keep_last, self.keep_every)
             except OSError as err:
                 previous = latest_checkpoint(self.path)
-                reason = (err.strerror or str(err)).lower()
+                failed = (err.strerror or str(err)).lower()
                 where = self.path / "checkpoints"
                 if step == self.steps:
                     raise CheckpointError(
                         err.errno or errno.EIO,
-                        f"the checkpoint of the last step ({step}) could not be written there ({reason}); "
+                        f"the checkpoint of the last step ({step}) could not be written there ({failed}); "
                         + _saved(previous, self.command, self.path),
                         str(where),
                     ) from err
-                print(
-                    f"checkpoint at step {step} FAILED: {where}: {reason}; {_saved(previous, self.command, self.path)}."
-                    " Training continues; free space there and it is retried at the next checkpoint.",
-                    file=sys.stderr,
-                )
+                if not stopping:
+                    print(
+                        f"checkpoint at step {step} FAILED: {where}: {failed}; "
+                        f"{_saved(previous, self.command, self.path)}. Training continues; free space there and "
+                        "it is retried at the next checkpoint.",
+                        file=sys.stderr,
+                    )
         distributed.barrier()
         if self.after_checkpoint is not None:
             self.after_checkpoint()
+        return failed
