@@ -82,3 +82,10 @@ def test_a_preemption_whose_checkpoint_is_written_names_it(tmp_path):
         os.kill(os.getpid(), signal.SIGTERM)
         life.end_of_step(3, write)
     assert f"stopped after step 3, checkpoint {tmp_path / 'checkpoints' / 'step_000003'} written" in str(stopped.value)
+
+
+def test_the_caller_names_its_own_remedy(tmp_path):
+    life = _life(tmp_path, max_consecutive_skips=2, stop_hint="Lower lr.")
+    with pytest.raises(TrainingStopped) as stopped:
+        _run(life, bad={0, 1}, steps=2, check_every=2)
+    assert str(stopped.value).endswith("Lower lr.") and "float32" not in str(stopped.value)

@@ -312,6 +312,7 @@ def _train(
         keep_last=cfg.keep_last,
         max_consecutive_skips=cfg.max_consecutive_skips,
         consecutive_skips=state.consecutive_skips,
+        stop_hint="Lower lr, or check the training split's files.",
     )
     life.step = state.step
     bad = BadFileReport()
@@ -338,6 +339,7 @@ def _train(
                     _validate(model, task, cfg, out, done, best, logger, loaded)
                 life.end_of_step(done, write)
     finally:
+        stream.close()  # its workers end here, before the test evaluation or the error's report
         report.close()
         drop_path.remove()
         if logger is not None:

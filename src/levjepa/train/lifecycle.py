@@ -81,12 +81,14 @@ class Lifecycle:
         max_consecutive_skips: int,
         consecutive_skips: int = 0,
         after_checkpoint: Callable[[], None] | None = None,
+        stop_hint: str = "Lower the learning rate, check the data (bad_files.json) or train in float32.",
     ) -> None:
         self.path, self.info, self.command = path, info, command
         self.steps, self.checkpoint_every = steps, checkpoint_every
         self.keep_last, self.keep_every = keep_last, keep_every
         self.max_consecutive_skips = max_consecutive_skips
         self.after_checkpoint = after_checkpoint  # every rank, after every checkpoint (a collective may go here)
+        self.stop_hint = stop_hint  # what to do after too many non-finite steps (the loop's own remedies)
         self.consecutive = torch.tensor(consecutive_skips, device=info.device)  # non-finite steps in a row
         self.worst = self.consecutive.clone()  # the longest such run since the last check (it may have ended)
         self.pending: list[tuple[int, torch.Tensor]] = []  # (step, skip flag) not yet read
@@ -134,8 +136,7 @@ class Lifecycle:
         if worst >= self.max_consecutive_skips:
             raise TrainingStopped(
                 f"{worst} consecutive optimizer steps (ending by step {self.step - 1}) had a non-finite loss or "
-                f"gradient; stopping. The last good checkpoint is {latest_checkpoint(self.path)}. "
-                "Lower the learning rate, check the data (bad_files.json) or train in float32."
+                f"gradient; stopping. The last good checkpoint is {latest_checkpoint(self.path)}. {self.stop_hint}"
             )
 
     def end_of_step(self, step: int, write: Callable[[], Path]) -> None:
