@@ -140,3 +140,22 @@ def test_weights_without_a_final_norm_from_before_its_last_bias_went_load_and_na
     loaded = levjepa.load(path, weights="online")
     assert loaded.blocks[-1].mlp.fc2.bias is not None
     assert torch.equal(loaded.blocks[-1].mlp.fc2.bias, model.encoder.blocks[-1].mlp.fc2.bias)
+
+
+def test_rewinding_past_the_same_step_again_sets_each_later_checkpoint_aside_under_a_free_name(tmp_path, capsys):
+    root = tmp_path / "checkpoints"
+
+    def written(step: int, mark: str) -> None:
+        (root / f"step_{step:06d}").mkdir(parents=True)
+        (root / f"step_{step:06d}" / "meta.json").write_text(json.dumps({"step": step, "mark": mark}))
+
+    written(2, "kept")
+    for rewind in ("first", "second", "third"):  # the run went on to step 4 again, then back to step 2
+        written(4, rewind)
+        ckpt._abandon_after(tmp_path, root / "step_000002")
+        assert ckpt.latest_checkpoint(tmp_path) == root / "step_000002"
+    aside = {p.name: json.loads((p / "meta.json").read_text())["mark"] for p in root.glob(".abandoned-*")}
+    assert aside == {".abandoned-step_000004": "first", ".abandoned-step_000004.1": "second",
+                     ".abandoned-step_000004.2": "third"}  # fmt: skip
+    said = capsys.readouterr()
+    assert said.out == "" and "step_000004 set aside as .abandoned-step_000004.2" in said.err

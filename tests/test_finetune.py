@@ -5,6 +5,7 @@ their docstrings say; bad input ends in one line and leaves the source untouched
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 
 import pytest
@@ -228,3 +229,30 @@ def test_finetune_keeps_the_newest_checkpoints_and_refuses_a_second_live_resume(
     lines = second.stderr.strip().splitlines()
     assert second.returncode == 2 and len(lines) == 1 and "is in use by another process" in lines[0]
     assert (out / "config.json").read_text() == config
+
+
+def test_the_training_streams_workers_end_before_the_test_evaluation(tmp_path, task, monkeypatch):
+    alive = []
+    real = ft_loop._finish
+
+    def finish(*args, **kwargs):
+        alive.append(multiprocessing.active_children())  # the worker processes still running at the test split
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ft_loop, "_finish", finish)
+    run = make_run_dir(tmp_path, steps=(5,))
+    args = ["finetune", str(run), "--task", task, "--device", "cpu", "--out", str(tmp_path / "ft"), *RECIPE]
+    assert main([*args, "workers=1", "steps=2", "eval_every=4"]) == 0
+    assert alive == [[]]
+
+
+def test_non_finite_steps_stop_a_finetune_with_its_own_remedies(tmp_path, task, monkeypatch, capsys):
+    monkeypatch.setattr(ft_loop, "train_step", lambda *args: (torch.tensor(float("nan")), torch.tensor(True)))
+    run = make_run_dir(tmp_path, steps=(5,))
+    args = ["finetune", str(run), "--task", task, "--device", "cpu", "--out", str(tmp_path / "ft"), *RECIPE]
+    assert main([*args, "max_consecutive_skips=2"]) == 1
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said.startswith("levjepa finetune: 2 consecutive optimizer steps") and said.endswith(
+        "Lower lr, or check the training split's files."
+    )
+    assert "float32" not in said and "bad_files.json" not in said

@@ -149,3 +149,19 @@ def test_finetune_resume_takes_a_run_or_one_of_its_checkpoints(tmp_path, where):
     target = out if where == "run" else out / "checkpoints" / "step_000002"
     assert main(["finetune", "--resume", str(target), "steps=4"]) == 0
     assert (out / "checkpoints" / "step_000004").is_dir()
+
+
+def test_a_resume_from_a_checkpoint_is_checked_against_that_checkpoint_not_the_latest(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(_pretrain_args(run, "train.steps=4", "train.checkpoint_every=2", "train.keep_last=4")) == 0
+    (run / "checkpoints" / "step_000004" / "meta.json").write_text('{"step": ')  # the latest's meta.json cut short
+    capsys.readouterr()
+    assert main(["pretrain", "--resume", str(run), "train.steps=6", "--no-progress"]) == 2
+    said = _lines(capsys)
+    good = run / "checkpoints" / "step_000002"
+    assert len(said) == 1 and f"continue from it with `levjepa pretrain --resume {good}`" in said[0]
+    # shorter than the latest checkpoint (step 4), longer than the one resumed from: trains steps 3
+    assert main(["pretrain", "--resume", str(good), "train.steps=3", "--no-progress"]) == 0
+    assert "resuming" in capsys.readouterr().err and (run / "checkpoints" / "step_000003").is_dir()
+    assert main(["pretrain", "--resume", str(good), "train.steps=1", "--no-progress"]) == 2
+    assert "the run is already at step 2; give train.steps > 2" in _lines(capsys)[-1]

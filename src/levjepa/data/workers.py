@@ -35,7 +35,7 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Generic, TypeVar
 
@@ -142,9 +142,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def decode_in_workers(dataset: Dataset[Any], workers: int) -> Iterator[Any]:
+def decode_in_workers(dataset: Dataset[Any], workers: int) -> Generator[Any, None, None]:
     """``dataset[0], dataset[1], …`` in order, computed by ``workers`` processes, two items ahead per worker;
-    ``workers = 0``: in this process."""
+    ``workers = 0``: in this process. Closing the generator (``.close()``) stops the workers at once, before
+    the end: otherwise they live as long as the generator, which a traceback can keep."""
     if workers == 0:
         yield from (dataset[j] for j in range(len(dataset)))  # type: ignore[arg-type]
         return
@@ -156,7 +157,13 @@ def decode_in_workers(dataset: Dataset[Any], workers: int) -> Iterator[Any]:
         worker_init_fn=initializer(),
         prefetch_factor=2,
     )
-    yield from loader
+    it = iter(loader)
+    try:
+        yield from it
+    finally:
+        shutdown = getattr(it, "_shutdown_workers", None)  # what the iterator's __del__ does: stop, then join
+        if shutdown is not None:
+            shutdown()
 
 
 class _Safe(Dataset[tuple[Any, Any, str]], Generic[K, V]):
@@ -176,12 +183,18 @@ class _Safe(Dataset[tuple[Any, Any, str]], Generic[K, V]):
             return key, None, str(err) or type(err).__name__
 
 
-def safe_map(fn: Callable[[K], V], keys: Sequence[K], workers: int) -> Iterator[tuple[K, V | None, str]]:
+def safe_map(fn: Callable[[K], V], keys: Sequence[K], workers: int) -> Generator[tuple[K, V | None, str], None, None]:
     """``(key, fn(key), "")`` for every key of ``keys``, in order, computed by ``workers`` processes two keys
     ahead (``workers = 0``: in this one); a key whose ``fn`` raises one of :data:`READ_ERRORS` comes as
     ``(key, None, the error's message)``. ``fn`` and ``keys`` go to the workers by pickling: a module-level
-    function or a ``functools.partial`` of one. (A value that is a tuple comes back from a worker as a list.)"""
-    yield from (tuple(item) for item in decode_in_workers(_Safe(fn, keys), workers))  # a worker's tuple: a list
+    function or a ``functools.partial`` of one. (A value that is a tuple comes back from a worker as a list.)
+    A stream left before its end should be closed (``.close()``): that stops its workers."""
+    items = decode_in_workers(_Safe(fn, keys), workers)
+    try:
+        for item in items:
+            yield tuple(item)  # a worker's tuple comes back as a list
+    finally:
+        items.close()
 
 
 def parallel_map(

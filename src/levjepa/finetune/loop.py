@@ -189,10 +189,11 @@ def _check_out(cfg: FinetuneConfig, out: Path) -> None:
         raise ConfigError(f"--out {out} is inside (or holds) the source {cfg.source}: choose a folder outside it")
 
 
-def _check_resume(path: Path, cfg: FinetuneConfig) -> None:
-    """What a fine-tuning ``--resume`` must not change, and a length that ends before its checkpoint."""
+def _check_resume(path: Path, cfg: FinetuneConfig, at: Path | None = None) -> None:
+    """What a fine-tuning ``--resume`` must not change, and a length that ends before the checkpoint it resumes
+    from (``at``, else the run's latest)."""
     check_resume(read_json(path / CONFIG), cfg)
-    check_steps(path, cfg.steps, "steps")
+    check_steps(path, cfg.steps, "steps", at)
 
 
 def _evaluate(model: VideoClassifier, task: _Task, split: str, cfg: FinetuneConfig, device: str) -> float:
@@ -260,8 +261,8 @@ def _finetune(
     loaded = _start_encoder(cfg, device)
     task, said = _read_task(cfg, loaded)
     head_cfg, head = _head(cfg, loaded, len(task.labels))
-    check = functools.partial(_check_resume, cfg=cfg)
     out, at = checkpoint_run(out) if resume else (out, None)
+    check = functools.partial(_check_resume, cfg=cfg, at=at)
     with run_directory(out, info, resume=resume, overwrite=False, check=check) as path:
         if info.is_main:
             print(said, file=sys.stderr)
@@ -311,6 +312,7 @@ def _train(
         keep_last=cfg.keep_last,
         max_consecutive_skips=cfg.max_consecutive_skips,
         consecutive_skips=state.consecutive_skips,
+        stop_hint="Lower lr, or check the training split's files.",
     )
     life.step = state.step
     bad = BadFileReport()
@@ -337,6 +339,7 @@ def _train(
                     _validate(model, task, cfg, out, done, best, logger, loaded)
                 life.end_of_step(done, write)
     finally:
+        stream.close()  # its workers end here, before the test evaluation or the error's report
         report.close()
         drop_path.remove()
         if logger is not None:

@@ -181,12 +181,14 @@ class _Rotate(torch.autograd.Function):
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor, *, transpose: bool) -> Tensor:
-    """``[x1·c1 + x2·s1, x2·c2 + x1·s2]`` (``transpose``: ``s1`` and ``s2`` exchanged) in at least float32:
-    one multiply over the whole width, then a fused multiply-add into each half in place (three kernels,
-    no ``out=``, which TorchDynamo cannot trace into views), cast to ``x.dtype``."""
+    """``[x1·c1 + x2·s1, x2·c2 + x1·s2]`` (``transpose``: ``s1`` and ``s2`` exchanged) in the wider of ``x``'s
+    and the tables' dtypes: the compute dtype when both are 16-bit (tables of :meth:`Rope3D.tables` under
+    autocast), float32 for float32 tables on 16-bit ``x``, ``x``'s own for float32 and float64 ``x``. One
+    multiply over the whole width, then a fused multiply-add into each half in place (three kernels, no
+    ``out=``, which TorchDynamo cannot trace into views), cast to ``x.dtype``."""
     n = x.shape[-1] // 2
     s1, s2 = (sin[..., n:], sin[..., :n]) if transpose else (sin[..., :n], sin[..., n:])
-    out = x * cos  # float32 tables: at least float32
+    out = x * cos  # the promoted dtype of x and the tables
     out[..., :n].addcmul_(x[..., n:], s1)
     out[..., n:].addcmul_(x[..., :n], s2)
     return out.to(x.dtype)
@@ -194,8 +196,10 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, *, transpose: bool) -> Tensor:
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate each pair ``(x[i], x[i+n])`` of ``x`` ``[..., L, 2n]`` by its angle, given ``(cos, sin)`` from
-    :meth:`Rope3D.forward` (any layout that broadcasts against ``x``): ``[x1, x2] -> [x1·cos − x2·sin,
-    x2·cos + x1·sin]``, in float32 (float64 stays float64), then ``x.dtype``."""
+    :meth:`Rope3D.forward` or :meth:`Rope3D.tables` (any layout that broadcasts against ``x``): ``[x1, x2] ->
+    [x1·cos − x2·sin, x2·cos + x1·sin]``, computed in the wider of ``x``'s and the tables' dtypes (16-bit
+    tables on 16-bit ``x``: the compute dtype, no float32 intermediate; float32 tables on 16-bit ``x``:
+    float32), returned in ``x.dtype``."""
     out = _Rotate.apply(x, cos, sin)
     assert isinstance(out, Tensor)
     return out
@@ -235,7 +239,8 @@ class _RotaryQKV(torch.autograd.Function):
 
 def _rotate_into(out: Tensor, x: Tensor, cos: Tensor, sin: Tensor, *, transpose: bool) -> None:
     """:func:`_rotate` written into ``out`` (``x``'s shape and dtype, any strides), computed in that dtype: the
-    tables are of it (16-bit runs under autocast) or wider (float32 tables for float32 / float64)."""
+    tables are of it (16-bit under autocast with :meth:`Rope3D.tables`, float32 in float32 runs) or narrower
+    (float32 tables on float64 ``x``), never wider (:func:`rotary_qkv` sends those to :func:`apply_rope`)."""
     n = x.shape[-1] // 2
     s1, s2 = (sin[..., n:], sin[..., :n]) if transpose else (sin[..., :n], sin[..., n:])
     torch.mul(x, cos, out=out)

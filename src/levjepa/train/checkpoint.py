@@ -245,11 +245,17 @@ def _unreadable(run_dir: Path, ckpt: Path, err: BaseException, command: str) -> 
 
 
 def _abandon_after(run_dir: Path, ckpt: Path) -> None:
-    """Set the checkpoints after ``ckpt`` aside (renamed ``.abandoned-step_N``) and point ``latest`` at it."""
+    """Set the checkpoints after ``ckpt`` aside (renamed ``.abandoned-step_N``, or ``.abandoned-step_N.K`` when
+    an earlier rewind already set one of that step aside) and point ``latest`` at it."""
     for later in list_checkpoints(run_dir):
         if _step(later) > _step(ckpt):
-            later.rename(later.with_name(f".abandoned-{later.name}"))
-            print(f"{later.name} set aside as .abandoned-{later.name}: the run continues from {ckpt.name}")
+            aside = later.with_name(f".abandoned-{later.name}")
+            count = 0
+            while aside.exists():
+                count += 1
+                aside = later.with_name(f".abandoned-{later.name}.{count}")
+            later.rename(aside)
+            print(f"{later.name} set aside as {aside.name}: the run continues from {ckpt.name}", file=sys.stderr)
     atomic_write_text(Path(run_dir) / CHECKPOINTS / LATEST, ckpt.name)
 
 

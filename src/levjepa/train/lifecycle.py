@@ -8,7 +8,8 @@ left), and inside ``with Lifecycle(...) as life:`` calls, after every optimizer 
 * :meth:`Lifecycle.record` — the step's skip flag (a non-finite loss or gradient: the update was skipped on
   the device), kept on the device; every ``check_every`` steps :meth:`Lifecycle.check` reads the flags (one
   synchronisation), names the skipped steps, and stops the run with :class:`TrainingStopped` after
-  ``max_consecutive_skips`` in a row;
+  ``max_consecutive_skips`` in a row — the longest run since the last check, kept on the device, so a run that
+  ends between two checks stops it too;
 * :meth:`Lifecycle.end_of_step` — a checkpoint when one is due (every ``checkpoint_every`` steps and at the
   last), written by the loop's own ``write`` (what a checkpoint holds differs between the loops), pruned to
   the newest ``keep_last`` (and those at multiples of ``keep_every``); a write that fails (a full disk) is
@@ -16,7 +17,8 @@ left), and inside ``with Lifecycle(...) as life:`` calls, after every optimizer 
   step, where it ends the run (:class:`CheckpointError`). Then, if a ``SIGTERM`` or ``SIGUSR1`` arrived on any
   rank (``levjepa.train.preemption``), a checkpoint of the step just done and :class:`Preempted`, whose
   message names the command that continues the run (``levjepa pretrain --resume RUN``, ``levjepa finetune
-  --resume OUT``): exit status 75.
+  --resume OUT``): exit status 75. When that checkpoint cannot be written, the message says so and names the
+  last checkpoint saved before it (or that none is).
 
 A ``KeyboardInterrupt`` (Ctrl-C) leaves the ``with`` as :class:`Interrupted`, which names the last checkpoint
 and the same command. Only the main rank writes; every rank calls every method (the stop decision and the
@@ -34,7 +36,7 @@ from types import TracebackType
 import torch
 
 from levjepa import distributed
-from levjepa.train.checkpoint import latest_checkpoint, prune
+from levjepa.train.checkpoint import checkpoint_step_or_none, latest_checkpoint, prune
 from levjepa.train.preemption import Preempted, StopSignals
 
 __all__ = ["CheckpointError", "Interrupted", "Lifecycle", "TrainingStopped", "due"]
@@ -79,13 +81,16 @@ class Lifecycle:
         max_consecutive_skips: int,
         consecutive_skips: int = 0,
         after_checkpoint: Callable[[], None] | None = None,
+        stop_hint: str = "Lower the learning rate, check the data (bad_files.json) or train in float32.",
     ) -> None:
         self.path, self.info, self.command = path, info, command
         self.steps, self.checkpoint_every = steps, checkpoint_every
         self.keep_last, self.keep_every = keep_last, keep_every
         self.max_consecutive_skips = max_consecutive_skips
         self.after_checkpoint = after_checkpoint  # every rank, after every checkpoint (a collective may go here)
+        self.stop_hint = stop_hint  # what to do after too many non-finite steps (the loop's own remedies)
         self.consecutive = torch.tensor(consecutive_skips, device=info.device)  # non-finite steps in a row
+        self.worst = self.consecutive.clone()  # the longest such run since the last check (it may have ended)
         self.pending: list[tuple[int, torch.Tensor]] = []  # (step, skip flag) not yet read
         self.skipped: list[int] = []  # steps whose update was skipped
         self.checkpoint: Path | None = latest_checkpoint(path)  # the last checkpoint written (or found)
@@ -112,6 +117,7 @@ class Lifecycle:
         whether it counts towards stopping the run (default: ``skipped``). Nothing is read from the device."""
         stops = skipped if stops is None else stops
         self.consecutive = torch.where(stops, self.consecutive + 1, torch.zeros_like(self.consecutive))
+        self.worst = torch.maximum(self.worst, self.consecutive)  # a run that ends before the check still counts
         self.pending.append((step, skipped))
         self.step = step + 1
 
@@ -120,56 +126,70 @@ class Lifecycle:
         run after ``max_consecutive_skips`` non-finite steps in a row."""
         if not self.pending:
             return
-        flags = torch.stack([f for _, f in self.pending]).tolist()
+        *flags, worst = torch.stack([*(f.to(self.worst.dtype) for _, f in self.pending), self.worst]).tolist()
         newly = [s for (s, _), bad in zip(self.pending, flags, strict=True) if bad]
         self.pending.clear()
+        self.worst = self.consecutive.clone()  # a run still going on at the check goes on counting from here
         if newly and self.info.is_main:
             print(f"step(s) {newly}: non-finite loss or gradient, update skipped", file=sys.stderr)
         self.skipped.extend(newly)
-        if int(self.consecutive) >= self.max_consecutive_skips:
+        if worst >= self.max_consecutive_skips:
             raise TrainingStopped(
-                f"{int(self.consecutive)} consecutive optimizer steps (up to step {self.step - 1}) had a non-finite "
-                f"loss or gradient; stopping. The last good checkpoint is {latest_checkpoint(self.path)}. "
-                "Lower the learning rate, check the data (bad_files.json) or train in float32."
+                f"{worst} consecutive optimizer steps (ending by step {self.step - 1}) had a non-finite loss or "
+                f"gradient; stopping. The last good checkpoint is {latest_checkpoint(self.path)}. {self.stop_hint}"
             )
 
     def end_of_step(self, step: int, write: Callable[[], Path]) -> None:
         """After ``step`` steps: a checkpoint when due (``write`` writes it on the main rank and returns its
         path), then the stop on a signal (module doc)."""
         checkpointed = due(step, self.checkpoint_every, self.steps)
-        if checkpointed:
-            self.save(step, write)
+        failed = self.save(step, write) if checkpointed else None
         if step >= self.steps or not distributed.any_rank(self._signals.received is not None):
             return
         if not checkpointed:
-            self.save(step, write)
-        name = distributed.broadcast_object(self._signals.received or "a stop signal")  # maybe not rank 0's
+            failed = self.save(step, write, stopping=True)
+        # the main rank wrote (or failed to); the signal's name maybe not rank 0's
+        name, failed = distributed.broadcast_object((self._signals.received or "a stop signal", failed))
+        saved = self.checkpoint if failed is None else latest_checkpoint(self.path)
         raise Preempted(
-            name, step, latest_checkpoint(self.path), self.path, is_main=self.info.is_main, command=self.command
+            name,
+            step,
+            saved,
+            self.path,
+            is_main=self.info.is_main,
+            command=self.command,
+            failed=failed,
+            saved_step=checkpoint_step_or_none(saved) if saved is not None else None,
         )
 
-    def save(self, step: int, write: Callable[[], Path]) -> None:
-        """Write the checkpoint of ``step`` (main rank), prune old ones, report a failed write (module doc)."""
+    def save(self, step: int, write: Callable[[], Path], *, stopping: bool = False) -> str | None:
+        """Write the checkpoint of ``step`` (main rank), prune old ones, report a failed write (module doc; not
+        when ``stopping``: the stop says it). Returns why the write failed, or None when it was written (and on
+        the other ranks)."""
+        failed = None
         if self.info.is_main:
             try:
                 self.checkpoint = write()
                 prune(self.path, self.keep_last, self.keep_every)
             except OSError as err:
                 previous = latest_checkpoint(self.path)
-                reason = (err.strerror or str(err)).lower()
+                failed = (err.strerror or str(err)).lower()
                 where = self.path / "checkpoints"
                 if step == self.steps:
                     raise CheckpointError(
                         err.errno or errno.EIO,
-                        f"the checkpoint of the last step ({step}) could not be written there ({reason}); "
+                        f"the checkpoint of the last step ({step}) could not be written there ({failed}); "
                         + _saved(previous, self.command, self.path),
                         str(where),
                     ) from err
-                print(
-                    f"checkpoint at step {step} FAILED: {where}: {reason}; {_saved(previous, self.command, self.path)}."
-                    " Training continues; free space there and it is retried at the next checkpoint.",
-                    file=sys.stderr,
-                )
+                if not stopping:
+                    print(
+                        f"checkpoint at step {step} FAILED: {where}: {failed}; "
+                        f"{_saved(previous, self.command, self.path)}. Training continues; free space there and "
+                        "it is retried at the next checkpoint.",
+                        file=sys.stderr,
+                    )
         distributed.barrier()
         if self.after_checkpoint is not None:
             self.after_checkpoint()
+        return failed

@@ -185,7 +185,7 @@ def _pretrain(
     cfg = fit_micro_batch(cfg, info.world_size, say=info.is_main)  # a train.batch_size below one micro-batch
     path = Path(run_dir) if run_dir is not None else default_run_dir(cfg.preset)
     path, at = ckpt.checkpoint_run(path) if resume else (path, None)
-    check = functools.partial(check_pretrain_resume, cfg=cfg, world_size=info.world_size)
+    check = functools.partial(check_pretrain_resume, cfg=cfg, world_size=info.world_size, at=at)
     with run_directory(path, info, resume=resume, overwrite=overwrite, check=check) as path:
         trainer, state = _build(cfg, info, path, resume=resume, start=None if resume else start, at=at)
         if info.is_main:

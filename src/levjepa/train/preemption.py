@@ -44,7 +44,8 @@ class JobStopped(Exception):
 
 
 class Preempted(JobStopped):
-    """The run stopped on a signal after writing a checkpoint; ``--resume`` continues it exactly."""
+    """The run stopped on a signal after writing a checkpoint; ``--resume`` continues it exactly. When that
+    write failed (``failed``: why), ``checkpoint`` is the last one saved before it (``saved_step``), or None."""
 
     def __init__(
         self,
@@ -55,13 +56,26 @@ class Preempted(JobStopped):
         *,
         is_main: bool,
         command: str = "levjepa pretrain",
+        failed: str | None = None,
+        saved_step: int | None = None,
     ) -> None:
         self.signal_name, self.step, self.checkpoint, self.run_dir = signal_name, step, checkpoint, run_dir
         self.is_main = is_main  # the process that says so (every rank raises)
-        super().__init__(
-            f"{signal_name} received: stopped after step {step}, checkpoint {checkpoint} written; continue with "
-            f"`{command} --resume {run_dir}` (exit status {REQUEUE_EXIT}: requeue the job)"
-        )
+        self.failed = failed
+        resume, requeue = f"`{command} --resume {run_dir}`", f" (exit status {REQUEUE_EXIT}: requeue the job)"
+        if failed is None:
+            said = f"checkpoint {checkpoint} written; continue with {resume}"
+        elif checkpoint is None:
+            said = (
+                f"but its checkpoint could not be written ({failed}) and the run has no other: none of its steps "
+                f"is saved; {resume} starts it again"
+            )
+        else:
+            said = (
+                f"but its checkpoint could not be written ({failed}); the last saved is checkpoint {checkpoint} "
+                f"(step {saved_step}): {resume} continues from it"
+            )
+        super().__init__(f"{signal_name} received: stopped after step {step}, {said}{requeue}")
 
 
 class StopSignals:

@@ -54,6 +54,7 @@ from levjepa.weights import (
     BAD_FILES,
     CONFIG,
     METRICS,
+    WeightsError,
     atomic_write_text,
     checkpoint_step,
     latest_checkpoint,
@@ -251,22 +252,28 @@ def _open(
     return path, created, lock
 
 
-def check_pretrain_resume(path: Path, cfg: PretrainConfig, world_size: int) -> None:
+def check_pretrain_resume(path: Path, cfg: PretrainConfig, world_size: int, at: Path | None = None) -> None:
     """What a pretraining ``--resume`` must not change (:func:`levjepa.train.config.check_resume`), the process
-    count under local accumulation, and a length that ends before the run's checkpoint."""
+    count under local accumulation, and a length that ends before the checkpoint it resumes from (``at``, else
+    the run's latest)."""
     check_resume(read_json(path / CONFIG), cfg)
     _check_world_size(path, cfg, world_size)
-    check_steps(path, cfg.train.steps, "train.steps")
+    check_steps(path, cfg.train.steps, "train.steps", at)
 
 
-def check_steps(path: Path, steps: int, key: str) -> None:
+def check_steps(path: Path, steps: int, key: str, at: Path | None = None) -> None:
     """A resume must not end before the step its checkpoint stands at (it would train nothing and rewrite the
-    run's config with a shorter length); ``key`` names the setting for the message."""
-    latest = latest_checkpoint(path)
-    done = checkpoint_step(latest) if latest is not None else 0
+    run's config with a shorter length); ``key`` names the setting for the message. The checkpoint is ``at``
+    (``--resume RUN/checkpoints/step_N``), else the run's latest. One whose step cannot be read is left to the
+    load, which refuses it in one line naming the newest intact checkpoint before it."""
+    chosen = at if at is not None else latest_checkpoint(path)
+    try:
+        done = checkpoint_step(chosen) if chosen is not None else 0
+    except (WeightsError, OSError):
+        return
     if steps < done:
         raise ConfigError(
-            f"--resume {path} with {key}={steps}: the run is already at step {done}; give "
+            f"--resume {at or path} with {key}={steps}: the run is already at step {done}; give "
             f"{key} > {done} to train on, or leave it (its checkpoints are kept)"
         )
 
