@@ -437,3 +437,25 @@ def levjepa_from(path: Path, sha256: str):
     import levjepa
 
     return levjepa.from_pretrained(path, sha256=sha256)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"token_drop_rate": 0.0}, {"attn_mode": None}, {"layer_norm_eps": 1e-5}, {"norm_eps": 1e-5}, {}],
+    ids=["no-token-drop", "attn-mode-unstated", "layer-norm-eps", "norm-eps", "as-released"],
+)
+def test_the_importer_and_automodel_read_a_released_config_the_same_way(tmp_path, change):
+    """One reading of the released schema: a stated 0.0 is 0.0, an unstated attn_mode is the official
+    VisionTransformer's default in both, either eps name is the eps."""
+    from levjepa.formats.official import released_config as automodel_config
+
+    folder = released_folder(tmp_path / "rel", fixture(1), 1, "block_causal")
+    config = {k: v for k, v in {**released_config(1, "block_causal"), **change}.items() if v is not None}
+    (folder / "config.json").write_text(json.dumps(config))
+    imported = read_official(folder).config
+    assert imported == automodel_config(config)
+    want = {"token_drop_rate": ("drop_ratio", 0.0), "attn_mode": ("attention", "block_causal")}
+    want |= {"layer_norm_eps": ("norm_eps", 1e-5), "norm_eps": ("norm_eps", 1e-5)}
+    for key in change:
+        field, value = want[key]
+        assert getattr(imported, field) == value
