@@ -178,7 +178,11 @@ class LoadedEncoder:
         origin = self.imported_from or {}
         at = f"@{origin['revision']}" if origin.get("revision") else ""
         digest = f" (sha256 {origin['sha256']})" if origin.get("sha256") else ""
-        return f"{self.weights} weights{step}{note} from {self.source}{at}{digest}"
+        if self.kind == "official":  # the file read is the official one: its revision and hash
+            return f"{self.weights} weights{step}{note} from {self.source}{at}{digest}"
+        # a copy of official weights (an import, an export of it): the revision and hash are the original's
+        imported = f"; imported from {origin.get('source', '?')}{at}{digest}" if origin else ""
+        return f"{self.weights} weights{step}{note} from {self.source}{imported}"
 
 
 def ema_note(meta: dict[str, str], step: int | None, run_cfg: PretrainConfig | None, where: str) -> str:
