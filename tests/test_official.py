@@ -459,3 +459,17 @@ def test_the_importer_and_automodel_read_a_released_config_the_same_way(tmp_path
     for key in change:
         field, value = want[key]
         assert getattr(imported, field) == value
+
+
+def test_a_generic_top_level_key_does_not_hide_the_model_section(tmp_path):
+    """A training config's own ``name`` and the data's ``num_frames`` at the top level are not the encoder's
+    section: the ``model`` section beside them is read; a top level that states only a model name still is."""
+    ckpt = lightning_checkpoint(fixture(1), tmp_path / "a.ckpt")
+    obj = torch.load(ckpt, weights_only=False)
+    obj["hyper_parameters"] = {"name": "run-42", "num_frames": 16, "model": {"num_heads": 3, "attn_mode": "full"}}
+    torch.save(obj, ckpt)
+    cfg = read_official(ckpt).config
+    assert (cfg.heads, cfg.attention) == (3, "bidirectional")
+    obj["hyper_parameters"] = {"name": "vit_tiny", "attention": "block_causal"}
+    torch.save(obj, ckpt)
+    assert read_official(ckpt).config.heads == 3  # the top level named the model: vit_tiny has 3 heads

@@ -213,19 +213,25 @@ ENCODER_KEYS = (*RELEASED_KEYS, "name", "use_rope", "num_attention_heads", "laye
 SECTIONS = ("model", "encoder", "backbone")  # where a training config keeps the encoder's settings
 
 
+# keys only an encoder's own settings state: the top level is the encoder's section when it states one of them
+STRUCTURAL_KEYS = ("embed_dim", "depth", "num_heads", "num_attention_heads", "attn_mode", "patch_size")
+
+
 def encoder_section(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """The part of a source's config that describes the encoder, and only that part: the top level when it
-    states any encoder key (a hub ``config.json``), else the first of ``model`` / ``encoder`` / ``backbone``
-    that does (a training config), looked for also under one ``cfg`` / ``config`` / ``hparams`` wrapper.
-    Keys of other sections (an optimizer's ``eps``, a probe's ``num_heads``) are never read."""
-    if any(k in config for k in ENCODER_KEYS):
+    states a structural key (:data:`STRUCTURAL_KEYS`: a hub ``config.json``), else the first of ``model`` /
+    ``encoder`` / ``backbone`` that states any encoder key (a training config), looked for also under one
+    ``cfg`` / ``config`` / ``hparams`` wrapper, else the top level when it states a generic one (``name``).
+    A generic key at the top level (a run's ``name``, the data's ``num_frames``) never hides a ``model``
+    section; keys of other sections (an optimizer's ``eps``, a probe's ``num_heads``) are never read."""
+    if any(k in config for k in STRUCTURAL_KEYS):
         return config
     for wrapper in (config, *(config[w] for w in ("cfg", "config", "hparams") if isinstance(config.get(w), Mapping))):
         for name in SECTIONS:
             section = wrapper.get(name)
             if isinstance(section, Mapping) and any(k in section for k in ENCODER_KEYS):
                 return section
-    return {}
+    return config if any(k in config for k in ENCODER_KEYS) else {}
 
 
 def _stated(section: Mapping[str, Any], *names: str) -> Any:
