@@ -473,3 +473,11 @@ def test_a_generic_top_level_key_does_not_hide_the_model_section(tmp_path):
     obj["hyper_parameters"] = {"name": "vit_tiny", "attention": "block_causal"}
     torch.save(obj, ckpt)
     assert read_official(ckpt).config.heads == 3  # the top level named the model: vit_tiny has 3 heads
+
+
+def test_the_released_weights_file_loads_like_its_folder(tmp_path):
+    from levjepa.formats.load import load
+
+    rel = released_folder(tmp_path / "rel", fixture(1), 1, "block_causal")
+    folder, file = load(rel), load(rel / "model.safetensors")  # levjepa.load
+    assert folder.cfg == file.cfg and all(torch.equal(v, file.state_dict()[k]) for k, v in folder.state_dict().items())

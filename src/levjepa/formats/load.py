@@ -474,6 +474,8 @@ def _load_encoder(path: str | Path, weights: WeightsKind, device: str | torch.de
             "(encoder.safetensors)"
         )
     refuse_pickle(p)  # before looking at anything else in the file
+    if p.name == HUB_WEIGHTS and is_official_folder(p.parent):  # the official folder's weights file: the folder
+        return load_official(Origin(p.parent, str(p.parent)), weights=weights, device=device)
     hub = read_hub_config(p.parent) if p.name == HUB_WEIGHTS else None
     if hub is not None:
         return _from_hub(p.parent, hub, device)
