@@ -150,3 +150,17 @@ def test_the_official_revision_and_hash_are_said_of_the_official_file_not_of_its
     monkeypatch.setattr(hub, "resolve", lambda p, r=None: rel)
     info = hub.from_pretrained("org/rel").weights_info
     assert "from org/rel@cafe (sha256 " in info and "imported from" not in info
+
+
+def test_a_failing_registration_warns_once_and_never_breaks_the_import_of_transformers(monkeypatch):
+    import sys
+    import types
+    import warnings
+
+    monkeypatch.setitem(sys.modules, "levjepa.formats.hub", None)  # importing it raises, as a broken install would
+    monkeypatch.setattr(levjepa, "_HOOK_WARNED", False, raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for name in levjepa.TRANSFORMERS_AUTO:  # both hooks fire inside one `import transformers`
+            levjepa._on_transformers(types.ModuleType(name))  # returns: nothing escapes into the import
+    assert [w.category for w in caught] == [RuntimeWarning] and "register_transformers" in str(caught[0].message)
