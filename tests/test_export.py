@@ -241,3 +241,35 @@ def test_random_encoder_is_seeded_and_leaves_the_global_rng_alone():
     x = _clip(cfg)
     assert torch.equal(a.encoder(x), b.encoder(x)) and not torch.equal(a.encoder(x), c.encoder(x))
     assert a.weights == "random" and not a.encoder.training
+
+
+def _export_of(run: Path, out: Path) -> tuple[dict, str]:
+    export_encoder(run, out)
+    return json.loads((out / "config.json").read_text()), (out / "README.md").read_text()
+
+
+def test_weights_continued_from_the_official_ones_keep_their_licence_and_origin(tmp_path):
+    from test_official import fixture, released_folder, run_import
+
+    imported = tmp_path / "imported"
+    assert run_import(released_folder(tmp_path / "rel", fixture(1), 1, "block_causal"), imported) == 0
+    official = json.loads((imported / "config.json").read_text())["imported_from"]
+    # a run started from the imported weights (model.init_from) records neither imported_from nor a licence
+    run = make_run_dir(tmp_path / "a", init_from=str(imported))
+    side, card = _export_of(run, tmp_path / "export")
+    assert side["license"] == "cc-by-nc-4.0" and "license: cc-by-nc-4.0" in card
+    assert side["derived_from"]["init_from"] == str(imported)
+    assert side["derived_from"]["imported_from"]["sha256"] == official["sha256"]
+    assert "| derived from | official LeVJEPA weights" in card and official["sha256"] in card
+    # a second generation (a run continued from that export) and a run continued from that run inherit it too
+    run2 = make_run_dir(tmp_path / "b", init_from=str(tmp_path / "export"))
+    run3 = make_run_dir(tmp_path / "c", init_from=str(run2))
+    for i, r in enumerate((run2, run3)):
+        side, _ = _export_of(r, tmp_path / f"export{i}")
+        assert side["license"] == "cc-by-nc-4.0" and side["derived_from"]["imported_from"] == official
+    # weights continued from a levjepa run trained from scratch stay MIT; a start that is gone is no guess
+    scratch = make_run_dir(tmp_path / "d")
+    side, _ = _export_of(make_run_dir(tmp_path / "e", init_from=str(scratch)), tmp_path / "export-mit")
+    assert side["license"] == "mit" and side["derived_from"]["imported_from"] is None
+    side, card = _export_of(make_run_dir(tmp_path / "f", init_from=str(tmp_path / "gone")), tmp_path / "export-gone")
+    assert side["license"] == "other" and "could not be read" in card and "license: mit" not in card

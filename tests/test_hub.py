@@ -125,3 +125,42 @@ def test_from_pretrained_imports_an_official_folder_on_the_fly(tmp_path):
     model = from_pretrained(src, heads=3)
     got = model(pixel_values=t["input.video"]).last_hidden_state
     assert (got - t["output.full"]).abs().max().item() < 1e-5 and "imported" in model.weights_info
+
+
+def test_the_official_revision_and_hash_are_said_of_the_official_file_not_of_its_copy(tmp_path, monkeypatch):
+    import json
+
+    import levjepa.formats.hub as hub
+    from levjepa.formats.origin import Origin
+    from test_official import fixture, released_folder, run_import
+
+    imp = tmp_path / "imp"
+    assert run_import(released_folder(tmp_path / "rel", fixture(1), 1, "block_causal"), imp) == 0
+    config = json.loads((imp / "config.json").read_text())
+    config["imported_from"].update(source="galilai-group/LeVJEPA-VideoMix-Large", revision="e831a03")
+    (imp / "config.json").write_text(json.dumps(config))
+    official = f"galilai-group/LeVJEPA-VideoMix-Large@e831a03 (sha256 {config['imported_from']['sha256']})"
+    info = load_encoder(imp).describe()
+    assert info.endswith(f"from {imp / 'model.safetensors'}; imported from {official}")
+    # the import published as a hub repo: its own revision, then the official one, each of its own file
+    monkeypatch.setattr(hub, "resolve", lambda p, r=None: Origin(imp, "org/x", repo_id="org/x", revision="feedface"))
+    assert hub.from_pretrained("org/x").weights_info.endswith(f"from org/x@feedface; imported from {official}")
+    # official weights read as they are keep the @revision (sha256 ...) form of the file read
+    rel = Origin(tmp_path / "rel", "org/rel", repo_id="org/rel", revision="cafe")
+    monkeypatch.setattr(hub, "resolve", lambda p, r=None: rel)
+    info = hub.from_pretrained("org/rel").weights_info
+    assert "from org/rel@cafe (sha256 " in info and "imported from" not in info
+
+
+def test_a_failing_registration_warns_once_and_never_breaks_the_import_of_transformers(monkeypatch):
+    import sys
+    import types
+    import warnings
+
+    monkeypatch.setitem(sys.modules, "levjepa.formats.hub", None)  # importing it raises, as a broken install would
+    monkeypatch.setattr(levjepa, "_HOOK_WARNED", False, raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for name in levjepa.TRANSFORMERS_AUTO:  # both hooks fire inside one `import transformers`
+            levjepa._on_transformers(types.ModuleType(name))  # returns: nothing escapes into the import
+    assert [w.category for w in caught] == [RuntimeWarning] and "register_transformers" in str(caught[0].message)

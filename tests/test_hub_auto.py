@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,16 +21,16 @@ import levjepa
 from levjepa.cli import main
 from levjepa.config import to_dict
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.formats.classifier import ClassifierRecord, id2label, load_classifier
-from levjepa.formats.export import export_encoder, write_export
+from levjepa.finetune.loop import _save_best
+from levjepa.formats.classifier import load_classifier
+from levjepa.formats.export import export_encoder
 from levjepa.formats.hub import LeVJEPAForVideoClassification, LeVJEPAModel
 from levjepa.formats.load import load_encoder
 from levjepa.formats.outputs import ATTENTIONS_REFUSED
-from levjepa.model.classifier import HeadConfig, build_head
-from levjepa.weights import weights_fingerprint
+from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
 from test_export import make_run_dir
 from test_extract import _video
-from test_official import CASES, fixture, official_encoder, released_folder
+from test_official import CASES, fixture, official_encoder, released_folder, run_import
 
 TESTS = Path(__file__).resolve().parent
 SRC = str(TESTS.parent / "src")
@@ -181,8 +182,8 @@ def test_the_image_processor_of_an_export_loads_and_feeds_pixel_values_videos(ex
 
 
 def _finetuned(root: Path, run: Path, kind: str = "attentive") -> Path:
-    """A fine-tuned classifier's folder as ``levjepa finetune`` writes ``best/`` (its encoder in the hub layout,
-    classifier.json, head.safetensors) with a random head."""
+    """A fine-tuned classifier's folder as ``levjepa finetune`` writes ``best/`` (its ``_save_best``: the
+    encoder in the hub layout, classifier.json, head.safetensors) with a random head."""
     loaded = load_encoder(run)
     labels = ("walk", "run", "jump")
     head_cfg = HeadConfig(kind=kind, input="tokens" if kind == "attentive" else "mean", dim=loaded.config.dim,
@@ -191,16 +192,42 @@ def _finetuned(root: Path, run: Path, kind: str = "attentive") -> Path:
     with torch.no_grad():
         for p in head.parameters():
             p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
-    best = root / "ft" / "best"
-    write_export(best, config=loaded.config, encoder_state=loaded.encoder.state_dict(), weights="finetuned",
-                 note="fine-tuned", step=30, source=str(run), extra=id2label(labels))  # fmt: skip
-    record = ClassifierRecord(head_cfg, labels, ViewSpec(size=16, frames=4, frame_stride=1), ".", "finetuned",
-                              weights_fingerprint(loaded.encoder), trained={"step": 30, "val_acc": 0.75})  # fmt: skip
-    from levjepa.formats.classifier import write_classifier
-
-    write_classifier(best, record, head.state_dict())
+    model = VideoClassifier(loaded.encoder, head_cfg, head)
+    task = SimpleNamespace(labels=labels, views=ViewSpec(size=16, frames=4, frame_stride=1))
+    cfg = SimpleNamespace(source=str(run), random_init=False, weights="ema")  # what _save_best reads
+    _save_best(model, task, cfg, root / "ft", {"step": 30, "val_acc": 0.75}, loaded)  # type: ignore[arg-type]
     (root / "ft" / "results.json").write_text(json.dumps({"best_step": 30, "best_val_acc": 0.75, "test_acc": 0.625}))
-    return best
+    return root / "ft" / "best"
+
+
+def test_the_best_classifier_of_a_fine_tuning_is_a_classifier_export_as_it_is(tmp_path):
+    """``best/`` itself (not only its re-export) is what ``AutoModelForVideoClassification`` and
+    ``levjepa.from_pretrained`` read as a classifier, with a classifier's card; classify still reads it."""
+    run = make_run_dir(tmp_path)
+    best = _finetuned(tmp_path, run)
+    config = json.loads((best / "config.json").read_text())
+    assert config["architectures"] == ["LeVJEPAForVideoClassification"] and config["head"]["num_classes"] == 3
+    assert config["id2label"] == {"0": "walk", "1": "run", "2": "jump"} and config["weights"] == "finetuned"
+    card = (best / "README.md").read_text()
+    assert "pipeline_tag: video-classification" in card and "self-supervision (no labels)" not in card
+    x = _clip(load_encoder(run).config, 5, batch=2)
+    with torch.no_grad():
+        want = load_classifier(best).model(x)  # what levjepa classify computes
+        ours = levjepa.from_pretrained(best)
+        auto = transformers.AutoModelForVideoClassification.from_pretrained(str(best))
+        assert isinstance(ours, LeVJEPAForVideoClassification)
+        assert torch.allclose(ours(pixel_values=x).logits, want, atol=1e-5)
+        assert torch.allclose(auto(pixel_values=x).logits, want, atol=1e-5)
+    assert levjepa.load(best).cfg == load_encoder(run).config  # still a plain encoder to levjepa.load
+    assert config["license"] == "mit" and "license: mit" in card
+    # fine-tuned from a run continued from the imported official weights: their licence and origin stay
+    imported = tmp_path / "imported"
+    assert run_import(released_folder(tmp_path / "rel", fixture(1), 1, "block_causal"), imported) == 0
+    derived = _finetuned(tmp_path / "d", make_run_dir(tmp_path / "d", init_from=str(imported)))
+    config = json.loads((derived / "config.json").read_text())
+    assert config["license"] == "cc-by-nc-4.0" and "license: cc-by-nc-4.0" in (derived / "README.md").read_text()
+    official = json.loads((imported / "config.json").read_text())["imported_from"]
+    assert config["derived_from"]["imported_from"]["sha256"] == official["sha256"]
 
 
 @pytest.mark.parametrize("kind", ["attentive", "linear"])

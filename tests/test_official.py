@@ -437,3 +437,47 @@ def levjepa_from(path: Path, sha256: str):
     import levjepa
 
     return levjepa.from_pretrained(path, sha256=sha256)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"token_drop_rate": 0.0}, {"attn_mode": None}, {"layer_norm_eps": 1e-5}, {"norm_eps": 1e-5}, {}],
+    ids=["no-token-drop", "attn-mode-unstated", "layer-norm-eps", "norm-eps", "as-released"],
+)
+def test_the_importer_and_automodel_read_a_released_config_the_same_way(tmp_path, change):
+    """One reading of the released schema: a stated 0.0 is 0.0, an unstated attn_mode is the official
+    VisionTransformer's default in both, either eps name is the eps."""
+    from levjepa.formats.official import released_config as automodel_config
+
+    folder = released_folder(tmp_path / "rel", fixture(1), 1, "block_causal")
+    config = {k: v for k, v in {**released_config(1, "block_causal"), **change}.items() if v is not None}
+    (folder / "config.json").write_text(json.dumps(config))
+    imported = read_official(folder).config
+    assert imported == automodel_config(config)
+    want = {"token_drop_rate": ("drop_ratio", 0.0), "attn_mode": ("attention", "block_causal")}
+    want |= {"layer_norm_eps": ("norm_eps", 1e-5), "norm_eps": ("norm_eps", 1e-5)}
+    for key in change:
+        field, value = want[key]
+        assert getattr(imported, field) == value
+
+
+def test_a_generic_top_level_key_does_not_hide_the_model_section(tmp_path):
+    """A training config's own ``name`` and the data's ``num_frames`` at the top level are not the encoder's
+    section: the ``model`` section beside them is read; a top level that states only a model name still is."""
+    ckpt = lightning_checkpoint(fixture(1), tmp_path / "a.ckpt")
+    obj = torch.load(ckpt, weights_only=False)
+    obj["hyper_parameters"] = {"name": "run-42", "num_frames": 16, "model": {"num_heads": 3, "attn_mode": "full"}}
+    torch.save(obj, ckpt)
+    cfg = read_official(ckpt).config
+    assert (cfg.heads, cfg.attention) == (3, "bidirectional")
+    obj["hyper_parameters"] = {"name": "vit_tiny", "attention": "block_causal"}
+    torch.save(obj, ckpt)
+    assert read_official(ckpt).config.heads == 3  # the top level named the model: vit_tiny has 3 heads
+
+
+def test_the_released_weights_file_loads_like_its_folder(tmp_path):
+    from levjepa.formats.load import load
+
+    rel = released_folder(tmp_path / "rel", fixture(1), 1, "block_causal")
+    folder, file = load(rel), load(rel / "model.safetensors")  # levjepa.load
+    assert folder.cfg == file.cfg and all(torch.equal(v, file.state_dict()[k]) for k, v in folder.state_dict().items())

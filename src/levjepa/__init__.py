@@ -24,6 +24,7 @@ imports it. Without wrapt (it is a dependency), ``levjepa.register_transformers(
 from __future__ import annotations
 
 import importlib
+import warnings
 from types import ModuleType
 from typing import Any
 
@@ -54,9 +55,26 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'levjepa' has no attribute {name!r}")
 
 
+_HOOK_WARNED = False  # a failing registration is said once, not at each of transformers' auto modules
+
+
 def _on_transformers(module: ModuleType) -> None:
-    """The post-import hook: one of transformers' auto modules exists now; register levjepa's types with it."""
-    __getattr__("register_transformers")(module.__name__)
+    """The post-import hook: one of transformers' auto modules exists now; register levjepa's types with it.
+    It runs inside the user's ``import transformers``: a failure here (levjepa.formats.hub or what it imports
+    cannot be imported) is a warning, once, never an error of that import; levjepa's types are then not
+    registered (``levjepa.register_transformers()`` by hand says why)."""
+    global _HOOK_WARNED
+    try:
+        __getattr__("register_transformers")(module.__name__)
+    except Exception as err:  # nothing may escape into the user's import of transformers
+        if not _HOOK_WARNED:
+            _HOOK_WARNED = True
+            warnings.warn(
+                f"levjepa could not register its model type with transformers ({type(err).__name__}: {err}); "
+                "AutoModel will not read levjepa exports: call levjepa.register_transformers() to see why",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
 
 def _watch_transformers() -> None:

@@ -65,12 +65,10 @@ from levjepa.finetune.recipe import DropPath, lr_at, mix, param_groups, soft_tar
 from levjepa.formats.classifier import (
     HEAD_WEIGHTS,
     ClassifierRecord,
-    id2label,
     load_classifier,
     read_classifier,
-    write_classifier,
 )
-from levjepa.formats.export import export_license, write_export
+from levjepa.formats.export import weights_lineage, write_export
 from levjepa.formats.load import LoadedEncoder, load_encoder, random_like
 from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
 from levjepa.rng import make_generator
@@ -215,14 +213,20 @@ def _save_best(
     trained: dict[str, Any],
     loaded: LoadedEncoder,
 ) -> None:
-    """``OUT/best``: the classifier in the hub layout, with the licence and origin of the weights it started
-    from (a classifier fine-tuned from the released checkpoint keeps its CC BY-NC licence) and their
-    preprocessing."""
+    """``OUT/best``: the classifier's export in one piece (``write_export`` with its record and head: the
+    classifier's card, ``architectures`` / ``head`` / ``id2label`` in ``config.json`` for
+    ``AutoModelForVideoClassification`` and ``levjepa.from_pretrained``, ``classifier.json`` + ``head.safetensors``
+    for ``levjepa classify``), with the licence and origin of the weights it started from (a classifier
+    fine-tuned from the released checkpoint, or from a run continued from it, keeps its CC BY-NC licence) and
+    their preprocessing."""
     enc = model.encoder
     state = {k: v.detach().cpu().clone() for k, v in enc.state_dict().items()}
-    dest = out / BEST
+    record = ClassifierRecord(
+        model.head_cfg, task.labels, task.views, ".", "finetuned", weights_fingerprint(enc), trained=trained
+    )
+    license, derived = weights_lineage(cfg.source, loaded)
     write_export(
-        dest,
+        out / BEST,
         config=enc.cfg,
         encoder_state=state,
         weights="finetuned",
@@ -230,15 +234,13 @@ def _save_best(
         step=trained["step"],
         source=str(Path(cfg.source).resolve()),
         run_config=None,
-        extra=id2label(task.labels),
         preprocessing=loaded.preprocessing,
         imported_from=loaded.imported_from,
-        license=export_license(cfg.source, loaded),
+        license=license,
+        derived_from=derived,
+        classifier=record,
+        head_state={k: v.detach().cpu().clone() for k, v in model.head.state_dict().items()},
     )
-    record = ClassifierRecord(
-        model.head_cfg, task.labels, task.views, ".", "finetuned", weights_fingerprint(enc), trained=trained
-    )
-    write_classifier(dest, record, model.head.state_dict())
 
 
 def finetune(cfg: FinetuneConfig, out: str | Path, *, resume: bool = False, progress: bool = False) -> FinetuneResult:

@@ -6,7 +6,8 @@ An export is a directory ``huggingface_hub`` and its users recognise, holding no
                                  the levjepa version, "encoder": every EncoderConfig field, the usual HF
                                  aliases (hidden_size, num_hidden_layers, num_attention_heads, ...), the
                                  preprocessing, which weights (copy, note, step, source) and where they came
-                                 from ("run_config", "imported_from", "init_from")
+                                 from ("run_config", "imported_from", "init_from"), the licence and, for a
+                                 run continued from other weights, "derived_from" (``weights_lineage``)
     DIR/model.safetensors        the VideoEncoder's state dict (levjepa names, no prefix; metadata format "pt");
                                  a classifier's: ``encoder.*`` + its head's ``head.*`` (the transformers names)
     DIR/preprocessor_config.json transformers' VideoMAEImageProcessor (AutoImageProcessor, no torchvision needed): mean,
@@ -51,14 +52,17 @@ from levjepa.formats.load import (
     LoadedEncoder,
     Preprocessing,
     WeightsKind,
+    is_official_folder,
     load_encoder,
     load_projector,
     preprocessing_of,
+    read_run_config,
 )
 from levjepa.model import EncoderConfig
 from levjepa.train.config import PretrainConfig
 from levjepa.version import __version__
 from levjepa.weights import (
+    CHECKPOINTS,
     CONFIG,
     HUB_WEIGHTS,
     PREPROCESSOR,
@@ -78,9 +82,11 @@ __all__ = [
     "README",
     "Preprocessing",
     "export_encoder",
+    "export_license",
     "model_card",
     "preprocessor_config",
     "preprocessing_of",
+    "weights_lineage",
     "write_export",
 ]
 
@@ -134,7 +140,11 @@ CITATION = """@article{kuhn2026levjepa,
              and LeCun, Yann and Balestriero, Randall and Buettner, Florian},
   year    = {2026}
 }"""
-LICENSES = {"mit": "MIT", "cc-by-nc-4.0": "CC BY-NC 4.0 (non-commercial use only)"}
+LICENSES = {
+    "mit": "MIT",
+    "cc-by-nc-4.0": "CC BY-NC 4.0 (non-commercial use only)",
+    "other": "unknown: the weights its run started from (model.init_from) could not be read to tell their licence",
+}
 
 
 def _classifier_lines(classifier: Mapping[str, Any]) -> list[str]:
@@ -156,6 +166,20 @@ def _classifier_lines(classifier: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _derived_text(derived: Mapping[str, Any]) -> str:
+    """Where weights a run continued from others came from: the start (``model.init_from``) and, when that
+    chain reaches them, the official weights (source, revision, SHA-256 of their file)."""
+    start = f"`{derived.get('init_from', '?')}` (model.init_from)"
+    official = derived.get("imported_from")
+    if isinstance(official, Mapping):
+        at = f" at revision `{official['revision']}`" if official.get("revision") else ""
+        digest = f", {official.get('file')} SHA-256 `{official['sha256']}`" if official.get("sha256") else ""
+        return f"official LeVJEPA weights `{official.get('source', '?')}`{at}{digest}, through {start}"
+    if derived.get("found") is False:
+        return f"{start}, which could not be read"
+    return start
+
+
 def model_card(
     config: EncoderConfig,
     *,
@@ -170,6 +194,7 @@ def model_card(
     classifier: Mapping[str, Any] | None = None,
     params: int,
     license: str = "mit",
+    derived_from: Mapping[str, Any] | None = None,
 ) -> str:
     """``README.md``: YAML front matter the hub reads, then what the model is and how it was made."""
     sources = list(run.data.sources) if run is not None else []
@@ -220,6 +245,8 @@ def model_card(
         lines.append(f"| imported from | `{imported_from.get('source', '?')}`{at} (official LeVJEPA layout) |")
         if imported_from.get("sha256"):
             lines.append(f"| weights file SHA-256 | `{imported_from['sha256']}` ({imported_from.get('file')}) |")
+    if derived_from:
+        lines.append(f"| derived from | {_derived_text(derived_from)} |")
     if run is not None:
         data, synth = run.data, run.data.synthetic
         lines.append(f"| objective | {objective}, λ = {lam} |")
@@ -363,9 +390,11 @@ def write_export(
     extra: Mapping[str, Any] | None = None,
     classifier: ClassifierRecord | None = None,
     head_state: Mapping[str, torch.Tensor] | None = None,
+    derived_from: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the hub layout (module docstring) to ``out`` (created; every file written atomically); ``extra``
-    adds keys to ``config.json``. A ``classifier`` (its record and ``head_state``) makes the export a
+    adds keys to ``config.json``; ``derived_from`` (:func:`weights_lineage`) records where the weights a run
+    started from came from. A ``classifier`` (its record and ``head_state``) makes the export a
     classifier's: ``encoder.*`` and ``head.*`` in ``model.safetensors`` (the names of the transformers model),
     ``head`` and ``id2label``
     in ``config.json`` (what ``AutoModelForVideoClassification`` reads), ``classifier.json`` +
@@ -395,6 +424,7 @@ def write_export(
         "imported_from": dict(imported_from) if imported_from else None,
         "run_config": to_dict(run_config) if run_config is not None else None,
         "license": license,
+        "derived_from": dict(derived_from) if derived_from else None,
         **dict(extra or {}),
     }
     tensors = dict(encoder_state)
@@ -423,18 +453,98 @@ def write_export(
         classifier=_classifier_card(classifier, source) if classifier is not None else None,
         params=sum(v.numel() for v in encoder_state.values()),
         license=license,
+        derived_from=derived_from,
     )
     atomic_write_text(out / README, card)
     return out
 
 
+OFFICIAL_LICENSE = "cc-by-nc-4.0"
+UNKNOWN_LICENSE = "other"  # the weights a run started from are gone: their licence cannot be told
+OFFICIAL_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin")  # what load_init_weights reads as an official checkpoint
+
+
+def _init_path(init: str, run_dir: Path | None) -> Path | None:
+    """Where a recorded ``model.init_from`` is now: as written (absolute, or from the current directory), else
+    beside the run that recorded it."""
+    for path in (Path(init), *((run_dir / init, run_dir.parent / init) if run_dir is not None else ())):
+        if path.exists():
+            return path
+    return None
+
+
+def _lineage_of(path: Path, seen: set[Path]) -> tuple[str, dict[str, Any] | None] | None:
+    """The licence of the weights at ``path`` (what ``model.init_from`` named) and the official weights they
+    came from (their ``imported_from`` record), read from the files beside them without loading a weight;
+    ``None`` when ``path`` is nothing levjepa reads."""
+    key = path.resolve()
+    if key in seen:  # a chain of runs that names itself: nothing more to learn
+        return None
+    seen = seen | {key}
+    if path.is_file() and path.suffix in OFFICIAL_SUFFIXES:
+        return OFFICIAL_LICENSE, {"source": str(key), "file": path.name}
+    folder = path.parent if path.is_file() else path
+    if is_official_folder(folder):
+        return OFFICIAL_LICENSE, {"source": str(folder.resolve()), "file": HUB_WEIGHTS}
+    data = read_json(folder / CONFIG) if (folder / CONFIG).is_file() else {}
+    official = data.get("imported_from") or (data.get("derived_from") or {}).get("imported_from")
+    if isinstance(data.get("license"), str):  # an export: what it recorded
+        return str(data["license"]), dict(official) if isinstance(official, Mapping) else None
+    if isinstance(data.get("imported_from"), Mapping):  # imported before the licence was recorded
+        return OFFICIAL_LICENSE, dict(data["imported_from"])
+    run_dir = folder if (folder / CHECKPOINTS).is_dir() else None  # a run, or one of its checkpoints
+    if folder.parent.name == CHECKPOINTS:
+        run_dir = folder.parent.parent
+    try:
+        if run_dir is not None and (run_dir / CONFIG).is_file():
+            return _follow(read_run_config(run_dir).model.init_from, run_dir, seen)
+    except WeightsError:  # not a run config levjepa reads: its licence cannot be told
+        return None
+    run = data.get("run_config")  # an export written before the licence was recorded: its run's start
+    if isinstance(run, Mapping):
+        return _follow((run.get("model") or {}).get("init_from"), None, seen)
+    return None
+
+
+def _follow(init: Any, run_dir: Path | None, seen: set[Path]) -> tuple[str, dict[str, Any] | None] | None:
+    """The lineage of a run's ``model.init_from`` (levjepa's MIT when it started from scratch)."""
+    if not init:
+        return "mit", None
+    path = _init_path(str(init), run_dir)
+    return None if path is None else _lineage_of(path, seen)
+
+
+def weights_lineage(source: str | Path, loaded: LoadedEncoder) -> tuple[str, dict[str, Any] | None]:
+    """The licence an export of ``loaded`` (read from ``source``) inherits, and ``derived_from``: where the
+    weights its run started from came from (``model.init_from``, followed through runs and exports to the
+    official weights, whose ``imported_from`` it carries), ``None`` for weights trained from scratch.
+
+    What the source's ``config.json`` records comes first; imported official weights are CC BY-NC 4.0; weights a
+    levjepa run trained are levjepa's MIT unless the run started from others (``model.init_from``), whose
+    licence they keep — CC BY-NC for a run continued from the official weights. A starting point that is gone
+    makes the licence :data:`UNKNOWN_LICENSE` (the card says so) rather than a guess."""
+    src = Path(source)
+    cfg = (src.parent if src.is_file() else src) / CONFIG
+    data = read_json(cfg) if cfg.is_file() else {}
+    if isinstance(data.get("license"), str):
+        derived = data.get("derived_from")
+        return str(data["license"]), dict(derived) if isinstance(derived, Mapping) else None
+    if loaded.imported_from or loaded.kind == "official":
+        return OFFICIAL_LICENSE, None  # the export records imported_from itself
+    init = (loaded.run_config.model.init_from if loaded.run_config is not None else None) or loaded.config.init_from
+    if not init:
+        return "mit", None
+    run_dir = Path(loaded.run_dir) if loaded.run_dir else None
+    found = _follow(init, run_dir, {run_dir.resolve()} if run_dir is not None else set())
+    if found is None:
+        return UNKNOWN_LICENSE, {"init_from": str(init), "imported_from": None, "found": False}
+    license, official = found
+    return license, {"init_from": str(init), "imported_from": official, "found": True}
+
+
 def export_license(source: str | Path, loaded: LoadedEncoder) -> str:
-    """The licence an export inherits: what the source's ``config.json`` records, the official weights'
-    (CC BY-NC 4.0) for imported ones, levjepa's MIT for weights a levjepa run trained."""
-    cfg = Path(source) / CONFIG
-    if cfg.is_file() and isinstance(read_json(cfg).get("license"), str):
-        return str(read_json(cfg)["license"])
-    return "cc-by-nc-4.0" if loaded.imported_from or loaded.kind == "official" else "mit"
+    """The licence an export inherits (:func:`weights_lineage`)."""
+    return weights_lineage(source, loaded)[0]
 
 
 def export_encoder(
@@ -465,6 +575,7 @@ def export_encoder(
         check_deploy(loaded.encoder, deploy)  # before anything is written
     elif (window, size, dtype, quantize) != (None, None, "fp32", "none"):
         raise WeightsError("window, size, dtype and quantize shape the deployment graphs: export with --format onnx")
+    license, derived = weights_lineage(source, loaded)
     run_dir = Path(loaded.run_dir) if loaded.run_dir else None
     probe = run_dir / PROBE_RESULTS if run_dir else None
     head = read_classifier(source) if is_classifier(source) else None  # a fine-tuned classifier: its head too
@@ -485,7 +596,8 @@ def export_encoder(
         projector_state=projector,
         imported_from=loaded.imported_from,
         preprocessing=loaded.preprocessing,
-        license=export_license(source, loaded),
+        license=license,
+        derived_from=derived,
         classifier=head,
         head_state=None if head is None else load_tensors(Path(source) / HEAD_WEIGHTS)[0],
     )

@@ -178,7 +178,11 @@ class LoadedEncoder:
         origin = self.imported_from or {}
         at = f"@{origin['revision']}" if origin.get("revision") else ""
         digest = f" (sha256 {origin['sha256']})" if origin.get("sha256") else ""
-        return f"{self.weights} weights{step}{note} from {self.source}{at}{digest}"
+        if self.kind == "official":  # the file read is the official one: its revision and hash
+            return f"{self.weights} weights{step}{note} from {self.source}{at}{digest}"
+        # a copy of official weights (an import, an export of it): the revision and hash are the original's
+        imported = f"; imported from {origin.get('source', '?')}{at}{digest}" if origin else ""
+        return f"{self.weights} weights{step}{note} from {self.source}{imported}"
 
 
 def ema_note(meta: dict[str, str], step: int | None, run_cfg: PretrainConfig | None, where: str) -> str:
@@ -470,6 +474,8 @@ def _load_encoder(path: str | Path, weights: WeightsKind, device: str | torch.de
             "(encoder.safetensors)"
         )
     refuse_pickle(p)  # before looking at anything else in the file
+    if p.name == HUB_WEIGHTS and is_official_folder(p.parent):  # the official folder's weights file: the folder
+        return load_official(Origin(p.parent, str(p.parent)), weights=weights, device=device)
     hub = read_hub_config(p.parent) if p.name == HUB_WEIGHTS else None
     if hub is not None:
         return _from_hub(p.parent, hub, device)

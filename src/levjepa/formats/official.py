@@ -213,19 +213,25 @@ ENCODER_KEYS = (*RELEASED_KEYS, "name", "use_rope", "num_attention_heads", "laye
 SECTIONS = ("model", "encoder", "backbone")  # where a training config keeps the encoder's settings
 
 
+# keys only an encoder's own settings state: the top level is the encoder's section when it states one of them
+STRUCTURAL_KEYS = ("embed_dim", "depth", "num_heads", "num_attention_heads", "attn_mode", "patch_size")
+
+
 def encoder_section(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """The part of a source's config that describes the encoder, and only that part: the top level when it
-    states any encoder key (a hub ``config.json``), else the first of ``model`` / ``encoder`` / ``backbone``
-    that does (a training config), looked for also under one ``cfg`` / ``config`` / ``hparams`` wrapper.
-    Keys of other sections (an optimizer's ``eps``, a probe's ``num_heads``) are never read."""
-    if any(k in config for k in ENCODER_KEYS):
+    states a structural key (:data:`STRUCTURAL_KEYS`: a hub ``config.json``), else the first of ``model`` /
+    ``encoder`` / ``backbone`` that states any encoder key (a training config), looked for also under one
+    ``cfg`` / ``config`` / ``hparams`` wrapper, else the top level when it states a generic one (``name``).
+    A generic key at the top level (a run's ``name``, the data's ``num_frames``) never hides a ``model``
+    section; keys of other sections (an optimizer's ``eps``, a probe's ``num_heads``) are never read."""
+    if any(k in config for k in STRUCTURAL_KEYS):
         return config
     for wrapper in (config, *(config[w] for w in ("cfg", "config", "hparams") if isinstance(config.get(w), Mapping))):
         for name in SECTIONS:
             section = wrapper.get(name)
             if isinstance(section, Mapping) and any(k in section for k in ENCODER_KEYS):
                 return section
-    return {}
+    return config if any(k in config for k in ENCODER_KEYS) else {}
 
 
 def _stated(section: Mapping[str, Any], *names: str) -> Any:
@@ -242,13 +248,52 @@ def is_released_schema(config: Mapping[str, Any]) -> bool:
     return not isinstance(config.get("encoder"), Mapping) and "embed_dim" in config and "depth" in config
 
 
+OFFICIAL_ATTENTION = "block_causal"  # the official VisionTransformer's attn_mode when its arguments leave it out
+OFFICIAL_DROP, OFFICIAL_EPS = 0.95, 1e-6  # its token_drop_rate and LayerNorm eps when they are not stated
+
+
+@dataclass(frozen=True)
+class Stated:
+    """What an encoder's own config section states beyond its tensors' shapes, read one way by the importer
+    (:func:`read_official`) and by ``AutoModel`` (:func:`released_config`); ``None`` = not stated."""
+
+    heads: Any
+    attention: Any
+    norm_eps: float
+    drop_ratio: float
+
+
+def stated_settings(section: Mapping[str, Any]) -> Stated:
+    """:class:`Stated` of an encoder's section (:func:`encoder_section`): a value stated as ``0`` or ``false``
+    is that value; an unstated eps or token drop rate is the official default; an unstated attention mode is
+    the official default only in the released schema (the official VisionTransformer's arguments, which take
+    it as their default), else unknown (the importer asks for it)."""
+    name = _stated(section, "name", "model_name", "arch", "architecture")
+    heads = _stated(section, "num_heads", "num_attention_heads", "heads", "n_heads")
+    if heads is None and isinstance(name, str):
+        heads = OFFICIAL_HEADS.get(name.replace("-", "_").lower())
+    attention = _stated(section, "attn_mode", "attention", "attention_mode")
+    if attention is None and is_released_schema(section):
+        attention = OFFICIAL_ATTENTION
+    eps, drop = _stated(section, "norm_eps", "layer_norm_eps"), _stated(section, "token_drop_rate")
+    return Stated(
+        heads=heads,
+        attention=attention,
+        norm_eps=OFFICIAL_EPS if eps is None else float(eps),
+        drop_ratio=OFFICIAL_DROP if drop is None else float(drop),
+    )
+
+
 def released_config(config: Mapping[str, Any], where: str = "config.json") -> EncoderConfig:
     """The levjepa ``EncoderConfig`` that computes the official function of a config in the released schema
     (:data:`RELEASED_KEYS`), from the config alone — what ``AutoModel`` builds before any weight is read."""
     missing = [k for k in ("embed_dim", "depth", "num_heads", "patch_size") if config.get(k) is None]
+    said = stated_settings(config)
+    if said.heads is not None and "num_heads" in missing:  # stated under another name (num_attention_heads)
+        missing.remove("num_heads")
     if missing:
         raise WeightsError(f"{where}: the released schema needs {', '.join(missing)}; this config does not state it")
-    attention = str(config.get("attn_mode", "block_causal"))
+    attention = str(said.attention)
     if attention not in ATTENTION_NAMES:
         raise WeightsError(f"{where}: attn_mode {attention!r}: valid choices are {', '.join(sorted(ATTENTION_NAMES))}")
     if config.get("use_rope") is False:
@@ -257,7 +302,7 @@ def released_config(config: Mapping[str, Any], where: str = "config.json") -> En
         return EncoderConfig(
             dim=int(config["embed_dim"]),
             depth=int(config["depth"]),
-            heads=int(config["num_heads"]),
+            heads=int(said.heads),
             mlp_ratio=float(config.get("mlp_ratio", 4.0)),
             patch_size=int(config["patch_size"]),
             tubelet=int(config.get("tubelet_size", 2)) if int(config.get("num_frames", 16)) > 1 else 1,
@@ -266,10 +311,10 @@ def released_config(config: Mapping[str, Any], where: str = "config.json") -> En
             final_norm=True,
             final_norm_bias=True,
             qkv_bias=bool(config.get("qkv_bias", True)),
-            norm_eps=float(config.get("layer_norm_eps", 1e-6)),
+            norm_eps=said.norm_eps,
             rope_layout="vjepa2",
             tubelet_init="random",
-            drop_ratio=float(config.get("token_drop_rate", 0.95)),
+            drop_ratio=said.drop_ratio,
         )
     except ValueError as err:
         raise WeightsError(f"{where}: {err}") from err
@@ -357,11 +402,9 @@ def _config(enc: Mapping[str, torch.Tensor], stated: Mapping[str, Any], over: Ov
     if depth == 0:
         raise WeightsError(f"{where}: no transformer blocks (blocks.N.*) under the encoder")
     hidden = enc["blocks.0.mlp.fc1.weight"].shape[0]
-    name = _stated(stated, "name", "model_name", "arch", "architecture")
-    heads = over.heads or _stated(stated, "num_heads", "num_attention_heads", "heads", "n_heads")
-    if heads is None and isinstance(name, str):
-        heads = OFFICIAL_HEADS.get(name.replace("-", "_").lower())
-    attention = over.attention or _stated(stated, "attn_mode", "attention", "attention_mode")
+    said = stated_settings(stated)
+    heads = over.heads if over.heads is not None else said.heads
+    attention = over.attention if over.attention is not None else said.attention
     missing = []
     if heads is None:
         missing.append("the number of attention heads (--heads N; the official vit_large has 16)")
@@ -373,7 +416,7 @@ def _config(enc: Mapping[str, torch.Tensor], stated: Mapping[str, Any], over: Ov
         raise WeightsError(
             f"{where}: attention mode {attention!r}: valid choices are {', '.join(sorted(ATTENTION_NAMES))}"
         )
-    eps = over.norm_eps or _stated(stated, "norm_eps", "layer_norm_eps") or 1e-6
+    eps = over.norm_eps if over.norm_eps is not None else said.norm_eps
     tube_stated = _stated(stated, "tubelet_size", "tubelet")
     if tube_stated is not None and int(tube_stated) != tubelet and patch.dim() == 5:
         raise WeightsError(f"{where}: the config says tubelet_size={tube_stated}, the patch kernel has {tubelet}")
@@ -395,7 +438,7 @@ def _config(enc: Mapping[str, torch.Tensor], stated: Mapping[str, Any], over: Ov
         norm_eps=float(eps),
         rope_layout="vjepa2",
         tubelet_init="random",
-        drop_ratio=float(_stated(stated, "token_drop_rate") or 0.95),
+        drop_ratio=said.drop_ratio,
     )
     try:
         return EncoderConfig(**kw)  # type: ignore[arg-type]

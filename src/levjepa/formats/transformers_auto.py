@@ -1,9 +1,12 @@
-"""transformers' view of levjepa: ``AutoConfig``, ``AutoModel``, ``AutoModelForVideoClassification`` and
-``AutoImageProcessor`` for ``model_type: levjepa``, without remote code.
+"""transformers' models of ``model_type: levjepa``, without remote code: :func:`register` registers
+``LeVJEPATransformersModel`` with ``AutoModel`` and ``LeVJEPATransformersForVideoClassification`` with
+``AutoModelForVideoClassification``, and nothing else. The config (``LeVJEPAConfig``, ``AutoConfig``) is
+``transformers_config.py``'s, registered by its own ``register`` as soon as ``configuration_auto`` is imported;
+no image processor is registered: an export's ``preprocessor_config.json`` names transformers' own
+``VideoMAEImageProcessor``, which ``AutoImageProcessor`` finds by that name.
 
 Imported only where transformers is installed (``levjepa.formats.hub.register_transformers``, which the
-post-import hook of ``levjepa/__init__.py`` calls in either import order, once ``modeling_auto`` is imported;
-the config, ``transformers_config.py``, is registered as soon as ``configuration_auto`` is).
+post-import hook of ``levjepa/__init__.py`` calls in either import order, once ``modeling_auto`` is imported).
 
 **Two schemas share ``model_type: levjepa``** and ``LeVJEPAConfig`` reads both:
 
