@@ -18,7 +18,7 @@ per validation and test view. ``levjepa probe --plan`` prints these counts and t
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -34,9 +34,10 @@ from levjepa.rng import make_generator
 __all__ = ["AUGMENT_SCALE", "OnlineSource"]
 
 AUGMENT_SCALE = (0.3, 1.0)  # the random resized crop's share of the area (training split)
+_Key = tuple[str, Literal["video", "image"], int, int]  # a sample: path, kind, item, crop
 
 
-def _views(views: ViewSpec, patch: int, augment: bool, seed: int, read: int, key: tuple[str, str, int, int]) -> Tensor:
+def _views(views: ViewSpec, patch: int, augment: bool, seed: int, read: int, key: _Key) -> Tensor:
     """The views of one sample ``key = (path, kind, item, crop)`` in a worker: its ``segments`` clips of that
     crop, uint8 ``[segments, C, T, S, S]``, augmented for training. (The key carries the file, so a worker is
     sent one sample, not the split's list of files.)"""
@@ -77,7 +78,7 @@ class OnlineSource(FeatureSource):
     def read(self, what: str, idx: Tensor) -> Tensor:
         if what != "tokens":
             return self.store.read(what, idx)
-        keys = []
+        keys: list[_Key] = []
         for i in idx.tolist():
             item = int(self.store.smp.file[i])
             keys.append((self.items[item].path, self.items[item].kind, item, int(i) % self.crops))
