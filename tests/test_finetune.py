@@ -235,8 +235,10 @@ def test_the_training_streams_workers_end_before_the_test_evaluation(tmp_path, t
     alive = []
     real = ft_loop._finish
 
-    def finish(*args, **kwargs):
-        alive.append(multiprocessing.active_children())  # the worker processes still running at the test split
+    before = set(multiprocessing.active_children())  # earlier tests' processes (the suite's) are not this run's
+
+    def finish(*args, **kwargs):  # the worker processes of this run still running at the test split
+        alive.append([p for p in multiprocessing.active_children() if p not in before])
         return real(*args, **kwargs)
 
     monkeypatch.setattr(ft_loop, "_finish", finish)
