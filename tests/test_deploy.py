@@ -198,3 +198,19 @@ def test_a_bidirectional_encoder_has_no_streaming_step(tmp_path, capsys):
     assert config["model"]["attention"] == "block_causal"
     assert main(["export", str(run), "--out", str(tmp_path / "out"), "--format", "onnx"]) == 2
     assert "block_causal" in capsys.readouterr().err
+
+
+def test_a_recorded_rate_travels_to_the_graphs_and_the_processor_config(exported):
+    # the released weights were trained at 7.5 fps: a runtime reading only the .onnx file or
+    # preprocessor_config.json must see the rate, not only the stride (which means 7.5 fps only at 15 fps)
+    from levjepa.formats.deploy import onnx_metadata
+    from levjepa.formats.export import preprocessor_config
+    from levjepa.formats.load import Preprocessing
+
+    _, out = exported
+    config = json.loads((out / "config.json").read_text())
+    meta = onnx_metadata(config["deploy"], STREAM_ONNX, {**config["preprocessing"], "fps": 7.5})
+    assert json.loads(meta["fps"]) == 7.5
+    assert "fps" not in onnx_metadata(config["deploy"], STREAM_ONNX, {**config["preprocessing"], "fps": None})
+    assert preprocessor_config(Preprocessing(fps=7.5))["fps"] == 7.5
+    assert "fps" not in preprocessor_config(Preprocessing())

@@ -299,6 +299,8 @@ def onnx_metadata(record: Mapping[str, Any], name: str, preprocessing: Mapping[s
     }
     if pre:
         meta.update({"num_frames": pre.get("num_frames"), "frame_stride": pre.get("frame_stride")})
+        if pre.get("fps") is not None:  # the rate the model was trained at (the released weights: 7.5)
+            meta["fps"] = pre["fps"]
     if graph == "stream_step":
         meta.update(
             {

@@ -337,7 +337,7 @@ def _hf_aliases(config: EncoderConfig, pre: Preprocessing) -> dict[str, Any]:
 def preprocessor_config(pre: Preprocessing) -> dict[str, Any]:
     """``preprocessor_config.json``: transformers' ``VideoMAEImageProcessor`` with this export's geometry (its
     Pillow backend loads without torchvision: ``AutoImageProcessor.from_pretrained(DIR)``), plus the frames a
-    clip takes and their stride, which no image processor reads."""
+    clip takes and their stride (or rate, when recorded), which no image processor reads."""
     return {
         "image_processor_type": "VideoMAEImageProcessor",
         "do_resize": True,
@@ -352,6 +352,7 @@ def preprocessor_config(pre: Preprocessing) -> dict[str, Any]:
         "image_std": list(pre.std),
         "num_frames": pre.num_frames,
         "frame_stride": pre.frame_stride,
+        **({} if pre.fps is None else {"fps": pre.fps}),  # the training rate, when the model records one
         "levjepa_version": __version__,
     }
 
