@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from levjepa.data import MediaItem
+from levjepa.data.eval_clip import ViewSpec
 from levjepa.data.workers import READ_ERRORS
 from levjepa.eval.compact import FULL, TokenCodec
 from levjepa.eval.config import EvalConfig
@@ -26,6 +27,7 @@ from levjepa.eval.dataset_task import DatasetTask
 from levjepa.eval.probes import build_probe_grid
 from levjepa.formats.load import LoadedEncoder
 from levjepa.infer.encode import encode
+from levjepa.model import EncoderConfig
 
 __all__ = ["Plan", "SplitPlan", "plan"]
 
@@ -107,7 +109,7 @@ def plan(task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfig, *, sample: i
     splits = []
     for split, items in task.splits.items():
         views = (task.train_views if split == "train" else task.test_views).views
-        grid = (views.frames // c.tubelet, views.size // c.patch_size, views.size // c.patch_size)
+        grid = _token_grid(views, c)
         stored = attentive and not cfg.online
         per_file = views.views
         forwards = len(items) * per_file  # the store: one forward per view
@@ -127,6 +129,11 @@ def plan(task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfig, *, sample: i
     out = Plan(task.name, loaded.describe(), tokens, splits)
     _measure(out, task, loaded, cfg, sample)
     return out
+
+
+def _token_grid(views: ViewSpec, c: EncoderConfig) -> tuple[int, int, int]:
+    """The patch tokens of one view as (temporal slots, rows, columns)."""
+    return views.frames // c.tubelet, views.size // c.patch_size, views.size // c.patch_size
 
 
 def _codec_text(codec: TokenCodec, attentive: bool) -> str:
@@ -160,8 +167,7 @@ def _measure(out: Plan, task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfi
     grid = build_probe_grid("attentive", pcfg, enc.cfg.dim, max(2, task.classes)).to(cfg.device)
     # a training row: the tokens of its `segments` views, as the store keeps them (its codec's count)
     c = enc.cfg
-    tgrid = (views.frames // c.tubelet, views.size // c.patch_size, views.size // c.patch_size)
-    kept = out_tokens.shape[1] if cfg.online or "attentive" not in cfg.probes else cfg.codec.kept(tgrid)
+    kept = out_tokens.shape[1] if cfg.online or "attentive" not in cfg.probes else cfg.codec.kept(_token_grid(views, c))
     x = torch.randn(min(pcfg.batch_size, 64), views.segments * kept, c.dim, device=cfg.device)
     grid(x).sum().backward()  # warm-up
     _sync(cfg.device)

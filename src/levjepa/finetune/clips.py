@@ -26,6 +26,7 @@ from torch import Tensor
 
 from levjepa.data import MediaItem, probe_video
 from levjepa.data.eval_clip import ViewSpec, load_eval_clip, random_resized_crop
+from levjepa.data.video import frame_step
 from levjepa.finetune.config import FinetuneConfig
 from levjepa.rng import make_generator
 
@@ -72,7 +73,7 @@ class TrainClips:
         start = 0
         if it.kind == "video":
             info = probe_video(it.path)
-            step = info.fps / v.fps if v.fps else v.frame_stride
+            step = frame_step(info.fps, v.frame_stride, v.fps)
             room = max(0, info.num_frames - (round((v.frames - 1) * step) + 1))
             start = int(torch.randint(0, room + 1, (), generator=gen))
         clip = load_eval_clip(

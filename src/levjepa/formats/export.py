@@ -49,6 +49,7 @@ from levjepa.formats.classifier import (
 from levjepa.formats.deploy import DeployConfig, check_deploy, export_onnx, export_pt2
 from levjepa.formats.load import (
     HUB_FORMAT,
+    OFFICIAL_SUFFIXES,
     LoadedEncoder,
     Preprocessing,
     WeightsKind,
@@ -462,7 +463,6 @@ def write_export(
 
 OFFICIAL_LICENSE = "cc-by-nc-4.0"
 UNKNOWN_LICENSE = "other"  # the weights a run started from are gone: their licence cannot be told
-OFFICIAL_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin")  # what load_init_weights reads as an official checkpoint
 
 
 def _init_path(init: str, run_dir: Path | None) -> Path | None:

@@ -582,6 +582,9 @@ def load_official(
     )
 
 
+OFFICIAL_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin")  # files load_init_weights reads as official checkpoints
+
+
 def load_init_weights(path: str | Path) -> StartWeights:
     """What ``model.init_from=PATH`` reads: the copy ``levjepa.load(PATH)`` reads (the EMA of a run's latest
     checkpoint by default; name ``checkpoints/step_N/model.safetensors`` for the online weights) and the
@@ -590,7 +593,7 @@ def load_init_weights(path: str | Path) -> StartWeights:
     p = Path(path)
     if not p.exists():
         raise WeightsError(f"{p}: no such run, export or checkpoint (model.init_from)")
-    if (p.is_file() and p.suffix in (".ckpt", ".pt", ".pth", ".bin")) or is_official_folder(p):
+    if (p.is_file() and p.suffix in OFFICIAL_SUFFIXES) or is_official_folder(p):
         official = read_official(p)
         return StartWeights(official.config, official.encoder, official.projector, f"{official.note} from {p}")
     loaded = load_encoder(p)
