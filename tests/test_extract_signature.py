@@ -17,8 +17,8 @@ from levjepa.cli import main
 from levjepa.data import DataError
 from levjepa.eval.extract import ExtractConfig, extract, read_index
 from levjepa.formats.load import random_encoder
-from levjepa.infer.encode import function_fingerprint
 from levjepa.model import encoder_config
+from levjepa.model.fingerprint import function_fingerprint
 from test_export import make_run_dir
 from test_extract import _video
 

@@ -17,8 +17,9 @@ from levjepa.data.eval_clip import ViewSpec, load_eval_views
 from levjepa.data.workers import safe_map
 from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
 from levjepa.eval.features import compute_features
-from levjepa.infer.encode import encode, function_fingerprint
+from levjepa.infer.encode import encode
 from levjepa.model import encoder_config
+from levjepa.model.fingerprint import function_fingerprint
 from levjepa.model.vit import VideoEncoder
 from levjepa.rng import seeded_init
 from levjepa.weights import weights_fingerprint

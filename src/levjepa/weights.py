@@ -227,11 +227,9 @@ def load_tensors(
 def weights_fingerprint(module: torch.nn.Module) -> str:
     """SHA-1 over ``module``'s state dict (names, shapes, dtypes and bytes): equal weights <=> equal fingerprint.
 
-    The one name for "these weights": a kept probe records it and refuses any other encoder
-    (``levjepa.formats.classifier``), feature caches and stores are named by it (``levjepa.eval``), and a
-    fine-tuning head is refused on an encoder whose fingerprint is not the one it was trained on. What the
-    weights compute also depends on the config (attention mode, RoPE layout): that is
-    ``levjepa.infer.encode.function_fingerprint``."""
+    The name of "these weights" (an export's record, a copy's provenance). What the weights compute also
+    depends on the config (attention mode, head split, RoPE layout): that is
+    ``levjepa.model.fingerprint.function_fingerprint``, which keys every feature cache, store and kept probe."""
     h = hashlib.sha1()
     for name, t in sorted(module.state_dict().items()):
         t = t.detach().cpu().contiguous()

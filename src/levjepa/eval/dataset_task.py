@@ -3,7 +3,7 @@
 
 For each encoder and split, the split's features are computed once into a feature store on disk
 (``levjepa.eval.feature_store``: worker-process decoding, bad files reported and skipped, sharded across
-``torchrun`` ranks, resumable), named by the encoder's weights fingerprint and the data (split file,
+``torchrun`` ranks, resumable), named by the encoder's function fingerprint and the data (split file,
 settings) so that a second call reuses them. The probes then train from those stores in bounded memory
 (``levjepa.eval.source``, ``levjepa.eval.trainer``). Training features use the protocol's ``segments`` with
 one centre crop; validation and test use its ``segments × crops`` views, averaged per file. Without a protocol, one
@@ -36,8 +36,8 @@ from levjepa.eval.labelled import read_task
 from levjepa.eval.online import OnlineSource
 from levjepa.eval.protocols import PROTOCOLS, SLOTS_DEFAULT, Protocol, Slots
 from levjepa.eval.source import FeatureSource, StoreSource
+from levjepa.model.fingerprint import function_fingerprint
 from levjepa.model.vit import VideoEncoder
-from levjepa.weights import weights_fingerprint
 
 __all__ = ["DatasetTask", "dataset_task", "task_name"]
 
@@ -85,7 +85,7 @@ class DatasetTask:
     def prepare(self, encoders: Mapping[str, VideoEncoder], cfg: EvalConfig) -> bool:
         """Every store of every encoder × split, on every rank; True on rank 0, which trains the probes."""
         for name, enc in encoders.items():
-            fp = weights_fingerprint(enc)[:16]
+            fp = function_fingerprint(enc)
             self.stores[name] = {}
             for split, items in self.splits.items():
                 views = self.train_views if split == "train" else self.test_views

@@ -38,7 +38,7 @@ file labels its rows by name. Every feature file is written atomically
 (``levjepa.eval.feature_writer``).
 
 **Run again into the same output.** ``extract.json`` records, from the start of a job, its *signature*: the
-encoder's fingerprint (``levjepa.infer.encode.function_fingerprint``: a hash of its config and weights) and
+encoder's fingerprint (``levjepa.model.fingerprint.function_fingerprint``: a hash of its config and weights) and
 every setting that changes a feature (all of :class:`ExtractConfig` but ``workers`` and ``batch_size``). A job
 into a folder that holds features continues only under the same signature: ``per_video`` keeps the videos
 already written and computes the others; the shard formats keep every complete shard (its files written and
@@ -80,8 +80,9 @@ from levjepa.data.progress import Progress
 from levjepa.data.sources import MediaItem, items_hash, media_kind, read_index_labels
 from levjepa.data.workers import safe_map
 from levjepa.eval.feature_writer import save_npy, write_shard
-from levjepa.infer.encode import encode, frozen, function_fingerprint, precision
+from levjepa.infer.encode import encode, frozen, precision
 from levjepa.infer.stream import StreamingEncoder
+from levjepa.model.fingerprint import function_fingerprint
 from levjepa.model.vit import VideoEncoder
 from levjepa.train.preemption import stop_now_on_signals
 from levjepa.weights import atomic_write_text

@@ -71,8 +71,9 @@ from levjepa.data.workers import safe_map
 from levjepa.eval.compact import FULL, TokenCodec, grid_of
 from levjepa.eval.feature_writer import write_shard
 from levjepa.infer.encode import encode
+from levjepa.model.fingerprint import function_fingerprint
 from levjepa.model.vit import VideoEncoder
-from levjepa.weights import atomic_write_text, weights_fingerprint
+from levjepa.weights import atomic_write_text
 
 __all__ = ["FeatureStore", "StoreConfig", "StoreResult", "build_store"]
 
@@ -189,7 +190,7 @@ def build_store(
     manifest = {
         "version": STORE_VERSION,
         "config": cfg.storage(),
-        "encoder": weights_fingerprint(encoder),
+        "encoder": function_fingerprint(encoder),
         "patch": encoder.cfg.patch_size,
         "items": len(items),
         "items_sha1": items_hash(items),

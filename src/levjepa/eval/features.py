@@ -15,8 +15,9 @@ Stored per clip (:class:`Features`):
 
 The encoder's mode is restored afterwards (a training loop may pass its live encoder), and its
 parameters are never written: ``tests/test_benchmark_eval.py`` checks they are bit-identical after
-feature computation and probing. ``levjepa.weights.weights_fingerprint`` (SHA-1 of the state dict) keys the
-on-disk cache (:func:`cached_features`), so features are recomputed only when the weights or the data change.
+feature computation and probing. The encoder's function fingerprint (``levjepa.model.fingerprint``: its
+weights and the config that says what they compute) keys the on-disk cache (:func:`cached_features`), so
+features are recomputed when the weights, the attention or RoPE layout, or the data change.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from torch import Tensor
 from levjepa.data.eval_clip import as_clip
 from levjepa.data.progress import Progress
 from levjepa.infer.encode import encode
+from levjepa.model.fingerprint import function_fingerprint
 from levjepa.model.vit import VideoEncoder
-from levjepa.weights import WeightsError, load_tensors, save_tensors, weights_fingerprint
+from levjepa.weights import WeightsError, load_tensors, save_tensors
 
 __all__ = ["Features", "cached_features", "compute_features"]
 
@@ -97,11 +99,11 @@ def cached_features(
     """:func:`compute_features`, stored under ``cache_dir/<fingerprint>-<key>.safetensors`` and reused.
 
     ``key`` must name the data (e.g. ``"synthetic-<config hash>-train"``); the encoder part of the name is
-    its weights fingerprint. ``cache_dir=None`` disables the cache.
+    its function fingerprint (``levjepa.model.fingerprint``). ``cache_dir=None`` disables the cache.
     """
     if cache_dir is None:
         return compute_features(encoder, clips, keep_tokens=keep_tokens, **kwargs)
-    path = Path(cache_dir) / f"{weights_fingerprint(encoder)[:16]}-{key}.safetensors"
+    path = Path(cache_dir) / f"{function_fingerprint(encoder)}-{key}.safetensors"
     if path.is_file():
         try:
             t, _ = load_tensors(path)

@@ -28,7 +28,7 @@ from levjepa.eval.trainer import GridResult
 from levjepa.formats.classifier import CLASSIFIER, ClassifierRecord, read_classifier, write_classifier
 from levjepa.formats.load import LoadedEncoder
 from levjepa.model.classifier import HeadConfig
-from levjepa.weights import weights_fingerprint
+from levjepa.model.fingerprint import function_fingerprint
 
 __all__ = ["check_probe_dir", "save_probes"]
 
@@ -49,7 +49,7 @@ def save_probes(
     directories. ``labels``: task -> class names; ``encoder_source``: where ``classify`` reads the encoder;
     ``files``: split -> file of a labelled task (recorded, :func:`check_probe_dir` compares them); ``tokens``:
     the token codec the attentive probe was trained on (``levjepa.eval.compact``), which ``classify`` applies."""
-    fingerprint = weights_fingerprint(loaded.encoder)
+    fingerprint = function_fingerprint(loaded.encoder)
     written = []
     for task, probes in result.results[encoder_name].items():
         for probe, res in probes.items():

@@ -15,8 +15,8 @@ VideoMAE's RandAugment, random erasing and CutMix, mixup on by default and the l
 **Start**: the encoder of a levjepa run, checkpoint, export or imported weights (``levjepa.formats.load``),
 or, for the baseline, the same architecture at random initialisation (``random_init``); the head
 (``levjepa.model.classifier``, the probe's attentive or linear head) is initialised from ``(seed, "head")``,
-or from a kept probe (``head_from``) — refused unless that probe was trained on this very encoder (its
-weights fingerprint, ``levjepa.weights.weights_fingerprint``).
+or from a kept probe (``head_from``) — refused unless that probe was trained on this very encoder (the
+function it computes, ``levjepa.model.fingerprint``).
 
 **The run** is pretraining's run skeleton (``levjepa.train``): the directory ``OUT`` opened and locked by
 ``run_dir.run_directory`` (a second ``--resume`` of a live run is refused; a start that fails leaves
@@ -71,13 +71,14 @@ from levjepa.formats.classifier import (
 from levjepa.formats.export import weights_lineage, write_export
 from levjepa.formats.load import LoadedEncoder, load_encoder, random_like
 from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
+from levjepa.model.fingerprint import function_fingerprint, matches
 from levjepa.rng import make_generator
 from levjepa.train.checkpoint import TrainerState, checkpoint_run, resume_latest, save_checkpoint
 from levjepa.train.lifecycle import Lifecycle, due
 from levjepa.train.optim import step_unless_nonfinite
 from levjepa.train.report import MetricsLogger, Progress
 from levjepa.train.run_dir import check_steps, run_directory, write_run_info
-from levjepa.weights import CONFIG, load_tensors, read_json, weights_fingerprint, write_json
+from levjepa.weights import CONFIG, load_tensors, read_json, write_json
 
 __all__ = ["FinetuneResult", "finetune", "resume_config", "train_step"]
 
@@ -168,8 +169,8 @@ def _head(cfg: FinetuneConfig, loaded: LoadedEncoder, num_classes: int) -> tuple
             "classes)"
         )
     start = "random init" if cfg.random_init else f"the {cfg.weights} weights of {cfg.source}"
-    fingerprint = weights_fingerprint(loaded.encoder)
-    if rec.encoder_fingerprint != fingerprint:
+    same, fingerprint = matches(rec.encoder_fingerprint, loaded.encoder)
+    if not same:
         raise ConfigError(
             f"head_from={cfg.head_from}: its head was trained on the encoder {rec.encoder_fingerprint[:12]} "
             f"({rec.encoder_weights} weights of {rec.encoder_source}), but fine-tuning starts from {start} "
@@ -222,7 +223,7 @@ def _save_best(
     enc = model.encoder
     state = {k: v.detach().cpu().clone() for k, v in enc.state_dict().items()}
     record = ClassifierRecord(
-        model.head_cfg, task.labels, task.views, ".", "finetuned", weights_fingerprint(enc), trained=trained
+        model.head_cfg, task.labels, task.views, ".", "finetuned", function_fingerprint(enc), trained=trained
     )
     license, derived = weights_lineage(cfg.source, loaded)
     write_export(

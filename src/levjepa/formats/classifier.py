@@ -10,8 +10,9 @@ A classifier directory holds::
     DIR/head.safetensors   the head's state dict (levjepa.model.probe_heads, one row)
 
 A kept probe reads a frozen encoder that stays where it is: ``encoder.source`` and ``encoder.weights`` name
-it, and :func:`load_classifier` refuses, in one line, an encoder whose weights fingerprint
-(``levjepa.weights.weights_fingerprint``) differs from the one the head was trained on. A fine-tuned
+it, and :func:`load_classifier` refuses, in one line, an encoder whose function fingerprint
+(``levjepa.model.fingerprint``: its weights and the config that says what they compute) differs from the one
+the head was trained on (a record written before function fingerprints is checked against the weights). A fine-tuned
 classifier changed its encoder, so the encoder is in ``DIR`` too, in the hub layout (``model.safetensors`` +
 ``config.json`` with ``id2label`` / ``label2id``, ``levjepa.formats.export``): ``levjepa.load(DIR)`` reads it
 as a plain encoder, and ``levjepa export DIR`` writes it again with its head.
@@ -30,7 +31,8 @@ from levjepa.config import from_dict, to_dict
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.formats.load import LoadedEncoder, load_encoder
 from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
-from levjepa.weights import WeightsError, load_tensors, read_json, save_tensors, weights_fingerprint, write_json
+from levjepa.model.fingerprint import matches
+from levjepa.weights import WeightsError, load_tensors, read_json, save_tensors, write_json
 
 __all__ = [
     "CLASSIFIER",
@@ -112,8 +114,8 @@ def load_classifier(
     if not src.exists():
         raise WeightsError(f"{p}: its encoder {rec.encoder_source} is gone; give it with --encoder PATH")
     loaded = load_encoder(src, weights=rec.encoder_weights, device=device)  # type: ignore[arg-type]
-    fp = weights_fingerprint(loaded.encoder)
-    if fp != rec.encoder_fingerprint:
+    same, fp = matches(rec.encoder_fingerprint, loaded.encoder)
+    if not same:
         raise WeightsError(
             f"{p}: its head was trained on the encoder {rec.encoder_fingerprint[:12]} ({rec.encoder_weights} weights "
             f"of {rec.encoder_source}), but {src} holds {fp[:12]}: a head reads only the encoder it was trained on"

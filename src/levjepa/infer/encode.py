@@ -18,27 +18,21 @@ memory is deployed on the numbers it was trained on: on CUDA the encoder runs un
 outputs are cast to float32 before anything else is computed from them; on any other device it runs in
 float32. Tokens are cast to ``token_dtype`` on the device, before the copy to the host (half the bytes).
 
-:func:`function_fingerprint` names the function an encoder computes (its config and its weights), where
-``levjepa.weights.weights_fingerprint`` names its weights alone.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-from levjepa.config import to_dict
 from levjepa.data import normalize
 from levjepa.model.vit import VideoEncoder
-from levjepa.weights import weights_fingerprint
 
-__all__ = ["Encoded", "encode", "frozen", "function_fingerprint", "precision"]
+__all__ = ["Encoded", "encode", "frozen", "precision"]
 
 
 @dataclass
@@ -109,11 +103,3 @@ def encode(
         if host:
             enc = Encoded(enc.cls.cpu(), enc.mean.cpu(), None if kept is None else kept.cpu(), enc.positions.cpu())
     return enc
-
-
-def function_fingerprint(encoder: VideoEncoder) -> str:
-    """A short hash of the encoder's config (attention mode, RoPE layout, ...: what its weights do not say) and of
-    its weights' fingerprint: equal for the same function from the same weights, different after any change of
-    either (what ``extract`` records as the signature of its features)."""
-    config = json.dumps(to_dict(encoder.cfg), sort_keys=True)
-    return hashlib.sha256(f"{config}\n{weights_fingerprint(encoder)}".encode()).hexdigest()[:16]
