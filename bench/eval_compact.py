@@ -2,6 +2,7 @@
 
     python bench/eval_compact.py benchmark --run RUN [--codecs full,int8,pool2,pool2-int8,pool4] [--seeds 0,1,2,3,4]
     python bench/eval_compact.py index --run RUN --index DIR [--codecs ...] [--seeds 0,1,2,3,4]
+    python bench/eval_compact.py tasks --run RUN --index DIR [--codecs ...] [--seeds 0-19] [--json OUT.json]
 
 ``benchmark``: the built-in benchmark's three tasks (the demo budget, the run's own clips), the attentive probe
 only, once per codec (``levjepa.eval.compact``) with the same probe seed, in memory — where the tokens are
@@ -11,6 +12,20 @@ stores on disk, as ``levjepa probe --task index: --tokens CODEC`` reads it; the 
 Prints one markdown table: codec, bytes per view of the tokens, the ratio to the full store, the test accuracy
 of each task (the mean over the probe seeds ``--seeds``: one attentive probe reads 400 test clips, so a single
 seed moves by a point or two), its difference from the full store's and the seeds' standard deviation.
+
+``tasks``: every index task under ``DIR`` (``DIR/TASK/{train,val,test}.txt``, e.g. ``python bench/eval_tasks.py
+--out DIR``: appearance, direction of motion, change over time), where a codec can fail. The views are cut as a
+store cuts them (the model's preprocessing) and the full float16 tokens computed once per task; every codec's
+tokens are ``TokenCodec.roundtrip`` of them, which is exactly what a store of that codec returns
+(``tests/test_compact.py``: "a compact store holds what the codec keeps of the in-memory tokens", "a rotated
+store on disk is read back by restore"). Each probe seed trains the demo's attentive grid (chosen on val, read on
+test) once per codec with the same seed, so codecs are **paired**: the table gives, per task and codec, the token
+bytes per view, the ratio to full, the mean test accuracy, the mean paired difference from full ± its standard
+error (the seeds' standard deviation of the difference / √seeds) and how many seeds fell below full. The seed
+loop is outermost: a run stopped early leaves every codec with the same seeds (``--json`` keeps each one as it
+finishes; ``--table A.json[,B.json]`` prints the table of kept files, runs of other seeds merged: two processes
+on two cores). ``asym4`` codecs (``tpool3-asym4``) are a bench prototype, not a store codec: asymmetric 4-bit,
+``round(15 (x − min) / (max − min))`` with a float16 min and scale per token.
 """
 
 from __future__ import annotations
@@ -19,8 +34,20 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from levjepa.eval.compact import TokenCodec
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+DEFAULT_CODECS = "full,int8,pool2,pool2-int8,pool4,pool4-int8,tpool2-pool2-int8"
+TASK_CODECS = (
+    "full,int8,int4,tpool2,tpool3,tpool3-int4,pool2-int8,"  # the codecs the docs recommended or measured
+    "int4g32,int4g16,rot-int4,rot-int4g32,asym4,"  # finer 4-bit: groups of channels, rotation, min/max
+    "tpool3-int4g32,tpool3-int4g16,tpool3-rot-int4,tpool3-rot-int4g32,tpool3-asym4,tpool2-rot-int4"
+)
 
 
 def _grid(loaded, size: int, frames: int) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
@@ -82,6 +109,133 @@ def index(run: str, folder: str, codecs: list[str], seeds: list[int]) -> None:
     _table(rows, f"index task {folder}, views {views.describe()}, through feature stores")
 
 
+def _asym4(reduce: TokenCodec, tokens: Tensor, grid: tuple[int, int, int]) -> Tensor:
+    """The bench prototype ``asym4``: min/max 4-bit per token (16 levels), float16 min and scale (module doc)."""
+    import torch
+
+    x = reduce.reduce(tokens, grid).float()
+    lo = x.amin(-1, keepdim=True).to(torch.float16).float()
+    scale = ((x.amax(-1, keepdim=True) - lo).clamp_min(1e-8) / 15).to(torch.float16).float()
+    return (((x - lo) / scale).round().clamp(0, 15) * scale + lo).to(torch.float16)
+
+
+def _codec(name: str):  # type: ignore[no-untyped-def]
+    """(roundtrip(tokens, grid), bytes_per_view(grid, dim)) of a codec name, the ``asym4`` prototype included."""
+    from levjepa.eval.compact import TokenCodec
+
+    if name.split("-")[-1] == "asym4":
+        reduce = TokenCodec.parse("-".join(name.split("-")[:-1]) or "full")
+        return (lambda t, g: _asym4(reduce, t, g)), (lambda g, d: reduce.kept(g) * (-(-d // 2) + 4))
+    codec = TokenCodec.parse(name)
+    return codec.roundtrip, codec.bytes_per_view
+
+
+def _task_tokens(loaded, views, folder: Path, batch: int = 50):  # type: ignore[no-untyped-def]
+    """split -> (tokens float16 [N, 1 + L, D], mean, cls, labels) of the index task in ``folder``, and the grid."""
+    import torch
+
+    from levjepa.eval.compact import grid_of
+    from levjepa.eval.labelled import read_task
+    from levjepa.infer.encode import encode
+
+    task = read_task([folder / f"{s}.txt" for s in ("train", "val", "test")])
+    out, grid = {}, (0, 0, 0)
+    for split, items in task.splits.items():
+        parts = []
+        for lo in range(0, len(items), batch):
+            clips = torch.cat([views.load(it.path, loaded.config.patch_size) for it in items[lo : lo + batch]])
+            parts.append(encode(loaded.encoder, clips, "cpu"))
+        grid = grid_of(parts[0].positions)
+        labels = torch.tensor([int(it.label or 0) for it in items])
+        tokens, mean, cls = (torch.cat([getattr(p, a) for p in parts]) for a in ("tokens", "mean", "cls"))
+        out[split] = (tokens, mean, cls, labels)
+    return out, grid, task.num_classes
+
+
+def tasks(run: str, folder: str, codecs: list[str], seeds: list[int], keep: str | None) -> None:
+    import json
+    import time
+
+    from levjepa.eval.config import EvalConfig
+    from levjepa.eval.harness import probe_sources
+    from levjepa.eval.source import MemorySource
+    from levjepa.formats.load import load_encoder
+    from levjepa.formats.reading import model_views
+
+    loaded = load_encoder(run)
+    views, _ = model_views(loaded)
+    names = sorted(p.parent.name for p in Path(folder).glob("*/train.txt"))
+    data = {t: _task_tokens(loaded, views, Path(folder) / t) for t in names}
+    dim = loaded.config.dim
+    record = {
+        "run": str(run), "encoder": loaded.describe(), "views": views.describe(), "index": str(folder),
+        "codecs": codecs, "tasks": names, "seeds": [],
+        "bytes": {t: {c: _codec(c)[1](data[t][1], dim) for c in codecs} for t in names},
+        "acc": {t: {c: [] for c in codecs} for t in names},
+    }  # fmt: skip
+    for seed in seeds:  # outermost: every codec has the same seeds whenever the run stops
+        t0 = time.perf_counter()
+        for t in names:
+            splits, grid, classes = data[t]
+            for c in codecs:
+                roundtrip = _codec(c)[0]
+                sources = {
+                    s: MemorySource({"tokens": roundtrip(tok, grid), "mean": mean, "cls": cls}, {t: y}, name=s)
+                    for s, (tok, mean, cls, y) in splits.items()
+                }
+                cfg = EvalConfig(tasks=(t,), probes=("attentive",), budget="demo", seed=seed)
+                record["acc"][t][c].append(probe_sources(sources, cfg, {t: classes})[t]["attentive"].reported)
+        record["seeds"].append(seed)
+        print(f"seed {seed}: {time.perf_counter() - t0:.0f} s", flush=True, file=sys.stderr)
+        if keep:
+            Path(keep).write_text(json.dumps(record, indent=1) + "\n")
+    paired_table(record)
+
+
+def merge_records(paths: list[str]) -> dict:  # type: ignore[type-arg]
+    """One record of several ``--json`` files of the same tasks and codecs run on other seeds (e.g. two processes,
+    ``--seeds 0-9`` and ``--seeds 10-19``), the seeds in order."""
+    import json
+
+    records = [json.loads(Path(p).read_text()) for p in paths]
+    out = records[0]
+    for r in records[1:]:
+        if (r["tasks"], r["codecs"], r["encoder"]) != (out["tasks"], out["codecs"], out["encoder"]):
+            raise SystemExit(f"--table: {paths}: not the same tasks, codecs and encoder")
+        out["seeds"] += r["seeds"]
+        for t in out["tasks"]:
+            for c in out["codecs"]:
+                out["acc"][t][c] += r["acc"][t][c]
+    order = sorted(range(len(out["seeds"])), key=out["seeds"].__getitem__)
+    out["seeds"] = [out["seeds"][i] for i in order]
+    out["acc"] = {t: {c: [a[i] for i in order] for c, a in accs.items()} for t, accs in out["acc"].items()}
+    return out
+
+
+def paired_table(record: dict) -> None:  # type: ignore[type-arg]
+    """Markdown: per task and codec, bytes, ratio, mean accuracy, paired difference from full ± SE, seeds below."""
+    import statistics
+
+    n = len(record["seeds"])
+    print(f"encoder {record['encoder']}; views {record['views']}; attentive probe (demo grid, chosen on val), test "
+          f"accuracy %, {n} probe seeds ({record['seeds'][0]}..{record['seeds'][-1]}) paired on the same tokens; "
+          "diff = codec − full, ± the standard error of the paired difference; below = seeds where the codec "
+          "scored under full")  # fmt: skip
+    print("\n| task | codec | token bytes per view | fewer bytes | accuracy | diff ± SE | below full |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for t in record["tasks"]:
+        full, full_bytes = record["acc"][t]["full"][:n], record["bytes"][t]["full"]
+        for c in record["codecs"]:
+            acc = record["acc"][t][c][:n]
+            diff = [a - f for a, f in zip(acc, full, strict=True)]
+            se = statistics.stdev(diff) / len(diff) ** 0.5 if len(diff) > 1 else 0.0
+            cells = "—" if c == "full" else f"{statistics.fmean(diff):+.2f} ± {se:.2f}"
+            below = "—" if c == "full" else f"{sum(d < 0 for d in diff)}/{n}"
+            size = record["bytes"][t][c]
+            print(f"| {t} | {c} | {size:,} | {full_bytes / size:.1f}× | {statistics.fmean(acc):.1f} | {cells} | "
+                  f"{below} |")  # fmt: skip
+
+
 def _table(rows: list[tuple[str, int, dict[str, list[float]]]], what: str) -> None:
     import statistics
 
@@ -104,21 +258,42 @@ def _table(rows: list[tuple[str, int, dict[str, list[float]]]], what: str) -> No
 def main() -> None:
     sys.path.insert(0, str(SRC))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=("benchmark", "index"))
-    ap.add_argument("--run", required=True)
-    ap.add_argument("--index", default=None, help="index mode: folder of train.txt, val.txt, test.txt")
-    ap.add_argument("--codecs", default="full,int8,pool2,pool2-int8,pool4,pool4-int8,tpool2-pool2-int8")
-    ap.add_argument("--seeds", default="0,1,2,3,4", help="probe seeds, averaged")
+    ap.add_argument("mode", choices=("benchmark", "index", "tasks"))
+    ap.add_argument("--run", default=None)
+    ap.add_argument("--index", default=None, help="index: folder of train.txt, val.txt, test.txt; tasks: of tasks")
+    ap.add_argument("--codecs", default=None, help=f"default: {DEFAULT_CODECS} ({TASK_CODECS} for tasks)")
+    ap.add_argument("--seeds", default=None, help="probe seeds, averaged: 0,1,2 or 0-19 (default 0-4; tasks 0-19)")
+    ap.add_argument("--json", default=None, help="tasks: keep every seed's accuracies in this file as they come")
+    ap.add_argument("--table", default=None, help="tasks: print the table of --json files (a,b: merged) and exit")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     import torch
 
+    if args.table:
+        paired_table(merge_records(args.table.split(",")))
+        return
+    if args.run is None:
+        ap.error("--run is required")
     torch.set_num_threads(args.threads)
-    codecs, seeds = args.codecs.split(","), [int(s) for s in args.seeds.split(",")]
+    codecs = (args.codecs or (TASK_CODECS if args.mode == "tasks" else DEFAULT_CODECS)).split(",")
+    seeds = _seeds(args.seeds or ("0-19" if args.mode == "tasks" else "0-4"))
     if args.mode == "benchmark":
         benchmark(args.run, codecs, seeds)
-    else:
+    elif args.mode == "index":
         index(args.run, args.index, codecs, seeds)
+    else:
+        if "full" not in codecs:
+            ap.error("tasks: --codecs must include full (the reference of the paired differences)")
+        tasks(args.run, args.index, codecs, seeds, args.json)
+
+
+def _seeds(text: str) -> list[int]:
+    """``0,1,2`` or ``0-19`` (inclusive), or both joined by commas."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
 
 
 if __name__ == "__main__":
