@@ -40,7 +40,7 @@ from levjepa.commands._device import add_device_argument, setup_device
 from levjepa.config import ConfigError, apply_overrides
 from levjepa.data import BadFileReport
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.eval.config import PROBES, EvalConfig
+from levjepa.eval.config import EvalConfig, probe_names
 from levjepa.eval.dataset_task import DatasetTask, dataset_task
 from levjepa.eval.harness import Task, evaluate
 from levjepa.eval.kept_probes import check_probe_dir, save_probes
@@ -156,7 +156,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    probes = _split_list(args.probe, PROBES, "probe")
+    probes = _split_list(args.probe, probe_names(), "probe")
     weights = ["ema", "online"] if args.weights == "both" else [args.weights]
     loaded: dict[str, LoadedEncoder] = {}
     for w in weights:

@@ -2,7 +2,10 @@
 
 A probe name is what a user asks for (``--probe attentive,linear,linear_cls,knn``); each reads one input of
 a feature source (``levjepa.eval.source``) and, except kNN, trains one kind of stacked probe grid
-(``levjepa.eval.probes``). The encoder has no absolute position embedding (3D RoPE), so mean-pooled patches
+(``levjepa.eval.probes``). The names, what each reads and which kind it trains come from the one registry of
+probe kinds, ``levjepa.model.probe_kinds`` (a kind registered there is a probe here); kNN, which trains no
+head, comes last. ``PROBE_INPUTS``, ``PROBE_KINDS`` and ``PROBE_LABELS`` are read-only views of that registry.
+The encoder has no absolute position embedding (3D RoPE), so mean-pooled patches
 cannot say *where* or *in which frame* something is; the CLS, which the pretraining objective trains
 directly and which attends every patch with relative positions, can. Reporting both linear readouts shows
 which one carries a task.
@@ -14,20 +17,66 @@ is one frozen :class:`EvalConfig`, passed unchanged from ``levjepa.eval.harness.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from levjepa.config import check
 from levjepa.eval.compact import TokenCodec
-from levjepa.eval.probes import ProbeConfig, ProbeKind, probe_config
+from levjepa.eval.probes import ProbeConfig, probe_config
+from levjepa.model.probe_kinds import ProbeSpec, probe_specs
 
-__all__ = ["BUDGETS", "PROBES", "PROBE_INPUTS", "PROBE_KINDS", "PROBE_LABELS", "EvalConfig"]
+__all__ = [
+    "BUDGETS",
+    "PROBES",
+    "PROBE_INPUTS",
+    "PROBE_KINDS",
+    "PROBE_LABELS",
+    "EvalConfig",
+    "probe_names",
+    "probe_spec",
+]
 
-PROBES = ("attentive", "linear", "linear_cls", "knn")
-# what each probe reads and which probe model it trains (kNN trains none)
-PROBE_INPUTS = {"attentive": "tokens", "linear": "mean", "linear_cls": "cls", "knn": "cls"}
-PROBE_KINDS: dict[str, ProbeKind] = {"attentive": "attentive", "linear": "linear", "linear_cls": "linear"}
-PROBE_LABELS = {"attentive": "attentive", "linear": "linear (mean)", "linear_cls": "linear (CLS)", "knn": "kNN (CLS)"}
+KNN = ProbeSpec("", "cls", "kNN (CLS)")  # the probe without a head (levjepa.eval.knn): no kind
+
+
+def probe_names() -> tuple[str, ...]:
+    """Every probe name: the registered kinds' (``levjepa.model.probe_kinds``, in registration order), then knn."""
+    return (*probe_specs(), "knn")
+
+
+def probe_spec(name: str) -> ProbeSpec:
+    """What probe ``name`` trains, reads and is called; a ``ConfigError`` listing the valid names otherwise."""
+    specs = {**probe_specs(), "knn": KNN}
+    check(name in specs, f"probe {name!r}: valid choices are {', '.join(specs)}")
+    return specs[name]
+
+
+class _RegistryView(Mapping[str, str]):
+    """probe name -> one field of its :class:`ProbeSpec`, read from the registry at every lookup."""
+
+    def __init__(self, field: Callable[[ProbeSpec], str], knn: bool) -> None:
+        self._field, self._knn = field, knn
+
+    def _names(self) -> tuple[str, ...]:
+        return probe_names() if self._knn else tuple(probe_specs())
+
+    def __getitem__(self, name: str) -> str:
+        if name not in self._names():
+            raise KeyError(name)
+        return self._field(probe_spec(name))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
+PROBES = probe_names()  # the built-in probes, the default of EvalConfig.probes
+PROBE_INPUTS: Mapping[str, str] = _RegistryView(lambda s: s.input, knn=True)  # what each probe reads
+PROBE_KINDS: Mapping[str, str] = _RegistryView(lambda s: s.kind, knn=False)  # the kind each trains (kNN none)
+PROBE_LABELS: Mapping[str, str] = _RegistryView(lambda s: s.label, knn=True)  # its name in the results table
 BUDGETS = ("demo", "full")
 
 
@@ -49,11 +98,16 @@ class EvalConfig:
     tokens: str = "full"  # what the attentive probe reads of the tokens: full or a compact codec (eval/compact.py)
     online: bool = False  # labelled files: tokens encoded on the fly every epoch, no token store (eval/online.py)
 
+    @property
+    def reads_tokens(self) -> bool:
+        """Whether a probe of this evaluation reads every token (the attentive probe: a token store)."""
+        return any(probe_spec(p).input == "tokens" for p in self.probes)
+
     def __post_init__(self) -> None:
         check(self.budget in BUDGETS, f"budget={self.budget!r}: valid choices are {', '.join(BUDGETS)}")
         check(len(self.probes) > 0, "eval: at least one probe")
         for p in self.probes:
-            check(p in PROBES, f"probe {p!r}: valid choices are {', '.join(PROBES)}")
+            probe_spec(p)  # a name that no kind registered is refused, with the valid ones
         check(self.keep_heads in ("none", "best", "all"), f"eval.keep_heads={self.keep_heads!r}: none, best, all")
         check(self.batch_size >= 1, f"eval.batch_size={self.batch_size}: must be >= 1")
         TokenCodec.parse(self.tokens)  # a bad codec name is refused here, in one line

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import torch
 
-from levjepa.eval.config import PROBE_INPUTS, PROBE_KINDS, EvalConfig
+from levjepa.eval.config import EvalConfig, probe_spec
 from levjepa.eval.knn import knn_from_sources
 from levjepa.eval.result import EvalResult, Result
 from levjepa.eval.source import FeatureSource
@@ -74,10 +74,11 @@ def probe_sources(
             for t in tasks:
                 out[t][probe] = knn_from_sources(train, val, test, task=t, num_classes=num_classes[t])
             continue
+        spec = probe_spec(probe)  # the kind it trains and the input it reads (levjepa.model.probe_kinds)
         res = train_probes(
-            PROBE_KINDS[probe],
+            spec.kind,
             cfg.probe_cfg,
-            PROBE_INPUTS[probe],
+            spec.input,
             train,
             val,
             test,

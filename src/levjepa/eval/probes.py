@@ -33,8 +33,9 @@ BatchNorm before its linear head), then ``Linear(D, C)``.
 
 **The grid** (V-JEPA's ``multihead_kwargs``). ``G`` probes with different (learning rate, weight decay)
 are stacked on a leading parameter dimension and read the *same* batch in one forward pass
-(:func:`build_probe_grid`; the modules live in ``levjepa.model.probe_heads``, where the classifier that
-``probe`` keeps, ``finetune`` trains and ``classify`` runs takes one row of them); how they train — the
+(:func:`build_probe_grid`; the kinds are registered in ``levjepa.model.probe_kinds``, the modules live in
+``levjepa.model.probe_heads``, and the classifier that ``probe`` keeps, ``finetune`` trains and ``classify``
+runs takes one row of them); how they train — the
 loss, the optimiser, the schedule, the choice on validation — is ``levjepa.eval.trainer``.
 """
 
@@ -48,10 +49,11 @@ from torch import nn
 
 from levjepa.config import check
 from levjepa.model.probe_heads import AttentiveProbeGrid, LinearProbeGrid
+from levjepa.model.probe_kinds import head_kind
 
 __all__ = ["AttentiveProbeGrid", "LinearProbeGrid", "ProbeConfig", "ProbeKind", "build_probe_grid", "probe_config"]
 
-ProbeKind = Literal["attentive", "linear"]
+ProbeKind = str  # a kind of levjepa.model.probe_kinds: attentive, linear, or one registered there
 
 
 @dataclass(frozen=True)
@@ -90,11 +92,14 @@ class ProbeConfig:
             check(0 <= getattr(self, name) < 1, f"probe.{name}={getattr(self, name)}: must be in [0, 1)")
 
     def grid(self, kind: ProbeKind) -> list[tuple[float, float]]:
-        """(lr, weight decay) of each probe of the grid, weight decay major (V-JEPA's order)."""
-        lrs, wds = (
-            (self.lrs, self.weight_decays) if kind == "attentive" else (self.linear_lrs, self.linear_weight_decays)
-        )
-        return [(lr, wd) for wd in wds for lr in lrs]
+        """(lr, weight decay) of each probe of the grid of ``kind``, weight decay major (V-JEPA's order): the
+        attentive kind trains ``lrs × weight_decays``, the linear kind ``linear_lrs × linear_weight_decays``
+        (``levjepa.model.probe_kinds.HeadKind.settings``)."""
+        return head_kind(kind).grid(self)
+
+    def epochs_of(self, kind: ProbeKind) -> int:
+        """The epochs a grid of ``kind`` trains (``epochs`` attentive, ``linear_epochs`` linear)."""
+        return head_kind(kind).epochs(self)
 
 
 def probe_config(budget: Literal["demo", "full"] = "full", **overrides: Any) -> ProbeConfig:
@@ -126,19 +131,17 @@ def build_probe_grid(
     generator: torch.Generator | None = None,
     num_probes: int | None = None,
 ) -> nn.Module:
-    """The stacked grid of ``kind`` probes (``num_probes`` defaults to the grid size of ``cfg``)."""
+    """The stacked grid of ``kind`` probes (``levjepa.model.probe_kinds``; ``num_probes`` defaults to the grid
+    size of ``cfg``)."""
+    build = head_kind(kind).build
     g = num_probes or len(cfg.grid(kind))
-    if kind == "attentive":
-        return AttentiveProbeGrid(
-            g,
-            dim,
-            num_classes,
-            depth=cfg.depth,
-            num_heads=cfg.num_heads,
-            mlp_ratio=cfg.mlp_ratio,
-            init_std=cfg.init_std,
-            generator=generator,
-        )
-    if kind == "linear":
-        return LinearProbeGrid(g, dim, num_classes, generator=generator)
-    raise ValueError(f"probe kind {kind!r}: valid choices are attentive, linear")
+    return build(
+        g,
+        dim,
+        num_classes,
+        depth=cfg.depth,
+        num_heads=cfg.num_heads,
+        mlp_ratio=cfg.mlp_ratio,
+        init_std=cfg.init_std,
+        generator=generator,
+    )

@@ -318,7 +318,7 @@ def select(
             print(said)
         dtask = dataset_task(
             task[len("index:") :].split(","),
-            tokens=probe == "attentive",
+            tokens=EvalConfig(probes=(probe,)).reads_tokens,
             features_dir=cache_dir or "features",
             views=views,
             tubelet=first.config.tubelet,

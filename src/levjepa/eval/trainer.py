@@ -36,8 +36,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from levjepa.data.progress import Progress
-from levjepa.eval.probes import LinearProbeGrid, ProbeConfig, ProbeKind, build_probe_grid
+from levjepa.eval.probes import ProbeConfig, ProbeKind, build_probe_grid
 from levjepa.eval.source import FeatureSource, MemorySource
+from levjepa.model.probe_kinds import head_kind
 from levjepa.rng import make_generator
 from levjepa.train.optim import warmup_cosine
 
@@ -197,9 +198,7 @@ def probe_row(model: nn.Module, row: int, num_classes: int) -> dict[str, Tensor]
 def _head_fields(kind: ProbeKind, model: nn.Module, what: str) -> dict[str, Any]:
     """What ``HeadConfig`` needs to rebuild one probe of ``model`` (besides the class count)."""
     fields: dict[str, Any] = {"kind": kind, "input": what, "dim": int(getattr(model, "dim"))}  # noqa: B009
-    if kind == "attentive":
-        fields.update(depth=int(getattr(model, "depth")), num_heads=int(getattr(model, "num_heads")))  # noqa: B009
-    return fields
+    return {**fields, **head_kind(kind).head_fields(model)}
 
 
 def _task_slices(classes: Mapping[str, int], g: int) -> dict[str, tuple[slice, int]]:
@@ -286,14 +285,14 @@ def choose_probes(
         scores = [(-float(a), float(v)) for a, v in zip(val_acc, val_loss, strict=True)]
         best = scores.index(min(scores))
         results[t] = GridResult(
-            kind=kind if kind == "linear" or cfg.depth == 1 else f"attentive{cfg.depth}",
+            kind=head_kind(kind).result_kind(cfg.depth),
             lrs=[lr for lr, _ in grid],
             weight_decays=[wd for _, wd in grid],
             val_acc=[float(a) for a in val_acc],
             val_loss=[float(v) for v in val_loss],
             test_acc=None if test is None else [float(a) for a in test[t][0]],
             best=best,
-            epochs=cfg.epochs if kind == "attentive" else cfg.linear_epochs,
+            epochs=cfg.epochs_of(kind),
             seconds=seconds,
             extra=dict(extra or {}),
         )
@@ -329,13 +328,13 @@ def train_probes(
         kind, cfg, train.dim(what), max(classes.values()), generator=generator, num_probes=len(grid) * len(classes)
     ).to(device)
     bs = min(cfg.batch_size, n)
-    if isinstance(model, LinearProbeGrid):
+    if head_kind(kind).standardize:  # its grid has set_standardizer (levjepa.model.probe_kinds)
         mean, std = standardizer(train, what, bs)
-        model.set_standardizer(mean.to(device), std.to(device))
+        getattr(model, "set_standardizer")(mean.to(device), std.to(device))  # noqa: B009
     params, decay = _param_decay(model)
     lrs, wds = [lr for lr, _ in grid] * len(classes), [wd for _, wd in grid] * len(classes)
     opt = GridAdamW(params, lrs, wds, decay=decay, betas=(cfg.beta1, cfg.beta2))
-    epochs = cfg.epochs if kind == "attentive" else cfg.linear_epochs
+    epochs = cfg.epochs_of(kind)
     steps_per_epoch = math.ceil(n / bs)
     total, warmup = epochs * steps_per_epoch, int(cfg.warmup_epochs * steps_per_epoch)
     step = 0

@@ -1,10 +1,11 @@
 """A video classifier: the encoder plus one probe head, the model that ``probe`` keeps, ``finetune`` trains and
 ``classify`` runs.
 
-The head is one row (``G = 1``) of the stacked probe heads of ``levjepa.model.probe_heads``: the attentive
-probe (one learnable query cross-attending every output token, V-JEPA's protocol) or the linear probe (a
-linear map of the standardised mean-pooled patch tokens, or of CLS). A probe kept by ``levjepa probe`` is the
-row of its grid that validation chose, so the classifier computes what the probe computed when it was scored.
+The head is one row (``G = 1``) of the stacked grid of a probe kind (``levjepa.model.probe_kinds``, the one
+registry of kinds), e.g. the attentive probe (one learnable query cross-attending every output token,
+V-JEPA's protocol) or the linear probe (a linear map of the standardised mean-pooled patch tokens, or of CLS).
+A probe kept by ``levjepa probe`` is the row of its grid that validation chose, so the classifier computes
+what the probe computed when it was scored.
 
 **Views of a file** (the evaluation protocol, ``levjepa.data.eval_clip.load_eval_views``): ``segments`` clips
 spread over the video × ``crops`` spatial crops, segment-major. As in the frozen evaluation
@@ -26,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from levjepa.config import check
-from levjepa.model.probe_heads import AttentiveProbeGrid, LinearProbeGrid
+from levjepa.model.probe_kinds import head_kind, kind_names
 from levjepa.model.vit import VideoEncoder
 
 __all__ = ["HeadConfig", "VideoClassifier", "build_head", "view_inputs"]
@@ -38,8 +39,8 @@ HeadInput = Literal["tokens", "mean", "cls"]
 class HeadConfig:
     """One classification head: its kind, what it reads, its sizes (``levjepa.model.probe_heads``)."""
 
-    kind: Literal["attentive", "linear"] = "attentive"
-    input: HeadInput = "tokens"  # attentive: tokens; linear: mean (pooled patches) or cls
+    kind: str = "attentive"  # a kind of levjepa.model.probe_kinds: attentive, linear, ...
+    input: HeadInput = "tokens"  # what the kind reads: attentive tokens; linear mean (pooled patches) or cls
     dim: int = 192
     num_classes: int = 2
     depth: int = 1
@@ -49,27 +50,27 @@ class HeadConfig:
     token_dtype: Literal["float32", "float16"] = "float32"
 
     def __post_init__(self) -> None:
-        check(self.kind in ("attentive", "linear"), f"head.kind={self.kind!r}: valid choices are attentive, linear")
-        valid = ("tokens",) if self.kind == "attentive" else ("mean", "cls")
+        kinds = kind_names()
+        check(self.kind in kinds, f"head.kind={self.kind!r}: valid choices are {', '.join(kinds)}")
+        valid = head_kind(self.kind).inputs
         check(self.input in valid, f"head.input={self.input!r}: a {self.kind} head reads {' or '.join(valid)}")
         check(self.num_classes >= 2, f"head.num_classes={self.num_classes}: a classifier needs >= 2 classes")
         check(self.dim >= 1 and self.depth >= 1, f"head: dim={self.dim}, depth={self.depth} must be >= 1")
 
 
 def build_head(cfg: HeadConfig, generator: torch.Generator | None = None) -> nn.Module:
-    """The head of ``cfg``: a probe grid of one row, ``[B, ...] -> [1, B, C]``."""
-    if cfg.kind == "attentive":
-        return AttentiveProbeGrid(
-            1,
-            cfg.dim,
-            cfg.num_classes,
-            depth=cfg.depth,
-            num_heads=cfg.num_heads,
-            mlp_ratio=cfg.mlp_ratio,
-            init_std=cfg.init_std,
-            generator=generator,
-        )
-    return LinearProbeGrid(1, cfg.dim, cfg.num_classes, generator=generator)
+    """The head of ``cfg``: a probe grid of one row of its kind (``levjepa.model.probe_kinds``),
+    ``[B, ...] -> [1, B, C]``."""
+    return head_kind(cfg.kind).build(
+        1,
+        cfg.dim,
+        cfg.num_classes,
+        depth=cfg.depth,
+        num_heads=cfg.num_heads,
+        mlp_ratio=cfg.mlp_ratio,
+        init_std=cfg.init_std,
+        generator=generator,
+    )
 
 
 def view_inputs(
