@@ -60,10 +60,10 @@ def test_finetune_resumes_bit_exactly_and_classifies(tmp_path, task, monkeypatch
     assert main([*args, "--out", str(whole)]) == 0
     original = ft_loop.train_step
 
-    def killed_after_two(module, opt, batches, cfg, step, ctx):
+    def killed_after_two(module, opt, batches, recipe, step, ctx):
         if step == 2:
             raise KeyboardInterrupt  # the job is killed after the step-2 checkpoint
-        return original(module, opt, batches, cfg, step, ctx)
+        return original(module, opt, batches, recipe, step, ctx)
 
     monkeypatch.setattr(ft_loop, "train_step", killed_after_two)
     assert main([*args, "--out", str(cut)]) == 130
@@ -135,17 +135,18 @@ def test_bad_input_is_one_line_and_leaves_the_source_alone(tmp_path, task, capsy
 def test_recipe_pieces():
     cfg = FinetuneConfig(task=("a", "b"), steps=100, warmup_steps=10, lr=1e-3, min_lr=1e-5, layer_decay=0.5)
     # levjepa's one schedule: from 0 at step 0 (VideoMAE's warm-up start) to lr at step warmup_steps
-    assert lr_at(0, cfg) == 0.0 and lr_at(5, cfg) == pytest.approx(5e-4) and lr_at(10, cfg) == pytest.approx(1e-3)
+    sched = cfg.schedule
+    assert lr_at(0, sched) == 0.0 and lr_at(5, sched) == pytest.approx(5e-4) and lr_at(10, sched) == pytest.approx(1e-3)
     assert (
-        lr_at(100, cfg) == pytest.approx(1e-5)
-        and lr_at(99, cfg) > 1e-5
-        and lr_at(55, cfg) == pytest.approx(0.5 * (1e-3 + 1e-5))
+        lr_at(100, sched) == pytest.approx(1e-5)
+        and lr_at(99, sched) > 1e-5
+        and lr_at(55, sched) == pytest.approx(0.5 * (1e-3 + 1e-5))
     )
     enc = VideoEncoder(encoder_config("vit-test"))
     model = VideoClassifier(enc, HeadConfig(dim=enc.cfg.dim, num_classes=3))
     assert layer_id("encoder.patch_embed.proj.weight", 2) == 0 and layer_id("encoder.blocks.1.attn.qkv.weight", 2) == 2
     assert layer_id("head.pool.query", 2) == 3 and layer_id("encoder.norm.weight", 2) == 3
-    scales = {round(g["lr_scale"], 6) for g in param_groups(model, cfg)}
+    scales = {round(g["lr_scale"], 6) for g in param_groups(model, cfg.layer_decay, cfg.weight_decay)}
     assert scales == {0.125, 0.25, 0.5, 1.0}  # embedding, block 0, block 1, head and final norm
     y = soft_targets(torch.tensor([2, 0]), 3, 0.3)
     assert torch.allclose(y.sum(1), torch.ones(2)) and y[0, 2] == pytest.approx(0.8) and y[0, 0] == pytest.approx(0.1)
@@ -182,8 +183,8 @@ def test_sigterm_during_finetune_checkpoints_exits_75_and_resumes_bit_exactly(tm
     assert main([*args, "--out", str(whole)]) == 0
     original = ft_loop.train_step
 
-    def signalled_in_step_one(module, opt, batches, cfg, step, ctx):
-        out = original(module, opt, batches, cfg, step, ctx)
+    def signalled_in_step_one(module, opt, batches, recipe, step, ctx):
+        out = original(module, opt, batches, recipe, step, ctx)
         if step == 0:
             os.kill(os.getpid(), signal.SIGTERM)  # arrives while the step runs: handled after it
         return out

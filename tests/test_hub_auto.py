@@ -9,7 +9,6 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ import levjepa
 from levjepa.cli import main
 from levjepa.config import to_dict
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.finetune.loop import _save_best
+from levjepa.finetune.classifier import BestExport, Start
 from levjepa.formats.classifier import load_classifier
 from levjepa.formats.export import export_encoder
 from levjepa.formats.hub import LeVJEPAForVideoClassification, LeVJEPAModel
@@ -182,7 +181,7 @@ def test_the_image_processor_of_an_export_loads_and_feeds_pixel_values_videos(ex
 
 
 def _finetuned(root: Path, run: Path, kind: str = "attentive") -> Path:
-    """A fine-tuned classifier's folder as ``levjepa finetune`` writes ``best/`` (its ``_save_best``: the
+    """A fine-tuned classifier's folder as ``levjepa finetune`` writes ``best/`` (``BestExport.save``: the
     encoder in the hub layout, classifier.json, head.safetensors) with a random head."""
     loaded = load_encoder(run)
     labels = ("walk", "run", "jump")
@@ -193,9 +192,8 @@ def _finetuned(root: Path, run: Path, kind: str = "attentive") -> Path:
         for p in head.parameters():
             p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
     model = VideoClassifier(loaded.encoder, head_cfg, head)
-    task = SimpleNamespace(labels=labels, views=ViewSpec(size=16, frames=4, frame_stride=1))
-    cfg = SimpleNamespace(source=str(run), random_init=False, weights="ema")  # what _save_best reads
-    _save_best(model, task, cfg, root / "ft", {"step": 30, "val_acc": 0.75}, loaded)  # type: ignore[arg-type]
+    best = BestExport.of(root / "ft", Start(str(run), "ema", False, 0), loaded)
+    best.save(model, labels, ViewSpec(size=16, frames=4, frame_stride=1), {"step": 30, "val_acc": 0.75})
     (root / "ft" / "results.json").write_text(json.dumps({"best_step": 30, "best_val_acc": 0.75, "test_acc": 0.625}))
     return root / "ft" / "best"
 

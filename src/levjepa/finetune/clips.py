@@ -21,16 +21,27 @@ frame), then flipped with ``flip_p``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from levjepa.data import MediaItem, probe_video
 from levjepa.data.eval_clip import ViewSpec, load_eval_clip, random_resized_crop
 from levjepa.data.video import frame_step
-from levjepa.finetune.config import FinetuneConfig
 from levjepa.rng import make_generator
 
-__all__ = ["TrainClips", "augment", "rank_positions"]
+__all__ = ["Augment", "TrainClips", "augment", "rank_positions"]
+
+
+@dataclass(frozen=True)
+class Augment:
+    """The training clips' draws: ``seed`` (the order of each epoch, each position's augmentation), the random
+    resized crop's area fraction ``crop_scale`` and the flip probability ``flip_p``."""
+
+    seed: int
+    crop_scale: tuple[float, float]
+    flip_p: float
 
 
 def rank_positions(steps: range, batch_size: int, micro: int, accum: int, rank: int, world_size: int) -> list[int]:
@@ -43,9 +54,9 @@ def rank_positions(steps: range, batch_size: int, micro: int, accum: int, rank: 
     ]
 
 
-def augment(clip: Tensor, cfg: FinetuneConfig, gen: torch.Generator) -> Tensor:
+def augment(clip: Tensor, aug: Augment, gen: torch.Generator) -> Tensor:
     """uint8 ``[T, S, S, 3]`` -> the random resized crop and flip of the module doc, uint8 ``[T, S, S, 3]``."""
-    return random_resized_crop(clip, cfg.crop_scale, cfg.flip_p, gen)
+    return random_resized_crop(clip, aug.crop_scale, aug.flip_p, gen)
 
 
 class TrainClips:
@@ -53,15 +64,15 @@ class TrainClips:
     workers through ``levjepa.data.workers.safe_map``, which turns a file that cannot be read into a reason.
     ``item_at(p)`` (the same permutation, in any process) says which file position ``p`` is."""
 
-    def __init__(self, items: list[MediaItem], cfg: FinetuneConfig, patch: int, views: ViewSpec) -> None:
-        self.items, self.cfg, self.patch, self.views = items, cfg, patch, views
+    def __init__(self, items: list[MediaItem], aug: Augment, patch: int, views: ViewSpec) -> None:
+        self.items, self.aug, self.patch, self.views = items, aug, patch, views
         self._perms: dict[int, list[int]] = {}
 
     def item_at(self, p: int) -> int:
         n = len(self.items)
         epoch = p // n
         if epoch not in self._perms:
-            self._perms[epoch] = torch.randperm(n, generator=make_generator(self.cfg.seed, "order", epoch)).tolist()
+            self._perms[epoch] = torch.randperm(n, generator=make_generator(self.aug.seed, "order", epoch)).tolist()
         return self._perms[epoch][p % n]
 
     def label(self, p: int) -> int:
@@ -69,7 +80,7 @@ class TrainClips:
 
     def __call__(self, p: int) -> Tensor:
         it, v = self.items[self.item_at(p)], self.views
-        gen = make_generator(self.cfg.seed, "augment", p)
+        gen = make_generator(self.aug.seed, "augment", p)
         start = 0
         if it.kind == "video":
             info = probe_video(it.path)
@@ -86,4 +97,4 @@ class TrainClips:
             kind=it.kind,
             target_fps=v.fps,
         )
-        return augment(clip, self.cfg, gen).permute(3, 0, 1, 2).contiguous()
+        return augment(clip, self.aug, gen).permute(3, 0, 1, 2).contiguous()

@@ -11,15 +11,34 @@ micro-batches).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any, Literal
 
 from levjepa.config import ConfigError, check, to_dict
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.protocols import PROTOCOLS, parse_slots
+from levjepa.finetune.classifier import HeadStart, Start
+from levjepa.finetune.clips import Augment
+from levjepa.finetune.recipe import Schedule, StepRecipe
 from levjepa.formats.load import LoadedEncoder
 from levjepa.formats.reading import model_views
+from levjepa.train.run_dir import check_steps
+from levjepa.weights import CONFIG, read_json
 
-__all__ = ["RESUMABLE", "FinetuneConfig", "check_resume"]
+__all__ = ["RESUMABLE", "FinetuneConfig", "check_resume", "check_resume_dir"]
+
+# what results.json and best/'s classifier.json record of how the classifier was trained
+RECIPE_KEYS = (
+    "lr",
+    "layer_decay",
+    "weight_decay",
+    "drop_path",
+    "label_smoothing",
+    "mixup",
+    "keep_ratio",
+    "batch_size",
+    "head_from",
+)
 
 
 @dataclass(frozen=True)
@@ -77,6 +96,35 @@ class FinetuneConfig:
         for name in ("eval_every", "checkpoint_every", "keep_last", "log_every", "max_consecutive_skips"):
             check(getattr(self, name) >= 1, f"{name}={getattr(self, name)}: must be >= 1")
 
+    # each service of the run receives only its own part of the config
+    @property
+    def start(self) -> Start:
+        """Where the encoder starts (``finetune.classifier.start_encoder``)."""
+        return Start(self.source, self.weights, self.random_init, self.seed)
+
+    @property
+    def head_start(self) -> HeadStart:
+        """Which head, and where it starts (``finetune.classifier.start_head``)."""
+        return HeadStart(self.head, self.head_depth, self.head_from, self.seed)
+
+    @property
+    def schedule(self) -> Schedule:
+        return Schedule(self.lr, self.min_lr, self.warmup_steps, self.steps)
+
+    @property
+    def step_recipe(self) -> StepRecipe:
+        """What ``loop.train_step`` reads."""
+        return StepRecipe(self.schedule, self.seed, self.label_smoothing, self.mixup, self.keep_ratio)
+
+    @property
+    def augment(self) -> Augment:
+        """What the training clips draw (``finetune.clips``)."""
+        return Augment(self.seed, self.crop_scale, self.flip_p)
+
+    def recipe_record(self) -> dict[str, Any]:
+        """How the classifier was trained, as ``best/classifier.json`` records it."""
+        return {k: getattr(self, k) for k in RECIPE_KEYS}
+
     def views(self, loaded: LoadedEncoder) -> tuple[ViewSpec, str]:
         """How files are cut (training clips at their size and frames; validation and test files into every
         view), and the line that says so: the model's clips (``levjepa.formats.reading``) with what this config
@@ -128,3 +176,10 @@ def check_resume(saved: dict[str, Any], new: FinetuneConfig) -> None:
         raise ConfigError(
             f"--resume may change only {', '.join(RESUMABLE)}; this command changes {diffs}: start a new --out"
         )
+
+
+def check_resume_dir(path: Path, cfg: FinetuneConfig, at: Path | None = None) -> None:
+    """What a fine-tuning ``--resume`` of the run in ``path`` must not change (:func:`check_resume` against its
+    ``config.json``), and a length that ends before the checkpoint it resumes from (``at``, else the latest)."""
+    check_resume(read_json(path / CONFIG), cfg)
+    check_steps(path, cfg.steps, "steps", at)

@@ -19,18 +19,51 @@ layer-wise learning rates, the schedule, drop-path, and label-smoothed mixup tar
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from levjepa.finetune.config import FinetuneConfig
 from levjepa.model.classifier import VideoClassifier
 from levjepa.rng import derive_seed
 from levjepa.train.optim import no_decay_biases_norms, warmup_cosine
 
-__all__ = ["DropPath", "layer_id", "lr_at", "mix", "no_decay_biases_norms_tokens", "param_groups", "soft_targets"]
+__all__ = [
+    "DropPath",
+    "Schedule",
+    "StepRecipe",
+    "layer_id",
+    "lr_at",
+    "mix",
+    "no_decay_biases_norms_tokens",
+    "param_groups",
+    "soft_targets",
+]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The learning rate over the run: ``lr`` after ``warmup_steps`` of ``steps``, cosine down to ``min_lr``."""
+
+    lr: float
+    min_lr: float
+    warmup_steps: int
+    steps: int
+
+
+@dataclass(frozen=True)
+class StepRecipe:
+    """What one training step needs of the recipe: its schedule, the seed its draws are keyed by, the targets'
+    label smoothing and mixup, and the fraction of tokens the encoder keeps."""
+
+    schedule: Schedule
+    seed: int
+    label_smoothing: float
+    mixup: float
+    keep_ratio: float
+
 
 _BLOCK = re.compile(r"^encoder\.blocks\.(\d+)\.")
 
@@ -52,7 +85,7 @@ def no_decay_biases_norms_tokens(name: str, p: Tensor) -> bool:
     return no_decay_biases_norms(name, p) or name.endswith(("cls_token", "query"))
 
 
-def param_groups(model: VideoClassifier, cfg: FinetuneConfig) -> list[dict[str, Any]]:
+def param_groups(model: VideoClassifier, layer_decay: float, weight_decay: float) -> list[dict[str, Any]]:
     """AdamW groups, one per (layer, decay or not), each with its ``lr_scale`` (see the module doc)."""
     depth = len(model.encoder.blocks)
     groups: dict[tuple[int, bool], dict[str, Any]] = {}
@@ -64,17 +97,17 @@ def param_groups(model: VideoClassifier, cfg: FinetuneConfig) -> list[dict[str, 
             (lid, nd),
             {
                 "params": [],
-                "lr_scale": cfg.layer_decay ** (depth + 1 - lid),
-                "weight_decay": 0.0 if nd else cfg.weight_decay,
+                "lr_scale": layer_decay ** (depth + 1 - lid),
+                "weight_decay": 0.0 if nd else weight_decay,
             },
         )
         g["params"].append(p)
     return [groups[k] for k in sorted(groups)]
 
 
-def lr_at(step: int, cfg: FinetuneConfig) -> float:
+def lr_at(step: int, s: Schedule) -> float:
     """The base learning rate of optimizer step ``step`` (0-based): warm-up from 0, then cosine to ``min_lr``."""
-    return warmup_cosine(step, peak=cfg.lr, total=cfg.steps, warmup=cfg.warmup_steps, final=cfg.min_lr)
+    return warmup_cosine(step, peak=s.lr, total=s.steps, warmup=s.warmup_steps, final=s.min_lr)
 
 
 class DropPath:

@@ -21,11 +21,12 @@ as a plain encoder, and ``levjepa export DIR`` writes it again with its head.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from torch import nn
 
 from levjepa.config import from_dict, to_dict
 from levjepa.data.eval_clip import ViewSpec
@@ -40,10 +41,13 @@ __all__ = [
     "HEAD_WEIGHTS",
     "ClassifierRecord",
     "LoadedClassifier",
+    "check_encoder",
+    "head_module",
     "id2label",
     "is_classifier",
     "load_classifier",
     "read_classifier",
+    "read_head",
     "write_classifier",
 ]
 
@@ -95,6 +99,47 @@ def read_classifier(path: str | Path) -> ClassifierRecord:
     return from_dict(ClassifierRecord, data)
 
 
+def head_module(cfg: HeadConfig, state: Mapping[str, torch.Tensor], where: str | Path) -> nn.Module:
+    """The head ``cfg`` describes holding ``state`` (strict): the one place a classifier's head weights become a
+    module, whether they come from ``head.safetensors`` (:func:`read_head`) or from the ``head.*`` tensors of a hub
+    export's ``model.safetensors`` (``levjepa.formats.hub``). Weights that do not fit ``cfg`` are refused in one
+    line naming ``where``."""
+    head = build_head(cfg)
+    try:
+        head.load_state_dict(dict(state), strict=True)
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()[0]
+        raise WeightsError(f"{where}: the head's weights do not fit its config: {first}") from err
+    return head
+
+
+def read_head(
+    path: str | Path, *, token_dtype: Literal["float32", "float16"] | None = None
+) -> tuple[ClassifierRecord, nn.Module]:
+    """The record and the head of the classifier in ``path`` (``classifier.json`` + ``head.safetensors``);
+    ``token_dtype`` replaces the recorded one (fine-tuning reads a kept probe's head in float32). The record
+    returned carries the head config the module was built from."""
+    p = Path(path)
+    rec = read_classifier(p)
+    if token_dtype is not None:
+        rec = replace(rec, head=replace(rec.head, token_dtype=token_dtype))
+    return rec, head_module(rec.head, load_tensors(p / HEAD_WEIGHTS)[0], p / HEAD_WEIGHTS)
+
+
+def check_encoder(rec: ClassifierRecord, encoder: nn.Module, *, where: str, other: str) -> None:
+    """Refuse (``WeightsError``, one line) to put the head of ``rec`` on ``encoder`` unless it computes the
+    function the head was trained on (``levjepa.model.fingerprint.matches``: the function fingerprint; a record
+    written before function fingerprints is checked against the weights). ``where`` names the classifier,
+    ``other`` the encoder offered (``"fine-tuning starts from ..."``, ``"DIR holds"``)."""
+    same, fingerprint = matches(rec.encoder_fingerprint, encoder)
+    if not same:
+        raise WeightsError(
+            f"{where}: its head was trained on the encoder {rec.encoder_fingerprint[:12]} ({rec.encoder_weights} "
+            f"weights of {rec.encoder_source}), but {other} {fingerprint[:12]}: a head reads only the encoder it was "
+            "trained on"
+        )
+
+
 @dataclass
 class LoadedClassifier:
     model: VideoClassifier
@@ -114,15 +159,8 @@ def load_classifier(
     if not src.exists():
         raise WeightsError(f"{p}: its encoder {rec.encoder_source} is gone; give it with --encoder PATH")
     loaded = load_encoder(src, weights=rec.encoder_weights, device=device)  # type: ignore[arg-type]
-    same, fp = matches(rec.encoder_fingerprint, loaded.encoder)
-    if not same:
-        raise WeightsError(
-            f"{p}: its head was trained on the encoder {rec.encoder_fingerprint[:12]} ({rec.encoder_weights} weights "
-            f"of {rec.encoder_source}), but {src} holds {fp[:12]}: a head reads only the encoder it was trained on"
-        )
-    head = build_head(rec.head)
-    state, _ = load_tensors(p / HEAD_WEIGHTS)
-    head.load_state_dict(state)
+    check_encoder(rec, loaded.encoder, where=str(p), other=f"{src} holds")
+    rec, head = read_head(p)
     model = VideoClassifier(loaded.encoder, rec.head, head).to(device).eval()
     for q in model.parameters():
         q.requires_grad_(False)

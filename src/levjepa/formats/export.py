@@ -29,7 +29,6 @@ default, as the papers evaluate them; the command prints which copy it exported.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -38,14 +37,8 @@ from typing import Any, Literal
 import torch
 
 from levjepa.config import to_dict
-from levjepa.formats.classifier import (
-    HEAD_WEIGHTS,
-    ClassifierRecord,
-    id2label,
-    is_classifier,
-    read_classifier,
-    write_classifier,
-)
+from levjepa.formats.card import CITATION, card_facts, render_card
+from levjepa.formats.classifier import ClassifierRecord, id2label, is_classifier, read_head, write_classifier
 from levjepa.formats.deploy import DeployConfig, check_deploy, export_onnx, export_pt2
 from levjepa.formats.load import (
     HUB_FORMAT,
@@ -71,7 +64,6 @@ from levjepa.weights import (
     PROJECTOR_WEIGHTS,
     WeightsError,
     atomic_write_text,
-    load_tensors,
     read_json,
     read_metrics,
     save_tensors,
@@ -84,238 +76,14 @@ __all__ = [
     "Preprocessing",
     "export_encoder",
     "export_license",
-    "model_card",
     "preprocessor_config",
     "preprocessing_of",
     "weights_lineage",
     "write_export",
+    "write_loaded",
 ]
 
 README = "README.md"
-
-
-def _final_losses(rows: list[dict[str, Any]], upto: int | None) -> dict[str, float]:
-    """Mean of each numeric loss term over the last 10 % of logged steps (at most ``upto``)."""
-    rows = [r for r in rows if upto is None or r["step"] <= upto]
-    if not rows:
-        return {}
-    tail = rows[-max(1, len(rows) // 10) :]
-    keys = [k for k in tail[-1] if k != "step" and isinstance(tail[-1][k], int | float)]
-    preferred = [k for k in ("loss", "invariance", "sigreg", "pred", "localreg") if k in keys]
-    out = {}
-    for k in preferred or keys[:6]:
-        vals = [float(r[k]) for r in tail if isinstance(r.get(k), int | float)]
-        if vals:
-            out[k] = statistics.fmean(vals)
-    return out
-
-
-def _fields(section: Any) -> str:
-    """``key value, ...`` of a config section's plain fields (nested sections left out)."""
-    return ", ".join(f"{k} {v}" for k, v in to_dict(section).items() if not isinstance(v, dict))
-
-
-def _probe_table(results: Mapping[str, Any] | None) -> list[str]:
-    """The run's frozen-probe table (``probe_results.json``: accuracy of every encoder × task × probe, the chance
-    level of each task), one row per task and probe as ``levjepa probe`` prints it."""
-    accuracy = (results or {}).get("accuracy")
-    if not isinstance(accuracy, Mapping) or not accuracy:
-        return []
-    encoders = list(accuracy)
-    first = accuracy[encoders[0]]
-    chance = (results or {}).get("chance") or {}
-    head = ["task", "probe", *encoders, *(["chance"] if chance else [])]
-    rows = ["| " + " | ".join(head) + " |", "| --- | --- |" + " ---: |" * (len(head) - 2)]
-    for task, probes in first.items():
-        for probe in probes:
-            accs = [f"{accuracy[e].get(task, {}).get(probe, float('nan')):.1f}" for e in encoders]
-            level = [f"{chance[task]:.1f}"] if task in chance else ([""] if chance else [])
-            rows.append(f"| {task} | {probe} | " + " | ".join([*accs, *level]) + " |")
-    caption = "Frozen-encoder accuracy (%) of the probe chosen on validation, as `levjepa probe` reports it."
-    return ["", "## Frozen probes (this run)", "", caption, "", *rows]
-
-
-CITATION = """@article{kuhn2026levjepa,
-  title   = {LeVJEPA: Efficient \\& Scalable Video Pretraining without the Heuristics},
-  author  = {Kuhn, Lukas and Maes, Lucas and Serra, Giuseppe and Le Lidec, Quentin
-             and LeCun, Yann and Balestriero, Randall and Buettner, Florian},
-  year    = {2026}
-}"""
-LICENSES = {
-    "mit": "MIT",
-    "cc-by-nc-4.0": "CC BY-NC 4.0 (non-commercial use only)",
-    "other": "unknown: the weights its run started from (model.init_from) could not be read to tell their licence",
-}
-
-
-def _classifier_lines(classifier: Mapping[str, Any]) -> list[str]:
-    """What a classifier is: its task, labels, accuracy and where its encoder came from."""
-    labels = list(classifier.get("labels", []))
-    shown = ", ".join(f"`{n}`" for n in labels[:20]) + (f", … ({len(labels)} in all)" if len(labels) > 20 else "")
-    trained = classifier.get("trained") or {}
-    lines = [
-        f"| task | video classification, {len(labels)} classes |",
-        f"| labels (`config.id2label`) | {shown} |",
-        f"| head | {classifier.get('head_text', '')} |",
-    ]
-    for key, name in (("val_acc", "validation accuracy (%)"), ("test_acc", "test accuracy (%)")):
-        if isinstance(trained.get(key), int | float):
-            value = trained[key]
-            lines.append(f"| {name} | {100 * value if value <= 1 else value:.1f} |")
-    if trained.get("step") is not None:
-        lines.append(f"| fine-tuning steps (best) | {trained['step']} |")
-    return lines
-
-
-def _derived_text(derived: Mapping[str, Any]) -> str:
-    """Where weights a run continued from others came from: the start (``model.init_from``) and, when that
-    chain reaches them, the official weights (source, revision, SHA-256 of their file)."""
-    start = f"`{derived.get('init_from', '?')}` (model.init_from)"
-    official = derived.get("imported_from")
-    if isinstance(official, Mapping):
-        at = f" at revision `{official['revision']}`" if official.get("revision") else ""
-        digest = f", {official.get('file')} SHA-256 `{official['sha256']}`" if official.get("sha256") else ""
-        return f"official LeVJEPA weights `{official.get('source', '?')}`{at}{digest}, through {start}"
-    if derived.get("found") is False:
-        return f"{start}, which could not be read"
-    return start
-
-
-def model_card(
-    config: EncoderConfig,
-    *,
-    weights: str,
-    note: str,
-    step: int | None,
-    source: str,
-    run: PretrainConfig | None,
-    metrics: list[dict[str, Any]],
-    probe_results: Mapping[str, Any] | None = None,
-    imported_from: Mapping[str, Any] | None = None,
-    classifier: Mapping[str, Any] | None = None,
-    params: int,
-    license: str = "mit",
-    derived_from: Mapping[str, Any] | None = None,
-) -> str:
-    """``README.md``: YAML front matter the hub reads, then what the model is and how it was made."""
-    sources = list(run.data.sources) if run is not None else []
-    front = [
-        "---",
-        "library_name: levjepa",
-        f"license: {license}",
-        f"pipeline_tag: {'video-classification' if classifier else 'feature-extraction'}",
-        "tags:",
-        "- levjepa",
-        "- video",
-        "- vision-transformer",
-        *(["- video-classification"] if classifier else ["- self-supervised", "- feature-extraction"]),
-    ]
-    if sources:
-        front += ["datasets:", *(f"- {s}" for s in sources)]
-    front.append("---")
-    arch = (
-        f"ViT, dim {config.dim}, depth {config.depth}, heads {config.heads}, patch {config.patch_size}, "
-        f"tubelet {config.tubelet}, {config.attention} attention, "
-        f"final LayerNorm {'on' if config.final_norm else 'off'}, 3D RoPE ({config.rope_layout} layout), "
-        f"{params / 1e6:.2f} M parameters"
-    )
-    objective = "unknown" if run is None else run.objective.name
-    lam = "unknown" if run is None else f"{run.objective.lam_value}"
-    if classifier:
-        title = "LeVJEPA video classifier"
-        what = (
-            f"A video classifier: a LeVJEPA encoder with a {classifier.get('head_kind', '')} head, fine-tuned on "
-            f"labelled clips ({len(classifier.get('labels', []))} classes). `AutoModelForVideoClassification` and "
-            "`levjepa.from_pretrained` give its logits; `levjepa classify` runs it on video files."
-        )
-    else:
-        title = "LeVJEPA encoder (official weights, imported)" if imported_from else "LeVJEPA encoder"
-        what = "A video encoder pretrained with self-supervision (no labels)" + (
-            f", objective `{objective}`." if run is not None else "."
-        )
-    lines = [*front, "", f"# {title}", "", what, "", "| | |", "| --- | --- |"]
-    if classifier:
-        lines += _classifier_lines(classifier)
-    lines += [
-        f"| architecture | {arch} |",
-        f"| weights | {weights}{f' ({note})' if note else ''} |",
-        f"| training steps | {step if step is not None else 'unknown'} |",
-    ]
-    if imported_from:
-        at = f" at revision `{imported_from['revision']}`" if imported_from.get("revision") else ""
-        lines.append(f"| imported from | `{imported_from.get('source', '?')}`{at} (official LeVJEPA layout) |")
-        if imported_from.get("sha256"):
-            lines.append(f"| weights file SHA-256 | `{imported_from['sha256']}` ({imported_from.get('file')}) |")
-    if derived_from:
-        lines.append(f"| derived from | {_derived_text(derived_from)} |")
-    if run is not None:
-        data, synth = run.data, run.data.synthetic
-        lines.append(f"| objective | {objective}, λ = {lam} |")
-        lines.append(f"| data sources | {', '.join(data.sources)} |")
-        if "synthetic" in data.sources:  # the synthetic section describes the data only then
-            lines.append(
-                f"| built-in benchmark clips | image source {synth.image_source}, "
-                f"{synth.num_frames}×{synth.size}×{synth.size} |"
-            )
-        lines += [
-            f"| views | {data.num_global} global @ {data.global_size} px + {data.num_local} local @ "
-            f"{data.local_size} px, {data.num_frames} frames |",
-            f"| optimiser | {_fields(run.optim)} |",
-            f"| training | {_fields(run.train)} |",
-        ]
-        if run.model.init_from:
-            lines.append(f"| initialised from | `{run.model.init_from}` |")
-    losses = _final_losses(metrics, step)
-    if losses:
-        loss_text = ", ".join(f"{k} {v:.4g}" for k, v in losses.items())
-        lines.append(f"| final losses (mean of the last 10 % of logged steps) | {loss_text} |")
-    lines.append(f"| exported from | `{source}` |")
-    lines.append(f"| licence of the weights | {LICENSES.get(license, license)} |")
-    lines += _probe_table(probe_results)
-    if classifier:
-        use = [
-            "```python",
-            "import levjepa",
-            "model = levjepa.from_pretrained('PATH/OR/ORG/NAME')   # LeVJEPAForVideoClassification, frozen",
-            "logits = model(pixel_values=video).logits            # float [B, 3, T, H, W], ImageNet-normalised",
-            "model.config.id2label[int(logits.argmax(-1)[0])]     # the class name",
-            "```",
-            "",
-            "With `transformers` installed, `AutoModelForVideoClassification.from_pretrained(PATH)` loads it too (no",
-            "remote code); `levjepa classify PATH VIDEO` reads video files with the protocol it was scored with.",
-        ]
-    else:
-        use = [
-            "```python",
-            "import levjepa",
-            "model = levjepa.from_pretrained('PATH/OR/ORG/NAME')   # LeVJEPAModel, frozen, eval() mode",
-            "out = model(pixel_values=video)                      # float [B, 3, T, H, W], ImageNet-normalised",
-            "out.last_hidden_state, out.pooler_output             # [B, 1 + T/τ·H/p·W/p, D] (CLS first), [B, D]",
-            "encoder = levjepa.load('PATH')                       # the levjepa VideoEncoder itself",
-            "```",
-            "",
-            "With `transformers` installed, `AutoModel.from_pretrained(PATH)` loads it too (no remote code).",
-        ]
-    lines += [
-        "",
-        "## Use",
-        "",
-        *use,
-        "Images are clips too: repeat the frame along time. No token is dropped at inference. The patch tokens of",
-        "frame t depend only on frames ≤ t (block-causal attention) unless the architecture says bidirectional.",
-        "Preprocessing: `preprocessor_config.json` (transformers' `AutoImageProcessor` reads it: frames out as",
-        "`pixel_values_videos` `[B, T, C, H, W]`).",
-        "",
-        "Files: `model.safetensors` (weights, no pickle), `config.json` (architecture, preprocessing, provenance).",
-        "",
-        "## Citation",
-        "",
-        "```bibtex",
-        CITATION,
-        "```",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 def _hf_aliases(config: EncoderConfig, pre: Preprocessing) -> dict[str, Any]:
@@ -356,21 +124,6 @@ def preprocessor_config(pre: Preprocessing) -> dict[str, Any]:
         **({} if pre.fps is None else {"fps": pre.fps}),  # the training rate, when the model records one
         "levjepa_version": __version__,
     }
-
-
-def _classifier_card(record: ClassifierRecord, source: str) -> dict[str, Any]:
-    """What the card says of a classifier: labels, head, accuracy (the fine-tuning's ``results.json`` beside
-    ``best/`` adds the test accuracy)."""
-    trained = dict(record.trained)
-    folder = Path(source).parent if Path(source).is_file() else Path(source)  # best/ (source: its weights file)
-    results = folder.parent / "results.json"
-    if source and results.is_file():
-        data = read_json(results)
-        if data.get("best_step") == trained.get("step") and isinstance(data.get("test_acc"), int | float):
-            trained["test_acc"] = data["test_acc"]
-    h = record.head
-    head_text = f"{h.kind} probe head on {h.input} (width {h.dim}, depth {h.depth})"
-    return {"labels": list(record.labels), "trained": trained, "head_kind": h.kind, "head_text": head_text}
 
 
 def write_export(
@@ -442,7 +195,7 @@ def write_export(
         write_classifier(out, classifier, head_state)
     write_json(out / CONFIG, record)
     write_json(out / PREPROCESSOR, preprocessor_config(pre))
-    card = model_card(
+    facts = card_facts(
         config,
         weights=weights,
         note=note,
@@ -452,13 +205,51 @@ def write_export(
         metrics=metrics or [],
         probe_results=probe_results,
         imported_from=imported_from,
-        classifier=_classifier_card(classifier, source) if classifier is not None else None,
+        classifier=classifier,
         params=sum(v.numel() for v in encoder_state.values()),
         license=license,
         derived_from=derived_from,
     )
-    atomic_write_text(out / README, card)
+    atomic_write_text(out / README, render_card(facts))
     return out
+
+
+def write_loaded(
+    out: str | Path,
+    loaded: LoadedEncoder,
+    *,
+    lineage: tuple[str, Mapping[str, Any] | None],
+    classifier: tuple[ClassifierRecord, Mapping[str, torch.Tensor]] | None = None,
+    metrics: list[dict[str, Any]] | None = None,
+    probe_results: Mapping[str, Any] | None = None,
+    projector_state: Mapping[str, torch.Tensor] | None = None,
+) -> Path:
+    """The export of ``loaded`` as it stands — its encoder's weights (copied to the CPU), config, which copy
+    (weights, note, step, source), run config, preprocessing and official origin — with the licence and
+    ``derived_from`` of ``lineage`` (:func:`weights_lineage` of where it was read) and, for a classifier, its
+    record and head weights: the one call that writes a classifier, both ``levjepa finetune``'s ``best/`` and
+    ``levjepa export`` of it (:func:`export_encoder`)."""
+    license, derived = lineage
+    record, head_state = classifier if classifier is not None else (None, None)
+    return write_export(
+        out,
+        config=loaded.config,
+        encoder_state={k: v.detach().cpu().clone() for k, v in loaded.encoder.state_dict().items()},
+        weights=loaded.weights,
+        note=loaded.note,
+        step=loaded.step,
+        source=loaded.source,
+        run_config=loaded.run_config,
+        metrics=metrics,
+        probe_results=probe_results,
+        projector_state=projector_state,
+        imported_from=loaded.imported_from,
+        preprocessing=loaded.preprocessing,
+        license=license,
+        derived_from=derived,
+        classifier=record,
+        head_state=None if head_state is None else {k: v.detach().cpu().clone() for k, v in head_state.items()},
+    )
 
 
 OFFICIAL_LICENSE = "cc-by-nc-4.0"
@@ -576,31 +367,20 @@ def export_encoder(
         check_deploy(loaded.encoder, deploy)  # before anything is written
     elif (window, size, dtype, quantize) != (None, None, "fp32", "none"):
         raise WeightsError("window, size, dtype and quantize shape the deployment graphs: export with --format onnx")
-    license, derived = weights_lineage(source, loaded)
     run_dir = Path(loaded.run_dir) if loaded.run_dir else None
     probe = run_dir / PROBE_RESULTS if run_dir else None
-    head = read_classifier(source) if is_classifier(source) else None  # a fine-tuned classifier: its head too
+    head = read_head(source) if is_classifier(source) else None  # a fine-tuned classifier: its head too
     projector = load_projector(source) if with_projector else None
     if with_projector and projector is None:
         raise WeightsError(f"{source}: holds no projector weights to export (--with-projector)")
-    write_export(
+    write_loaded(
         out,
-        config=loaded.config,
-        encoder_state=loaded.encoder.state_dict(),
-        weights=loaded.weights,
-        note=loaded.note,
-        step=loaded.step,
-        source=loaded.source,
-        run_config=loaded.run_config,
+        loaded,
+        lineage=weights_lineage(source, loaded),
         metrics=read_metrics(run_dir) if run_dir else [],
         probe_results=read_json(probe) if probe is not None and probe.is_file() else None,
         projector_state=projector,
-        imported_from=loaded.imported_from,
-        preprocessing=loaded.preprocessing,
-        license=license,
-        derived_from=derived,
-        classifier=head,
-        head_state=None if head is None else load_tensors(Path(source) / HEAD_WEIGHTS)[0],
+        classifier=None if head is None else (head[0], head[1].state_dict()),
     )
     if graphs == "onnx" and deploy is not None:
         record = export_onnx(loaded.encoder, out, deploy, preprocessing=to_dict(pre), say=say)

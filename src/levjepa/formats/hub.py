@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from levjepa.config import from_dict
+from levjepa.formats.classifier import head_module
 from levjepa.formats.load import (
     LoadedEncoder,
     Preprocessing,
@@ -45,7 +46,7 @@ from levjepa.formats.official import Overrides
 from levjepa.formats.origin import Origin, resolve
 from levjepa.formats.outputs import LeVJEPAClassifierOutput, LeVJEPAOutput, hub_forward, hub_logits, video_input
 from levjepa.model import EncoderConfig, VideoEncoder
-from levjepa.model.classifier import HeadConfig, build_head
+from levjepa.model.classifier import HeadConfig
 from levjepa.weights import CONFIG, HUB_WEIGHTS, WeightsError, load_tensors, prefixed
 
 __all__ = [
@@ -160,11 +161,7 @@ def _classifier_head(folder: Path, data: dict[str, Any]) -> tuple[HeadConfig, nn
     state = prefixed(load_tensors(folder / HUB_WEIGHTS)[0], "head.")
     if not state:
         raise WeightsError(f"{folder / HUB_WEIGHTS}: a classifier's config without its head's weights (head.*)")
-    head = build_head(head_cfg)
-    try:
-        head.load_state_dict(state, strict=True)
-    except RuntimeError as err:
-        raise WeightsError(f"{folder / HUB_WEIGHTS}: the head's weights do not fit its config: {err}") from err
+    head = head_module(head_cfg, state, folder / HUB_WEIGHTS)
     return head_cfg, freeze(head), labels
 
 
