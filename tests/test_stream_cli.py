@@ -5,6 +5,7 @@ the tubelet is one line."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 import pytest
 import torch
@@ -16,6 +17,10 @@ from levjepa.commands import stream as cli
 from levjepa.data import decode_all, normalize
 from levjepa.data.eval_clip import center_square, load_eval_clip
 from levjepa.formats.load import load_encoder
+from levjepa.infer import encode as encode_module
+from levjepa.infer import stream as stream_module
+from levjepa.infer.encode import encode
+from levjepa.infer.stream import StreamingEncoder
 from levjepa.weights import load_tensors
 from test_export import make_run_dir
 
@@ -104,3 +109,59 @@ def test_a_bidirectional_encoder_or_a_window_off_the_tubelet_is_one_line(tubelet
     assert main(["stream", str(bidirectional), str(one), "--size", "32"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "attends bidirectionally" in err[0] and "levjepa extract" in err[0]
+
+
+def _stream(run, video, out, *extra: str) -> dict:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args([str(run), str(video), "--size", "32", "--out", str(out), *extra])
+    assert cli.main(args) == 0
+    return load_tensors(out)[0]
+
+
+def test_the_stream_command_reads_what_encode_reads_on_the_first_window(tmp_path):
+    """One precision rule for every frozen forward: on CPU both run float32, so the stream's CLS after the first
+    window is encode()'s CLS of that window, to float32 rounding."""
+    run = make_run_dir(tmp_path)
+    video = write_pattern(tmp_path / "clip.mp4", 6, height=40, width=48)
+    got = _stream(run, video, tmp_path / "s.safetensors", "--window", "4", "--every", "4")
+    assert got["frame"].tolist()[0] == 3
+    encoder = load_encoder(run).encoder
+    frames = center_square(decode_all(video, short_side=32).frames, 32, encoder.cfg.patch_size)
+    ref = encode(encoder, frames[:4].permute(3, 0, 1, 2).unsqueeze(0), "cpu", tokens=False)
+    assert got["cls"].dtype == ref.cls.dtype == torch.float32
+    torch.testing.assert_close(got["cls"][0], ref.cls[0], rtol=1e-5, atol=1e-5)
+
+
+def test_the_stream_path_runs_under_the_frozen_forwards_precision(tmp_path, monkeypatch):
+    """`levjepa stream` enters levjepa.infer.encode.precision(device) around every push and readout."""
+    entered: list[str] = []
+    inside = [False]
+    real_push, real_cls = StreamingEncoder.push, StreamingEncoder.cls
+
+    @contextlib.contextmanager
+    def recording(device):
+        entered.append(str(device))
+        inside[0] = True
+        try:
+            with encode_module.precision(device):
+                yield
+        finally:
+            inside[0] = False
+
+    def push(self, frames):
+        assert inside[0], "push outside precision()"
+        return real_push(self, frames)
+
+    def readout(self):
+        assert inside[0], "cls() outside precision()"
+        return real_cls(self)
+
+    monkeypatch.setattr(stream_module, "precision", recording)
+    monkeypatch.setattr(StreamingEncoder, "push", push)
+    monkeypatch.setattr(StreamingEncoder, "cls", readout)
+    run = make_run_dir(tmp_path)
+    video = write_pattern(tmp_path / "clip.mp4", 4, height=40, width=48)
+    got = _stream(run, video, tmp_path / "s.safetensors", "--every", "2")
+    assert entered and set(entered) == {"cpu"} and len(entered) == 4 + 2  # 4 pushes, 2 readouts
+    assert got["cls"].shape[0] == 2

@@ -10,6 +10,10 @@ far is taken every ``--every`` frames and written, with the latency of each step
     levjepa stream runs/demo VIDEO.mp4 --window 16 --every 4 --out stream.safetensors
     levjepa stream exports/demo VIDEO.mp4 --backend onnx --every 4     # the exported step, onnxruntime
 
+The KV-cache encoder runs under the one precision rule of every frozen forward
+(``levjepa.infer.encode.precision``: bf16 autocast on CUDA, float32 elsewhere), as ``extract --stream`` and
+``encode()`` do, so a stream's CLS is the number a frozen probe reads.
+
 ``--backend onnx`` runs the streaming step that ``levjepa export RUN --out DIR --format onnx`` wrote: its
 window and frame size are fixed by the export (``--window`` / ``--size`` must agree or be left out).
 

@@ -16,7 +16,8 @@ mode is restored, its parameters never written), and **nothing is dropped** (SPE
 **The precision rule** (:func:`precision`), the same for every reader so that a probe trained on features in
 memory is deployed on the numbers it was trained on: on CUDA the encoder runs under bf16 autocast and its
 outputs are cast to float32 before anything else is computed from them; on any other device it runs in
-float32. Tokens are cast to ``token_dtype`` on the device, before the copy to the host (half the bytes).
+float32. The streaming encoder (``levjepa stream``, ``extract --stream``) runs under the same rule. Tokens
+are cast to ``token_dtype`` on the device, before the copy to the host (half the bytes).
 
 """
 

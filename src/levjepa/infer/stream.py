@@ -26,6 +26,11 @@ Design:
   offsets as training clips of ``W`` frames.
 * :func:`stream_video` pushes a decoded video one tubelet at a time, reading CLS every ``every`` frames (and
   after the last whole tubelet) and timing every push (``levjepa stream``).
+* **Precision**: a frozen reader runs ``push`` and ``cls`` under the frozen forward's one precision rule,
+  ``levjepa.infer.encode.precision(device)`` (bf16 autocast on CUDA, float32 elsewhere), and casts what they
+  return to float32 — as :func:`stream_video` and ``levjepa extract --stream`` do — so a stream's features
+  are the numbers ``encode()`` gives the same frames. The class itself sets no precision: under float32 (the
+  tests' CPU) it equals the full forward to 1e-5.
 * Each push (and each ``cls()``) builds its block-causal mask once, as the additive bias every layer's SDPA
   call takes (``levjepa.model.attention.attn_bias``), ``[1, 1, L_new, L_cache + L_new]`` for the whole batch.
 * The cache grows by concatenation (one copy of the cached keys/values per push and layer); the
@@ -41,6 +46,7 @@ import torch
 from torch import Tensor
 
 from levjepa.data.views import normalize
+from levjepa.infer.encode import precision
 from levjepa.model.attention import TokenMeta, attn_bias, build_attn_mask
 from levjepa.model.vit import VideoEncoder
 
@@ -148,7 +154,8 @@ class StreamingEncoder:
 def stream_video(
     encoder: VideoEncoder, frames: torch.Tensor, *, window: int | None, every: int, device: str = "cpu"
 ) -> dict[str, torch.Tensor]:
-    """Push uint8 frames ``[F, H, W, 3]`` one tubelet at a time; returns readouts and per-push latencies.
+    """Push uint8 frames ``[F, H, W, 3]`` one tubelet at a time under ``precision(device)``; returns readouts
+    (float32) and per-push latencies.
     Frames past the last whole tubelet are left out; fewer frames than one tubelet raise ``ValueError``
     (``levjepa stream`` pads a short video with its last frame first)."""
     tau = encoder.cfg.tubelet
@@ -161,10 +168,13 @@ def stream_video(
         clip = frames[start : start + tau].permute(3, 0, 1, 2).unsqueeze(0)  # [1, C, tau, H, W]
         x = normalize(clip.to(device))
         t0 = time.perf_counter()
-        streamer.push(x)
+        with precision(device):  # the frozen forward's rule (module doc)
+            streamer.push(x)
         seen = start + tau
         if seen % every == 0 or seen == usable:
-            cls.append(streamer.cls()[0].float().cpu())
+            with precision(device):
+                readout = streamer.cls()
+            cls.append(readout[0].float().cpu())
             at.append(seen - 1)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
