@@ -15,8 +15,8 @@ from PIL import Image
 
 from levjepa.commands import extract as cli_extract
 from levjepa.data import decode_clip, normalize, write_video
-from levjepa.data.eval_clip import center_square
-from levjepa.eval.extract import ExtractConfig, extract, read_index, window_starts
+from levjepa.data.eval_clip import ViewSpec, center_square
+from levjepa.eval.extract import ExtractConfig, extract, read_rows, window_starts
 from levjepa.formats.export import export_encoder
 from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
@@ -41,7 +41,7 @@ def test_windows_cover_the_video_with_the_stated_stride(window, stride):
     with pytest.raises(ValueError, match="stride"):
         window_starts(10, 4, 5)
     with pytest.raises(ValueError, match="stride"):
-        ExtractConfig(window=4, stride=5)
+        ExtractConfig(ViewSpec(frames=4), stride=5)
 
 
 def _video(path, n, h=24, w=40, fps=10):
@@ -64,20 +64,25 @@ def media(tmp_path_factory):
     return root
 
 
+def windows(window, stride, frame_stride=2, size=16, **kw):
+    """The extraction settings of these tests: ``window`` frames every ``frame_stride``-th, at ``size`` px."""
+    return ExtractConfig(ViewSpec(size=size, frames=window, frame_stride=frame_stride), stride=stride, **kw)
+
+
 def _encoder():
     return random_encoder(encoder_config("vit-test"), seed=3).encoder
 
 
 def test_index_maps_rows_back_to_their_clips(media, tmp_path):
     enc = _encoder()
-    cfg = ExtractConfig(window=8, stride=4, frame_stride=2, size=16, patches=True, batch_size=3, shard_rows=3)
+    cfg = windows(8, 4, patches=True, batch_size=3, shard_rows=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = extract(enc, str(media), tmp_path / "out", cfg, progress=False)
-    rows = read_index(tmp_path / "out")
+    rows = read_rows(tmp_path / "out")
     by_file = {}
     for r in rows:
-        by_file.setdefault(r["path"].rsplit("/", 1)[-1], []).append(r)
+        by_file.setdefault(r["file"].rsplit("/", 1)[-1], []).append(r)
     # a: 20 kept frames, window 8 stride 4 -> starts 0, 4, 8, 12; b: one padded window; c: one image row
     assert [r["start_frame"] for r in by_file["a.mp4"]] == [0, 8, 16, 24]
     assert [r["end_frame"] for r in by_file["a.mp4"]] == [14, 22, 30, 38]
@@ -95,7 +100,7 @@ def test_index_maps_rows_back_to_their_clips(media, tmp_path):
     assert len(shards) == 2 and [r["row"] for r in rows] == list(range(6))
     for r in by_file["a.mp4"]:
         t = shards[r["shard"]]
-        clip = decode_clip(r["path"], num_frames=8, frame_stride=2, start_frame=r["start_frame"], short_side=16)
+        clip = decode_clip(r["file"], num_frames=8, frame_stride=2, start_frame=r["start_frame"], short_side=16)
         x = normalize(center_square(clip, 16, 8).permute(3, 0, 1, 2)[None])
         with torch.no_grad():
             out = enc.forward_features(x)
@@ -123,7 +128,7 @@ def test_stream_mode_and_npy_format_via_the_cli(media, tmp_path, capsys):
         )
         assert cli_extract.main(args) == 0
         assert "encoder: ema weights step 5" in capsys.readouterr().out  # which copy it read
-    win, stream = read_index(tmp_path / "win"), read_index(tmp_path / "stream")
+    win, stream = read_rows(tmp_path / "win"), read_rows(tmp_path / "stream")
     assert [(r["start_frame"], r["end_frame"]) for r in win] == [(r["start_frame"], r["end_frame"]) for r in stream]
     cls_w, cls_s = np.load(tmp_path / "win" / "cls-00000.npy"), np.load(tmp_path / "stream" / "cls-00000.npy")
     mean_w, mean_s = np.load(tmp_path / "win" / "mean-00000.npy"), np.load(tmp_path / "stream" / "mean-00000.npy")
@@ -137,40 +142,47 @@ def test_per_video_npy_files_match_the_shards_and_resume(media, tmp_path):
     """One <video>.npy [windows, D] per file (the TAD layout), equal to the sharded rows; fp16 patches; a
     second run after losing one video's files recomputes only that video, to the same bytes."""
     enc = _encoder()
-    base = dict(window=8, stride=4, frame_stride=2, size=16, patches=True, batch_size=3)
+    base = dict(patches=True, batch_size=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        extract(enc, str(media), tmp_path / "rows", ExtractConfig(**base, format="npy"), progress=False)
-        cfg = ExtractConfig(**base, format="per_video", workers=1)
+        extract(enc, str(media), tmp_path / "rows", windows(8, 4, **base, format="npy"), progress=False)
+        cfg = windows(8, 4, **base, format="per_video", workers=1)
         res = extract(enc, str(media), tmp_path / "pv", cfg, progress=False)
     out = tmp_path / "pv"
-    rows = read_index(tmp_path / "rows")
+    rows = read_rows(tmp_path / "rows")
     mean = np.load(tmp_path / "rows" / "mean-00000.npy")
     a = np.load(out / "a.npy")
-    want = [r["row"] for r in rows if r["path"].endswith("a.mp4")]
+    want = [r["row"] for r in rows if r["file"].endswith("a.mp4")]
     assert a.shape == (4, 32) and a.dtype == np.float32
     np.testing.assert_allclose(a, mean[want], rtol=1e-5, atol=1e-6)
     patches = np.load(out / "a.patches.npy")
     assert patches.dtype == np.float16 and patches.shape == (4, 8 * 2 * 2, 32)
-    index = read_index(out)
-    assert [(r["file"], r["offset"], r["start_frame"]) for r in index if r["file"] == "a.npy"] == [
-        ("a.npy", 0, 0),
-        ("a.npy", 1, 8),
-        ("a.npy", 2, 16),
-        ("a.npy", 3, 24),
+    index = read_rows(out)
+    assert [(r["shard"], r["offset"], r["start_frame"]) for r in index if r["shard"] == "a"] == [
+        ("a", 0, 0),
+        ("a", 1, 8),
+        ("a", 2, 16),
+        ("a", 3, 24),
     ]
     assert res.rows == len(index) == 6 and res.bad_files == 2
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    (out / "b.json").unlink()  # as if killed while writing b
-    (out / "b.npy").unlink()
+    killed_while_writing(out, "b.jsonl", "b.npy")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         again = extract(enc, str(media), out, cfg, progress=False)
-    after = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert {k: v for k, v in after.items() if k != "extract.json"} == {
-        k: v for k, v in before.items() if k != "extract.json"
-    }
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert again.rows == 6 and again.bad_files == 2
+
+
+def killed_while_writing(out, *lost):
+    """Make ``out`` what a job killed while writing a unit leaves: the files ``lost`` not (yet) written, the
+    manifest not complete, no merged index or report."""
+    meta = json.loads((out / "store.json").read_text())
+    for key in ("complete", "rows", "shard_rows", "bad_files"):
+        del meta[key]
+    (out / "store.json").write_text(json.dumps(meta, indent=2) + "\n")
+    for name in ("index.jsonl", "bad_files.json", *lost):
+        (out / name).unlink()
 
 
 def test_per_video_names_stay_unique():
@@ -197,5 +209,5 @@ def test_per_video_via_the_cli(media, tmp_path, capsys):
     )  # fmt: skip
     assert cli_extract.main(args) == 0
     assert "4 rows from 1 file(s)" in capsys.readouterr().out
-    index = read_index(tmp_path / "pv")
-    assert np.load(tmp_path / "pv" / "a.npy").shape == (4, 32) and [r["file"] for r in index] == ["a.npy"] * 4
+    index = read_rows(tmp_path / "pv")
+    assert np.load(tmp_path / "pv" / "a.npy").shape == (4, 32) and [r["shard"] for r in index] == ["a"] * 4

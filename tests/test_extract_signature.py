@@ -1,7 +1,7 @@
-"""An extraction output never mixes two encoders or two settings: ``extract.json`` records the encoder's
-fingerprint and the settings from the start; a job into the same folder continues only what matches and
-refuses (or, with ``overwrite``, deletes) the rest. Only unreadable files is an error; progress lines off a
-terminal."""
+"""An extraction output never mixes two encoders or two settings: its manifest (``store.json``, the one
+feature-set format) records the encoder's fingerprint and the settings from the start; a job into the same
+folder continues only what matches and refuses (or, with ``overwrite``, deletes) the rest, an older
+extraction's folder included. Only unreadable files is an error; progress lines off a terminal."""
 
 from __future__ import annotations
 
@@ -15,14 +15,15 @@ import torch
 
 from levjepa.cli import main
 from levjepa.data import DataError
-from levjepa.eval.extract import ExtractConfig, extract, read_index
+from levjepa.eval.extract import extract, read_index
+from levjepa.eval.feature_set import FeatureSet, read_rows
 from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
 from levjepa.model.fingerprint import function_fingerprint
 from test_export import make_run_dir
-from test_extract import _video
+from test_extract import _video, killed_while_writing, windows
 
-BASE = dict(window=8, stride=4, frame_stride=2, size=16, workers=0)
+BASE = dict(window=8, stride=4, workers=0)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def _encoder(seed=3):
 def _run(enc, media, out, *, overwrite=False, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return extract(enc, str(media), out, ExtractConfig(**{**BASE, **kw}), progress=False, overwrite=overwrite)
+        return extract(enc, str(media), out, windows(**{**BASE, **kw}), progress=False, overwrite=overwrite)
 
 
 def _files(out):
@@ -60,10 +61,10 @@ def test_per_video_with_other_settings_or_another_encoder_is_refused_then_rewrit
     out = tmp_path / "pv"
     enc = _encoder()
     _run(enc, media, out, format="per_video")
-    record = json.loads((out / "extract.json").read_text())
-    assert record["status"] == "complete" and record["signature"]["encoder"] == function_fingerprint(enc)
+    record = json.loads((out / "store.json").read_text())
+    assert record["complete"] and record["encoder"] == function_fingerprint(enc) and record["cutter"] == "extract"
     before = _files(out)
-    with pytest.raises(DataError, match=r"another setting \(window 8 -> 4, stride 4 -> 2\).*--overwrite"):
+    with pytest.raises(DataError, match=r"another setting \(frames 8 -> 4, stride 4 -> 2\).*--overwrite"):
         _run(enc, media, out, format="per_video", window=4, stride=2)
     with pytest.raises(DataError, match="another encoder"):
         _run(_encoder(4), media, out, format="per_video")
@@ -76,23 +77,51 @@ def test_per_video_with_other_settings_or_another_encoder_is_refused_then_rewrit
         np.testing.assert_array_equal(np.load(out / name), np.load(fresh / name))  # no old row left
 
 
-def test_a_folder_of_features_without_a_signature_is_refused(media, tmp_path):
+def _old_extraction(out, media):
+    """A folder as ``levjepa extract --format npy`` wrote it before the one feature-set format (levjepa at
+    9055897): ``extract.json`` with its signature, ``index.jsonl`` rows keyed ``path``, one shard of arrays."""
+    out.mkdir()
+    np.save(out / "cls-00000.npy", np.zeros((2, 32), np.float32))
+    np.save(out / "mean-00000.npy", np.zeros((2, 32), np.float32))
+    rows = [{"row": r, "shard": 0, "offset": r, "path": str(media / "a.mp4"), "kind": "video", "label": None,
+             "window": r, "start_frame": 8 * r, "end_frame": 8 * r + 14, "start_time": 0.8 * r,
+             "end_time": 0.8 * r + 1.4, "num_frames": 8, "padded": False} for r in range(2)]  # fmt: skip
+    (out / "index.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (out / "bad_files.json").write_text(json.dumps({"total": 0, "counts": {}, "files": []}))
+    signature = {"encoder": "0" * 16, "window": 8, "stride": 4, "format": "npy", "files": "1" * 40}
+    (out / "extract.json").write_text(json.dumps({"signature": signature, "status": "complete", "rows": 2}))
+
+
+def test_an_older_extraction_is_refused_in_one_line_never_misread(media, tmp_path):
     out = tmp_path / "old"
-    _run(_encoder(), media, out, format="npy")
-    (out / "extract.json").write_text(json.dumps({"rows": 9}))  # written by a levjepa before signatures
-    with pytest.raises(DataError, match="without a recorded encoder"):
+    _old_extraction(out, media)
+    before = _files(out)
+    for read in (FeatureSet, read_rows, read_index):
+        with pytest.raises(DataError) as err:
+            read(out)
+        line = str(err.value)
+        assert "\n" not in line and str(out) in line and "extract.json" in line and "delete it" in line
+    with pytest.raises(DataError, match=r"older levjepa extract \(extract.json\).*--overwrite") as err:
         _run(_encoder(), media, out, format="npy")
+    assert str(out) in str(err.value) and "\n" not in str(err.value)
+    assert _files(out) == before  # refused: nothing touched
+    _run(_encoder(), media, out, format="npy", overwrite=True)  # recomputed in this format, nothing old left
+    fresh = _run(_encoder(), media, tmp_path / "fresh", format="npy")
+    assert _files(out) == _files(tmp_path / "fresh") and fresh.rows == len(read_rows(out))
 
 
-def test_shards_of_the_same_job_are_rewritten_whole_and_leave_no_old_shard(media, tmp_path):
+def test_a_job_killed_mid_shard_ends_as_an_uninterrupted_one_and_leaves_no_old_shard(media, tmp_path):
     out = tmp_path / "rows"
     enc = _encoder()
     first = _run(enc, media, out, format="safetensors", shard_rows=2)
-    assert len(first.shards) > 2
-    (out / "features-00099.safetensors").write_bytes(b"stale")  # as if from a longer earlier job
+    whole = _files(out)
+    assert len(first.shards) == 3  # 4 + 2 rows in shards of 2: killed after the first, writing the second
+    killed_while_writing(out, "index-00001.jsonl", "index-00002.jsonl", "features-00002.safetensors")
+    (out / ".features-00001.safetensors.x1y2.tmp").write_bytes(b"half a shard")
+    (out / "features-00099.safetensors").write_bytes(b"stale")  # no index: never part of this job
     again = _run(enc, media, out, format="safetensors", shard_rows=2)
-    assert again.shards == first.shards and not (out / "features-00099.safetensors").exists()
-    assert [r["row"] for r in read_index(out)] == list(range(first.rows))
+    assert again.shards == first.shards and _files(out) == whole
+    assert [r["row"] for r in read_rows(out)] == list(range(first.rows))
 
 
 def test_only_unreadable_files_exit_2_in_one_line(tmp_path, capsys):
@@ -109,7 +138,7 @@ def test_only_unreadable_files_exit_2_in_one_line(tmp_path, capsys):
 def test_progress_lines_off_a_terminal(media, tmp_path, capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        extract(_encoder(), str(media), tmp_path / "o", ExtractConfig(**BASE), progress=True)
+        extract(_encoder(), str(media), tmp_path / "o", windows(**BASE), progress=True)
     lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("extract:")]
     assert lines and lines[-1].startswith("extract: 2/2 files  ") and "files/s" in lines[-1]
 
@@ -120,7 +149,7 @@ def test_an_index_with_class_names_writes_its_label_map_beside_the_features(medi
     out = tmp_path / "o"
     _run(_encoder(), index, out, format="npy")
     assert json.loads((out / "labels.json").read_text()) == {"jumping": 0, "walking": 1}
-    labels = {Path(r["path"]).name: r["label"] for r in read_index(out)}
+    labels = {Path(r["file"]).name: r["label"] for r in read_rows(out)}
     assert labels == {"a.mp4": 1, "b.mp4": 0}
 
 
@@ -138,5 +167,5 @@ def test_shards_continue_only_over_the_same_list_of_files(media, tmp_path):
     with pytest.raises(DataError, match=r"another list of files .*--overwrite"):
         _run(enc, src, out, format="safetensors", shard_rows=2)
     again = _run(enc, src, out, format="safetensors", shard_rows=2, overwrite=True)
-    assert sorted({Path(r["path"]).name for r in read_index(out)}) == ["a.mp4", "a2.mp4", "b.mp4"]
+    assert sorted({Path(r["file"]).name for r in read_rows(out)}) == ["a.mp4", "a2.mp4", "b.mp4"]
     assert again.files == 3

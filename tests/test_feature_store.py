@@ -111,9 +111,9 @@ def test_one_segment_one_crop_is_the_standard_eval_clip(index):
 def test_other_settings_are_refused(index, tmp_path, one_thread):
     items = parse_index(index)[:3]
     build_store(_encoder(), items, tmp_path / "s", CFG)
-    with pytest.raises(ValueError, match="other config"):
+    with pytest.raises(ValueError, match=r"another setting \(segments 2 -> 1, crops 3 -> 1.*delete it"):
         build_store(_encoder(), items, tmp_path / "s", StoreConfig(ViewSpec(16, 4), workers=0))
-    with pytest.raises(ValueError, match="other encoder"):
+    with pytest.raises(ValueError, match="another encoder"):
         build_store(random_encoder(encoder_config("vit-test"), seed=2).encoder, items, tmp_path / "s", CFG)
     # workers and batch size may change: the same store, nothing recomputed
     again = build_store(_encoder(), items, tmp_path / "s", StoreConfig(**{**CFG.__dict__, "batch_size": 2}))
@@ -136,7 +136,7 @@ def test_two_gloo_ranks_write_the_same_files_as_one_process(index, tmp_path, one
 SCRIPT = """
 import sys, time, torch
 torch.set_num_threads(1)
-import levjepa.eval.feature_store as fs
+import levjepa.eval.feature_set as fs
 from levjepa.data.sources import parse_index
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.feature_store import StoreConfig, build_store

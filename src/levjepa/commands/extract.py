@@ -1,7 +1,8 @@
 """``levjepa extract CKPT SOURCE [SOURCE ...] --out DIR``: CLS / mean-pooled / patch features per time window.
 
 SOURCE: a folder of videos and images (recursive), a V-JEPA index file (``path label`` rows), or single
-files. See ``levjepa.eval.extract`` for the windows, the output files and the index. ``--format per_video``
+files. See ``levjepa.eval.extract`` for the windows and ``levjepa.eval.feature_set`` for the output files
+(one feature-set format, shared with the probes' feature stores) and the index. ``--format per_video``
 writes one ``<video>.npy`` ``[windows, D]`` per video (temporal-action-detection layout), resumes a killed
 job, and splits the videos over ``torchrun`` ranks. Run again into the same ``--out``, a job continues only
 features of the same encoder and settings, and refuses others in one line (``--overwrite`` deletes them
@@ -76,16 +77,13 @@ def main(args: argparse.Namespace) -> int:
 
 def _config(args: argparse.Namespace, loaded: LoadedEncoder) -> tuple[ExtractConfig, str]:
     """The extraction's settings: the windows, size and sampling of the model unless given (and the line that
-    says which), the rest as given."""
+    says which), the rest as given. ``--window`` is the views' ``frames``, ``--fps`` their ``fps``."""
     views, said = model_views(
         loaded, size=args.size, frames=args.window, frame_stride=args.frame_stride, fps=args.target_fps
     )
     cfg = ExtractConfig(
-        window=views.frames,
+        views=views,
         stride=args.stride if args.stride is not None else max(loaded.config.tubelet, views.frames // 2),
-        frame_stride=views.frame_stride,
-        target_fps=views.fps,
-        size=views.size,
         patches=args.patch,
         batch_size=args.batch_size,
         stream=args.stream,
@@ -111,6 +109,6 @@ def _run(args: argparse.Namespace, device: str, main: bool) -> int:
         return 0
     print(
         f"{res.rows} rows from {res.files} file(s) in {res.seconds:.1f} s -> {res.out_dir} "
-        f"({', '.join(res.shards)}, index.jsonl); {res.bad_files} bad file(s) in bad_files.json"
+        f"({', '.join(res.shards)}, index.jsonl, store.json); {res.bad_files} bad file(s) in bad_files.json"
     )
     return 0

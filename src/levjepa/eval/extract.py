@@ -1,12 +1,18 @@
 """Feature extraction for a folder or index of videos and images: CLS, mean-pooled and optionally patch
-features per time window, with an index mapping every row back to its file and time span.
+features per time window — the *extract* row cutter of the one feature-set format
+(``levjepa.eval.feature_set``: the manifest ``store.json``, the index, the layouts, the done rule and the
+reader are described there, and shared with the probes' feature stores).
 
-**Rows.** A video's kept frames (every ``frame_stride``-th source frame, or ``target_fps``) are cut into
-windows of ``window`` frames whose starts step by ``stride`` (``1 ≤ stride ≤ window``): starts
+**Rows.** How frames are taken is a ``levjepa.data.eval_clip.ViewSpec`` (``ExtractConfig.views``: ``frames``
+per window, every ``frame_stride``-th source frame or ``fps`` frames a second, short side ``size``; one
+segment, one crop), the same statement a feature store and a protocol use. A video's kept frames are cut
+into windows of ``frames`` frames whose starts step by ``stride`` (``1 ≤ stride ≤ frames``): starts
 ``0, s, 2s, …`` plus, when the last regular window stops short of the end, one final window ending on the
 last frame — so every frame of the video lies in at least one window (:func:`window_starts`). A video
-with fewer than ``window`` kept frames gives one window padded by repeating its last frame
-(``padded: true`` in the index). An image is one row, its frame repeated ``window`` times.
+with fewer kept frames than a window gives one window padded by repeating its last frame (``padded: true``).
+An image is one row, its frame repeated ``frames`` times. Each row's index fields: the core ``file, label,
+item``, then ``kind, window, start_frame, end_frame`` (source frame indices, inclusive) ``, start_time,
+end_time`` (seconds, of those frames) ``, num_frames, padded``.
 
 **Frames.** Decoded with ``levjepa.data.eval_clip.load_eval_video`` (scaled down to a short side of
 ``size`` inside FFmpeg), then resized to short side ``size`` and centre-cropped to a square multiple of the
@@ -16,39 +22,37 @@ memory at that size (about 10 minutes of 15 fps video at stride 2 and 224 px ≈
 **Features.** ``cls`` [R, D] and ``mean`` (patch tokens averaged) [R, D] in float32; with ``patches``,
 every patch token [R, T'·h·w, D] in float16, in time-major (t, y, x) order. Windows are batched across
 files (``batch_size`` windows per forward), the encoder frozen, nothing dropped. With ``stream`` the
-video is pushed through ``levjepa.infer.StreamingEncoder(window=window)`` ``stride`` frames at a time and a
-row is read after the first ``window`` frames and after every push: CLS over the last ``window`` frames and
-the patch features of those frames — computed with the banded (sliding-window) causal attention over the
-whole history, never recomputing the past. The first row of a video equals the windowed mode's; later
-rows differ because their tokens also saw (through earlier layers) frames before the window.
+video is pushed through ``levjepa.infer.StreamingEncoder(window=frames)`` ``stride`` frames at a time and a
+row is read after the first window and after every push: CLS over the last window's frames and the patch
+features of those frames — computed with the banded (sliding-window) causal attention over the whole
+history, never recomputing the past. The first row of a video equals the windowed mode's; later rows differ
+because their tokens also saw (through earlier layers) frames before the window. Both modes' rows go through
+the same writer.
 
 **Decoding** runs in ``workers`` worker processes (``levjepa.data.workers.safe_map``), two files ahead per
 worker; the encoder runs on ``device`` (``auto``: the GPU when there is one) through the one frozen forward,
 ``levjepa.infer.encode.encode`` (bf16 autocast on CUDA, float32 on the CPU; the streaming rows under the same
 precision rule).
 
-**Output** (``out/``): ``features-00000.safetensors`` … (tensors ``cls``, ``mean``, ``patches``; shards of
-``shard_rows`` rows) or ``cls-00000.npy`` / ``mean-…`` / ``patches-…`` with ``format="npy"``;
-``index.jsonl``: one JSON object per row — ``row, shard, offset, path, kind, label, window, start_frame,
-end_frame`` (source frame indices, inclusive) ``, start_time, end_time`` (seconds, of those frames)
-``, num_frames, padded``; ``bad_files.json``: every file that could not be read, with the reason (a bad
-file is reported and skipped, never fatal — but a source of which no file could be read is an error);
-``extract.json``: the settings and counts; ``labels.json``: the class name -> label map when an index
-file labels its rows by name. Every feature file is written atomically
-(``levjepa.eval.feature_writer``).
+**Output** (``out/``, layout ``format``): ``safetensors`` — ``features-KKKKK.safetensors`` (tensors ``cls``,
+``mean``, ``patches``), shards of ``shard_rows`` rows; ``npy`` — ``cls-KKKKK.npy`` / ``mean-…`` /
+``patches-…``; ``per_video`` — one ``<name>.npy`` [windows, D] per file (``per_video_feature``: mean or
+cls) and ``<name>.patches.npy`` (the temporal-action-detection layout; names from :func:`video_names`).
+Then the feature set's ``index-KKKKK.jsonl`` / ``<name>.jsonl`` per unit, ``index.jsonl`` (every row, with
+``row, shard, offset``), ``bad_files.json`` (a bad file is reported and skipped, never fatal — but a source
+of which no file could be read is an error), ``store.json``, and ``labels.json`` (the class name -> label
+map when an index file labels its rows by name). Read them back with :func:`read_rows` (the rows) and
+``levjepa.eval.feature_set.FeatureSet`` (any rows of any array).
 
-**Run again into the same output.** ``extract.json`` records, from the start of a job, its *signature*: the
-encoder's fingerprint (``levjepa.model.fingerprint.function_fingerprint``: a hash of its config and weights) and
-every setting that changes a feature (all of :class:`ExtractConfig` but ``workers`` and ``batch_size``). A job
-into a folder that holds features continues only under the same signature: ``per_video`` keeps the videos
-already written and computes the others; the shard formats keep every complete shard (its files written and
-all its rows in ``index.jsonl``), drop the rest, and go on from the file the last kept row came from (its rows
-already kept are computed again and not written twice), so the shards end as an uninterrupted job's would;
-their signature also holds a hash of the list of files (``levjepa.data.sources.items_hash``), since the
-position they continue from is one in that list.
-Under another signature — or features without one — a folder is refused with one line naming what differs,
-unless ``overwrite=True`` deletes the old features first. A folder never mixes two encoders or two settings.
-Unreadable files are written to the report as they are met.
+**Run again into the same output.** ``store.json`` records from the start the encoder's function
+fingerprint, the layout, every setting that changes a feature (all of :class:`ExtractConfig` but
+``workers`` and ``batch_size``) and the list of files (its hash). A job into a folder continues only the
+same job: the units whose index exists are kept (a shard; with ``per_video``, a file), and the job goes on
+from there — the shards from the file the last kept row came from (its rows already kept are computed again
+and not written twice) — so a job killed at any point (``kill -9`` included) and run again ends with the
+files of an uninterrupted run. Anything else — another encoder, setting or list of files, or features of an
+older levjepa (``extract.json``) — is refused in one line naming what differs, unless ``overwrite=True``
+deletes the old features first. A folder never mixes two encoders or two settings.
 
 **Stopping.** A SIGTERM or SIGUSR1 (a scheduler's pre-emption) stops the job at once with one line (what was
 written, and that the same command continues it) and ``levjepa extract`` exits with status 75 (requeue); every
@@ -74,12 +78,12 @@ from torch import Tensor
 
 from levjepa import distributed
 from levjepa.config import check, to_dict
-from levjepa.data import BadFileReport, DataError, list_media, normalize
-from levjepa.data.eval_clip import load_eval_clip, load_eval_video
+from levjepa.data import DataError, list_media, normalize
+from levjepa.data.eval_clip import ViewSpec, load_eval_clip, load_eval_video
 from levjepa.data.progress import Progress
 from levjepa.data.sources import MediaItem, items_hash, media_kind, read_index_labels
 from levjepa.data.workers import safe_map
-from levjepa.eval.feature_writer import save_npy, write_shard
+from levjepa.eval.feature_set import VERSION, Unit, clear_unit, finish, open_for_writing, read_rows, unit_done
 from levjepa.infer.encode import encode, frozen, precision
 from levjepa.infer.stream import StreamingEncoder
 from levjepa.model.fingerprint import function_fingerprint
@@ -92,22 +96,21 @@ __all__ = [
     "ExtractResult",
     "extract",
     "read_index",
-    "signature",
+    "read_rows",
     "video_names",
     "window_starts",
 ]
 
-# settings that do not change a feature (everything else of ExtractConfig is part of the signature)
-_NOT_IN_SIGNATURE = ("workers", "batch_size")
+read_index = read_rows  # the name extraction's reader had: kept for existing imports
 
 
 @dataclass(frozen=True)
 class ExtractConfig:
-    window: int = 16  # frames per row (kept frames, after frame_stride)
+    """How files become rows (``views``: how frames are taken; ``stride``: frames between window starts),
+    what is stored, and how the work is cut (module doc)."""
+
+    views: ViewSpec = field(default_factory=ViewSpec)  # frames per window, frame_stride or fps, size
     stride: int = 8  # frames between window starts
-    frame_stride: int = 2  # keep every n-th source frame (ignored when target_fps is set)
-    target_fps: float | None = None
-    size: int = 224  # short side, then centre square crop (multiple of the patch size)
     patches: bool = False  # also store every patch token (float16)
     batch_size: int = 8  # windows per forward pass
     stream: bool = False  # use the KV-cache StreamingEncoder instead of independent windows
@@ -117,15 +120,13 @@ class ExtractConfig:
     workers: int = 2  # decoding processes (0: decode in this process)
 
     def __post_init__(self) -> None:
-        check(self.window >= 1, f"extract.window={self.window}: must be >= 1 frame")
+        v = self.views
+        check(v.segments == 1 and v.crops == 1, f"extract.views: {v.segments}×{v.crops} views: windows are one crop")
         check(
-            1 <= self.stride <= self.window,
-            f"extract.stride={self.stride}: must be in 1..window={self.window} (a larger stride leaves frames "
-            "in no window)",
+            1 <= self.stride <= v.frames,
+            f"extract.stride={self.stride}: must be in 1..frames={v.frames} (a larger stride leaves frames in no "
+            "window)",
         )
-        check(self.frame_stride >= 1, f"extract.frame_stride={self.frame_stride}: must be >= 1")
-        check(self.target_fps is None or self.target_fps > 0, f"extract.target_fps={self.target_fps}: must be > 0")
-        check(self.size >= 1, f"extract.size={self.size}: must be >= 1 pixel")
         check(self.batch_size >= 1, f"extract.batch_size={self.batch_size}: must be >= 1")
         check(self.shard_rows >= 1, f"extract.shard_rows={self.shard_rows}: must be >= 1")
         check(
@@ -137,6 +138,23 @@ class ExtractConfig:
             f"extract.per_video_feature={self.per_video_feature!r}: valid choices are mean, cls",
         )
         check(self.workers >= 0, f"extract.workers={self.workers}: must be >= 0")
+
+    @property
+    def window(self) -> int:
+        """Frames per row."""
+        return self.views.frames
+
+    def storage(self) -> dict[str, Any]:
+        """The settings that change a stored byte (the manifest's ``config``): all but ``workers`` and
+        ``batch_size`` (per-row results do not depend on the batch on the CPU)."""
+        v = self.views
+        out: dict[str, Any] = {"frames": v.frames, "frame_stride": v.frame_stride, "fps": v.fps, "size": v.size}
+        out.update(stride=self.stride, patches=self.patches, stream=self.stream)
+        if self.format == "per_video":
+            out["per_video_array"] = self.per_video_feature
+        else:
+            out["shard_rows"] = self.shard_rows
+        return out
 
 
 def window_starts(num_frames: int, window: int, stride: int) -> list[int]:
@@ -165,96 +183,69 @@ class ExtractResult:
 
 
 @dataclass
-class _ShardsDone:
-    """What an earlier job of the same signature left of the shard formats: its complete shards (files written
-    and every row in ``index.jsonl``), their rows, and the rows of each file they hold."""
+class _Resume:
+    """What earlier jobs of the same manifest left of the shard layouts: the done shards (a prefix: one process
+    writes them in order), their rows, the rows of each item they hold, the files they reported."""
 
-    shards: list[str] = field(default_factory=list)
+    shards: int = 0
     rows: int = 0
-    per_file: dict[str, int] = field(default_factory=dict)
-    last: str | None = None  # the last file with rows in them (possibly only some of its rows)
+    per_item: dict[int, int] = field(default_factory=dict)
+    last: int = 0  # the last item with rows in them (possibly only some of its rows)
+    bad: set[str] = field(default_factory=set)
 
 
-def _shards_done(out: Path, cfg: ExtractConfig) -> _ShardsDone:
-    """Read an earlier job's ``index.jsonl`` (module doc): keep its complete shards, rewrite the index to them
-    and delete any later shard's files, so the job continues at a shard boundary and ends with the files of an
-    uninterrupted run."""
-    index = out / "index.jsonl"
-    rows: list[dict[str, Any]] = []
-    if index.is_file():
-        for line in index.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a line cut by the stop
-    fmt = "safetensors" if cfg.format == "safetensors" else "npy"
-    done, k = _ShardsDone(), 0
-    while True:
-        shard = [r for r in rows[k * cfg.shard_rows : (k + 1) * cfg.shard_rows] if r.get("shard") == k]
-        first = out / (f"features-{k:05d}.safetensors" if fmt == "safetensors" else f"cls-{k:05d}.npy")
-        if len(shard) < cfg.shard_rows or not first.is_file():
-            break
-        done.shards.append(first.name if fmt == "safetensors" else f"{{cls,mean,...}}-{k:05d}.npy")
-        k += 1
-    kept = rows[: k * cfg.shard_rows]
-    done.rows = len(kept)
-    for r in kept:
-        done.per_file[r["path"]] = done.per_file.get(r["path"], 0) + 1
-    done.last = kept[-1]["path"] if kept else None
-    atomic_write_text(index, "".join(json.dumps(r) + "\n" for r in kept))
-    for stale in out.glob("*-*.npy") if fmt == "npy" else out.glob("features-*.safetensors"):
-        number = stale.stem.rsplit("-", 1)[-1]
-        if number.isdigit() and int(number) >= k:
-            stale.unlink()
+def _resume(out: Path, layout: str) -> _Resume:
+    done = _Resume()
+    while unit_done(out, layout, f"{done.shards:05d}"):
+        unit = f"{done.shards:05d}"
+        for line in (out / f"index-{unit}.jsonl").read_text().splitlines():
+            item = int(json.loads(line)["item"])
+            done.per_item[item] = done.per_item.get(item, 0) + 1
+            done.rows, done.last = done.rows + 1, item
+        if (out / f"bad-{unit}.json").is_file():
+            done.bad.update(p for p, _ in json.loads((out / f"bad-{unit}.json").read_text()))
+        done.shards += 1
     return done
 
 
 class _Writer:
-    """Accumulates rows and writes a shard every ``shard_rows`` rows."""
+    """Extraction's rows into the feature set's units (``levjepa.eval.feature_set.Unit``): shards of
+    ``shard_rows`` rows, or with ``per_video`` one unit per file; :meth:`flush` writes the current unit."""
 
-    def __init__(self, out: Path, cfg: ExtractConfig, done: _ShardsDone | None = None) -> None:
+    def __init__(self, out: Path, cfg: ExtractConfig, resume: _Resume | None = None) -> None:
         self.out, self.cfg = out, cfg
-        self.buf: dict[str, list[Tensor]] = {"cls": [], "mean": [], "patches": []}
-        self.meta: list[dict[str, Any]] = []
-        done = done or _ShardsDone()
-        self.rows, self.shards = done.rows, list(done.shards)
-        self.skip = dict(done.per_file)  # rows of a file an earlier job wrote: computed again, not written twice
-        self.index = (out / "index.jsonl").open("a" if done.rows else "w")
+        resume = resume or _Resume()
+        self.k, self.rows = resume.shards, resume.rows
+        self.skip = dict(resume.per_item)  # rows of an item an earlier job wrote: computed again, not written twice
+        self.unit = Unit(f"{self.k:05d}")
 
-    def add(self, metas: list[dict[str, Any]], cls: Tensor, mean: Tensor, patches: Tensor | None) -> None:
-        for i, m in enumerate(metas):
-            if self.skip.get(m["path"], 0) > 0:
-                self.skip[m["path"]] -= 1
+    def add(self, rows: list[dict[str, Any]], cls: Tensor, mean: Tensor, patches: Tensor | None) -> None:
+        for i, row in enumerate(rows):
+            if self.skip.get(row["item"], 0) > 0:
+                self.skip[row["item"]] -= 1
                 continue
-            self.meta.append(m)
-            self.buf["cls"].append(cls[i])
-            self.buf["mean"].append(mean[i])
-            if patches is not None:
-                self.buf["patches"].append(patches[i])
-            if len(self.meta) == self.cfg.shard_rows:
+            arrays = {"cls": cls[i : i + 1], "mean": mean[i : i + 1]}
+            self.unit.add([row], {**arrays, "patches": None if patches is None else patches[i : i + 1]})
+            if self.cfg.format != "per_video" and len(self.unit) == self.cfg.shard_rows:
                 self.flush()
 
-    def flush(self) -> None:
-        if not self.meta:
-            return
-        k = self.rows // self.cfg.shard_rows
-        tensors = {name: torch.stack(v) for name, v in self.buf.items() if v}
-        fmt: Literal["npy", "safetensors"] = "safetensors" if self.cfg.format == "safetensors" else "npy"
-        names = write_shard(self.out, k, tensors, fmt, {"rows": len(self.meta), "first_row": self.rows})
-        if fmt == "safetensors":
-            self.shards += names
-        else:
-            self.shards.append(f"{{cls,mean{',patches' if 'patches' in tensors else ''}}}-{k:05d}.npy")
-        for offset, m in enumerate(self.meta):
-            self.index.write(json.dumps({"row": self.rows + offset, "shard": k, "offset": offset, **m}) + "\n")
-        self.index.flush()
-        self.rows += len(self.meta)
-        self.buf = {"cls": [], "mean": [], "patches": []}
-        self.meta = []
+    def bad(self, path: str, reason: str) -> None:
+        self.unit.bad.append((path, reason))
 
-    def close(self) -> None:
-        self.flush()
-        self.index.close()
+    def flush(self) -> None:
+        """Write the current unit (a shard: when it has rows or reports), and start the next."""
+        unit = self.unit
+        if self.cfg.format == "per_video" or len(unit) or unit.bad:
+            unit.write(self.out, self.cfg.format, self.cfg.per_video_feature)
+            self.rows += len(unit)
+            self.k += 1
+        self.unit = Unit(f"{self.k:05d}")
+
+    def file_done(self, name: str) -> None:
+        """With ``per_video``: the file's rows (or its report) are whole: its unit ``name`` is written."""
+        if self.cfg.format == "per_video":
+            self.unit.name = name
+            self.flush()
 
 
 def video_names(items: list[MediaItem]) -> list[str]:
@@ -268,38 +259,6 @@ def video_names(items: list[MediaItem]) -> list[str]:
         os.path.splitext(os.path.relpath(os.path.abspath(it.path), root))[0].replace(os.sep, "__") if s in dup else s
         for it, s in zip(items, stems, strict=True)
     ]
-
-
-class _PerVideoWriter:
-    """Rows of the current file, written as ``<name>.npy`` (+ ``.patches.npy``) and ``<name>.json`` when it ends."""
-
-    def __init__(self, out: Path, cfg: ExtractConfig) -> None:
-        self.out, self.cfg = out, cfg
-        self.meta: list[dict[str, Any]] = []
-        self.feats: list[Tensor] = []
-        self.patches: list[Tensor] = []
-        self.rows = 0
-        self.shards: list[str] = []
-
-    def add(self, metas: list[dict[str, Any]], cls: Tensor, mean: Tensor, patches: Tensor | None) -> None:
-        self.meta.extend(metas)
-        self.feats.append(mean if self.cfg.per_video_feature == "mean" else cls)
-        if patches is not None:
-            self.patches.append(patches)
-
-    def finish(self, name: str) -> None:
-        if not self.meta:
-            return
-        save_npy(self.out / f"{name}.npy", torch.cat(self.feats).float().numpy())
-        if self.patches:
-            save_npy(self.out / f"{name}.patches.npy", torch.cat(self.patches).half().numpy())
-        rows = [{"file": f"{name}.npy", "offset": i, **m} for i, m in enumerate(self.meta)]
-        atomic_write_text(self.out / f"{name}.json", json.dumps(rows) + "\n")
-        self.rows += len(rows)
-        self.meta, self.feats, self.patches = [], [], []
-
-    def close(self) -> None:
-        pass
 
 
 def _video_windows(
@@ -370,9 +329,7 @@ class _Batcher:
     """Windows of any number of files, encoded ``batch_size`` at a time by the frozen encoder (nothing dropped)
     and handed to the writer in the order they came."""
 
-    def __init__(
-        self, encoder: VideoEncoder, writer: _Writer | _PerVideoWriter, cfg: ExtractConfig, device: str
-    ) -> None:
+    def __init__(self, encoder: VideoEncoder, writer: _Writer, cfg: ExtractConfig, device: str) -> None:
         self.encoder, self.writer, self.cfg, self.device = encoder, writer, cfg, device
         self.pending: list[tuple[dict[str, Any], Tensor]] = []
 
@@ -396,27 +353,33 @@ def _load(items: list[MediaItem], cfg: ExtractConfig, patch: int, i: int) -> tup
     """``(frames uint8 [N, S, S, 3], timestamps [N], source fps)`` of file ``i``, through the evaluation
     transform (in a decoding worker); an image is ``window`` copies of itself. Raises ``DataError`` (and what
     decoders raise)."""
-    item = items[i]
+    item, v = items[i], cfg.views  # the one place the views become decoder arguments
     if item.kind == "image":
-        image = load_eval_clip(item.path, num_frames=cfg.window, size=cfg.size, patch=patch, kind="image")
-        return image, torch.zeros(cfg.window), 1.0
-    video = load_eval_video(
-        item.path, size=cfg.size, patch=patch, frame_stride=cfg.frame_stride, target_fps=cfg.target_fps
-    )
+        image = load_eval_clip(item.path, num_frames=v.frames, size=v.size, patch=patch, kind="image")
+        return image, torch.zeros(v.frames), 1.0
+    video = load_eval_video(item.path, size=v.size, patch=patch, frame_stride=v.frame_stride, target_fps=v.fps)
     if len(video.frames) == 0:
         raise DataError(f"truncated: {item.path} decoded to no frame")
     return video.frames, video.timestamps, video.source_fps
 
 
 def _add_rows(
-    item: MediaItem, frames: Tensor, timestamps: Tensor, fps: float, cfg: ExtractConfig, batcher: _Batcher
+    items: list[MediaItem],
+    i: int,
+    frames: Tensor,
+    timestamps: Tensor,
+    fps: float,
+    cfg: ExtractConfig,
+    batcher: _Batcher,
 ) -> None:
-    """Every row of one loaded file: its windows to the batcher, or (``stream``) the streaming encoder's rows
+    """Every row of loaded file ``i``: its windows to the batcher, or (``stream``) the streaming encoder's rows
     straight to the writer."""
-    base = {"path": item.path, "kind": item.kind, "label": item.label}
+    item = items[i]
+    base = {"file": item.path, "label": item.label, "item": i, "kind": item.kind}
     if item.kind == "image":
         batcher.add({**base, **_window_meta(0, 0, 0, [0], torch.zeros(1), cfg.window, False)}, frames)
     elif cfg.stream:
+        batcher.flush()  # an image's row before this video's: rows stay in the order of the files
         for meta, cls, mean, patches in _stream_rows(batcher.encoder, frames, timestamps, fps, cfg, batcher.device):
             half = None if patches is None else patches[None].half()
             batcher.writer.add([{**base, **meta}], cls[None], mean[None], half)
@@ -436,12 +399,6 @@ def _check_encoder(encoder: VideoEncoder, cfg: ExtractConfig) -> None:
         )
 
 
-def signature(encoder: VideoEncoder, cfg: ExtractConfig) -> dict[str, Any]:
-    """What the features of a job depend on (module doc): the encoder's fingerprint and the settings."""
-    settings = {k: v for k, v in to_dict(cfg).items() if k not in _NOT_IN_SIGNATURE}
-    return {"encoder": function_fingerprint(encoder), **settings}
-
-
 def _list_items(sources: list[str]) -> tuple[list[MediaItem], dict[str, int] | None]:
     """Every item of ``sources`` and, when index files label rows by class name, one name -> label map over
     all of them (``labels.json``; the index's ``label`` field holds the numbers)."""
@@ -458,47 +415,28 @@ def _list_items(sources: list[str]) -> tuple[list[MediaItem], dict[str, int] | N
     return items, classes
 
 
-def _outputs(out: Path) -> list[Path]:
-    """The files of an extraction in ``out`` (what ``overwrite`` deletes; nothing else of the folder)."""
-    names = ("index.jsonl", "extract.json", "bad_files.json", "labels.json")
-    found = [out / n for n in names if (out / n).is_file()]
-    found += sorted(out.glob("features-*.safetensors")) + sorted(out.glob("bad_files-*.json"))
-    found += sorted(p for p in out.glob("*.npy"))
-    found += sorted(p for p in out.glob("*.json") if p.with_suffix(".npy").is_file())  # per-video rows
-    return found
+def _manifest(encoder: VideoEncoder, cfg: ExtractConfig, items: list[MediaItem]) -> dict[str, Any]:
+    """The feature set's manifest of a job (``levjepa.eval.feature_set``): what its features depend on."""
+    return {
+        "version": VERSION,
+        "cutter": "extract",
+        "layout": cfg.format,
+        "config": cfg.storage(),
+        "encoder": function_fingerprint(encoder),
+        "patch": encoder.cfg.patch_size,
+        "items": len(items),
+        "items_sha1": items_hash(items),
+    }
 
 
-def _open_output(out: Path, sig: dict[str, Any], *, overwrite: bool, is_main: bool) -> None:
-    """Make ``out`` ready for a job of signature ``sig`` (module doc): continue, refuse, or delete what an
-    earlier job of another signature left. Records ``sig`` in ``extract.json`` before any feature is written."""
-    previous = _outputs(out)
-    if previous and is_main:
-        record = out / "extract.json"
-        saved = json.loads(record.read_text()).get("signature") if record.is_file() else None
-        if saved != sig:
-            if not overwrite:
-                if saved is None:
-                    what = "features without a recorded encoder and settings (an older levjepa, or an unfinished job)"
-                else:
-                    keys = [k for k in sig if saved.get(k) != sig.get(k)]
-                    changed = [f"{k} {saved.get(k)!r} -> {sig.get(k)!r}" for k in keys]
-                    if keys == ["files"]:  # the shard formats continue over the same list of files only
-                        what = "features of another list of files (the source's files or their order changed)"
-                    else:
-                        what = "features of another " + ("encoder" if "encoder" in keys else "setting")
-                        what += f" ({', '.join(changed)})"
-                raise DataError(
-                    f"{out} holds {what}: choose another --out, or pass --overwrite to delete them and extract again"
-                )
-            previous_files = previous
-        else:
-            previous_files = []  # the same job: kept, and continued (per-video files, complete shards)
-        for path in previous_files:
-            path.unlink()
-    distributed.barrier()
-    if is_main:
-        atomic_write_text(out / "extract.json", json.dumps({"signature": sig, "status": "running"}, indent=2) + "\n")
-    distributed.barrier()
+def _shard_names(cfg: ExtractConfig, counts: list[int]) -> list[str]:
+    """What the result says was written: the shard files, or the per-video names' pattern."""
+    if cfg.format == "per_video":
+        return ["<name>.npy per video"]
+    if cfg.format == "safetensors":
+        return [f"features-{k:05d}.safetensors" for k, n in enumerate(counts) if n]
+    arrays = "cls,mean" + (",patches" if cfg.patches else "")
+    return [f"{{{arrays}}}-{k:05d}.npy" for k, n in enumerate(counts) if n]
 
 
 def extract(
@@ -513,12 +451,12 @@ def extract(
 ) -> ExtractResult:
     """Extract features of every video/image of ``source`` (a folder, an index file, a file, or a list of
     paths) into ``out_dir`` (see the module doc). Bad files are reported in ``bad_files.json``; a source of
-    which no file can be read raises ``DataError``. ``out_dir`` holding features of another encoder or
-    settings is refused (``DataError``) unless ``overwrite`` deletes them first."""
+    which no file can be read raises ``DataError``. ``out_dir`` holding features of another encoder, settings
+    or list of files, or of an older format, is refused (``DataError``) unless ``overwrite`` deletes them
+    first."""
     start = time.perf_counter()
     device = distributed.resolve_device(device)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     items, classes = _list_items(source if isinstance(source, list) else [str(source)])
     if not items:
         raise DataError(f"missing: extract found no video or image in {source!r}")
@@ -527,105 +465,83 @@ def extract(
     rank, world = distributed.rank(), distributed.world_size()
     if world > 1 and not per_video:
         raise ValueError("extract under torchrun: use --format per_video (one file per video, split over ranks)")
-    sig = signature(encoder, cfg)
-    if not per_video:  # the shards continue at a position in the list of files: the list must be the same
-        sig["files"] = items_hash(items)
-    _open_output(out, sig, overwrite=overwrite, is_main=rank == 0)
+    manifest = _manifest(encoder, cfg, items)
+    hint = "choose another --out, or pass --overwrite to delete them and extract again"
+    done = open_for_writing(out, manifest, overwrite=overwrite, hint=hint)
     if classes and rank == 0:
         atomic_write_text(out / "labels.json", json.dumps(classes, indent=2) + "\n")
     names = video_names(items) if per_video else []
-    order = [i for i in range(rank, len(items), world) if not (per_video and (out / f"{names[i]}.json").is_file())]
-    bad_path = out / (f"bad_files-{rank}.json" if per_video else "bad_files.json")
-    report = BadFileReport(warn=False)
-    writer: _Writer | _PerVideoWriter
-    if per_video:
-        writer = _PerVideoWriter(out, cfg)
+    if done is not None:
+        order: list[int] = []
+        writer = _Writer(out, cfg)
+    elif per_video:
+        order = [i for i in range(rank, len(items), world) if not unit_done(out, "per_video", names[i])]
+        for i in order:
+            clear_unit(out, "per_video", names[i])
+        writer = _Writer(out, cfg)
     else:
-        done = _shards_done(out, cfg)
-        if done.last is not None:  # continue at the last file an earlier job wrote rows of
-            order = order[[items[i].path for i in order].index(done.last) :]
-        writer = _Writer(out, cfg, done)
-    if bad_path.is_file():  # an earlier job's unreadable files stay reported
-        report.merge(BadFileReport.read(bad_path))
+        resume = _resume(out, cfg.format)
+        clear_unit(out, cfg.format, f"{resume.shards:05d}")  # what a stopped job left of the shard it was writing
+        order = [i for i in range(resume.last, len(items)) if items[i].path not in resume.bad]
+        writer = _Writer(out, cfg, resume)
     batcher = _Batcher(encoder, writer, cfg, device)
     report_progress = Progress(len(order), "extract", "file", show=progress and rank == 0)
     load = functools.partial(_load, items, cfg, encoder.cfg.patch_size)
     stopped = functools.partial(_stopped_line, out, writer)
     with stop_now_on_signals(stopped):
         for i, loaded, reason in safe_map(load, order, cfg.workers):
-            item = items[i]
             if loaded is None:
-                report.add(item.path, reason)
-                report.write(bad_path)  # as it goes: a stopped job loses no report
+                batcher.flush()  # rows before the report: a shard holds the reports of the files it passed
+                writer.bad(items[i].path, reason)
             else:
                 frames, timestamps, fps = loaded
                 with frozen(encoder):  # the streaming rows run the encoder outside encode()
-                    _add_rows(item, frames, timestamps, fps, cfg, batcher)
-                if isinstance(writer, _PerVideoWriter):
-                    batcher.flush()
-                    writer.finish(names[i])
+                    _add_rows(items, i, frames, timestamps, fps, cfg, batcher)
+            if per_video:
+                batcher.flush()
+                writer.file_done(names[i])
             report_progress.update(1, f"{writer.rows} rows")
         batcher.flush()
-        writer.close()
+        if not per_video:
+            writer.flush()
     report_progress.close(f"{writer.rows} rows")
-    rows = -1  # known on rank 0 only
-    if per_video:
-        distributed.barrier()
-        if rank == 0:
-            rows, report = _merge_per_video(out, names, world)
-        distributed.barrier()
-        shards = ["<name>.npy per video"]
-        total_rows = rows
-    else:
-        report.write(out / "bad_files.json")
-        shards, total_rows = writer.shards, writer.rows
-    if rank == 0 and report.total == len(items):
+    distributed.barrier()
+    if rank == 0 and done is None:
+        units = names if per_video else [f"{k:05d}" for k in range(writer.k)]
+        _drop_later_shards(out, cfg.format, writer.k)
+        done = finish(out, manifest, cfg.format, units)
+    distributed.barrier()
+    record = done if done is not None else json.loads((out / "store.json").read_text())
+    if rank == 0 and record["bad_files"] == len(items):
         raise DataError(
             f"unreadable: none of the {len(items)} file(s) of {source!r} could be read (reasons in "
             f"{out / 'bad_files.json'}); check the paths and `levjepa data check SOURCE`"
         )
-    result = ExtractResult(
-        rows=total_rows,
-        files=len(items) - report.total,
-        bad_files=report.total,
-        shards=shards,
+    return ExtractResult(
+        rows=record["rows"],
+        files=len(items) - record["bad_files"],
+        bad_files=record["bad_files"],
+        shards=_shard_names(cfg, record["shard_rows"]),
         seconds=time.perf_counter() - start,
         out_dir=str(out),
-        info={"config": to_dict(cfg), "bad_file_counts": report.counts, "device": device},
+        info={"config": to_dict(cfg), "device": device},
     )
-    if rank == 0:
-        record = {"signature": sig, "status": "complete", **vars(result)}
-        atomic_write_text(out / "extract.json", json.dumps(record, indent=2) + "\n")
-    return result
 
 
-def _stopped_line(out: Path, writer: _Writer | _PerVideoWriter, signal_name: str) -> str:
+def _drop_later_shards(out: Path, layout: str, shards: int) -> None:
+    """Delete the files of shards numbered ``shards`` or more (none of this job's; a stopped job's unit)."""
+    if layout == "per_video":
+        return
+    kinds = ("cls", "mean", "patches", "features", "index", "bad")
+    for path in [*out.glob("*-*.npy"), *out.glob("*-*.json"), *out.glob("*-*.jsonl"), *out.glob("*-*.safetensors")]:
+        kind, _, number = path.stem.partition("-")
+        if kind in kinds and number.isdigit() and int(number) >= shards:
+            path.unlink()
+
+
+def _stopped_line(out: Path, writer: _Writer, signal_name: str) -> str:
     """What ``extract`` says when a signal stops it (``levjepa.train.preemption.stop_now_on_signals``)."""
     return (
         f"{signal_name} received: stopped with {writer.rows} row(s) written to {out}; every file written is "
         "complete, and the same command continues where this one stopped"
     )
-
-
-def _merge_per_video(out: Path, names: list[str], world: int) -> tuple[int, BadFileReport]:
-    """``index.jsonl`` from every video's ``<name>.json`` in source order, and the ranks' bad files merged."""
-    report = BadFileReport(warn=False)
-    for r in range(world):
-        if (out / f"bad_files-{r}.json").is_file():
-            report.merge(BadFileReport.read(out / f"bad_files-{r}.json"))
-    rows = 0
-    lines = []
-    for name in names:
-        path = out / f"{name}.json"
-        if path.is_file():
-            for row in json.loads(path.read_text()):
-                lines.append(json.dumps({"row": rows, **row}) + "\n")
-                rows += 1
-    atomic_write_text(out / "index.jsonl", "".join(lines))
-    report.write(out / "bad_files.json")
-    return rows, report
-
-
-def read_index(out_dir: str | Path) -> list[dict[str, Any]]:
-    """The rows of ``index.jsonl`` (one dict per feature row, in row order)."""
-    return [json.loads(line) for line in (Path(out_dir) / "index.jsonl").read_text().splitlines() if line.strip()]

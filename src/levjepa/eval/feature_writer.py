@@ -1,10 +1,11 @@
 """The one way features reach the disk: arrays written atomically through ``levjepa.weights``' writers.
 
-Feature stores (``feature_store.py``) and extraction (``extract.py``) both write here: a ``.npy`` array
-(:func:`save_npy`, plain ``numpy.save`` bytes, so ``numpy.load(path, mmap_mode="r")`` maps it) or a shard of
-several named arrays (:func:`write_shard`: one ``.npy`` per array, or one ``.safetensors`` file). Every file
-goes to a temporary name, is synced and renamed (``levjepa.weights.atomic_write_bytes``), so a killed job
-leaves either the old file or the whole new one, never half of it.
+Feature sets (``feature_set.py``: the stores of ``feature_store.py`` and extraction's, ``extract.py``) write
+here: a ``.npy`` array (:func:`save_npy`, plain ``numpy.save`` bytes, so ``numpy.load(path, mmap_mode="r")``
+maps it) or a shard of several named arrays (:func:`write_shard`: one ``.npy`` per array, or one
+``.safetensors`` file). Every file goes to a temporary name, is synced and renamed
+(``levjepa.weights.atomic_write_bytes``), so a killed job leaves either the old file or the whole new one,
+never half of it.
 """
 
 from __future__ import annotations
@@ -31,19 +32,20 @@ def save_npy(path: Path, array: np.ndarray) -> None:
 
 def write_shard(
     out: Path,
-    k: int,
+    unit: str,
     arrays: Mapping[str, Tensor],
     fmt: Literal["npy", "safetensors"],
     metadata: Mapping[str, Any] | None = None,
 ) -> list[str]:
-    """Shard ``k`` of ``arrays`` in ``out``: ``<name>-KKKKK.npy`` per array, or ``features-KKKKK.safetensors``
-    holding them all (with ``metadata``); returns the file names written."""
+    """Shard ``unit`` (``KKKKK``, the shard number in five digits) of ``arrays`` in ``out``: ``<name>-KKKKK.npy``
+    per array, or ``features-KKKKK.safetensors`` holding them all (with ``metadata``); returns the file names
+    written."""
     if fmt == "safetensors":
-        name = f"features-{k:05d}.safetensors"
+        name = f"features-{unit}.safetensors"
         save_tensors(out / name, arrays, metadata)
         return [name]
     names = []
     for a, t in arrays.items():
-        names.append(f"{a}-{k:05d}.npy")
+        names.append(f"{a}-{unit}.npy")
         save_npy(out / names[-1], t.numpy())
     return names
