@@ -14,7 +14,7 @@ import torch
 
 import levjepa
 from levjepa.commands import export as export_mod
-from levjepa.config import to_dict
+from levjepa.config import ConfigError, to_dict
 from levjepa.formats.export import export_encoder
 from levjepa.formats.load import load, load_encoder, load_projector, random_encoder
 from levjepa.model import Projector, VideoEncoder, encoder_config
@@ -273,3 +273,28 @@ def test_weights_continued_from_the_official_ones_keep_their_licence_and_origin(
     assert side["license"] == "mit" and side["derived_from"]["imported_from"] is None
     side, card = _export_of(make_run_dir(tmp_path / "f", init_from=str(tmp_path / "gone")), tmp_path / "export-gone")
     assert side["license"] == "other" and "could not be read" in card and "license: mit" not in card
+
+
+def test_preprocessing_speaks_viewspecs_names_and_keeps_the_on_disk_keys(tmp_path):
+    """Preprocessing says ``frames`` as ViewSpec does; config.json's ``preprocessing`` and
+    preprocessor_config.json keep transformers' ``num_frames``, and an export reads back what it wrote."""
+    from dataclasses import fields
+
+    from levjepa.data.eval_clip import ViewSpec
+    from levjepa.formats.load import Preprocessing
+
+    shared = {"size", "frames", "frame_stride", "fps"}  # how frames are taken: one spelling for both
+    assert shared <= {f.name for f in fields(Preprocessing)} and shared <= {f.name for f in fields(ViewSpec)}
+    pre = Preprocessing(size=32, frames=8, frame_stride=3, fps=7.5)
+    record = pre.record()
+    assert list(record) == ["size", "num_frames", "frame_stride", "mean", "std", "fps"] and record["num_frames"] == 8
+    assert Preprocessing.from_record(record) == pre
+    with pytest.raises(ConfigError):
+        Preprocessing.from_record({**record, "frames": 8})  # both spellings at once: one is unknown on disk
+    out = export_encoder(make_run_dir(tmp_path), tmp_path / "out")
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    processor = json.loads((tmp_path / "out" / "preprocessor_config.json").read_text())
+    frames = out.preprocessing.frames if out.preprocessing is not None else None
+    assert config["preprocessing"]["num_frames"] == processor["num_frames"] == config["num_frames"] == frames
+    assert "frames" not in config["preprocessing"] and "frames" not in processor
+    assert load_encoder(tmp_path / "out").preprocessing == out.preprocessing

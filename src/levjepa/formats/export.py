@@ -99,7 +99,7 @@ def _hf_aliases(config: EncoderConfig, pre: Preprocessing) -> dict[str, Any]:
         "layer_norm_eps": config.norm_eps,
         "qkv_bias": config.qkv_bias,
         "image_size": pre.size,
-        "num_frames": pre.num_frames,
+        "num_frames": pre.record()["num_frames"],
     }
 
 
@@ -119,8 +119,7 @@ def preprocessor_config(pre: Preprocessing) -> dict[str, Any]:
         "do_normalize": True,
         "image_mean": list(pre.mean),
         "image_std": list(pre.std),
-        "num_frames": pre.num_frames,
-        "frame_stride": pre.frame_stride,
+        **{k: v for k, v in pre.record().items() if k in ("num_frames", "frame_stride")},
         **({} if pre.fps is None else {"fps": pre.fps}),  # the training rate, when the model records one
         "levjepa_version": __version__,
     }
@@ -169,7 +168,7 @@ def write_export(
         "levjepa_version": __version__,
         "encoder": to_dict(config),
         **_hf_aliases(config, pre),
-        "preprocessing": to_dict(pre),
+        "preprocessing": pre.record(),
         "weights": weights,
         "weights_note": note,
         "step": step,
@@ -363,7 +362,7 @@ def export_encoder(
     deploy = None
     if graphs != "none":
         side = pre.size if size is None else size
-        deploy = DeployConfig(pre.num_frames if window is None else window, side, side, dtype, quantize, opset)
+        deploy = DeployConfig(pre.frames if window is None else window, side, side, dtype, quantize, opset)
         check_deploy(loaded.encoder, deploy)  # before anything is written
     elif (window, size, dtype, quantize) != (None, None, "fp32", "none"):
         raise WeightsError("window, size, dtype and quantize shape the deployment graphs: export with --format onnx")
@@ -383,7 +382,7 @@ def export_encoder(
         classifier=None if head is None else (head[0], head[1].state_dict()),
     )
     if graphs == "onnx" and deploy is not None:
-        record = export_onnx(loaded.encoder, out, deploy, preprocessing=to_dict(pre), say=say)
+        record = export_onnx(loaded.encoder, out, deploy, preprocessing=pre.record(), say=say)
     elif graphs == "pt2" and deploy is not None:
         record = export_pt2(loaded.encoder, out, deploy)
     if deploy is not None:

@@ -45,7 +45,7 @@ from typing import Any, Literal, TypeVar
 
 import torch
 
-from levjepa.config import ConfigError, from_dict
+from levjepa.config import ConfigError, from_dict, to_dict
 from levjepa.data.views import IMAGENET_MEAN, IMAGENET_STD
 from levjepa.formats.official import Overrides, is_released_schema, read_official
 from levjepa.formats.origin import Origin
@@ -112,21 +112,41 @@ HUB_FORMAT = "levjepa-hub/1"
 @dataclass(frozen=True)
 class Preprocessing:
     """How a clip is prepared for the encoder: uint8 RGB frames ``/ 255``, minus ``mean``, over ``std``
-    (ImageNet's), ``num_frames`` frames every ``frame_stride``-th — or ``fps`` frames per second, the rate the
-    model was trained at when it is known — resized and centre-cropped to ``size``. Every reader takes its
-    defaults from it (``levjepa.formats.reading``)."""
+    (ImageNet's), ``frames`` frames every ``frame_stride``-th — or ``fps`` frames per second, the rate the model
+    was trained at when it is known — resized and centre-cropped to ``size``. Every reader takes its defaults
+    from it (``levjepa.formats.reading``). How frames are taken is spelled as ``levjepa.data.eval_clip.ViewSpec``
+    spells it (``size``, ``frames``, ``frame_stride``, ``fps``); on disk (``config.json``'s ``preprocessing``,
+    ``preprocessor_config.json``) the count is transformers' ``num_frames``, and :meth:`record` /
+    :meth:`from_record` are the one place that converts."""
 
     size: int = 224
-    num_frames: int = 16
+    frames: int = 16
     frame_stride: int = 2
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
     fps: float | None = None  # the training rate, when the model records one (the released weights: 7.5)
 
+    def record(self) -> dict[str, Any]:
+        """The on-disk ``preprocessing`` record (``frames`` written as ``num_frames``, the field order kept)."""
+        return {DISK_NAMES.get(k, k): v for k, v in to_dict(self).items()}
+
+    @staticmethod
+    def from_record(data: dict[str, Any]) -> Preprocessing:
+        """The preprocessing an on-disk record describes (:meth:`record`'s inverse); unknown keys raise, and so
+        does an in-memory name that has another name on disk (``frames``)."""
+        wrong = [k for k in data if k in DISK_NAMES]
+        if wrong:
+            raise ConfigError(f"unknown key(s) {', '.join(wrong)} (on disk: {', '.join(DISK_NAMES[k] for k in wrong)})")
+        memory = {v: k for k, v in DISK_NAMES.items()}
+        return from_dict(Preprocessing, {memory.get(k, k): v for k, v in data.items()})
+
+
+DISK_NAMES = {"frames": "num_frames"}  # Preprocessing's name -> the on-disk (transformers) name
+
 
 # The released LeVJEPA weights were trained on every 2nd frame of 15 fps video (SPEC §3; the official code's
 # frame_stride 2, its notebook's 16 frames at ~7.5 fps), 16 × 224² clips
-OFFICIAL_PREPROCESSING = Preprocessing(size=224, num_frames=16, frame_stride=2, fps=7.5)
+OFFICIAL_PREPROCESSING = Preprocessing(size=224, frames=16, frame_stride=2, fps=7.5)
 
 
 @dataclass(frozen=True)
@@ -150,9 +170,9 @@ def preprocessing_of(run: PretrainConfig | None) -> Preprocessing:
         return Preprocessing()
     data = run.data
     if "synthetic" in data.sources:
-        return Preprocessing(size=data.synthetic.size, num_frames=data.synthetic.num_frames, frame_stride=1)
+        return Preprocessing(size=data.synthetic.size, frames=data.synthetic.num_frames, frame_stride=1)
     return Preprocessing(
-        size=data.global_size, num_frames=data.num_frames, frame_stride=data.frame_stride, fps=data.target_fps
+        size=data.global_size, frames=data.num_frames, frame_stride=data.frame_stride, fps=data.target_fps
     )
 
 
@@ -417,7 +437,12 @@ def _from_hub(export_dir: Path, data: dict[str, Any], device: str | torch.device
     tensors = encoder_tensors(load_tensors(file)[0])
     encoder = _build(cfg, tensors, file, device)
     run_cfg = _section(PretrainConfig, data, "run_config", export_dir / CONFIG)
-    pre = _section(Preprocessing, data, "preprocessing", export_dir / CONFIG)
+    pre = None
+    if isinstance(data.get("preprocessing"), dict):
+        try:
+            pre = Preprocessing.from_record(data["preprocessing"])
+        except ConfigError as err:
+            raise WeightsError(f"{export_dir / CONFIG}: bad preprocessing: {err}") from err
     return LoadedEncoder(
         encoder=encoder,
         config=cfg,
@@ -445,8 +470,8 @@ def load_encoder(
     loaded.encoder.pretrained_cfg = {
         "mean": tuple(pre.mean),
         "std": tuple(pre.std),
-        "input_size": (loaded.config.in_chans, pre.num_frames, pre.size, pre.size),
-        "num_frames": pre.num_frames,
+        "input_size": (loaded.config.in_chans, pre.frames, pre.size, pre.size),
+        "num_frames": pre.frames,
         "frame_stride": pre.frame_stride,
         "fps": pre.fps,
     }

@@ -32,7 +32,7 @@ def model_preprocessing(model: LoadedEncoder | VideoEncoder) -> Preprocessing:
         return Preprocessing()
     return Preprocessing(
         size=int(cfg["input_size"][-1]),
-        num_frames=int(cfg["num_frames"]),
+        frames=int(cfg["num_frames"]),
         frame_stride=int(cfg["frame_stride"]),
         mean=tuple(cfg["mean"]),
         std=tuple(cfg["std"]),
@@ -62,7 +62,7 @@ def model_views(
         frame_stride = pre.frame_stride  # unused: the rate decides
     views = ViewSpec(
         size=size if size is not None else pre.size,
-        frames=frames if frames is not None else pre.num_frames,
+        frames=frames if frames is not None else pre.frames,
         frame_stride=frame_stride if frame_stride is not None else pre.frame_stride,
         segments=segments,
         crops=crops,
