@@ -143,3 +143,34 @@ def test_bad_index_tasks_are_one_line(tmp_path, capsys, monkeypatch):
         # before it only progress lines, and one line per unreadable file
         assert all((" files" in line and "eta" in line) or line.startswith("bad file skipped: ") for line in progress)
         assert sorted(p.name for p in run.rglob("*")) == before
+
+
+def test_a_head_is_written_and_read_back_by_one_pair_and_checked_against_its_encoder(tmp_path):
+    """write_classifier / read_head give back the same head (the token dtype overridable), head_module refuses
+    weights of another shape in one line, and check_encoder refuses any encoder but the one fingerprinted."""
+    import torch
+
+    from levjepa.data.eval_clip import ViewSpec
+    from levjepa.formats.classifier import ClassifierRecord, check_encoder, head_module, read_head, write_classifier
+    from levjepa.model import encoder_config
+    from levjepa.model.classifier import HeadConfig, build_head
+    from levjepa.model.fingerprint import function_fingerprint
+    from levjepa.model.vit import VideoEncoder
+    from levjepa.weights import WeightsError
+
+    torch.manual_seed(0)
+    enc, other = VideoEncoder(encoder_config("vit-test")), VideoEncoder(encoder_config("vit-test"))
+    cfg = HeadConfig(kind="attentive", input="tokens", dim=enc.cfg.dim, num_classes=3, token_dtype="float16")
+    head = build_head(cfg, torch.Generator().manual_seed(1))
+    rec = ClassifierRecord(cfg, ("a", "b", "c"), ViewSpec(size=16, frames=4), "enc", "ema", function_fingerprint(enc))
+    write_classifier(tmp_path / "clf", rec, head.state_dict())
+    got, module = read_head(tmp_path / "clf")
+    assert got == rec and module.state_dict().keys() == head.state_dict().keys()
+    assert all(torch.equal(module.state_dict()[k], v) for k, v in head.state_dict().items())
+    assert read_head(tmp_path / "clf", token_dtype="float32")[0].head.token_dtype == "float32"
+    small = build_head(HeadConfig(kind="attentive", input="tokens", dim=enc.cfg.dim, num_classes=2))
+    with pytest.raises(WeightsError, match="the head's weights do not fit its config"):
+        head_module(cfg, small.state_dict(), "somewhere")
+    check_encoder(rec, enc, where="clf", other="this holds")  # the encoder it was trained on: accepted
+    with pytest.raises(WeightsError, match="a head reads only the encoder it was trained on"):
+        check_encoder(rec, other, where="clf", other="this holds")

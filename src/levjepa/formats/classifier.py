@@ -16,6 +16,12 @@ the head was trained on (a record written before function fingerprints is checke
 classifier changed its encoder, so the encoder is in ``DIR`` too, in the hub layout (``model.safetensors`` +
 ``config.json`` with ``id2label`` / ``label2id``, ``levjepa.formats.export``): ``levjepa.load(DIR)`` reads it
 as a plain encoder, and ``levjepa export DIR`` writes it again with its head.
+
+This module is the one reader and writer of a classifier's head: :func:`write_classifier` writes it (kept probes,
+``levjepa.formats.export`` for a fine-tuned classifier), :func:`read_head` reads it back (``load_classifier``
+for ``levjepa classify``, fine-tuning's ``head_from``), :func:`head_module` turns head weights into the module
+(also for the ``head.*`` tensors ``levjepa.formats.hub`` reads from a hub export's ``model.safetensors``), and
+:func:`check_encoder` is the one compatibility check of a head and an encoder.
 """
 
 from __future__ import annotations
