@@ -253,3 +253,86 @@ def test_an_unreadable_file_is_skipped_and_reported(tmp_path):
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["direct"].startswith("permission:")
     assert list(result["files"]) == [str(locked)] and result["files"][str(locked)].startswith("permission:")
+
+
+# -- the one bad-file rule: every reader skips the same files and reports them in the same line -------------
+
+
+def _decode_raising_index_error(real: Any, bad: str) -> Any:
+    """A decoder (outside levjepa, as PyAV or a user's is) that raises IndexError on the file named ``bad``."""
+
+    def decode(source: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(source).endswith(bad):
+            raise IndexError("list index out of range")
+        return real(source, *args, **kwargs)
+
+    return decode
+
+
+def _index_error_on_key_1(key: int) -> int:
+    if key == 1:
+        raise IndexError("list index out of range")
+    return key
+
+
+@pytest.fixture
+def three_videos(tmp_path) -> tuple[Path, Path]:
+    """An index of three good videos; the second is the one a decoder will fail on."""
+    paths = [write_uniform(tmp_path / f"v{i}.mp4", 20) for i in range(3)]
+    index = tmp_path / "index.txt"
+    index.write_text("".join(f"{p.name} 0\n" for p in paths))
+    return index, paths[1]
+
+
+def test_a_decoders_index_error_is_the_same_bad_file_for_every_reader(three_videos, capsys, monkeypatch):
+    from levjepa.data import check as data_check
+    from levjepa.data import sources
+    from levjepa.data.workers import safe_map
+
+    index, broken = three_videos
+    expected = "unreadable: IndexError: list index out of range"
+    line = f"bad file skipped: {broken}: IndexError: list index out of range"
+    # pretraining's loader
+    monkeypatch.setattr(sources, "decode_windows", _decode_raising_index_error(sources.decode_windows, broken.name))
+    report, batches, lines = _one_epoch(index, capsys)
+    assert report.files == {str(broken): expected} and lines == [line] and batches
+    # levjepa data check
+    monkeypatch.setattr(data_check, "probe_video", _decode_raising_index_error(data_check.probe_video, broken.name))
+    rows = data_check.check_source(str(index), workers=1).rows
+    assert [r["reason"] for r in rows if not r["ok"]] == [expected] and sum(r["ok"] for r in rows) == 2
+    assert f"  {bad_file_line(str(broken), expected)[len('bad file skipped: ') :]}" in data_check.format_report(
+        data_check.CheckReport(str(index), rows)
+    )
+    # the worker map of probe, extract, classify and fine-tuning, in this process and in a worker
+    for workers in (0, 1):
+        got = list(safe_map(_index_error_on_key_1, [0, 1, 2], workers))
+        assert got == [(0, 0, ""), (1, None, expected), (2, 2, "")]
+    assert bad_file_line(str(broken), got[1][2]) == line
+
+
+def test_a_bug_in_levjepa_or_an_interrupt_still_ends_every_reader(three_videos, capsys, monkeypatch):
+    from levjepa.data import check as data_check
+    from levjepa.data import sources
+    from levjepa.data.badfiles import bad_file_kind, is_bad_file
+    from levjepa.data.workers import safe_map
+
+    with pytest.raises(AttributeError):  # raised inside levjepa's own code: a bug, not a bad file
+        list(safe_map(bad_file_kind, [3], 0))
+    index, _ = three_videos
+    # levjepa's decode_media calls a decoder with arguments it does not take: a TypeError of levjepa's own call
+    monkeypatch.setattr(sources, "decode_windows", bad_file_kind)
+    with pytest.raises(TypeError):
+        _one_epoch(index, capsys)
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(data_check, "probe_video", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        data_check.check_source(str(index), workers=1)
+    assert not is_bad_file(MemoryError()) and not is_bad_file(KeyboardInterrupt())
+    assert is_bad_file(DataError("empty: x")) and is_bad_file(OSError("gone"))
+    try:
+        [][1]  # an IndexError raised here, in a test (outside levjepa): a decoder's
+    except IndexError as err:
+        assert is_bad_file(err)

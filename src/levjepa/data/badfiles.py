@@ -26,6 +26,24 @@ bar stays whole; after :data:`SHOWN` files one line says the rest are listed onl
 
 ``DataError`` takes a single message string so that it survives being re-raised from a DataLoader
 worker process with its type intact.
+
+**The one bad-file rule** (:func:`is_bad_file`), the same for every reader — pretraining's loader, ``levjepa
+data check``, and the worker map of probe, extract, classify and fine-tuning (``levjepa.data.workers.safe_map``)
+— decides which exception raised while reading one file means "this file is bad" (skip it, report it) and
+which is a bug that must end the job:
+
+* bad file: a :class:`DataError` (levjepa's own verdict); any of :data:`READ_ERRORS` (``OSError``,
+  ``RuntimeError``, ``ValueError``: what the file system, PyAV, PIL and torch raise on a broken stream); an
+  exception whose class a decoder library defines (not Python's builtins, not levjepa's); and an exception of
+  *any* type raised inside a decoder, i.e. whose innermost traceback frame lies outside levjepa's source
+  (an ``IndexError`` from inside PyAV, PIL or a user's decoder);
+* a bug, re-raised: anything that is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``), a
+  ``MemoryError``, and every other exception raised by levjepa's own code (a ``TypeError``, ``KeyError``,
+  ``IndexError``, ``AttributeError`` whose innermost frame is in ``src/levjepa``): a file that levjepa's code
+  finds wrong is reported by raising ``DataError``, so any other error there is ours to fix.
+
+:func:`bad_file_reason` is the reason a reader records for it — a ``DataError``'s own message, otherwise
+``"unreadable: <Type>: <message>"`` — and :func:`bad_file_line` the one line a report shows.
 """
 
 from __future__ import annotations
@@ -35,6 +53,7 @@ import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from tqdm import tqdm
@@ -46,10 +65,13 @@ __all__ = [
     "BAD_FILE_KINDS",
     "SHOWN",
     "BadFileReport",
+    "READ_ERRORS",
     "DataError",
     "bad_file_kind",
     "bad_file_line",
+    "bad_file_reason",
     "bad_file_text",
+    "is_bad_file",
     "plain",
 ]
 
@@ -74,6 +96,42 @@ class DataError(ValueError):
 
 
 SHOWN = 20  # bad-file lines a report prints; the rest are listed only in bad_files.json
+
+# what reading a file raises on a broken file wherever it is raised (module doc): levjepa's DataError, the file
+# system's OSError, and PyAV's / PIL's / torch's RuntimeError and ValueError on a broken stream
+READ_ERRORS: tuple[type[Exception], ...] = (DataError, OSError, RuntimeError, ValueError)
+
+_LEVJEPA = Path(__file__).resolve().parents[1]  # src/levjepa: where a raise is our own code's
+
+
+def _raised_by_levjepa(err: BaseException) -> bool:
+    """Whether ``err``'s innermost traceback frame is in levjepa's source (no traceback: it was not raised)."""
+    tb: TracebackType | None = err.__traceback__
+    if tb is None:
+        return True
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(_LEVJEPA)
+
+
+def is_bad_file(err: BaseException) -> bool:
+    """Whether ``err``, raised while reading one file, means that file is bad rather than a bug (module doc)."""
+    if not isinstance(err, Exception) or isinstance(err, MemoryError):
+        return False
+    if isinstance(err, READ_ERRORS):
+        return True
+    if type(err).__module__.split(".")[0] not in ("builtins", "levjepa"):
+        return True  # a decoder library's own error class (av.error.*, PIL's, ...)
+    return not _raised_by_levjepa(err)
+
+
+def bad_file_reason(err: BaseException) -> str:
+    """The reason recorded for a file whose reading raised ``err`` (one that :func:`is_bad_file` accepts):
+    a ``DataError``'s message, or ``"unreadable: <Type>: <message>"``."""
+    if isinstance(err, DataError):
+        return str(err)
+    text = str(err)
+    return f"unreadable: {type(err).__name__}: {text}" if text else f"unreadable: {type(err).__name__}"
 
 
 def bad_file_kind(reason: str) -> str:

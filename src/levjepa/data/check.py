@@ -22,7 +22,7 @@ from typing import Any
 
 import av
 
-from levjepa.data.badfiles import DataError, bad_file_text
+from levjepa.data.badfiles import DataError, bad_file_reason, bad_file_text, is_bad_file
 from levjepa.data.config import DataConfig, SyntheticConfig
 from levjepa.data.shards import ShardSource, is_shard_store, read_index
 from levjepa.data.sources import SYNTHETIC, MediaItem, list_media, media_kind
@@ -78,10 +78,10 @@ def check_item(
             for start in sorted({0, last}):
                 decode_clip(target, num_frames=1, frame_stride=1, start_frame=start, short_side=64)
         row["ok"] = True
-    except DataError as exc:
-        row.update(ok=False, reason=str(exc))
-    except Exception as exc:  # a checker must list the file, not die on it
-        row.update(ok=False, reason=f"unreadable: {item.path}: {type(exc).__name__}: {exc}")
+    except Exception as exc:  # the one bad-file rule (badfiles.is_bad_file): list the file; a bug still ends
+        if not is_bad_file(exc):
+            raise
+        row.update(ok=False, reason=bad_file_reason(exc))
     return row
 
 

@@ -25,7 +25,8 @@ boundaries), and ``start_step = k`` resumes at global micro-batch ``k``.
 ``(seed, e, i, purpose)`` (the time window by ``(seed, e, ⌊i / k⌋, "time")``, shared by a group). A batch
 therefore depends on neither the number of workers, nor the rank layout, nor which worker built it.
 
-**Bad files.** A file that fails (``DataError``, see ``badfiles.py``) is replaced by the next item of the
+**Bad files.** A file that fails (``DataError``, or any error of a decoder: the one bad-file rule of
+``badfiles.py``, :func:`~levjepa.data.badfiles.is_bad_file`) is replaced by the next item of the
 same source (``j+1, j+2, ...``, skipping files this worker already knows to be bad), with the same
 generators, so the replacement is deterministic too. Each failure travels with the batch as
 ``(path, reason)`` in ``ViewBatch.bad_files`` (and into ``bad_files``, the run's :class:`BadFileReport`,
@@ -54,7 +55,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from levjepa.data.badfiles import BadFileReport, DataError, plain
+from levjepa.data.badfiles import BadFileReport, DataError, bad_file_reason, is_bad_file, plain
 from levjepa.data.batch import FrameBatch, ViewBatch, collate_views
 from levjepa.data.config import DataConfig
 from levjepa.data.shards import ShardSource, is_shard_store
@@ -218,13 +219,11 @@ class PretrainDataset(Dataset):
                 continue
             try:
                 decoded = src.load(jj, sample_generator(self.seed, epoch, group, "time"), self.repeats)
-            except DataError as exc:
+            except Exception as exc:  # the one bad-file rule (badfiles.is_bad_file): a bug still ends the run
+                if not is_bad_file(exc):
+                    raise
                 known.add(jj)
-                bad.append((src.path(jj), str(exc)))
-                continue
-            except Exception as exc:  # anything else a broken file can provoke must not end the run either
-                known.add(jj)
-                bad.append((src.path(jj), f"unreadable: {src.path(jj)}: {type(exc).__name__}: {exc}"))
+                bad.append((src.path(jj), bad_file_reason(exc)))
                 continue
             if decoded.note is not None and src.path(jj) not in self._reported:
                 self._reported.add(src.path(jj))

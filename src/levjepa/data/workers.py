@@ -18,8 +18,9 @@ a worker of :func:`initializer` also ends when the main process does, a ``kill -
 * :func:`decode_in_workers` — ``dataset[0], dataset[1], …`` in order from a ``DataLoader``'s workers, two
   items ahead per worker;
 * :func:`safe_map` — ``fn(key)`` for every key, in order, in those workers, as ``(key, value or None, the
-  reason)``: a file that cannot be read (:data:`READ_ERRORS`) becomes a reason to report, never an exception
-  that ends the job (feature stores, extraction, ``classify``, fine-tuning's training clips);
+  reason)``: a file that cannot be read (the one bad-file rule, ``levjepa.data.badfiles.is_bad_file``, that
+  pretraining's loader and ``data check`` apply too) becomes a reason to report, never an exception that ends
+  the job (feature stores, extraction, ``classify``, fine-tuning's training clips); a bug still ends it;
 * :func:`parallel_map` — ``[fn(x) for x in items]`` over a process pool, with its progress (checking,
   preparing and packing data);
 * :func:`start_context` — the multiprocessing context of a start method (the pretraining loader).
@@ -41,7 +42,7 @@ from typing import Any, Generic, TypeVar
 
 from torch.utils.data import DataLoader, Dataset
 
-from levjepa.data.badfiles import DataError
+from levjepa.data.badfiles import READ_ERRORS, bad_file_reason, is_bad_file
 from levjepa.data.progress import Progress
 
 __all__ = [
@@ -57,11 +58,6 @@ __all__ = [
 
 K = TypeVar("K")
 V = TypeVar("V")
-
-# what reading a file may raise that makes it a bad file rather than a bug: levjepa's own DataError, the
-# file system's OSError, and PyAV's / torch's RuntimeError and ValueError on a broken stream
-READ_ERRORS: tuple[type[Exception], ...] = (DataError, OSError, RuntimeError, ValueError)
-
 
 # what the forkserver imports once, before it forks any worker (the main script first, as multiprocessing's
 # default preload does): what every worker of levjepa imports anyway
@@ -179,16 +175,19 @@ class _Safe(Dataset[tuple[Any, Any, str]], Generic[K, V]):
         key = self.keys[j]
         try:
             return key, self.fn(key), ""
-        except READ_ERRORS as err:
-            return key, None, str(err) or type(err).__name__
+        except Exception as err:  # the one bad-file rule decides; anything else is a bug and ends the job
+            if not is_bad_file(err):
+                raise
+            return key, None, bad_file_reason(err)
 
 
 def safe_map(fn: Callable[[K], V], keys: Sequence[K], workers: int) -> Generator[tuple[K, V | None, str], None, None]:
     """``(key, fn(key), "")`` for every key of ``keys``, in order, computed by ``workers`` processes two keys
-    ahead (``workers = 0``: in this one); a key whose ``fn`` raises one of :data:`READ_ERRORS` comes as
-    ``(key, None, the error's message)``. ``fn`` and ``keys`` go to the workers by pickling: a module-level
-    function or a ``functools.partial`` of one. (A value that is a tuple comes back from a worker as a list.)
-    A stream left before its end should be closed (``.close()``): that stops its workers."""
+    ahead (``workers = 0``: in this one); a key whose ``fn`` raises what ``levjepa.data.badfiles.is_bad_file``
+    calls a bad file comes as ``(key, None, bad_file_reason(error))``; any other error ends the map. ``fn``
+    and ``keys`` go to the workers by pickling: a module-level function or a ``functools.partial`` of one. (A
+    value that is a tuple comes back from a worker as a list.) A stream left before its end should be closed
+    (``.close()``): that stops its workers."""
     items = decode_in_workers(_Safe(fn, keys), workers)
     try:
         for item in items:

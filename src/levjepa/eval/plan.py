@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import torch
 
 from levjepa.data import MediaItem
+from levjepa.data.badfiles import is_bad_file
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.data.workers import READ_ERRORS
 from levjepa.eval.compact import FULL, TokenCodec
 from levjepa.eval.config import EvalConfig
 from levjepa.eval.dataset_task import DatasetTask
@@ -152,7 +152,9 @@ def _measure(out: Plan, task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfi
     for it in items:
         try:
             decoded.append(views.load(it.path, enc.cfg.patch_size, it.kind))
-        except READ_ERRORS:  # an unreadable file costs its attempt, as in the run
+        except Exception as err:  # an unreadable file costs its attempt, as in the run (the one bad-file rule)
+            if not is_bad_file(err):
+                raise
             continue
     if not decoded:
         return
