@@ -83,7 +83,7 @@ from levjepa.data.eval_clip import ViewSpec, load_eval_clip, load_eval_video
 from levjepa.data.progress import Progress
 from levjepa.data.sources import MediaItem, items_hash, media_kind, read_index_labels
 from levjepa.data.workers import safe_map
-from levjepa.eval.feature_set import VERSION, Unit, clear_unit, finish, open_for_writing, read_rows, unit_done
+from levjepa.eval.feature_set import VERSION, Layout, Unit, clear_unit, finish, open_for_writing, read_rows, unit_done
 from levjepa.infer.encode import encode, frozen, precision
 from levjepa.infer.stream import StreamingEncoder
 from levjepa.model.fingerprint import function_fingerprint
@@ -114,7 +114,7 @@ class ExtractConfig:
     patches: bool = False  # also store every patch token (float16)
     batch_size: int = 8  # windows per forward pass
     stream: bool = False  # use the KV-cache StreamingEncoder instead of independent windows
-    format: Literal["safetensors", "npy", "per_video"] = "safetensors"
+    format: Layout = "safetensors"  # the feature set's layout: shards of rows, or one file per video
     shard_rows: int = 4096  # rows per output file
     per_video_feature: Literal["mean", "cls"] = "mean"  # what <name>.npy holds with format="per_video"
     workers: int = 2  # decoding processes (0: decode in this process)
