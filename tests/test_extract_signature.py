@@ -169,3 +169,57 @@ def test_shards_continue_only_over_the_same_list_of_files(media, tmp_path):
     again = _run(enc, src, out, format="safetensors", shard_rows=2, overwrite=True)
     assert sorted({Path(r["file"]).name for r in read_rows(out)}) == ["a.mp4", "a2.mp4", "b.mp4"]
     assert again.files == 3
+
+
+KILL_SCRIPT = """
+import sys, time, warnings, torch
+torch.set_num_threads(1)
+import levjepa.eval.feature_set as fs
+from levjepa.data.eval_clip import ViewSpec
+from levjepa.eval.extract import ExtractConfig, extract
+if len(sys.argv) > 3:  # hold still once shard 1 is written, until the test kills the job: the cut is exact
+    write = fs.atomic_write_text
+    def write_then_hold(path, *args, **kwargs):
+        write(path, *args, **kwargs)
+        if path.name == "index-00001.jsonl":
+            time.sleep(600)
+    fs.atomic_write_text = write_then_hold
+from levjepa.formats.load import random_encoder
+from levjepa.model import encoder_config
+enc = random_encoder(encoder_config("vit-test"), seed=3).encoder
+cfg = ExtractConfig(ViewSpec(size=16, frames=8, frame_stride=2), stride=4, patches=True, shard_rows=2, workers=1)
+warnings.simplefilter("ignore")
+extract(enc, sys.argv[1], sys.argv[2], cfg, progress=False)
+"""
+
+
+def test_kill_9_then_the_same_command_gives_the_same_files(media, tmp_path):
+    """Decoding in a worker process; the whole process group is killed once the second shard is written."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+    def run(out, *hold):
+        args = [sys.executable, "-c", KILL_SCRIPT, str(media), str(out), *hold]
+        return subprocess.Popen(args, env=env, start_new_session=True)
+
+    assert run(tmp_path / "full").wait(timeout=300) == 0
+    proc = run(tmp_path / "cut", "hold")
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "cut" / "index-00001.jsonl").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the job ended before it could be killed"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "cut" / "index.jsonl").exists() and not json.loads(
+        (tmp_path / "cut" / "store.json").read_text()
+    ).get("complete")  # it really stopped half-way
+    with pytest.raises(DataError, match="incomplete; run the same command again"):
+        FeatureSet(tmp_path / "cut")
+    assert run(tmp_path / "cut").wait(timeout=300) == 0
+    assert _files(tmp_path / "cut") == _files(tmp_path / "full")
