@@ -7,6 +7,7 @@ import argparse
 import itertools
 import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -211,3 +212,31 @@ def test_per_video_via_the_cli(media, tmp_path, capsys):
     assert "4 rows from 1 file(s)" in capsys.readouterr().out
     index = read_rows(tmp_path / "pv")
     assert np.load(tmp_path / "pv" / "a.npy").shape == (4, 32) and [r["shard"] for r in index] == ["a"] * 4
+
+
+def _per_video_rank(rank, world, media, out):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        extract(_encoder(), media, out, windows(8, 4, patches=True, format="per_video", workers=0), progress=False)
+    return sorted(p.name for p in Path(out).iterdir())
+
+
+@pytest.mark.distributed
+def test_per_video_over_two_gloo_ranks_writes_the_files_of_one_process(media, tmp_path, one_thread):
+    from dist_utils import run_gloo
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        extract(_encoder(), str(media), tmp_path / "one", windows(8, 4, patches=True, format="per_video", workers=0))
+    names = run_gloo(_per_video_rank, 2, str(media), str(tmp_path / "two"))
+    one = {p.name: p.read_bytes() for p in (tmp_path / "one").iterdir()}
+    assert names[0] == names[1] == sorted(one)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "two").iterdir()} == one
+    assert [r["item"] for r in read_rows(tmp_path / "two")] == [
+        0,
+        0,
+        0,
+        0,
+        1,
+        2,
+    ]  # a, b, c: the two bad files have no row
