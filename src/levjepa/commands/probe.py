@@ -25,8 +25,11 @@ with every probe of every grid.
 The probe chosen for each task is kept (``levjepa.eval.kept_probes``): ``--probes-dir`` (default
 ``RUN/probes`` for a run, checkpoint or export directory, else ``probes/`` beside ``--out``) gets
 ``<task>/<probe>/`` per probe, a classifier that ``levjepa classify DIR VIDEOS`` runs; ``--save-all`` keeps
-every probe of the grid too, ``--no-save`` none. Both kinds of task go through the one harness,
-``levjepa.eval.harness.evaluate``.
+every probe of the grid too, ``--no-save`` none.
+
+Like ``pretrain``, this command only resolves its arguments (the encoders, the task, an ``EvalConfig``),
+calls the library and reports: both kinds of task go through the one harness, ``levjepa.eval.harness.evaluate``,
+and the chosen probes are kept by ``levjepa.eval.harness.keep_probes``.
 """
 
 from __future__ import annotations
@@ -39,15 +42,13 @@ from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
 from levjepa.config import ConfigError, apply_overrides
 from levjepa.data import BadFileReport
-from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.config import EvalConfig, probe_names
 from levjepa.eval.dataset_task import DatasetTask, dataset_task
-from levjepa.eval.harness import Task, evaluate
-from levjepa.eval.kept_probes import check_probe_dir, save_probes
+from levjepa.eval.harness import Task, evaluate, keep_probes, kept_columns
+from levjepa.eval.kept_probes import check_probe_dir
 from levjepa.eval.plan import plan
 from levjepa.eval.probes import probe_config
 from levjepa.eval.protocols import PROTOCOLS, parse_slots
-from levjepa.eval.result import EvalResult
 from levjepa.eval.synthetic_task import SYNTHETIC_TITLE, TASKS, synthetic_config_for, synthetic_splits
 from levjepa.formats.load import LoadedEncoder, load_encoder, random_like
 from levjepa.formats.reading import model_views
@@ -197,7 +198,7 @@ def _main(args: argparse.Namespace) -> int:
             print(said)
         print(f"task: {task.name}; feature stores: {features} (reused when run again)")
         if not args.no_save and not args.plan:
-            check_probe_dir(_probes_dir(args), task.name, task.paths, columns=_columns(loaded))
+            check_probe_dir(_probes_dir(args), task.name, task.paths, columns=kept_columns(loaded))
     else:
         index_only = ("protocol", "video_root", "labels_file", "frames", "frame_stride", "fps", "size", "slots", "name")
         if any(getattr(args, k) is not None for k in index_only) or args.online or args.plan:
@@ -237,7 +238,9 @@ def _main(args: argparse.Namespace) -> int:
         print(f"{name}: {le.describe()}")
     print(result.table())
     if not args.no_save:
-        _save(args, result, loaded, task)
+        source = str(Path(args.checkpoint).resolve())
+        for d in keep_probes(result, loaded, task, _probes_dir(args), encoder_source=source, tokens=args.tokens):
+            print(f"kept probe: {d}")
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -256,39 +259,3 @@ def _probes_dir(args: argparse.Namespace) -> Path:
     if Path(args.checkpoint).is_dir():
         return Path(args.checkpoint) / "probes"
     return (Path(args.out).parent if args.out else Path(".")) / "probes"
-
-
-def _save(args: argparse.Namespace, result: EvalResult, loaded: dict[str, LoadedEncoder], task: Task) -> None:
-    """Keep the chosen probe of each task and probe name of every pretrained column (module doc)."""
-    files: dict[str, str] = {}
-    if isinstance(task, DatasetTask):
-        protocol = task.test_views.views
-        labels = {task.name: task.label_names}
-        files = task.paths
-    else:
-        syn = synthetic_config_for(next(iter(loaded.values())).run_config, args.synthetic)
-        protocol = ViewSpec(syn.size, syn.num_frames, 1, 1, 1)
-        labels = {t: tuple(str(i) for i in range(c)) for t, c in task.num_classes.items()}
-    columns = _columns(loaded)
-    root = _probes_dir(args)
-    for name in columns:
-        out = root if len(columns) == 1 else root / loaded[name].weights
-        source = str(Path(args.checkpoint).resolve())
-        kept = save_probes(
-            result,
-            name,
-            loaded[name],
-            out,
-            protocol=protocol,
-            labels=labels,
-            encoder_source=source,
-            files=files,
-            tokens=args.tokens,
-        )
-        for d in kept:
-            print(f"kept probe: {d}")
-
-
-def _columns(loaded: dict[str, LoadedEncoder]) -> list[str]:
-    """The pretrained columns, whose chosen probes are kept (not the random-init baseline)."""
-    return [name for name in loaded if name != "random-init"]

@@ -11,6 +11,9 @@ probe seed, so columns differ only by the encoder. Two tasks exist:
   ``levjepa.eval.synthetic_task``), features computed once per encoder and optionally cached;
 * ``levjepa.eval.dataset_task.DatasetTask`` — a user's labelled split files, features streamed to feature
   stores on disk (every rank builds its share; rank 0 trains the probes).
+
+:func:`keep_probes` keeps the chosen probes of a result (``levjepa.eval.kept_probes``) with what each records
+of its task, for ``levjepa probe`` and any script alike.
 """
 
 from __future__ import annotations
@@ -18,19 +21,25 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
+from levjepa.data.eval_clip import ViewSpec
+from levjepa.eval.clips_task import LabelledSplits
 from levjepa.eval.config import EvalConfig, probe_spec
+from levjepa.eval.dataset_task import DatasetTask
+from levjepa.eval.kept_probes import save_probes
 from levjepa.eval.knn import knn_from_sources
 from levjepa.eval.result import EvalResult, Result
 from levjepa.eval.source import FeatureSource
 from levjepa.eval.trainer import train_probes
+from levjepa.formats.load import LoadedEncoder
 from levjepa.model.vit import VideoEncoder
 from levjepa.rng import make_generator
 
-__all__ = ["Task", "evaluate", "probe_sources"]
+__all__ = ["Task", "evaluate", "keep_probes", "probe_sources"]
 
 
 class Task(Protocol):
@@ -146,3 +155,48 @@ def evaluate(encoders: Mapping[str, VideoEncoder], task: Task, cfg: EvalConfig) 
     if task.report_seconds:
         info.update(timings_s=timings, seconds=time.perf_counter() - start)
     return EvalResult(list(encoders), names, list(cfg.probes), results, chance, info)
+
+
+def keep_probes(
+    result: EvalResult,
+    loaded: Mapping[str, LoadedEncoder],
+    task: Task,
+    root: Path,
+    *,
+    encoder_source: str,
+    tokens: str = "full",
+) -> list[Path]:
+    """Keep the chosen probe of each task and probe name of every column of ``loaded`` but the random-init
+    baseline (``levjepa.eval.kept_probes``): under ``root``, or ``root/<weights>`` with several columns. What a
+    kept probe records of its task — the views a file is read as, the class names, the split files — comes
+    from the task: a labelled index's test views, names and files; the built-in benchmark's clips (one view of
+    their size and frames) and class indices. Returns the chosen probes' directories."""
+    if isinstance(task, DatasetTask):
+        protocol, labels, files = task.test_views.views, {task.name: task.label_names}, task.paths
+    elif isinstance(task, LabelledSplits):
+        _, _, t, h, _ = next(iter(task.clips.values())).shape  # [N, C, T, H, W]
+        protocol, files = ViewSpec(int(h), int(t), 1, 1, 1), {}
+        labels = {name: tuple(str(i) for i in range(c)) for name, c in task.num_classes.items()}
+    else:
+        raise TypeError(f"keep_probes: a {type(task).__name__} task records no views for its kept probes")
+    columns = kept_columns(loaded)
+    kept: list[Path] = []
+    for name in columns:
+        out = root if len(columns) == 1 else root / loaded[name].weights
+        kept += save_probes(
+            result,
+            name,
+            loaded[name],
+            out,
+            protocol=protocol,
+            labels=labels,
+            encoder_source=encoder_source,
+            files=files,
+            tokens=tokens,
+        )
+    return kept
+
+
+def kept_columns(loaded: Mapping[str, LoadedEncoder]) -> list[str]:
+    """The pretrained columns, whose chosen probes are kept (not the ``random-init`` baseline)."""
+    return [name for name in loaded if name != "random-init"]
