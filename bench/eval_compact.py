@@ -20,12 +20,14 @@ tokens are ``TokenCodec.roundtrip`` of them, which is exactly what a store of th
 (``tests/test_compact.py``: "a compact store holds what the codec keeps of the in-memory tokens", "a rotated
 store on disk is read back by restore"). Each probe seed trains the demo's attentive grid (chosen on val, read on
 test) once per codec with the same seed, so codecs are **paired**: the table gives, per task and codec, the token
-bytes per view, the ratio to full, the mean test accuracy, the mean paired difference from full ± its standard
-error (the seeds' standard deviation of the difference / √seeds) and how many seeds fell below full. The seed
+bytes per view, the ratio to full, the token error (what the bits lose: the relative L2 error of the test tokens
+against the same slots and pooling unrounded), the mean test accuracy, the mean paired difference from full ± its
+standard error (the seeds' standard deviation of the difference / √seeds) and how many seeds fell below full. The seed
 loop is outermost: a run stopped early leaves every codec with the same seeds (``--json`` keeps each one as it
-finishes; ``--table A.json[,B.json]`` prints the table of kept files, runs of other seeds merged: two processes
-on two cores). ``asym4`` codecs (``tpool3-asym4``) are a bench prototype, not a store codec: asymmetric 4-bit,
-``round(15 (x − min) / (max − min))`` with a float16 min and scale per token.
+finishes; ``--table A.json[,B.json]`` prints the table of kept files, runs of other seeds merged on the codecs they
+share: two processes on two cores, or more seeds for some codecs). ``asym4`` codecs (``tpool3-asym4``) are a
+bench prototype, not a store codec: asymmetric 4-bit, ``round(15 (x − min) / (max − min))`` with a float16 min
+and scale per token.
 """
 
 from __future__ import annotations
@@ -130,6 +132,16 @@ def _codec(name: str):  # type: ignore[no-untyped-def]
     return codec.roundtrip, codec.bytes_per_view
 
 
+def _quantisation_error(name: str, tokens: Tensor, grid: tuple[int, int, int]) -> float:
+    """What the bits lose: ‖codec(x) − pooled(x)‖ / ‖pooled(x)‖ over the tokens (pooled: the codec's slots and
+    pooling in float, no rounding), so pooling itself does not count."""
+    from levjepa.eval.compact import TokenCodec
+
+    pooled = "-".join(p for p in name.split("-") if p.startswith(("pool", "tpool")) or p == "last") or "full"
+    ref = TokenCodec.parse(pooled).reduce(tokens, grid).float()
+    return float((_codec(name)[0](tokens, grid).float() - ref).norm() / ref.norm())
+
+
 def _task_tokens(loaded, views, folder: Path, batch: int = 50):  # type: ignore[no-untyped-def]
     """split -> (tokens float16 [N, 1 + L, D], mean, cls, labels) of the index task in ``folder``, and the grid."""
     import torch
@@ -171,6 +183,7 @@ def tasks(run: str, folder: str, codecs: list[str], seeds: list[int], keep: str 
         "run": str(run), "encoder": loaded.describe(), "views": views.describe(), "index": str(folder),
         "codecs": codecs, "tasks": names, "seeds": [],
         "bytes": {t: {c: _codec(c)[1](data[t][1], dim) for c in codecs} for t in names},
+        "qerr": {t: {c: _quantisation_error(c, data[t][0]["test"][0], data[t][1]) for c in codecs} for t in names},
         "acc": {t: {c: [] for c in codecs} for t in names},
     }  # fmt: skip
     for seed in seeds:  # outermost: every codec has the same seeds whenever the run stops
@@ -193,47 +206,68 @@ def tasks(run: str, folder: str, codecs: list[str], seeds: list[int], keep: str 
 
 
 def merge_records(paths: list[str]) -> dict:  # type: ignore[type-arg]
-    """One record of several ``--json`` files of the same tasks and codecs run on other seeds (e.g. two processes,
-    ``--seeds 0-9`` and ``--seeds 10-19``), the seeds in order."""
+    """One record of several ``--json`` files of the same tasks and encoder run on other seeds (e.g. two
+    processes, ``--seeds 0-9`` and ``--seeds 10-19``), the seeds in order; the codecs that every file has."""
     import json
 
     records = [json.loads(Path(p).read_text()) for p in paths]
     out = records[0]
     for r in records[1:]:
-        if (r["tasks"], r["codecs"], r["encoder"]) != (out["tasks"], out["codecs"], out["encoder"]):
-            raise SystemExit(f"--table: {paths}: not the same tasks, codecs and encoder")
+        if (r["tasks"], r["encoder"]) != (out["tasks"], out["encoder"]) or set(r["seeds"]) & set(out["seeds"]):
+            raise SystemExit(f"--table: {paths}: not the same tasks and encoder, or a seed twice")
+        out["codecs"] = [c for c in out["codecs"] if c in r["codecs"]]
         out["seeds"] += r["seeds"]
         for t in out["tasks"]:
             for c in out["codecs"]:
                 out["acc"][t][c] += r["acc"][t][c]
+    out["qerr"] = next((r["qerr"] for r in records if "qerr" in r), None)  # a function of the tokens alone
     order = sorted(range(len(out["seeds"])), key=out["seeds"].__getitem__)
     out["seeds"] = [out["seeds"][i] for i in order]
-    out["acc"] = {t: {c: [a[i] for i in order] for c, a in accs.items()} for t, accs in out["acc"].items()}
+    out["acc"] = {t: {c: [accs[c][i] for i in order] for c in out["codecs"]} for t, accs in out["acc"].items()}
     return out
 
 
+def _paired(acc: list[float], ref: list[float]) -> tuple[float, float, int]:
+    """Mean of the paired differences ``acc − ref``, its standard error, and how many are below 0."""
+    import statistics
+
+    diff = [a - r for a, r in zip(acc, ref, strict=True)]
+    se = statistics.stdev(diff) / len(diff) ** 0.5 if len(diff) > 1 else 0.0
+    return statistics.fmean(diff), se, sum(d < 0 for d in diff)
+
+
+def _pooled(name: str) -> str:
+    """The codec's slots and pooling without its bits: ``tpool3-rot-int4g32`` -> ``tpool3``, ``int4`` -> ``full``."""
+    return "-".join(p for p in name.split("-") if p.startswith(("pool", "tpool")) or p == "last") or "full"
+
+
 def paired_table(record: dict) -> None:  # type: ignore[type-arg]
-    """Markdown: per task and codec, bytes, ratio, mean accuracy, paired difference from full ± SE, seeds below."""
+    """Markdown: per task and codec, bytes, ratio, token error, mean accuracy, paired difference from full ± SE,
+    seeds below full, and the paired difference from the same pooling unquantised (what the bits cost)."""
     import statistics
 
     n = len(record["seeds"])
     print(f"encoder {record['encoder']}; views {record['views']}; attentive probe (demo grid, chosen on val), test "
-          f"accuracy %, {n} probe seeds ({record['seeds'][0]}..{record['seeds'][-1]}) paired on the same tokens; "
+          f"accuracy %, {n} probe seeds ({', '.join(map(str, record['seeds']))}) paired on the same tokens; "
           "diff = codec − full, ± the standard error of the paired difference; below = seeds where the codec "
-          "scored under full")  # fmt: skip
-    print("\n| task | codec | token bytes per view | fewer bytes | accuracy | diff ± SE | below full |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+          "scored under full; bits = codec − the same pooling unquantised (tpool3-int4 − tpool3), ± SE")  # fmt: skip
+    qerr = record.get("qerr")  # absent in records of runs before it was kept
+    print("\n| task | codec | token bytes per view | fewer bytes | token error | accuracy | diff ± SE | below full "
+          "| bits ± SE |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")  # fmt: skip
     for t in record["tasks"]:
-        full, full_bytes = record["acc"][t]["full"][:n], record["bytes"][t]["full"]
+        accs, full_bytes = record["acc"][t], record["bytes"][t]["full"]
         for c in record["codecs"]:
-            acc = record["acc"][t][c][:n]
-            diff = [a - f for a, f in zip(acc, full, strict=True)]
-            se = statistics.stdev(diff) / len(diff) ** 0.5 if len(diff) > 1 else 0.0
-            cells = "—" if c == "full" else f"{statistics.fmean(diff):+.2f} ± {se:.2f}"
-            below = "—" if c == "full" else f"{sum(d < 0 for d in diff)}/{n}"
+            acc = accs[c][:n]
+            mean, se, below = _paired(acc, accs["full"][:n])
+            cells = "— | —" if c == "full" else f"{mean:+.2f} ± {se:.2f} | {below}/{n}"
+            ref = _pooled(c)
+            bits = "—"
+            if ref != c and ref in accs and not (ref == "full" and c == _pooled(c)):
+                bits = "{:+.2f} ± {:.2f}".format(*_paired(acc, accs[ref][:n])[:2])
             size = record["bytes"][t][c]
-            print(f"| {t} | {c} | {size:,} | {full_bytes / size:.1f}× | {statistics.fmean(acc):.1f} | {cells} | "
-                  f"{below} |")  # fmt: skip
+            err = f"{100 * qerr[t][c]:.1f} %" if qerr and c in qerr[t] else "?"
+            print(f"| {t} | {c} | {size:,} | {full_bytes / size:.1f}× | {err} | {statistics.fmean(acc):.1f} | "
+                  f"{cells} | {bits} |")  # fmt: skip
 
 
 def _table(rows: list[tuple[str, int, dict[str, list[float]]]], what: str) -> None:
