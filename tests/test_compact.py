@@ -157,7 +157,7 @@ def _adversarial(d: int = 128) -> dict[str, torch.Tensor]:
 
 def _steps(codec: TokenCodec, x: torch.Tensor) -> torch.Tensor:
     """The quantisation step of every channel [..., D] (in the rotated channels with ``rot``)."""
-    scales = codec.encode(x)["scales"].float()
+    scales = codec.encode(x)["scales"].float().abs()  # rot codecs store them negated
     return scales[..., None].expand(*x.shape) if scales.dim() < x.dim() else scales.repeat_interleave(codec.group, -1)
 
 
@@ -214,6 +214,21 @@ def test_round_trip_error_is_within_half_a_step_on_adversarial_tokens(name, case
         assert ((back - x).abs() <= step / 2 + slack).all()
     zero = x.abs().amax(-1) == 0
     assert (back[zero] == 0).all()
+
+
+def test_a_rotated_store_is_refused_by_the_static_decode_and_read_by_restore():
+    """``rot`` scales carry their sign bit (zeros included), so a reader that forgets the rotation fails loudly."""
+    x = _adversarial()["mixed"]
+    rot, plain = TokenCodec.parse("rot-int4g32"), TokenCodec.parse("int4g32")
+    arrays = rot.encode(x)
+    assert torch.signbit(arrays["scales"]).all()
+    with pytest.raises(ValueError, match="restore"):
+        TokenCodec.decode(arrays["tokens"], arrays["scales"])
+    with pytest.raises(ValueError, match="not written by a 'rot' codec"):
+        rot.restore(**plain.encode(x))
+    with pytest.raises(ValueError, match="restore"):
+        plain.restore(**arrays)
+    torch.testing.assert_close(rot.restore(**arrays).float(), x, atol=0.6, rtol=0)
 
 
 def test_rotation_is_orthonormal_exact_and_fixed():

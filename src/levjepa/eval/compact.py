@@ -26,8 +26,9 @@ from the classifier's record) — so a probe is deployed on the numbers it was t
   (splitmix64 of the channel index, no RNG state). An outlier channel is spread over ``b`` channels, so the
   absmax scale of the rest is no longer set by it (QuaRot's trick); the signs keep a near-constant token from
   landing in one channel. No bytes added; a store of it needs :meth:`TokenCodec.restore` to read (the
-  codec's instance, which knows ``R``), where the old per-token codecs also read with the static
-  :meth:`TokenCodec.decode`.
+  codec's instance, which knows ``R``), where the other codecs also read with the static
+  :meth:`TokenCodec.decode`; its scales are stored negated, so that ``decode`` refuses them rather than
+  return the rotated values.
 
 Error bound of every integer codec, per token: ``‖x̂ − x‖₂ ≤ ½ √(Σ_c step_c²)`` with ``step_c`` the scale that
 quantised channel ``c`` (plus float16 rounding of the scale and the output); without ``rot`` also per channel,
@@ -171,19 +172,30 @@ class TokenCodec:
         if self.bits == 4:
             nib = (q + 8).to(torch.uint8)  # 1..15
             q = nib[..., 0::2] | (nib[..., 1::2] << 4)
+        scale = -scale if self.rotate else scale  # the sign bit marks rotated values (decode refuses them)
         return {"tokens": q, "scales": scale if self.group else scale.squeeze(-1)}
 
     @staticmethod
     def decode(tokens: Tensor, scales: Tensor | None) -> Tensor:
         """A store's arrays back to float16 tokens: int8 and packed int4 ones times their float16 scales (one
         per token, ``[N, kept]``, or one per group of channels, ``[N, kept, G]``). Not for ``rot`` codecs, whose
-        values must be turned back: :meth:`restore` reads every codec."""
+        values must be turned back: :meth:`restore` reads every codec. A ``rot`` codec stores its scales negated
+        (the sign bit says "rotated"), so that this reader refuses them instead of returning ``x R``."""
+        if scales is not None and bool(torch.signbit(scales).any()):
+            raise ValueError(
+                "TokenCodec.decode: these tokens were rotated (a 'rot' codec, negative scales): read them with "
+                "TokenCodec.parse(codec_name).restore(tokens, scales)"
+            )
         return _dequantise(tokens, scales).to(torch.float16)
 
     def restore(self, tokens: Tensor, scales: Tensor | None) -> Tensor:
         """A store of this codec's arrays back to float16 tokens (:meth:`decode`, then ``Rᵀ`` with ``rot``)."""
-        x = _dequantise(tokens, scales)
-        return (x @ rotation(x.shape[-1]).T if self.rotate else x).to(torch.float16)
+        if not self.rotate:
+            return self.decode(tokens, scales)
+        if scales is None or not bool(torch.signbit(scales).all()):
+            raise ValueError(f"token codec {self.name}: these arrays were not written by a 'rot' codec")
+        x = _dequantise(tokens, -scales)
+        return (x @ rotation(x.shape[-1]).T).to(torch.float16)
 
     def roundtrip(self, tokens: Tensor, grid: tuple[int, int, int]) -> Tensor:
         """What a probe reads of ``tokens`` under this codec: reduced, stored and read back (float16)."""
