@@ -57,7 +57,7 @@ class LabelledSplits:
                 clips,
                 key=f"{self.key}-{split}",
                 cache_dir=cfg.cache_dir,
-                keep_tokens="attentive" in cfg.probes,
+                keep_tokens=cfg.reads_tokens,
                 batch_size=cfg.batch_size,
                 device=cfg.device,
                 progress=cfg.progress,

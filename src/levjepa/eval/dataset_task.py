@@ -89,7 +89,7 @@ class DatasetTask:
             self.stores[name] = {}
             for split, items in self.splits.items():
                 views = self.train_views if split == "train" else self.test_views
-                keep = views.tokens and "attentive" in cfg.probes and not cfg.online  # online: tokens never stored
+                keep = views.tokens and cfg.reads_tokens and not cfg.online  # online: tokens never stored
                 views = replace(views, tokens=keep, codec=cfg.codec)
                 # a full store keeps the name it always had: the codec is in the key only when compact
                 plain = replace(views, tokens=True, codec=cfg.codec if views.tokens else FULL)
@@ -105,7 +105,7 @@ class DatasetTask:
         sources: dict[str, FeatureSource] = {
             s: StoreSource(FeatureStore(p), task=self.name) for s, p in self.stores[name].items()
         }
-        if cfg.online and "attentive" in cfg.probes:
+        if cfg.online and cfg.reads_tokens:
             for s, src in sources.items():
                 assert isinstance(src, StoreSource)
                 views = (self.train_views if s == "train" else self.test_views).views

@@ -354,7 +354,10 @@ class FeatureSet:
         return len(self.unit)
 
     def column(self, name: str) -> np.ndarray:
-        """Index field ``name`` of every row (module doc)."""
+        """Index field ``name`` of every row (module doc); a set without rows (every file unreadable) has every
+        field, empty."""
+        if name not in self._columns and len(self) == 0:
+            return np.zeros(0, np.int64)
         if name not in self._columns:
             raise KeyError(f"{self.path}: no index field {name!r} (has {', '.join(self._columns)})")
         return self._columns[name]
