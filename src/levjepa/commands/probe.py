@@ -127,6 +127,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(V-JEPA 2's evaluation; for when no store fits)",
     )
     parser.add_argument(
+        "--train-views",
+        type=int,
+        default=None,
+        metavar="K",
+        help="index task: store K augmented views per training video (V-JEPA's train transform) and read one per "
+        "epoch; 0: the fixed centre crops (default: the protocol's, else 0; bench/eval.md)",
+    )
+    parser.add_argument(
         "--plan",
         action="store_true",
         help="index task: print the disk, encoder passes and estimated time of this evaluation, then stop",
@@ -187,6 +195,7 @@ def _main(args: argparse.Namespace) -> int:
             labels_file=args.labels_file,
             batch_size=args.batch_size,
             workers=args.workers,
+            train_views=args.train_views,
             features_dir=features,
             bad_files=bad,
         )
@@ -200,11 +209,14 @@ def _main(args: argparse.Namespace) -> int:
         if not args.no_save and not args.plan:
             check_probe_dir(_probes_dir(args), task.name, task.paths, columns=kept_columns(loaded))
     else:
-        index_only = ("protocol", "video_root", "labels_file", "frames", "frame_stride", "fps", "size", "slots", "name")
+        index_only = (
+            *("protocol", "video_root", "labels_file", "frames", "frame_stride", "fps", "size", "slots", "name"),
+            "train_views",
+        )
         if any(getattr(args, k) is not None for k in index_only) or args.online or args.plan:
             raise ConfigError(
                 "--protocol, --slots, --name, --frames, --frame-stride, --fps, --size, --online, --plan, --video-root "
-                "and --labels-file "
+                ", --train-views and --labels-file "
                 f"apply to --task index:TRAIN,VAL[,TEST], not to --task {args.task!r} (the built-in benchmark, whose "
                 "clips are the run's)"
             )

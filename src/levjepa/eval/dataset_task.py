@@ -7,7 +7,10 @@ For each encoder and split, the split's features are computed once into a featur
 settings) so that a second call reuses them. The probes then train from those stores in bounded memory
 (``levjepa.eval.source``, ``levjepa.eval.trainer``). Training features use the protocol's ``segments`` with
 one centre crop; validation and test use its ``segments × crops`` views, averaged per file. Without a protocol, one
-centre clip of ``frames`` frames at ``frame_stride`` per file.
+centre clip of ``frames`` frames at ``frame_stride`` per file. With ``train_views = K > 0`` (``probe
+--train-views K``) the training store holds instead ``K`` augmented views per file, drawn with the run's seed
+(``levjepa.eval.feature_store``), and each epoch of the probes reads one of them (``levjepa.eval.source``);
+``--online`` draws a new one every epoch from the same transform and stores no token.
 
 :class:`DatasetTask` is a task of the one harness (``levjepa.eval.harness.evaluate``): :meth:`prepare`
 builds every store of every encoder on every rank (all of them before any probe, so that no rank waits at
@@ -27,6 +30,7 @@ from typing import Any
 import torch
 
 from levjepa import distributed
+from levjepa.config import check
 from levjepa.data import BadFileReport, DataError, MediaItem
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.compact import FULL
@@ -60,6 +64,7 @@ class DatasetTask:
     stores: dict[str, dict[str, Path]] = field(default_factory=dict)  # encoder -> split -> store folder
     name: str = "labels"  # the task's name: its row in the table, its kept probes' folder (task_name)
     protocol_text: str = ""  # the protocol and its slots, as the table states them
+    online: bool = False  # the attentive probes' training tokens are encoded every epoch (set by prepare)
 
     @property
     def num_classes(self) -> dict[str, int]:
@@ -79,11 +84,14 @@ class DatasetTask:
     def clip_text(self) -> str:
         t, v = self.train_views.views, self.test_views.views
         clip = f"{t.frames}×{t.size}×{t.size} (T×H×W) {t.sampling}"
-        views = f"views train {t.segments}×1, val/test {v.segments}×{v.crops}"
+        k = self.train_views.train_views
+        train = f"{k} augmented views × {t.segments}" if k else f"{t.segments}×1"
+        views = f"views train {train}, val/test {v.segments}×{v.crops}"
         return f"{clip}; {views}" + (f"; protocol {self.protocol_text}" if self.protocol_text else "")
 
     def prepare(self, encoders: Mapping[str, VideoEncoder], cfg: EvalConfig) -> bool:
         """Every store of every encoder × split, on every rank; True on rank 0, which trains the probes."""
+        self.online = cfg.online and cfg.reads_tokens
         for name, enc in encoders.items():
             fp = function_fingerprint(enc)
             self.stores[name] = {}
@@ -91,6 +99,9 @@ class DatasetTask:
                 views = self.train_views if split == "train" else self.test_views
                 keep = views.tokens and cfg.reads_tokens and not cfg.online  # online: tokens never stored
                 views = replace(views, tokens=keep, codec=cfg.codec)
+                if split == "train" and self.train_views.train_views:
+                    check(not cfg.online, "eval: --online draws a new view every epoch: drop --train-views")
+                    views = replace(views, view_seed=cfg.seed)  # the run's seed draws the augmented views
                 # a full store keeps the name it always had: the codec is in the key only when compact
                 plain = replace(views, tokens=True, codec=cfg.codec if views.tokens else FULL)
                 path = self.features_dir / f"{fp}-{self.key(split, plain)}{'' if views.tokens else '-notokens'}"
@@ -130,11 +141,19 @@ class DatasetTask:
                 )
         return sources
 
+    def train_views_text(self) -> str:
+        """What the probes trained on, in words (the result's ``train_views``)."""
+        if self.online:
+            return "augmented every epoch (online)"
+        k = self.train_views.train_views
+        return f"{k} augmented views per video" if k else "fixed centre crops"
+
     def info(self) -> dict[str, Any]:
         return {
             "task": self.name,
             "protocol": None if self.protocol is None else self.protocol_text,
             "views": self.test_views.views.fields(),
+            "train_views": self.train_views_text(),
             "feature_stores": {n: {s: str(p) for s, p in st.items()} for n, st in self.stores.items()},
             "torch_threads": torch.get_num_threads(),
         }
@@ -154,6 +173,7 @@ def dataset_task(
     batch_size: int = 8,
     workers: int = 2,
     shard_items: int = 256,
+    train_views: int | None = None,
     features_dir: str | Path = "features",
     bad_files: BadFileReport | None = None,
 ) -> DatasetTask:
@@ -161,7 +181,8 @@ def dataset_task(
     resolved from the model, ``levjepa.formats.reading``; default one centre clip of 16 frames at stride 2,
     224 px); with a ``protocol``, its views for an encoder of ``tubelet`` frames per token at ``slots`` temporal
     positions, sampled as ``views`` says (``levjepa.eval.protocols``). ``name``: the task's name (default:
-    :func:`task_name` of the files)."""
+    :func:`task_name` of the files). ``train_views``: ``K`` augmented training views per file in the store (0:
+    the fixed centre crops; default: the protocol's ``train_views``, else 0)."""
     views = views or ViewSpec()
     proto, text = None, ""
     if protocol is not None:
@@ -170,6 +191,7 @@ def dataset_task(
         proto = PROTOCOLS[protocol]
         views = proto.views(tubelet, views, slots)
         text = proto.describe(views, slots, tubelet)
+    k = train_views if train_views is not None else (proto.train_views if proto is not None else 0)
     task = read_task(
         paths,
         video_root=video_root,
@@ -182,7 +204,8 @@ def dataset_task(
         task.splits,
         task.paths,
         task.num_classes,
-        replace(test, views=replace(views, crops=1)),  # training features: the segments, one centre crop
+        # training features: the segments, one centre crop, or K augmented views of them
+        replace(test, views=replace(views, crops=1), train_views=k),
         test,
         proto,
         Path(features_dir),

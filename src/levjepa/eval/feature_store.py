@@ -10,8 +10,20 @@ shard of features; the dataset's size only changes how many shards are written.
 ``segments`` clips of ``frames`` frames at ``frame_stride`` spread over the video × ``crops`` square crops,
 at short side ``size``); one row per view, the rows of a file consecutive and segment-major, with the index
 fields ``file, label, item, segment, crop``. Decoding runs in ``workers`` worker processes
-(``levjepa.data.workers.safe_map``). A file that cannot be read (``DataError``, a decoder error) is reported
-(``bad-KKKKK.json``, then ``bad_files.json``, with the reason) and skipped, never fatal; it contributes no row.
+(``levjepa.data.workers.safe_map``).
+
+**Augmented training views** (``StoreConfig.train_views = K > 0``, ``probe --train-views K``): instead of its
+centre crop, each file gets ``K`` augmented views — view ``k`` is ``levjepa.data.eval_clip.load_train_views``
+drawn from ``train_generator(view_seed, item, k)`` (V-JEPA's frozen-evaluation train transform: random
+temporal offset, random resized crop of 30–100 % at aspect 3/4–4/3, flip), so a view depends only on
+(seed, item, k), never on workers, ranks or a restart. Its rows carry ``view = k``, view-major then
+segment (``crops`` must be 1), through the store's token codec like any row; ``train_views`` and
+``view_seed`` are in the manifest's settings (another K or seed is another store). ``K = 0`` writes exactly
+the store it always did (no ``view`` field, same settings). The probe trainer reads one view per file and
+epoch (``levjepa.eval.source.StoreSource.set_epoch``).
+
+A file that cannot be read (``DataError``, a decoder error) is reported (``bad-KKKKK.json``, then
+``bad_files.json``, with the reason) and skipped, never fatal; it contributes no row.
 
 **The encoder** runs the one frozen forward, ``levjepa.infer.encode.encode`` (``eval()``, ``inference_mode``,
 nothing dropped, its precision rule: bf16 autocast on CUDA, float32 elsewhere), so a store holds exactly the
@@ -56,7 +68,7 @@ from torch import Tensor
 from levjepa import distributed
 from levjepa.config import check
 from levjepa.data import DataError, MediaItem
-from levjepa.data.eval_clip import ViewSpec
+from levjepa.data.eval_clip import ViewSpec, load_train_views, train_generator
 from levjepa.data.progress import Progress
 from levjepa.data.sources import items_hash
 from levjepa.data.workers import safe_map
@@ -81,8 +93,15 @@ class StoreConfig:
     batch_size: int = 8  # views per encoder forward
     workers: int = 2  # decoding processes (0: decode in this process)
     shard_items: int = 256  # files per shard
+    train_views: int = 0  # K > 0: K augmented training views per file instead of the fixed views (module doc)
+    view_seed: int = 0  # the seed of those views (train_generator)
 
     def __post_init__(self) -> None:
+        check(self.train_views >= 0, f"store.train_views={self.train_views}: must be >= 0 (0: fixed views)")
+        check(
+            self.train_views == 0 or self.views.crops == 1,
+            f"store.train_views={self.train_views} with crops={self.views.crops}: augmented views have one crop",
+        )
         check(self.batch_size >= 1, f"store.batch_size={self.batch_size}: must be >= 1")
         check(self.workers >= 0, f"store.workers={self.workers}: must be >= 0")
         check(self.shard_items >= 1, f"store.shard_items={self.shard_items}: must be >= 1")
@@ -106,6 +125,9 @@ class StoreConfig:
             out["fps"] = v.fps
         if self.tokens and not self.codec.lossless:  # likewise a compact form of the tokens
             out["token_codec"] = self.codec.name
+        if self.train_views:  # augmented views: only then, so a fixed store keeps its settings and name
+            out["train_views"] = self.train_views
+            out["view_seed"] = self.view_seed
         return out
 
 
@@ -121,8 +143,12 @@ class StoreResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def _views(items: list[MediaItem], views: ViewSpec, patch: int, i: int) -> Tensor:
-    """Item ``i``'s views ``[segments·crops, C, T, S, S]`` (uint8), in a decoding worker."""
+def _views(items: list[MediaItem], views: ViewSpec, patch: int, train_views: int, seed: int, i: int) -> Tensor:
+    """Item ``i``'s views ``[segments·crops, C, T, S, S]`` (uint8), or with ``train_views = K`` its K augmented
+    views ``[K·segments, C, T, S, S]`` (view-major), in a decoding worker."""
+    if train_views:
+        gens = [train_generator(seed, i, k) for k in range(train_views)]
+        return torch.cat([load_train_views(items[i].path, views, patch, g, items[i].kind) for g in gens])
     return views.load(items[i].path, patch, items[i].kind)
 
 
@@ -175,7 +201,7 @@ def build_store(
                 feats.update(cfg.codec.encode(cfg.codec.reduce(enc.tokens, grid_of(enc.positions))))
             shard.add([m for m, _ in chunk], feats)
 
-    load = functools.partial(_views, items, cfg.views, encoder.cfg.patch_size)
+    load = functools.partial(_views, items, cfg.views, encoder.cfg.patch_size, cfg.train_views, cfg.view_seed)
     for i, views, reason in safe_map(load, order, cfg.workers):
         k = i // cfg.shard_items
         shard = shards[k]
@@ -186,6 +212,9 @@ def build_store(
             for v in range(len(views)):
                 seg, crop = divmod(v, cfg.views.crops)
                 row = {"file": it.path, "label": it.label, "item": i, "segment": seg, "crop": crop}
+                if cfg.train_views:
+                    view, seg = divmod(v, cfg.views.segments)
+                    row = {"file": it.path, "label": it.label, "item": i, "view": view, "segment": seg, "crop": 0}
                 pending.append((row, views[v]))
                 if len(pending) >= cfg.batch_size:
                     run(shard)

@@ -4,10 +4,13 @@ A feature store computes every token of every view once and the probes train fro
 When the tokens do not fit — the ImageNet train set at ViT-L is terabytes even compact (``bench/eval.md``) —
 V-JEPA 2's evaluation runs the frozen encoder on every batch instead, with the protocol's train-time
 augmentation, so every epoch sees new crops. :class:`OnlineSource` is that: the ``tokens`` of a batch of samples
-are decoded (in worker processes, ``levjepa.data.workers.safe_map``), augmented — training split: a random
-resized crop of 30–100 % of the area and a horizontal flip, the same box for all frames of a view, drawn from
-``(seed, "online", read, item)`` — and encoded by the one frozen forward (``levjepa.infer.encode``) when the
-trainer asks for them. Validation and test views are the protocol's, unaugmented. The small inputs (``mean``,
+are decoded (in worker processes, ``levjepa.data.workers.safe_map``), augmented — training split: the one
+frozen-evaluation train transform, ``levjepa.data.eval_clip.load_train_views`` (random temporal offset per
+segment, random resized crop of 30–100 % of the area at aspect 3/4–4/3, the same box for all frames of a
+segment, horizontal flip), epoch ``e`` drawing view ``k = e`` from ``train_generator(seed, item, e)`` — the
+very views a store of ``K ≥ epochs`` augmented views holds (``levjepa.eval.feature_store``) — and encoded by
+the one frozen forward (``levjepa.infer.encode``) when the trainer asks for them. Validation and test views
+are the protocol's, unaugmented. The small inputs (``mean``,
 ``cls``, for the linear probes and kNN) still come from a store without tokens.
 
 Every probe of a grid reads the same batch in one forward of the stacked grid (``levjepa.eval.trainer``), so the
@@ -24,29 +27,24 @@ import torch
 from torch import Tensor
 
 from levjepa.data import DataError, MediaItem
-from levjepa.data.eval_clip import ViewSpec, random_resized_crop
+from levjepa.data.eval_clip import ViewSpec, load_train_views, train_generator
 from levjepa.data.workers import safe_map
 from levjepa.eval.source import FeatureSource, StoreSource
 from levjepa.infer.encode import encode
 from levjepa.model.vit import VideoEncoder
-from levjepa.rng import make_generator
 
-__all__ = ["AUGMENT_SCALE", "OnlineSource"]
+__all__ = ["OnlineSource"]
 
-AUGMENT_SCALE = (0.3, 1.0)  # the random resized crop's share of the area (training split)
 _Key = tuple[str, Literal["video", "image"], int, int]  # a sample: path, kind, item, crop
 
 
-def _views(views: ViewSpec, patch: int, augment: bool, seed: int, read: int, key: _Key) -> Tensor:
+def _views(views: ViewSpec, patch: int, augment: bool, seed: int, epoch: int, key: _Key) -> Tensor:
     """The views of one sample ``key = (path, kind, item, crop)`` in a worker: its ``segments`` clips of that
-    crop, uint8 ``[segments, C, T, S, S]``, augmented for training. (The key carries the file, so a worker is
-    sent one sample, not the split's list of files.)"""
+    crop, uint8 ``[segments, C, T, S, S]``, augmented for training (view ``epoch`` of the item). (The key carries
+    the file, so a worker is sent one sample, not the split's list of files.)"""
     path, kind, item, crop = key
-    if augment:  # one random box per view, from the centre square of each segment
-        segs = views.load(path, patch, kind)  # crops=1 on the training split
-        gen = make_generator(seed, "online", read, item)
-        out = [random_resized_crop(v.permute(1, 2, 3, 0), AUGMENT_SCALE, 0.5, gen).permute(3, 0, 1, 2) for v in segs]
-        return torch.stack(out)
+    if augment:
+        return load_train_views(path, views, patch, train_generator(seed, item, epoch), kind)
     every = views.load(path, patch, kind)  # [segments · crops, ...], segment-major
     return every[crop :: views.crops]
 
@@ -72,7 +70,7 @@ class OnlineSource(FeatureSource):
         self.augment, self.seed, self.device, self.workers = augment, seed, device, workers
         self.batch_size = batch_size
         self.name, self.labels, self.crops = f"{store.name} (tokens online)", store.labels, store.crops
-        self.reads = 0  # token reads so far: a new augmentation for every one
+        self.epoch = 0  # the trainer's epoch (set_epoch): the view every read of it draws
         self.forwards = 0  # views encoded so far
 
     def read(self, what: str, idx: Tensor) -> Tensor:
@@ -82,8 +80,7 @@ class OnlineSource(FeatureSource):
         for i in idx.tolist():
             item = int(self.store.smp.file[i])
             keys.append((self.items[item].path, self.items[item].kind, item, int(i) % self.crops))
-        load = functools.partial(_views, self.views, self.encoder.cfg.patch_size, self.augment, self.seed, self.reads)
-        self.reads += 1
+        load = functools.partial(_views, self.views, self.encoder.cfg.patch_size, self.augment, self.seed, self.epoch)
         samples: list[Tensor] = []
         for key, views, reason in safe_map(load, keys, self.workers if len(keys) > 1 else 0):
             if views is None:  # the store read this file: it became unreadable since
@@ -96,6 +93,9 @@ class OnlineSource(FeatureSource):
         self.forwards += len(every)
         return tokens.reshape(len(samples), -1, tokens.shape[-1])  # each sample's segments, one after another
 
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
     def dim(self, what: str) -> int:
         return self.encoder.cfg.dim if what == "tokens" else self.store.dim(what)  # no forward to ask it
 
@@ -103,7 +103,8 @@ class OnlineSource(FeatureSource):
         return self.store.file_cls()
 
     def info(self) -> dict[str, Any]:
-        return {**self.store.info(), "online": True, "encoder_forwards": self.forwards}
+        views = "augmented every epoch (online)" if self.augment else self.store.info().get("train_views")
+        return {**self.store.info(), "online": True, "encoder_forwards": self.forwards, "train_views": views}
 
     def close(self) -> None:
         self.store.close()

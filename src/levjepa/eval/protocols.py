@@ -82,6 +82,7 @@ class Protocol:
     images: bool  # the dataset is images, evaluated as clips of a repeated frame
     source: str  # where the settings come from
     vjepa2_stride: int = 4  # V-JEPA 2's frame_step, with its 16 frames per clip
+    train_views: int = 0  # augmented training views per file in the store (0: fixed centre crops; bench/eval.md)
 
     def views(self, tubelet: int, sampling: ViewSpec, slots: Slots = SLOTS_DEFAULT) -> ViewSpec:
         """The views for an encoder of ``tubelet`` frames per token: ``slots`` temporal positions sampled as

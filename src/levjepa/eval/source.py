@@ -16,6 +16,14 @@ either source.
   class probabilities are averaged and accuracy counts files (V-JEPA 2 averages its views' softmax outputs).
   kNN reads each file's CLS averaged over every view.
 
+  **Augmented training views.** A store of ``K`` augmented views per file (``train_views`` in its settings,
+  rows with a ``view`` field; ``levjepa.eval.feature_store``) has one sample per file whose rows change with the
+  epoch: :meth:`FeatureSource.set_epoch` (called by the trainer at the start of every epoch) makes epoch ``e``
+  read view ``e mod K`` of every file. Chosen over a per-file offset or a seeded draw because then a store of
+  ``K ≥ epochs`` views gives, epoch for epoch, the very pixels ``probe --online`` draws (both take view ``k =
+  epoch`` from ``train_generator(seed, item, k)``), and every probe of the pass reads the same rows. Before
+  any ``set_epoch`` (the standardizer, a dimension) it reads view 0.
+
 Memory of a store source: the index (a few int64 per row) plus the batch asked for; kNN keeps every file's
 CLS vector (N × D float32), which is what kNN is.
 
@@ -75,6 +83,11 @@ class FeatureSource(ABC):
     def dim(self, what: str) -> int:
         return int(self.read(what, torch.zeros(1, dtype=torch.int64)).shape[-1])
 
+    def set_epoch(self, epoch: int) -> None:
+        """Called by the trainer at the start of epoch ``epoch``: a source whose samples change per epoch
+        (augmented views) picks that epoch's; the others ignore it."""
+        return None
+
     def info(self) -> dict[str, Any]:
         """What a probe result records about where it was trained."""
         return {}
@@ -110,27 +123,42 @@ class MemorySource(FeatureSource):
 
 @dataclass(frozen=True)
 class Samples:
-    """The samples of a store: ``rows[i]`` = the store rows of sample i (its segments, in order)."""
+    """The samples of a store: ``rows[i]`` = the store rows of sample i (its segments, in order); a store of
+    ``K`` augmented views has ``view_rows[k, i]``, the rows of view ``k`` (``rows`` is view 0's)."""
 
     rows: np.ndarray  # int64 [N, segments]
     labels: np.ndarray  # int64 [N]
     file: np.ndarray  # int64 [N]: the item id, shared by the crops of one file
+    view_rows: np.ndarray | None = None  # int64 [K, N, segments], augmented views only
 
     def __len__(self) -> int:
         return len(self.labels)
 
 
+def train_views(store: FeatureStore) -> int:
+    """``K``, the augmented views per file of ``store`` (0: its fixed views)."""
+    return int(store.config.get("train_views", 0))
+
+
 def samples(store: FeatureStore) -> Samples:
     """One sample per (file, crop) of ``store`` (see the module doc)."""
-    segments, crops = int(store.config["segments"]), int(store.config["crops"])
-    first = np.nonzero((store.segment == 0) & (store.crop == 0))[0]  # first row of each file
-    if len(first) * segments * crops != len(store):
-        raise ValueError(f"{store.path}: {len(store)} rows are not {segments} segments × {crops} crops per file")
+    segments, crops, k = int(store.config["segments"]), int(store.config["crops"]), max(1, train_views(store))
+    first = np.nonzero((store.segment == 0) & (store.crop == 0))[0][::k]  # first row of each file
+    if len(first) * k * segments * crops != len(store):
+        raise ValueError(
+            f"{store.path}: {len(store)} rows are not {k} view(s) × {segments} segments × {crops} crops per file"
+        )
     base = np.repeat(first, crops) + np.tile(np.arange(crops), len(first))  # [files · crops]
     rows = base[:, None] + crops * np.arange(segments)[None, :]
     if (store.labels[first] < 0).any():
         raise ValueError(f"{store.path}: some rows have no label; a probe needs a labelled store")
-    return Samples(rows.astype(np.int64), np.repeat(store.labels[first], crops), np.repeat(store.item[first], crops))
+    labels, file = np.repeat(store.labels[first], crops), np.repeat(store.item[first], crops)
+    if not train_views(store):
+        return Samples(rows.astype(np.int64), labels, file)
+    view_rows = rows[None] + segments * np.arange(k)[:, None, None]  # [K, N, segments], view-major per file
+    if not (store.column("view")[view_rows] == np.arange(k)[:, None, None]).all():
+        raise ValueError(f"{store.path}: the rows of a file are not its {k} views, view-major")
+    return Samples(rows.astype(np.int64), labels, file, view_rows.astype(np.int64))
 
 
 class StoreSource(FeatureSource):
@@ -143,9 +171,17 @@ class StoreSource(FeatureSource):
         self.views = int(store.config["segments"]) * self.crops
         self.labels = {task: torch.from_numpy(self.smp.labels)}
         self.batch_rows = batch_rows
+        self.train_views = train_views(store)
+        self.views *= max(1, self.train_views)  # rows per file
+        self.rows = self.smp.rows  # this epoch's rows of every sample (set_epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Epoch ``epoch`` reads view ``epoch mod K`` of every file (module doc); fixed views: nothing."""
+        if self.smp.view_rows is not None:
+            self.rows = self.smp.view_rows[epoch % self.train_views]
 
     def read(self, what: str, idx: Tensor) -> Tensor:
-        rows = self.smp.rows[idx.numpy()]
+        rows = self.rows[idx.numpy()]
         b, s = rows.shape
         if what == "tokens":
             t = torch.from_numpy(self.store.read("tokens", rows.reshape(-1)))  # [B·S, 1+L, D] float16
@@ -153,7 +189,7 @@ class StoreSource(FeatureSource):
         return torch.from_numpy(self.store.read(what, rows.reshape(-1))).reshape(b, s, -1).mean(1)
 
     def file_cls(self) -> Tensor:
-        first = np.nonzero((self.store.segment == 0) & (self.store.crop == 0))[0]
+        first = np.nonzero((self.store.segment == 0) & (self.store.crop == 0))[0][:: max(1, self.train_views)]
         per = max(1, self.batch_rows // self.views)
         out = []
         for i in range(0, len(first), per):
@@ -163,7 +199,8 @@ class StoreSource(FeatureSource):
         return torch.cat(out)
 
     def info(self) -> dict[str, Any]:
-        return {"from_disk": True, "train_samples": len(self)}
+        views = f"{self.train_views} augmented views per video" if self.train_views else "fixed centre crops"
+        return {"from_disk": True, "train_samples": len(self), "train_views": views}
 
     def close(self) -> None:
         self.store.close()
