@@ -1,0 +1,171 @@
+"""Augmented training views from a store against fixed centre crops and online augmentation (bench/eval.md,
+"Augmented views from a store (issue 53)").
+
+    python bench/eval_views.py --run RUN --index DIR [--tasks appearance,...] [--ks 1,2,4,8] [--codec tpool2-int8]
+        [--seeds 0,1,2] [--json OUT.json]
+    python bench/eval_views.py --table A.json[,B.json]
+
+Every index task under ``DIR`` (``DIR/TASK/{train,val,test}.txt``, ``python bench/eval_tasks.py --out DIR``) is
+probed with the attentive probe (the demo grid, chosen on val, read on test) from the training views of:
+
+* ``fixed`` — today's store, one centre crop per segment (``--train-views 0``);
+* ``K=k`` — a store of ``k`` augmented views per video (``levjepa probe --train-views k``; the probes read view
+  ``epoch mod k``), with every token and with the compact codec ``--codec``;
+* ``online`` — ``levjepa probe --online``: the frozen encoder re-run on a new augmented view every epoch.
+
+Each setting runs exactly as ``levjepa probe --task index:...`` does (``dataset_task`` + ``evaluate``) into a
+fresh features folder, so its encoder forwards (counted at ``levjepa.infer.encode.encode`` as the store and the
+online source call it: training, validation and test views together) and its wall-clock (stores + probes, one
+CPU thread) are the whole cost. The probe seed is also the views' seed. The seed loop is outermost, so a run
+stopped early leaves every setting with the same seeds; ``--json`` keeps each seed as it finishes and
+``--table`` merges files (runs of other seeds or tasks in other processes). The table: per task and setting, the
+mean test accuracy, the mean paired difference from ``online`` ± its standard error (the seeds' standard deviation
+of the difference / √seeds), the forwards and the seconds (means over seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def settings(ks: list[int], codec: str) -> list[tuple[str, int, str, bool]]:
+    """(name, K, tokens, online) of every setting, in table order."""
+    out = [("fixed", 0, "full", False)]
+    out += [(f"K={k}", k, "full", False) for k in ks]
+    out += [(f"K={k} {codec}", k, codec, False) for k in ks]
+    return [*out, ("online", 0, "full", True)]
+
+
+def run_one(loaded: Any, folder: Path, k: int, tokens: str, online: bool, seed: int) -> dict[str, float]:
+    """One setting of one task and seed: test accuracy (%), encoder forwards and seconds."""
+    import levjepa.eval.feature_store as feature_store
+    import levjepa.eval.online as online_mod
+    from levjepa.eval.config import EvalConfig
+    from levjepa.eval.dataset_task import dataset_task
+    from levjepa.eval.harness import evaluate
+    from levjepa.formats.reading import model_views
+
+    views, _ = model_views(loaded)
+    count = [0]
+    real = feature_store.encode
+
+    def counted(encoder, clips, *args, **kwargs):  # type: ignore[no-untyped-def]
+        count[0] += len(clips)
+        return real(encoder, clips, *args, **kwargs)
+
+    feature_store.encode, online_mod.encode = counted, counted  # type: ignore[assignment]
+    try:
+        with tempfile.TemporaryDirectory() as work:
+            t0 = time.perf_counter()
+            paths = [str(folder / f"{s}.txt") for s in ("train", "val", "test")]
+            task = dataset_task(
+                paths, views=views, tubelet=loaded.config.tubelet, workers=0, features_dir=work, train_views=k
+            )
+            cfg = EvalConfig(
+                tasks=(task.name,), probes=("attentive",), budget="demo", seed=seed, tokens=tokens, online=online
+            )
+            res = evaluate({"ema": loaded.encoder}, task, cfg)
+            seconds = time.perf_counter() - t0
+    finally:
+        feature_store.encode, online_mod.encode = real, real  # type: ignore[assignment]
+    assert res is not None
+    return {"acc": float(res.results["ema"][task.name]["attentive"].reported), "forwards": count[0], "s": seconds}
+
+
+def measure(run: str, index: str, tasks: list[str], ks: list[int], codec: str, seeds: list[int], out: str | None):
+    sys.path.insert(0, str(SRC))
+    import torch
+
+    from levjepa.formats.load import load_encoder
+
+    torch.set_num_threads(1)
+    loaded = load_encoder(run)
+    record: dict[str, Any] = {"run": run, "index": index, "codec": codec, "ks": ks, "results": {}}
+    for seed in seeds:
+        for task in tasks:
+            for name, k, tokens, online in settings(ks, codec):
+                r = run_one(loaded, Path(index) / task, k, tokens, online, seed)
+                record["results"].setdefault(task, {}).setdefault(name, {})[str(seed)] = r
+                print(
+                    f"seed {seed} {task} {name}: {r['acc']:.1f} % {r['forwards']} forwards {r['s']:.1f} s", flush=True
+                )
+        if out:
+            Path(out).write_text(json.dumps(record, indent=1))
+    return record
+
+
+def merge(paths: list[str]) -> dict[str, Any]:
+    """The records of ``paths`` as one: every (task, setting, seed) any of them measured."""
+    merged: dict[str, Any] = {}
+    for p in paths:
+        rec = json.loads(Path(p).read_text())
+        if not merged:
+            merged = {**rec, "results": {}}
+        for task, by_setting in rec["results"].items():
+            for name, by_seed in by_setting.items():
+                merged["results"].setdefault(task, {}).setdefault(name, {}).update(by_seed)
+    return merged
+
+
+def _paired(acc: list[float], ref: list[float]) -> tuple[float, float]:
+    d = [a - b for a, b in zip(acc, ref, strict=True)]
+    mean = sum(d) / len(d)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1)) if len(d) > 1 else float("nan")
+    return mean, sd / math.sqrt(len(d))
+
+
+def table(record: dict[str, Any]) -> None:
+    """The markdown table of a record (module doc), then the mean over tasks of each setting."""
+    print("| task | training views | seeds | test acc % | − online (± SE) | encoder forwards | seconds |")
+    print("|---|---|---|---|---|---|---|")
+    names = settings(record["ks"], record["codec"])
+    over: dict[str, list[float]] = {}
+    for task, by_setting in record["results"].items():
+        ref = by_setting.get("online", {})
+        for name, *_ in names:
+            runs = by_setting.get(name, {})
+            seeds = sorted(s for s in runs if s in ref)
+            if not seeds:
+                continue
+            acc = [runs[s]["acc"] for s in seeds]
+            diff, se = _paired(acc, [ref[s]["acc"] for s in seeds])
+            over.setdefault(name, []).append(diff)
+            fw = sum(runs[s]["forwards"] for s in seeds) / len(seeds)
+            sec = sum(runs[s]["s"] for s in seeds) / len(seeds)
+            mean = sum(acc) / len(acc)
+            print(f"| {task} | {name} | {len(seeds)} | {mean:.1f} | {diff:+.1f} ± {se:.1f} | {fw:.0f} | {sec:.0f} |")
+    print("\nmean over tasks of the paired difference from online (points):")
+    for name, diffs in over.items():
+        print(f"- {name}: {sum(diffs) / len(diffs):+.2f} ({len(diffs)} tasks)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", default="/work/runs/demo")
+    ap.add_argument("--index", default="/work/runs/eval_tasks")
+    ap.add_argument("--tasks", default="appearance,direction,size,speed,order")
+    ap.add_argument("--ks", default="1,2,4,8")
+    ap.add_argument("--codec", default="tpool2-int8")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--json", default=None, help="keep the measurements here, seed by seed")
+    ap.add_argument("--table", default=None, help="print the table of these JSON files (comma-separated)")
+    args = ap.parse_args()
+    if args.table:
+        table(merge(args.table.split(",")))
+        return
+    ks = [int(k) for k in args.ks.split(",")]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    table(measure(args.run, args.index, args.tasks.split(","), ks, args.codec, seeds, args.json))
+
+
+if __name__ == "__main__":
+    main()
