@@ -150,6 +150,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache", default=None, help="feature cache folder")
     add_device_argument(parser)
     parser.add_argument("--seed", type=int, default=0, help="probe seed")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="probe seeds seed..seed+N-1 trained in one pass (same batch order); the table gives mean ± sd",
+    )
     parser.add_argument("--out", default=None, help="write the JSON result here")
     parser.add_argument("--probes-dir", default=None, help="where the kept probes go (default: RUN/probes)")
     parser.add_argument("--save-all", action="store_true", help="keep every probe of the grid, not only the chosen")
@@ -229,6 +235,7 @@ def _main(args: argparse.Namespace) -> int:
         budget=args.budget,
         probe=probe_cfg,
         seed=args.seed,
+        seeds=args.seeds,
         device=args.device,
         batch_size=args.batch_size,
         cache_dir=args.cache,

@@ -97,6 +97,7 @@ class EvalConfig:
     keep_heads: Literal["none", "best", "all"] = "none"  # results also hold the chosen (or every) probe's weights
     tokens: str = "full"  # what the attentive probe reads of the tokens: full or a compact codec (eval/compact.py)
     online: bool = False  # labelled files: tokens encoded on the fly every epoch, no token store (eval/online.py)
+    seeds: int = 1  # probe seeds seed..seed+seeds-1 stacked in one pass (shared batch order); mean ± sd reported
 
     @property
     def reads_tokens(self) -> bool:
@@ -110,6 +111,7 @@ class EvalConfig:
             probe_spec(p)  # a name that no kind registered is refused, with the valid ones
         check(self.keep_heads in ("none", "best", "all"), f"eval.keep_heads={self.keep_heads!r}: none, best, all")
         check(self.batch_size >= 1, f"eval.batch_size={self.batch_size}: must be >= 1")
+        check(self.seeds >= 1, f"eval.seeds={self.seeds}: must be >= 1")
         TokenCodec.parse(self.tokens)  # a bad codec name is refused here, in one line
         check(not (self.online and self.tokens != "full"), "eval: online tokens are never stored: drop --tokens")
 

@@ -93,6 +93,9 @@ def probe_sources(
             test,
             classes=num_classes,
             generator=make_generator("probe", cfg.seed, ",".join(tasks), probe),
+            seed_generators=[
+                make_generator("probe", cfg.seed + s, ",".join(tasks), probe) for s in range(1, cfg.seeds)
+            ],
             device=cfg.device,
             keep=cfg.keep_heads,
             progress=cfg.progress,
@@ -148,6 +151,7 @@ def evaluate(encoders: Mapping[str, VideoEncoder], task: Task, cfg: EvalConfig) 
         "probe_config": {k: list(v) if isinstance(v, tuple) else v for k, v in probe_cfg.__dict__.items()},
         "device": str(cfg.device),
         "seed": cfg.seed,
+        "seeds": cfg.seeds,
         "tokens": cfg.tokens,
         "online": cfg.online,
         **task.info(),

@@ -74,6 +74,8 @@ class ProbeConfig:
     beta1: float = 0.9
     beta2: float = 0.999
     init_std: float = 0.02
+    average_last: float = 0.0  # evaluate the uniform average of the weights over this last fraction of steps
+    select: str = "acc"  # choose on val by accuracy (ties: loss) or by loss (ties: accuracy)
 
     def __post_init__(self) -> None:
         check(self.depth >= 1, f"probe.depth={self.depth}: must be >= 1 (1 = paper's probe, 4 = V-JEPA 2's)")
@@ -88,6 +90,8 @@ class ProbeConfig:
         for name in ("epochs", "linear_epochs", "batch_size"):
             check(getattr(self, name) >= 1, f"probe.{name}={getattr(self, name)}: must be >= 1")
         check(self.warmup_epochs >= 0, f"probe.warmup_epochs={self.warmup_epochs}: must be >= 0")
+        check(0 <= self.average_last <= 1, f"probe.average_last={self.average_last}: must be in [0, 1]")
+        check(self.select in ("acc", "loss"), f"probe.select={self.select!r}: valid choices are acc, loss")
         for name in ("beta1", "beta2"):
             check(0 <= getattr(self, name) < 1, f"probe.{name}={getattr(self, name)}: must be in [0, 1)")
 

@@ -26,7 +26,15 @@ class EvalResult:
     info: dict[str, Any] = field(default_factory=dict)
 
     def accuracy(self, encoder: str, task: str, probe: str) -> float:
-        return self.results[encoder][task][probe].reported
+        """The reported accuracy; with several probe seeds, its mean over them."""
+        r = self.results[encoder][task][probe]
+        return r.mean_reported if isinstance(r, GridResult) else r.reported
+
+    def cell(self, encoder: str, task: str, probe: str) -> str:
+        """The table's cell: the accuracy, ``mean ± sd`` over probe seeds when there are several."""
+        r = self.results[encoder][task][probe]
+        sd = r.sd_reported if isinstance(r, GridResult) else None
+        return f"{self.accuracy(encoder, task, probe):.1f}" + ("" if sd is None else f" ± {sd:.1f}")
 
     def caption(self) -> str:
         i = self.info
@@ -37,10 +45,17 @@ class EvalResult:
             stored = f"; the attentive probe reads {tokens} tokens (a compact store)"
         if "attentive" in self.probes and i.get("online"):
             stored = "; the attentive probe's tokens encoded every epoch with train-time augmentation (online)"
+        seeds = int(i.get("seeds", 1))
+        seeds_text = (
+            "1 probe seed"
+            if seeds == 1
+            else f"mean ± sd over {seeds} probe seeds (one pass, shared batch order; kNN has no seed)"
+        )
         return (
             f"Frozen-encoder accuracy (%) on {split} of the probe chosen on val — {i.get('title', 'benchmark')}; "
             f"image source: {i.get('image_source')}; clips {i.get('clip')}; train/val/test {sizes} clips; "
-            f"budget {i.get('budget')}{stored}; chance = the majority class's share of that split."
+            f"budget {i.get('budget')}; {seeds_text}; tokens {tokens}{stored}; training views: "
+            f"{i.get('train_views', 'fixed centre crops')}; chance = the majority class's share of that split."
         )
 
     def table(self) -> str:
@@ -51,7 +66,7 @@ class EvalResult:
                 label = PROBE_LABELS.get(probe, probe)
                 if probe == "attentive" and self.info.get("probe_depth", 1) != 1:
                     label = "attentive4"
-                accs = [f"{self.accuracy(e, task, probe):.1f}" for e in self.encoders]
+                accs = [self.cell(e, task, probe) for e in self.encoders]
                 lines.append(f"| {task} | {label} | " + " | ".join(accs) + f" | {self.chance[task]:.1f} |")
         if "seconds" in self.info:
             lines.append("")

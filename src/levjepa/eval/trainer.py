@@ -125,6 +125,28 @@ class GridResult:
     # one probe (a row of the grid, ``levjepa.model.classifier.build_head``), and its HeadConfig fields
     heads: dict[int, dict[str, Tensor]] = field(default_factory=dict, repr=False)
     head_fields: dict[str, Any] = field(default_factory=dict, repr=False)
+    # probe seeds 1..N-1 trained in the same pass (train_probes' seed_generators); this result is seed 0's
+    seeds: list[GridResult] = field(default_factory=list, repr=False)
+
+    @property
+    def seed_reported(self) -> list[float]:
+        """The reported accuracy of every probe seed, seed 0 first."""
+        return [self.reported] + [r.reported for r in self.seeds]
+
+    @property
+    def mean_reported(self) -> float:
+        """The mean over the probe seeds of the reported accuracy (``reported`` with one seed)."""
+        accs = self.seed_reported
+        return accs[0] if len(accs) == 1 else sum(accs) / len(accs)
+
+    @property
+    def sd_reported(self) -> float | None:
+        """The sample standard deviation over the probe seeds (None with one seed)."""
+        accs = self.seed_reported
+        if len(accs) < 2:
+            return None
+        m = sum(accs) / len(accs)
+        return math.sqrt(sum((a - m) ** 2 for a in accs) / (len(accs) - 1))
 
     @property
     def best_val(self) -> float:
@@ -166,6 +188,17 @@ class GridResult:
             "seconds": self.seconds,
             "grid": grid,
             **self.extra,
+            **(
+                {
+                    "seeds": len(self.seeds) + 1,
+                    "seed_reported_acc": self.seed_reported,
+                    "mean_reported_acc": self.mean_reported,
+                    "sd_reported_acc": self.sd_reported,
+                    "seed_results": [r.to_json() for r in self.seeds],
+                }
+                if self.seeds
+                else {}
+            ),
         }
 
 
@@ -201,17 +234,29 @@ def _head_fields(kind: ProbeKind, model: nn.Module, what: str) -> dict[str, Any]
     return {**fields, **head_kind(kind).head_fields(model)}
 
 
-def _task_slices(classes: Mapping[str, int], g: int) -> dict[str, tuple[slice, int]]:
-    """Probe rows and class count of each task: task i owns probes [i·g, (i+1)·g) and logits [:C_i]."""
-    return {t: (slice(i * g, (i + 1) * g), c) for i, (t, c) in enumerate(classes.items())}
+def _task_slices(classes: Mapping[str, int], g: int, seed: int = 0) -> dict[str, tuple[slice, int]]:
+    """Probe rows and class count of each task: task i owns probes [i·g, (i+1)·g) and logits [:C_i] — of seed
+    block ``seed``, which holds rows [seed·T·g, (seed+1)·T·g) of a stack of several seeds' grids."""
+    off = seed * len(classes) * g
+    return {t: (slice(off + i * g, off + (i + 1) * g), c) for i, (t, c) in enumerate(classes.items())}
 
 
-def _grid_loss(logits: Tensor, ys: Mapping[str, Tensor], slices: Mapping[str, tuple[slice, int]]) -> Tensor:
-    """Sum over probes of each probe's mean cross-entropy (so every probe gets exactly its own gradient)."""
+def _seed_slices(classes: Mapping[str, int], g: int, seeds: int) -> dict[tuple[int, str], tuple[slice, int]]:
+    """(seed, task) -> probe rows and class count, for ``seeds`` blocks of every task's grid stacked seed-major."""
+    return {(s, t): v for s in range(seeds) for t, v in _task_slices(classes, g, s).items()}
+
+
+def _label_of(key: str | tuple[int, str]) -> str:
+    return key if isinstance(key, str) else key[1]
+
+
+def _grid_loss(logits: Tensor, ys: Mapping[str, Tensor], slices: Mapping[Any, tuple[slice, int]]) -> Tensor:
+    """Sum over probes of each probe's mean cross-entropy (so every probe gets exactly its own gradient).
+    ``slices``: task (or (seed, task)) -> its probe rows and class count."""
     loss = logits.new_zeros(())
-    for t, (sl, c) in slices.items():
+    for key, (sl, c) in slices.items():
         lg = logits[sl, :, :c]  # [g, b, C_t]
-        loss = loss + F.cross_entropy(lg.reshape(-1, c), ys[t].repeat(lg.shape[0])) * lg.shape[0]
+        loss = loss + F.cross_entropy(lg.reshape(-1, c), ys[_label_of(key)].repeat(lg.shape[0])) * lg.shape[0]
     return loss
 
 
@@ -241,24 +286,24 @@ def evaluate_probes(
     model: nn.Module,
     source: FeatureSource,
     what: str,
-    slices: Mapping[str, tuple[slice, int]],
+    slices: Mapping[Any, tuple[slice, int]],
     *,
     batch_size: int,
     device: str,
-) -> dict[str, tuple[Tensor, Tensor]]:
+) -> dict[Any, tuple[Tensor, Tensor]]:
     """Per task: accuracy (%) and loss of each of its probes (two tensors [g]), per file (see the module doc)."""
     model.eval()
     crops, files = source.crops, source.files
     if files == 0:
         raise ValueError(f"{source.name}: empty evaluation split")
-    sums: dict[str, list[Tensor]] = {}
+    sums: dict[Any, list[Tensor]] = {}
     for fb in _batches(files, max(1, batch_size // crops)):
         sb = (fb[:, None] * crops + torch.arange(crops)[None, :]).reshape(-1)
         logits = model(source.read(what, sb).to(device))  # [G, B·crops, C_max]
         for t, (sl, c) in slices.items():
             lg = logits[sl, :, :c]
             probs = lg.float().softmax(-1).reshape(lg.shape[0], len(fb), crops, -1).mean(2)  # [g, B, C]
-            y = source.labels[t][sb[::crops]].to(device)
+            y = source.labels[_label_of(t)][sb[::crops]].to(device)
             correct = (probs.argmax(-1) == y).sum(1).double()
             nll = F.nll_loss(probs.clamp_min(1e-12).log().transpose(1, 2), y.expand(len(probs), -1), reduction="none")
             loss = nll.sum(1).double()
@@ -282,7 +327,10 @@ def choose_probes(
     grid = cfg.grid(kind)
     results = {}
     for t, (val_acc, val_loss) in val.items():
-        scores = [(-float(a), float(v)) for a, v in zip(val_acc, val_loss, strict=True)]
+        if cfg.select == "loss":
+            scores = [(float(v), -float(a)) for a, v in zip(val_acc, val_loss, strict=True)]
+        else:
+            scores = [(-float(a), float(v)) for a, v in zip(val_acc, val_loss, strict=True)]
         best = scores.index(min(scores))
         results[t] = GridResult(
             kind=head_kind(kind).result_kind(cfg.depth),
@@ -299,6 +347,54 @@ def choose_probes(
     return results
 
 
+def _stacked_grid(
+    kind: ProbeKind, cfg: ProbeConfig, dim: int, num_classes: int, rows: int, generators: Sequence[torch.Generator]
+) -> nn.Module:
+    """One grid of ``len(generators) · rows`` probes: block ``s`` (rows [s·rows, (s+1)·rows)) initialised exactly
+    as a grid of ``rows`` probes built from ``generators[s]`` alone."""
+    blocks = [build_probe_grid(kind, cfg, dim, num_classes, generator=g, num_probes=rows) for g in generators]
+    if len(blocks) == 1:
+        return blocks[0]
+    model = build_probe_grid(
+        kind, cfg, dim, num_classes, generator=make_generator("probe-stack", 0), num_probes=rows * len(blocks)
+    )
+    states = [b.state_dict() for b in blocks]
+    with torch.no_grad():
+        for name, t in model.state_dict().items():
+            if t.dim() > 0 and t.shape[0] == rows * len(blocks):
+                t.copy_(torch.cat([st[name] for st in states]))
+            else:  # shared (the linear probe's standardiser, set from the data later)
+                t.copy_(states[0][name])
+    return model
+
+
+class _WeightAverage:
+    """Uniform average (Polyak) of every parameter over the steps ``>= start`` of training: after each such
+    step ``a ← a + (p − a) / k`` (k = steps averaged so far), so ``a`` is exactly the mean of the k weights."""
+
+    def __init__(self, params: Sequence[Tensor], start: int):
+        self.params, self.start, self.k = list(params), start, 0
+        self.avg: list[Tensor] = []
+
+    @torch.no_grad()
+    def update(self, step: int) -> None:
+        """Call after optimiser step number ``step`` (0-based)."""
+        if step < self.start:
+            return
+        self.k += 1
+        if self.k == 1:
+            self.avg = [p.detach().clone() for p in self.params]
+            return
+        for a, p in zip(self.avg, self.params, strict=True):
+            a.add_(p.detach() - a, alpha=1.0 / self.k)
+
+    @torch.no_grad()
+    def apply(self) -> None:
+        """Write the average into the parameters (nothing if no step was averaged)."""
+        for a, p in zip(self.avg, self.params, strict=True):
+            p.copy_(a)
+
+
 def train_probes(
     kind: ProbeKind,
     cfg: ProbeConfig,
@@ -309,6 +405,7 @@ def train_probes(
     *,
     classes: Mapping[str, int],
     generator: torch.Generator,
+    seed_generators: Sequence[torch.Generator] = (),
     device: str = "cpu",
     keep: Literal["none", "best", "all"] = "none",
     progress: bool = False,
@@ -317,29 +414,39 @@ def train_probes(
     (task -> class count) on ``train``, choose on ``val``, report on ``test``; returns task -> result.
     ``generator`` draws the initialisation, then each epoch's order. ``keep``: the results also hold the
     chosen probe's weights (``best``) or every probe's (``all``), as ``GridResult.heads``. ``progress``: a bar,
-    or a line every 30 s off a terminal, over the grid's epochs."""
+    or a line every 30 s off a terminal, over the grid's epochs.
+
+    **Probe seeds.** ``seed_generators`` (N − 1 of them) stack N − 1 more copies of every grid into the same
+    model, block ``s`` initialised from ``seed_generators[s − 1]`` alone; every block reads the same batches
+    (the order ``generator`` draws after the initialisations), so block ``s`` trains as that initialisation
+    would alone under seed 0's batch order, and block 0 is exactly the one-seed run. Each block is chosen on
+    ``val`` by itself; a result's ``seeds`` holds blocks 1..N − 1 (its own fields are block 0's)."""
     start = time.perf_counter()
     n = len(train)
     if n == 0:
         raise ValueError(f"{train.name}: no training sample")
     grid = cfg.grid(kind)
-    slices = _task_slices(classes, len(grid))
-    model = build_probe_grid(
-        kind, cfg, train.dim(what), max(classes.values()), generator=generator, num_probes=len(grid) * len(classes)
-    ).to(device)
+    nseeds = 1 + len(seed_generators)
+    slices = _seed_slices(classes, len(grid), nseeds)
+    rows = len(grid) * len(classes)
+    model = _stacked_grid(kind, cfg, train.dim(what), max(classes.values()), rows, [generator, *seed_generators]).to(
+        device
+    )
     bs = min(cfg.batch_size, n)
     if head_kind(kind).standardize:  # its grid has set_standardizer (levjepa.model.probe_kinds)
         mean, std = standardizer(train, what, bs)
         getattr(model, "set_standardizer")(mean.to(device), std.to(device))  # noqa: B009
     params, decay = _param_decay(model)
-    lrs, wds = [lr for lr, _ in grid] * len(classes), [wd for _, wd in grid] * len(classes)
+    lrs, wds = [lr for lr, _ in grid] * len(classes) * nseeds, [wd for _, wd in grid] * len(classes) * nseeds
     opt = GridAdamW(params, lrs, wds, decay=decay, betas=(cfg.beta1, cfg.beta2))
     epochs = cfg.epochs_of(kind)
     steps_per_epoch = math.ceil(n / bs)
     total, warmup = epochs * steps_per_epoch, int(cfg.warmup_epochs * steps_per_epoch)
+    average = _WeightAverage(params, start=total - max(1, round(cfg.average_last * total)))
     step = 0
-    bar = Progress(epochs, f"{kind} probes ({len(grid) * len(classes)})", "epoch", show=progress)
-    for _ in range(epochs):
+    bar = Progress(epochs, f"{kind} probes ({rows * nseeds})", "epoch", show=progress)
+    for epoch in range(epochs):
+        train.set_epoch(epoch)  # a source of augmented views reads this epoch's (levjepa.eval.source)
         model.train()
         for idx in _batches(n, bs, torch.randperm(n, generator=generator)):
             x = train.read(what, idx).to(device, non_blocking=True)
@@ -347,18 +454,36 @@ def train_probes(
             opt.zero_grad()
             loss.backward()
             opt.step(warmup_cosine(step, peak=1.0, total=total, warmup=warmup))
+            if cfg.average_last > 0:
+                average.update(step)
             step += 1
         bar.update(1)
     bar.close()
+    if cfg.average_last > 0:
+        average.apply()
     ev = {"batch_size": 2 * cfg.batch_size, "device": str(device)}
     val_res = evaluate_probes(model, val, what, slices, **ev)  # type: ignore[arg-type]
     test_res = None if test is None else evaluate_probes(model, test, what, slices, **ev)  # type: ignore[arg-type]
-    results = choose_probes(kind, cfg, val_res, test_res, seconds=time.perf_counter() - start, extra=train.info())
+    seconds = time.perf_counter() - start
+    per_seed = [
+        choose_probes(
+            kind,
+            cfg,
+            {t: val_res[(s, t)] for t in classes},
+            None if test_res is None else {t: test_res[(s, t)] for t in classes},
+            seconds=seconds,
+            extra=train.info(),
+        )
+        for s in range(nseeds)
+    ]
+    results = per_seed[0]
+    for t in classes:
+        results[t].seeds = [per_seed[s][t] for s in range(1, nseeds)]
     if keep != "none":
-        for t, (sl, c) in slices.items():
+        for t, (sl, c) in _task_slices(classes, len(grid)).items():
             res = results[t]
-            rows = range(len(grid)) if keep == "all" else [res.best]
-            res.heads = {i: probe_row(model, sl.start + i, c) for i in rows}
+            keep_rows = range(len(grid)) if keep == "all" else [res.best]
+            res.heads = {i: probe_row(model, sl.start + i, c) for i in keep_rows}
             res.head_fields = {
                 **_head_fields(kind, model, what),
                 "mlp_ratio": cfg.mlp_ratio,
