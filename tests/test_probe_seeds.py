@@ -70,3 +70,15 @@ def test_caption_states_seeds_codec_and_views() -> None:
     info2 = {**info, "seeds": 1, "train_views": "4 augmented views"}
     one = EvalResult(["enc"], ["t"], ["linear"], {"enc": {"t": {"linear": res}}}, {"t": 33.3}, info2).caption()
     assert "1 probe seed" in one and "4 augmented views" in one
+
+
+def test_demo_budget_chooses_by_validation_loss() -> None:
+    from levjepa.eval.trainer import choose_probes
+
+    cfg = probe_config("demo")
+    assert cfg.select == "loss" and probe_config("full").select == "acc"
+    val = {"t": (torch.tensor([90.0, 80.0, 85.0, 70.0]), torch.tensor([0.5, 0.2, 0.3, 0.9]))}
+    test = {"t": (torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.zeros(4))}
+    assert choose_probes("attentive", cfg, val, test, seconds=0.0)["t"].best == 1  # lowest loss, not best acc
+    acc_cfg = probe_config("demo", select="acc")
+    assert choose_probes("attentive", acc_cfg, val, test, seconds=0.0)["t"].best == 0

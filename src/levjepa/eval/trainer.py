@@ -20,7 +20,9 @@ reads (one pass, bounded memory).
 **Evaluation and choice.** A file's views (its ``crops`` consecutive samples) have their class
 probabilities averaged; accuracy counts files and the validation loss is the cross-entropy of those
 averaged probabilities. The probe with the best validation accuracy is chosen (ties: lower validation
-loss) and its test accuracy reported; the whole grid is kept in the result.
+loss) — or, with ``ProbeConfig.select = "loss"`` (the demo budget), the lowest validation loss (ties: higher
+accuracy) — and its test accuracy reported; the whole grid is kept in the result. With ``average_last > 0``
+the probes evaluated are the uniform average of their weights over that last fraction of steps.
 """
 
 from __future__ import annotations
