@@ -60,8 +60,8 @@ def test_every_reader_reads_a_32px_export_at_32px_and_says_so(export32, tmp_path
     assert main(["extract", str(export32), str(val), "--out", str(tmp_path / "x"), "--workers", "0"]) == 0
     said = capsys.readouterr().out
     assert "windows: 4 frames every frame, 32 px (the model's preprocessing)" in said
-    sig = json.loads((tmp_path / "x" / "extract.json").read_text())["signature"]
-    assert (sig["size"], sig["window"], sig["frame_stride"]) == (32, 4, 1)
+    sig = json.loads((tmp_path / "x" / "store.json").read_text())["config"]  # the feature set's manifest
+    assert (sig["size"], sig["frames"], sig["frame_stride"]) == (32, 4, 1)
     # probe: its feature stores are cut at the model's views, and its kept probes record them
     probe = ["probe", str(export32), "--task", task, "--probe", "linear", "--no-baseline", "--workers", "0"]
     assert main([*probe, "--set", "linear_epochs=1", "--probes-dir", str(tmp_path / "kept")]) == 0
