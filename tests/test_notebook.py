@@ -29,7 +29,7 @@ def test_the_quickstart_notebook_runs_and_says_what_it_claims(tmp_path):
         if cell.cell_type == "code"
     ]
     assert "EMA" in text[1]  # weights_info names the copy
-    assert text[2].startswith("8 rows;") and '"path"' in text[2]  # 4 clips of 16 frames, two 8-frame windows each
+    assert text[2].startswith("8 rows;") and '"file"' in text[2]  # 4 clips of 16 frames, two 8-frame windows each
     images = [o for o in notebook.cells[7].outputs if o.get("output_type") == "display_data"]
     assert images and "image/png" in images[0]["data"]  # the PCA / similarity map is shown
     accuracies = {task: float(acc) for task, acc in re.findall(r"^(\w+)\s+kNN\s+([\d.]+) %", text[-1], flags=re.M)}
