@@ -276,3 +276,25 @@ def test_a_rotated_store_on_disk_is_read_back_by_restore(tmp_path):
     assert np.array_equal(codec.restore(torch.from_numpy(q), torch.from_numpy(scales)).numpy(),
                           codec.roundtrip(mem.tokens, grid).numpy())  # fmt: skip
     assert q.nbytes + scales.nbytes == res.rows * codec.bytes_per_view(grid, enc.cfg.dim)
+
+
+def test_the_store_reader_reads_a_rotated_store_as_the_in_memory_round_trip(tmp_path):
+    """``FeatureStore.read("tokens")`` of a ``rot`` store gives what the probe trained in memory reads
+    (``codec.roundtrip``): the reader restores the rotation instead of refusing the arrays."""
+    from levjepa.data import write_video
+
+    rng = np.random.default_rng(1)
+    items = []
+    for i in range(2):
+        write_video(tmp_path / f"v{i}.mp4", rng.integers(0, 256, (8, 32, 40, 3), dtype=np.uint8), fps=10)
+        items.append(MediaItem(str(tmp_path / f"v{i}.mp4"), i, "video"))
+    with seeded_init(0):
+        enc = VideoEncoder(encoder_config("vit-test"))
+    views = ViewSpec(size=32, frames=4, frame_stride=1)
+    codec = TokenCodec.parse("tpool2-rot-int4g16")
+    build_store(enc, items, tmp_path / "s", StoreConfig(views, codec=codec, workers=0))
+    store = FeatureStore(tmp_path / "s")
+    got = store.read("tokens", np.arange(len(store)))
+    clips = torch.cat([views.load(it.path, enc.cfg.patch_size) for it in items])
+    mem = encode(enc, clips, "cpu")
+    assert np.array_equal(got, codec.roundtrip(mem.tokens, grid_of(mem.positions)).numpy())

@@ -402,9 +402,10 @@ class FeatureSet:
     def read(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Rows ``rows`` (any order) of array ``name`` (``cls``, ``mean``, ``tokens``, ``patches``) as a new
         array; a compact store's int8 and int4 tokens come back as float16 (scaled by their ``scales``)."""
-        if name == "tokens" and TokenCodec.parse(self.config.get("token_codec", "full")).bits < 16:
+        codec = TokenCodec.parse(self.config.get("token_codec", "full"))
+        if name == "tokens" and codec.bits < 16:  # restore: every codec's reader (a rotation undone, too)
             q = torch.from_numpy(self._read("tokens", rows))
-            return TokenCodec.decode(q, torch.from_numpy(self._read("scales", rows))).numpy()
+            return codec.restore(q, torch.from_numpy(self._read("scales", rows))).numpy()
         return self._read(name, rows)
 
     def _read(self, name: str, rows: np.ndarray) -> np.ndarray:
