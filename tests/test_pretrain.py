@@ -246,6 +246,13 @@ def test_the_command_ends_the_demo_with_probes_of_the_run_it_wrote(tmp_path, cap
     # under the table, the demo's promise read off the very numbers it wrote (a 2-step run misses it)
     verdict = demo_verdict(written["accuracy"][columns[0]], written["accuracy"][columns[1]])
     assert verdict in err.splitlines() and "missed" in verdict
+    # the promise is read with the probe it was measured with (DEMO_PROBE), and the table says which
+    from levjepa.eval import probe_config
+    from levjepa.presets import DEMO_PROBE
+
+    recipe = written["info"]["probe_config"]
+    assert {k: recipe[k] for k in DEMO_PROBE} == DEMO_PROBE != {k: getattr(probe_config("demo"), k) for k in DEMO_PROBE}
+    assert f"budget demo (attentive: {DEMO_PROBE['epochs']} epochs, chosen by val accuracy)" in err
     cfg = tiny_config(*overrides)
     direct = {
         columns[0]: load_encoder(run, weights="ema").encoder,

@@ -41,7 +41,7 @@ from levjepa.model import encoder_config
 from levjepa.objective import ObjectiveConfig
 from levjepa.train.config import OptimConfig, PretrainConfig, TrainConfig
 
-__all__ = ["DEMO_MARGIN", "DEMO_TARGETS", "PRESETS", "demo_misses", "needs_sources", "preset"]
+__all__ = ["DEMO_MARGIN", "DEMO_PROBE", "DEMO_TARGETS", "PRESETS", "demo_misses", "needs_sources", "preset"]
 
 
 # What demo-cpu promises on every seed and thread count (issues 11 and 29): on each task of the built-in
@@ -49,6 +49,11 @@ __all__ = ["DEMO_MARGIN", "DEMO_TARGETS", "PRESETS", "demo_misses", "needs_sourc
 # architecture at random initialisation, drawn from the same seed, by at least DEMO_MARGIN points.
 DEMO_TARGETS = {"appearance": 70.0, "motion": 90.0, "arrow": 95.0}
 DEMO_MARGIN = 15.0
+# The attentive probe the promise was measured with (ten seeds, bench/quality.md § 9): the demo budget as it was
+# then, 10 epochs chosen on val accuracy. The demo budget's own recipe now (20 epochs chosen on val loss, steadier
+# over probe seeds: bench/eval.md, "Probe seeds") also reads the digit better from a *random* encoder (seed 0:
+# 74.5 vs 68.5 %), so the margin above is a fact about this probe; docs/demo.md has both readings.
+DEMO_PROBE = {"epochs": 10, "select": "acc"}
 
 
 def demo_misses(

@@ -52,9 +52,9 @@ from levjepa.config import (
     to_dict,
 )
 from levjepa.distributed import launch_rank
-from levjepa.eval import EvalConfig, evaluate_benchmark
+from levjepa.eval import EvalConfig, evaluate_benchmark, probe_config
 from levjepa.formats.load import load_encoder, load_init_weights, random_encoder
-from levjepa.presets import DEMO_MARGIN, DEMO_TARGETS, PRESETS, demo_misses, needs_sources, preset
+from levjepa.presets import DEMO_MARGIN, DEMO_PROBE, DEMO_TARGETS, PRESETS, demo_misses, needs_sources, preset
 from levjepa.train.checkpoint import checkpoint_run
 from levjepa.train.config import RESUMABLE, PretrainConfig, check_resume
 from levjepa.train.loop import pretrain
@@ -205,12 +205,14 @@ def evaluate_run(cfg: PretrainConfig, run_dir: Path) -> dict[str, Any]:
         "pretrained (EMA)": load_encoder(run_dir, weights="ema").encoder,
         "random init": random_encoder(cfg.model, seed=cfg.train.seed).encoder,
     }
-    evaluation = EvalConfig(budget=cfg.train.eval_budget, seed=cfg.train.seed, progress=True)  # lines off a tty
+    demo = cfg.preset in ("demo-cpu", "demo-cpu-long")  # the benchmark, probe and targets these presets were tuned for
+    probe = probe_config(cfg.train.eval_budget, **DEMO_PROBE) if demo else None
+    evaluation = EvalConfig(budget=cfg.train.eval_budget, probe=probe, seed=cfg.train.seed, progress=True)
     result = evaluate_benchmark(encoders, cfg.data.synthetic, evaluation)
     data = result.to_json()
     write_json(run_dir / PROBE_RESULTS, data)
     print(result.table(), file=sys.stderr)
-    if cfg.preset in ("demo-cpu", "demo-cpu-long"):  # the benchmark and targets these presets were tuned for
+    if demo:
         print(demo_verdict(data["accuracy"]["pretrained (EMA)"], data["accuracy"]["random init"]), file=sys.stderr)
     return data
 

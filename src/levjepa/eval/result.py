@@ -54,9 +54,17 @@ class EvalResult:
         return (
             f"Frozen-encoder accuracy (%) on {split} of the probe chosen on val — {i.get('title', 'benchmark')}; "
             f"image source: {i.get('image_source')}; clips {i.get('clip')}; train/val/test {sizes} clips; "
-            f"budget {i.get('budget')}; {seeds_text}; tokens {tokens}{stored}; training views: "
+            f"budget {i.get('budget')}{self._recipe()}; {seeds_text}; tokens {tokens}{stored}; training views: "
             f"{i.get('train_views', 'fixed centre crops')}; chance = the majority class's share of that split."
         )
+
+    def _recipe(self) -> str:
+        """How the attentive probes trained, where the table has them: epochs and the rule val chose by."""
+        p = self.info.get("probe_config")
+        if "attentive" not in self.probes or not p:
+            return ""
+        rule = "loss" if p.get("select") == "loss" else "accuracy"
+        return f" (attentive: {p.get('epochs')} epochs, chosen by val {rule})"
 
     def table(self) -> str:
         head = ["task", "probe", *self.encoders, "chance"]
