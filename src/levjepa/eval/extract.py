@@ -44,23 +44,24 @@ precision rule).
 **Output** (``out/``, layout ``format``): ``safetensors`` — ``features-KKKKK.safetensors`` (tensors ``cls``,
 ``mean``, ``patches``), shards of ``shard_rows`` rows; ``npy`` — ``cls-KKKKK.npy`` / ``mean-…`` /
 ``patches-…`` (and a readout's ``frames-…``, ...); ``per_video`` — one ``<name>.npy`` [windows, D] per file
-(``per_video_feature``: mean or cls), ``<name>.patches.npy`` and ``<name>.<readout array>.npy`` (the temporal-action-detection layout; names from :func:`video_names`).
+(``per_video_feature``: mean or cls), ``<name>.patches.npy`` and ``<name>.<readout array>.npy``
+(the temporal-action-detection layout; names from :func:`video_names`).
 Then the feature set's ``index-KKKKK.jsonl`` / ``<name>.jsonl`` per unit, ``index.jsonl`` (every row, with
 ``row, shard, offset``), ``bad_files.json`` (a bad file is reported and skipped, never fatal — but a source
 of which no file could be read is an error), ``store.json``, and ``labels.json`` (the class name -> label
 map when an index file labels its rows by name). Read them back with :func:`read_rows` (the rows) and
 ``levjepa.eval.feature_set.FeatureSet`` (any rows of any array).
 
-**Run again into the same output.** ``store.json`` records from the start the encoder's function
-fingerprint, the layout, every setting that changes a feature (all of :class:`ExtractConfig` but
-``workers`` and ``batch_size``; ``image_frames`` and the readout only when set, so that a default job's
-manifest, and the folders it wrote, stay what they were) and the list of files (its hash). A job into a folder continues only the
-same job: the units whose index exists are kept (a shard; with ``per_video``, a file), and the job goes on
+**Run again into the same output.** ``store.json`` records from the start the encoder's function fingerprint,
+the layout, every setting that changes a feature (all of :class:`ExtractConfig` but ``workers`` and
+``batch_size``; ``image_frames`` and the readout only when set, so that a default job's manifest, and the
+folders it wrote, stay what they were) and the list of files (its hash). A job into a folder continues only
+the same job: the units whose index exists are kept (a shard; with ``per_video``, a file), and the job goes on
 from there — the shards from the file the last kept row came from (its rows already kept are computed again
-and not written twice) — so a job killed at any point (``kill -9`` included) and run again ends with the
-files of an uninterrupted run. Anything else — another encoder, setting or list of files, or features of an
-older levjepa (``extract.json``) — is refused in one line naming what differs, unless ``overwrite=True``
-deletes the old features first. A folder never mixes two encoders or two settings.
+and not written twice) — so a job killed at any point (``kill -9`` included) and run again ends with the files
+of an uninterrupted run. Anything else — another encoder, setting or list of files, or features of an older
+levjepa (``extract.json``) — is refused in one line naming what differs, unless ``overwrite=True`` deletes the
+old features first. A folder never mixes two encoders or two settings.
 
 **Stopping.** A SIGTERM or SIGUSR1 (a scheduler's pre-emption) stops the job at once with one line (what was
 written, and that the same command continues it) and ``levjepa extract`` exits with status 75 (requeue); every
