@@ -1,7 +1,7 @@
 """``--image-frames one|repeat`` for the commands that read images (``extract``, ``probe``, ``classify``): one
 option, one spelling, one way to turn it into ``ViewSpec.image_frames``.
 
-``repeat`` (the default for ``extract`` and ``probe``; the paper's protocol): an image is its frame repeated to
+``repeat`` (what ``extract`` and ``probe`` do unless told; the paper's protocol): an image is its frame repeated to
 the clip's frames (the model's slots). ``one``: an image is one temporal slot — one frame for a tubelet-1
 model, the frame repeated τ times for a tubelet-τ one (its patch embedding reads τ frames a token).
 ``classify`` defaults to what the probe was scored with (its record).
@@ -19,13 +19,14 @@ __all__ = ["IMAGE_FRAMES", "add_image_frames_argument", "image_frames"]
 IMAGE_FRAMES = ("one", "repeat")
 
 
-def add_image_frames_argument(parser: argparse.ArgumentParser, default: str | None = "repeat") -> None:
+def add_image_frames_argument(parser: argparse.ArgumentParser, default_text: str = "repeat") -> None:
+    """The option; its value is None unless given (``default_text`` says what that means)."""
     parser.add_argument(
         "--image-frames",
         choices=IMAGE_FRAMES,
-        default=default,
+        default=None,
         help="an image as one temporal slot (one frame at tubelet 1), or repeated to the clip's frames (the "
-        "paper's protocol)" + ("" if default else "; default: what the probe was scored with"),
+        f"paper's protocol); default: {default_text}",
     )
 
 
