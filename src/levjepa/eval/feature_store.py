@@ -169,11 +169,11 @@ def build_store(
     start = time.perf_counter()
     if not items:
         raise DataError(f"unreadable: no file to compute features of for {out_dir}")
-    v = cfg.views
-    if v.image_length != v.frames and {it.kind for it in items} == {"image", "video"}:
+    spec = cfg.views
+    if spec.image_length != spec.frames and {it.kind for it in items} == {"image", "video"}:
         raise DataError(
-            f"unreadable: {out_dir}: images as {v.image_length} frame(s) beside videos of {v.frames}: a store holds "
-            "one clip length; probe images and videos as two tasks, or repeat the images (--image-frames repeat)"
+            f"unreadable: {out_dir}: images as {spec.image_length} frame(s) beside videos of {spec.frames}: a store "
+            "holds one clip length; probe images and videos as two tasks, or repeat the images (--image-frames repeat)"
         )
     device = distributed.resolve_device(device)
     out = Path(out_dir)
