@@ -220,3 +220,24 @@ def test_streamed_rows_give_the_readouts_of_their_own_patch_tokens(media, tmp_pa
     tokens = torch.from_numpy(fs.read("tokens", rows)).float()
     torch.testing.assert_close(tokens[:, 1:], patches[:, -1])
     torch.testing.assert_close(tokens[:, 0], torch.from_numpy(fs.read("cls", rows)), rtol=1e-2, atol=2e-3)
+
+
+def test_the_command_line_records_the_readout_and_refuses_a_bad_one_in_one_line(media, tmp_path, capsys):
+    from levjepa.cli import main
+    from test_export import make_run_dir
+
+    run = make_run_dir(tmp_path, steps=(5,))
+    args = ["extract", str(run), str(media), "--window", "4", "--stride", "4", "--frame-stride", "2", "--size",
+            str(SIZE), "--workers", "0", "--no-progress"]  # fmt: skip
+    out = tmp_path / "cli"
+    assert main([*args, "--out", str(out), "--readout", "frames,last", "--tokens", "pool2-int8"]) == 0
+    said = capsys.readouterr().out
+    assert "arrays: cls, mean, frames, last_mean, tokens, scales (tokens: pool2-int8)" in said
+    config = json.loads((out / "store.json").read_text())["config"]
+    assert config["readout"] == ["frames", "last"] and config["token_codec"] == "pool2-int8"
+    assert FeatureSet(out).read("tokens", np.array([0])).shape == (1, 1 + 4 * 2 * 2, 32)
+    assert main([*args, "--out", str(tmp_path / "bad"), "--readout", "patches"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "valid readouts are frames, last" in err
+    assert main([*args, "--out", str(tmp_path / "bad"), "--tokens", "pool0"]) == 2
+    assert "--tokens 'pool0'" in capsys.readouterr().err
