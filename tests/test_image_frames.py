@@ -113,3 +113,17 @@ def test_a_store_of_one_frame_images_beside_videos_is_refused_in_one_line(tmp_pa
     assert main([*args, "--probe", "linear", "--image-frames", "one"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "images as 1 frame(s) beside videos of 4" in err
+
+
+def test_the_plan_counts_an_images_tokens_as_it_is_read(tmp_path, images, capsys):
+    run = make_run_dir(tmp_path, steps=(5,))
+    task = "index:" + ",".join(map(str, images))
+    args = ["probe", str(run), "--task", task, "--no-baseline", "--workers", "0", "--size", "16", "--frames", "4"]
+    disk = {}
+    for mode in ("one", "repeat"):
+        assert main([*args, "--probe", "attentive", "--image-frames", mode, "--plan"]) == 0
+        (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("disk in all")]
+        disk[mode] = line
+    # 27 images; a view: (1 + slots · 2 · 2) float16 tokens of D = 32, plus CLS and mean in float32 (256 bytes)
+    assert disk["one"].startswith(f"disk in all: {27 * ((1 + 4) * 64 + 256) / 1e3:.1f} kB")
+    assert disk["repeat"].startswith(f"disk in all: {27 * ((1 + 16) * 64 + 256) / 1e3:.1f} kB")
