@@ -174,3 +174,19 @@ def test_a_head_is_written_and_read_back_by_one_pair_and_checked_against_its_enc
     check_encoder(rec, enc, where="clf", other="this holds")  # the encoder it was trained on: accepted
     with pytest.raises(WeightsError, match="a head reads only the encoder it was trained on"):
         check_encoder(rec, other, where="clf", other="this holds")
+
+
+def test_the_papers_k400_readout_stores_cls_and_mean_only(tmp_path, index_task, capsys):
+    """``--probe linear`` with a multi-segment protocol (K400's readout in the paper: a linear probe on
+    mean-pooled tokens): the stores keep CLS and mean, no token, and the plan counts 2 · D · 4 bytes a view."""
+    run = make_run_dir(tmp_path, steps=(5,))
+    task = "index:" + ",".join(map(str, index_task[:2]))
+    args = ["probe", str(run), "--task", task, "--protocol", "tiny", "--slots", "4", "--no-baseline", "--workers", "0"]
+    assert main([*args, "--probe", "linear", "--plan"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("disk in all")]
+    views = 12 * 2 * 1 + 6 * 2 * 3  # train: 2 segments, 1 crop; val: 2 × 3
+    assert line.startswith(f"disk in all: {views * 2 * 32 * 4 / 1e3:.1f} kB")
+    assert main([*args, "--probe", "linear", "--set", "linear_epochs=2"]) == 0
+    stores = sorted((tmp_path / "features").rglob("store.json"))
+    assert stores and all(not json.loads(p.read_text())["config"]["tokens"] for p in stores)
+    assert not list((tmp_path / "features").rglob("tokens-*.npy"))

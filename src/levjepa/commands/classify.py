@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from levjepa.commands._device import add_device_argument, local_device
+from levjepa.commands._images import add_image_frames_argument, image_frames
 from levjepa.config import ConfigError
 from levjepa.data import BadFileReport, DataError
 from levjepa.data.badfiles import bad_file_line
@@ -42,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=2, help="decoding processes")
     parser.add_argument("--batch-size", type=int, default=8, help="files per forward")
     parser.add_argument("--fps", type=float, default=None, help="frames per second instead of the views' own sampling")
+    add_image_frames_argument(parser, "what the probe was scored with")
     add_device_argument(parser)
 
 
@@ -77,7 +79,9 @@ def main(args: argparse.Namespace) -> int:
         raise DataError(f"missing: no video or image in {' '.join(args.videos)}")
     bad = BadFileReport(warn=False)  # listed at the end
     views = rec.protocol if args.fps is None else dataclasses.replace(rec.protocol, fps=args.fps)
-    origin = "the classifier's own" if args.fps is None else "--fps as given"
+    views = image_frames(views, args.image_frames, clf.encoder.config.tubelet)
+    given = [o for o, v in (("--fps", args.fps), ("--image-frames", args.image_frames)) if v is not None]
+    origin = "the classifier's own" if not given else f"{' and '.join(given)} as given"
     print(
         f"{args.model}: {rec.head.kind} head on {clf.encoder.describe()}; {len(rec.labels)} classes; "
         f"views: {views.describe()} ({origin})",

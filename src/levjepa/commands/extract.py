@@ -8,7 +8,9 @@ job, and splits the videos over ``torchrun`` ranks. Run again into the same ``--
 features of the same encoder and settings, and refuses others in one line (``--overwrite`` deletes them
 first). ``--device auto`` (default) uses the GPU when there is one, under bf16 autocast. The window, the
 frame size and the sampling default to the model's own (its frames, size and stride or rate,
-``levjepa.formats.reading``); the command says which it used.
+``levjepa.formats.reading``); the command says which it used. ``--readout frames,last`` and ``--tokens CODEC``
+add per-frame, last-slot and compact-token readouts (``levjepa.eval.readout``); ``--image-frames one`` reads an
+image as one temporal slot instead of repeating it to the window.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import argparse
 
 from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
+from levjepa.commands._images import add_image_frames_argument, image_frames
 from levjepa.eval.extract import ExtractConfig, extract
+from levjepa.eval.readout import READOUTS, Readout
 from levjepa.formats.load import LoadedEncoder, load_encoder
 from levjepa.formats.reading import model_views
 
@@ -45,6 +49,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--size", type=int, default=None, help="short side + centre crop (default: the model's)")
     parser.add_argument("--patch", action="store_true", help="also store every patch token (float16)")
+    parser.add_argument(
+        "--readout",
+        default=None,
+        help=f"also store pooled readouts, comma-separated: {', '.join(READOUTS)} — frames: [T', D] each temporal "
+        "slot's patch tokens averaged; last: [D] the last slot's (levjepa.eval.readout)",
+    )
+    parser.add_argument(
+        "--tokens",
+        default=None,
+        help="also store CLS + the patch tokens as a compact store keeps them: last (the last temporal slot), "
+        "pool2 / pool<k> (k×k spatial pooling), tpool<k>, int8, int4g32, joined by '-' (pool2-last, "
+        "tpool3-int4g32); the probes' codecs (levjepa.eval.compact)",
+    )
+    add_image_frames_argument(parser)
     parser.add_argument(
         "--format",
         choices=("safetensors", "npy", "per_video"),
@@ -81,8 +99,10 @@ def _config(args: argparse.Namespace, loaded: LoadedEncoder) -> tuple[ExtractCon
     views, said = model_views(
         loaded, size=args.size, frames=args.window, frame_stride=args.frame_stride, fps=args.target_fps
     )
+    views = image_frames(views, args.image_frames, loaded.config.tubelet)
     cfg = ExtractConfig(
         views=views,
+        readout=Readout.parse(args.readout, args.tokens),
         stride=args.stride if args.stride is not None else max(loaded.config.tubelet, views.frames // 2),
         patches=args.patch,
         batch_size=args.batch_size,
@@ -92,7 +112,9 @@ def _config(args: argparse.Namespace, loaded: LoadedEncoder) -> tuple[ExtractCon
         per_video_feature=args.per_video_feature,
         workers=args.workers,
     )
-    return cfg, f"{said.replace('views: ', 'windows: ', 1)}; a window starts every {cfg.stride} frames"
+    said = f"{said.replace('views: ', 'windows: ', 1)}{views.image_text}; a window starts every {cfg.stride} frames"
+    kept = ", ".join(cfg.arrays()) + (f" (tokens: {cfg.readout.codec.name})" if cfg.readout.codec else "")
+    return cfg, f"{said}; arrays: {kept}"
 
 
 def _run(args: argparse.Namespace, device: str, main: bool) -> int:

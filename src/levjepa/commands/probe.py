@@ -40,6 +40,7 @@ from pathlib import Path
 
 from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
+from levjepa.commands._images import add_image_frames_argument, image_frames
 from levjepa.config import ConfigError, apply_overrides
 from levjepa.data import BadFileReport
 from levjepa.eval.config import EvalConfig, probe_names
@@ -146,6 +147,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "pooling), tpool2 (2 temporal slots averaged), last (the last temporal slot), int8 or int4 (8- or 4-bit "
         "tokens), joined by '-', e.g. pool2-int8 (bench/eval.md)",
     )
+    add_image_frames_argument(parser, "repeat (index task)")
     parser.add_argument("--batch-size", type=int, default=8, help="clips per encoder forward")
     parser.add_argument("--cache", default=None, help="feature cache folder")
     add_device_argument(parser)
@@ -190,6 +192,8 @@ def _main(args: argparse.Namespace) -> int:
         views, said = model_views(
             first, size=args.size, frames=args.frames, frame_stride=args.frame_stride, fps=args.fps
         )
+        views = image_frames(views, args.image_frames, first.config.tubelet)
+        said += views.image_text
         task = dataset_task(
             args.task[len("index:") :].split(","),
             protocol=args.protocol,
@@ -217,12 +221,12 @@ def _main(args: argparse.Namespace) -> int:
     else:
         index_only = (
             *("protocol", "video_root", "labels_file", "frames", "frame_stride", "fps", "size", "slots", "name"),
-            "train_views",
+            *("train_views", "image_frames"),
         )
         if any(getattr(args, k) is not None for k in index_only) or args.online or args.plan:
             raise ConfigError(
                 "--protocol, --slots, --name, --frames, --frame-stride, --fps, --size, --online, --plan, --video-root "
-                ", --train-views and --labels-file "
+                ", --train-views, --image-frames and --labels-file "
                 f"apply to --task index:TRAIN,VAL[,TEST], not to --task {args.task!r} (the built-in benchmark, whose "
                 "clips are the run's)"
             )

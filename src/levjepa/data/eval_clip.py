@@ -5,7 +5,9 @@ usual frozen-evaluation transform (SPEC §5): frames are resized so that their s
 (bilinear, antialiased), then the centred square whose side is the largest multiple of the patch size is
 kept (:func:`center_square`), so every clip of a run has the same token grid. Nothing is dropped later.
 Images are clips too: the frame is repeated along time (the paper repeats ImageNet images 8 or 16 times;
-:func:`as_clip` for image batches, :func:`load_eval_clip` for files).
+:func:`as_clip` for image batches, :func:`load_eval_clip` for files) — or, with ``ViewSpec.image_frames``, read
+as that many frames (the commands' ``--image-frames one``: one temporal slot, i.e. one frame for a tubelet-1
+model and the frame twice for a tubelet-2 one, whose patch embedding needs two).
 
 * :func:`load_eval_clip` — one clip of ``num_frames`` frames from a video (every ``frame_stride``-th frame
   from ``start``, by default the centred window) or an image, as uint8 ``[T, S, S, 3]``;
@@ -192,7 +194,8 @@ def load_train_views(
     if kind == "image":
         frame = load_image(path, short_side=views.size)[None]
         crops = [train_crop(frame, views.size, patch, generator) for _ in range(views.segments)]
-        return torch.stack([c.expand(views.frames, -1, -1, -1) for c in crops]).permute(0, 4, 1, 2, 3).contiguous()
+        clips = [c.expand(views.image_length, -1, -1, -1) for c in crops]
+        return torch.stack(clips).permute(0, 4, 1, 2, 3).contiguous()
     info = probe_video(path)
     step = frame_step(info.fps, views.frame_stride, views.fps)
     room = max(0, info.num_frames - (round((views.frames - 1) * step) + 1))
@@ -265,15 +268,17 @@ def load_eval_views(
     crops: int = 1,
     kind: Literal["video", "image"] | None = None,
     target_fps: float | None = None,
+    image_frames: int | None = None,
 ) -> Tensor:
     """uint8 ``[segments · crops, num_frames, S, S, 3]``, segment-major: the views a protocol evaluates
     (:func:`segment_starts` × :func:`square_crops`), frames every ``frame_stride``-th or at ``target_fps``. An
-    image gives the same frame for every segment. ``segments = crops = 1`` equals :func:`load_eval_clip` (the
-    centred window, centre crop)."""
+    image gives the same frame for every segment, repeated ``num_frames`` times (``image_frames``: that many
+    times instead). ``segments = crops = 1`` equals :func:`load_eval_clip` (the centred window, centre crop)."""
     kind = kind or media_kind(path) or "video"
     if kind == "image":
         frame = load_image(path, short_side=size)[None]
-        views = square_crops(frame, size, patch, crops).expand(-1, num_frames, -1, -1, -1)
+        repeats = num_frames if image_frames is None else image_frames
+        views = square_crops(frame, size, patch, crops).expand(-1, repeats, -1, -1, -1)
         return views.repeat(segments, 1, 1, 1, 1)
     info = probe_video(path)
     out = []
@@ -297,8 +302,9 @@ class ViewSpec:
     """How a file becomes the views a frozen readout reads (:func:`load_eval_views`): ``segments`` clips of
     ``frames`` frames, every ``frame_stride``-th source frame — or, with ``fps``, frames ``1 / fps`` seconds
     apart whatever the video's own rate — spread over the video, × ``crops`` square crops (1: centre; 3:
-    start, centre, end of the long side) at short side ``size``; an image is its frame repeated. Views are
-    segment-major. (The field order is the on-disk order of ``classifier.json``'s ``protocol``.)"""
+    start, centre, end of the long side) at short side ``size``; an image is its frame repeated ``frames`` times,
+    or ``image_frames`` times when set (one slot: the tubelet). Views are segment-major. (The field order is
+    the on-disk order of ``classifier.json``'s ``protocol``.)"""
 
     size: int = 224
     frames: int = 16
@@ -306,10 +312,15 @@ class ViewSpec:
     segments: int = 1
     crops: int = 1
     fps: float | None = None  # sample at this rate (frames per second) instead of every frame_stride-th
+    image_frames: int | None = None  # frames an image gives (None: repeated to ``frames``, the paper's protocol)
 
     def __post_init__(self) -> None:
         for name in ("size", "frames", "frame_stride", "segments"):
             check(getattr(self, name) >= 1, f"views: {name}={getattr(self, name)} must be >= 1")
+        check(
+            self.image_frames is None or self.image_frames >= 1,
+            f"views: image_frames={self.image_frames} must be >= 1 (or unset: an image repeated to frames)",
+        )
         check(self.crops in (1, 3), f"views: crops={self.crops}: valid choices are 1 (centre), 3 (start, centre, end)")
         check(self.fps is None or self.fps > 0, f"views: fps={self.fps} must be > 0 (or unset: frame_stride)")
 
@@ -333,10 +344,25 @@ class ViewSpec:
     def describe(self) -> str:
         """``16 frames at 7.5 fps, 224 px, 2×3 views`` (what a reader says it used)."""
         views = "" if self.views == 1 else f", {self.segments}×{self.crops} views"
-        return f"{self.frames} frames {self.sampling}, {self.size} px{views}"
+        return f"{self.frames} frames {self.sampling}, {self.size} px{views}{self.image_text}"
+
+    @property
+    def image_text(self) -> str:
+        """``, images as 1 frame`` when images are not repeated to ``frames`` (else empty)."""
+        n = self.image_frames
+        return "" if n is None else f", images as {n} frame{'s' if n > 1 else ''}"
+
+    @property
+    def image_length(self) -> int:
+        """Frames of an image's clip: ``image_frames``, or ``frames`` (repeated)."""
+        return self.frames if self.image_frames is None else self.image_frames
 
     def fields(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields, ``image_frames`` only when set (so a record written before it still matches)."""
+        out = dataclasses.asdict(self)
+        if self.image_frames is None:
+            del out["image_frames"]
+        return out
 
     def load(self, path: str, patch: int, kind: Literal["video", "image"] | None = None) -> Tensor:
         """The views of the file at ``path``: uint8 ``[segments · crops, C, T, S, S]`` (``S`` a multiple of
@@ -344,6 +370,7 @@ class ViewSpec:
         views = load_eval_views(
             path,
             num_frames=self.frames,
+            image_frames=self.image_frames,
             size=self.size,
             patch=patch,
             frame_stride=self.frame_stride,

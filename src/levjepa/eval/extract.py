@@ -10,7 +10,10 @@ into windows of ``frames`` frames whose starts step by ``stride`` (``1 ≤ strid
 ``0, s, 2s, …`` plus, when the last regular window stops short of the end, one final window ending on the
 last frame — so every frame of the video lies in at least one window (:func:`window_starts`). A video
 with fewer kept frames than a window gives one window padded by repeating its last frame (``padded: true``).
-An image is one row, its frame repeated ``frames`` times. Each row's index fields: the core ``file, label,
+An image is one row, its frame repeated ``frames`` times — or, with ``views.image_frames`` (``--image-frames
+one``: one temporal slot), that many times; such a row is encoded in a batch of its own length, and beside
+videos whose windows have more slots it is refused when a stored array's length would differ (``patches``,
+``frames``, a codec keeping every slot). Each row's index fields: the core ``file, label,
 item``, then ``kind, window, start_frame, end_frame`` (source frame indices, inclusive) ``, start_time,
 end_time`` (seconds, of those frames) ``, num_frames, padded``.
 
@@ -20,7 +23,11 @@ patch size (the evaluation transform; every row then has the same token count). 
 memory at that size (about 10 minutes of 15 fps video at stride 2 and 224 px ≈ 1.2 GB).
 
 **Features.** ``cls`` [R, D] and ``mean`` (patch tokens averaged) [R, D] in float32; with ``patches``,
-every patch token [R, T'·h·w, D] in float16, in time-major (t, y, x) order. Windows are batched across
+every patch token [R, T'·h·w, D] in float16, in time-major (t, y, x) order. With ``readout``
+(``levjepa.eval.readout``: their definitions), ``frames`` [R, T', D] (each slot's patch tokens averaged),
+``last_mean`` [R, D] (the last slot's) and a token codec's ``tokens`` (+ ``scales``): CLS and the patch tokens
+as a compact store of that codec keeps them (``last``, ``pool2``, ``int8``, ...); the default extraction
+computes exactly what it always did. Windows are batched across
 files (``batch_size`` windows per forward), the encoder frozen, nothing dropped. With ``stream`` the
 video is pushed through ``levjepa.infer.StreamingEncoder(window=frames)`` ``stride`` frames at a time and a
 row is read after the first window and after every push: CLS over the last window's frames and the patch
@@ -36,23 +43,25 @@ precision rule).
 
 **Output** (``out/``, layout ``format``): ``safetensors`` — ``features-KKKKK.safetensors`` (tensors ``cls``,
 ``mean``, ``patches``), shards of ``shard_rows`` rows; ``npy`` — ``cls-KKKKK.npy`` / ``mean-…`` /
-``patches-…``; ``per_video`` — one ``<name>.npy`` [windows, D] per file (``per_video_feature``: mean or
-cls) and ``<name>.patches.npy`` (the temporal-action-detection layout; names from :func:`video_names`).
+``patches-…`` (and a readout's ``frames-…``, ...); ``per_video`` — one ``<name>.npy`` [windows, D] per file
+(``per_video_feature``: mean or cls), ``<name>.patches.npy`` and ``<name>.<readout array>.npy``
+(the temporal-action-detection layout; names from :func:`video_names`).
 Then the feature set's ``index-KKKKK.jsonl`` / ``<name>.jsonl`` per unit, ``index.jsonl`` (every row, with
 ``row, shard, offset``), ``bad_files.json`` (a bad file is reported and skipped, never fatal — but a source
 of which no file could be read is an error), ``store.json``, and ``labels.json`` (the class name -> label
 map when an index file labels its rows by name). Read them back with :func:`read_rows` (the rows) and
 ``levjepa.eval.feature_set.FeatureSet`` (any rows of any array).
 
-**Run again into the same output.** ``store.json`` records from the start the encoder's function
-fingerprint, the layout, every setting that changes a feature (all of :class:`ExtractConfig` but
-``workers`` and ``batch_size``) and the list of files (its hash). A job into a folder continues only the
-same job: the units whose index exists are kept (a shard; with ``per_video``, a file), and the job goes on
+**Run again into the same output.** ``store.json`` records from the start the encoder's function fingerprint,
+the layout, every setting that changes a feature (all of :class:`ExtractConfig` but ``workers`` and
+``batch_size``; ``image_frames`` and the readout only when set, so that a default job's manifest, and the
+folders it wrote, stay what they were) and the list of files (its hash). A job into a folder continues only
+the same job: the units whose index exists are kept (a shard; with ``per_video``, a file), and the job goes on
 from there — the shards from the file the last kept row came from (its rows already kept are computed again
-and not written twice) — so a job killed at any point (``kill -9`` included) and run again ends with the
-files of an uninterrupted run. Anything else — another encoder, setting or list of files, or features of an
-older levjepa (``extract.json``) — is refused in one line naming what differs, unless ``overwrite=True``
-deletes the old features first. A folder never mixes two encoders or two settings.
+and not written twice) — so a job killed at any point (``kill -9`` included) and run again ends with the files
+of an uninterrupted run. Anything else — another encoder, setting or list of files, or features of an older
+levjepa (``extract.json``) — is refused in one line naming what differs, unless ``overwrite=True`` deletes the
+old features first. A folder never mixes two encoders or two settings.
 
 **Stopping.** A SIGTERM or SIGUSR1 (a scheduler's pre-emption) stops the job at once with one line (what was
 written, and that the same command continues it) and ``levjepa extract`` exits with status 75 (requeue); every
@@ -83,7 +92,9 @@ from levjepa.data.eval_clip import ViewSpec, load_eval_clip, load_eval_video
 from levjepa.data.progress import Progress
 from levjepa.data.sources import MediaItem, items_hash, media_kind, read_index_labels
 from levjepa.data.workers import safe_map
+from levjepa.eval.compact import grid_of
 from levjepa.eval.feature_set import VERSION, Layout, Unit, clear_unit, finish, open_for_writing, read_rows, unit_done
+from levjepa.eval.readout import Readout
 from levjepa.infer.encode import encode, frozen, precision
 from levjepa.infer.stream import StreamingEncoder
 from levjepa.model.fingerprint import function_fingerprint
@@ -109,9 +120,10 @@ class ExtractConfig:
     """How files become rows (``views``: how frames are taken; ``stride``: frames between window starts),
     what is stored, and how the work is cut (module doc)."""
 
-    views: ViewSpec = field(default_factory=ViewSpec)  # frames per window, frame_stride or fps, size
+    views: ViewSpec = field(default_factory=ViewSpec)  # frames per window, frame_stride or fps, size, image_frames
     stride: int = 8  # frames between window starts
     patches: bool = False  # also store every patch token (float16)
+    readout: Readout = field(default_factory=Readout)  # per-slot, last-slot and codec readouts (eval/readout.py)
     batch_size: int = 8  # windows per forward pass
     stream: bool = False  # use the KV-cache StreamingEncoder instead of independent windows
     format: Layout = "safetensors"  # the feature set's layout: shards of rows, or one file per video
@@ -154,7 +166,14 @@ class ExtractConfig:
             out["per_video_array"] = self.per_video_feature
         else:
             out["shard_rows"] = self.shard_rows
+        if v.image_frames is not None:  # the rest only when asked for: a default job's manifest is unchanged
+            out["image_frames"] = v.image_frames
+        out.update(self.readout.storage())
         return out
+
+    def arrays(self) -> list[str]:
+        """The arrays each row has, in write order (``per_video``: ``<name>.npy`` is ``per_video_feature``)."""
+        return ["cls", "mean", *(["patches"] if self.patches else []), *self.readout.arrays()]
 
 
 def window_starts(num_frames: int, window: int, stride: int) -> list[int]:
@@ -219,13 +238,13 @@ class _Writer:
         self.skip = dict(resume.per_item)  # rows of an item an earlier job wrote: computed again, not written twice
         self.unit = Unit(f"{self.k:05d}")
 
-    def add(self, rows: list[dict[str, Any]], cls: Tensor, mean: Tensor, patches: Tensor | None) -> None:
+    def add(self, rows: list[dict[str, Any]], arrays: dict[str, Tensor]) -> None:
+        """``rows`` and their arrays ``[len(rows), ...]`` (``ExtractConfig.arrays``)."""
         for i, row in enumerate(rows):
             if self.skip.get(row["item"], 0) > 0:
                 self.skip[row["item"]] -= 1
                 continue
-            arrays = {"cls": cls[i : i + 1], "mean": mean[i : i + 1]}
-            self.unit.add([row], {**arrays, "patches": None if patches is None else patches[i : i + 1]})
+            self.unit.add([row], {name: t[i : i + 1] for name, t in arrays.items()})
             if self.cfg.format != "per_video" and len(self.unit) == self.cfg.shard_rows:
                 self.flush()
 
@@ -296,8 +315,9 @@ def _pad_time(clip: Tensor, multiple: int) -> Tensor:
 
 def _stream_rows(
     encoder: VideoEncoder, frames: Tensor, timestamps: Tensor, source_fps: float, cfg: ExtractConfig, device: str
-) -> Iterator[tuple[dict[str, Any], Tensor, Tensor, Tensor | None]]:
-    """Rows of one video through the KV-cache streaming encoder (see the module doc)."""
+) -> Iterator[tuple[dict[str, Any], Tensor, Tensor, Tensor]]:
+    """Rows of one video through the KV-cache streaming encoder (see the module doc): index fields, CLS [D],
+    mean [D] and the patch tokens of the last window's frames [T'·h·w, D], float32."""
     tau = encoder.cfg.tubelet
     n = len(frames)
     padded = n < cfg.window
@@ -322,7 +342,7 @@ def _stream_rows(
         first = end - cfg.window
         last = min(end, n) - 1 if not padded else n - 1
         meta = _window_meta(w, first, last, frame_idx, timestamps, cfg.window, padded)
-        yield meta, stream.cls()[0].float().cpu(), patches.float().mean(0).cpu(), patches if cfg.patches else None
+        yield meta, stream.cls()[0].float().cpu(), patches.float().mean(0).cpu(), patches.float().cpu()
 
 
 class _Batcher:
@@ -334,8 +354,12 @@ class _Batcher:
         self.pending: list[tuple[dict[str, Any], Tensor]] = []
 
     def add(self, meta: dict[str, Any], clip: Tensor) -> None:
-        """One window: its index fields and uint8 frames ``[T, S, S, 3]``."""
-        self.pending.append((meta, _pad_time(clip, self.encoder.cfg.tubelet)))
+        """One window: its index fields and uint8 frames ``[T, S, S, 3]`` (a one-frame image: encoded in a batch
+        of its own length)."""
+        clip = _pad_time(clip, self.encoder.cfg.tubelet)
+        if self.pending and self.pending[0][1].shape != clip.shape:
+            self.flush()
+        self.pending.append((meta, clip))
         if len(self.pending) == self.cfg.batch_size:
             self.flush()
 
@@ -344,19 +368,27 @@ class _Batcher:
             return
         metas = [m for m, _ in self.pending]
         clips = torch.stack([c for _, c in self.pending]).permute(0, 4, 1, 2, 3)  # [B, C, T, S, S]
-        enc = encode(self.encoder, clips, self.device, tokens=self.cfg.patches)
-        self.writer.add(metas, enc.cls, enc.mean, enc.patches if self.cfg.patches else None)
+        cfg = self.cfg
+        if cfg.readout.default:  # the default extraction, byte for byte as it always was
+            enc = encode(self.encoder, clips, self.device, tokens=cfg.patches)
+            arrays = {"cls": enc.cls, "mean": enc.mean, **({"patches": enc.patches} if cfg.patches else {})}
+        else:  # float32 tokens for the pooled readouts; the same float16 patches as the default's
+            enc = encode(self.encoder, clips, self.device, token_dtype=torch.float32)
+            assert enc.tokens is not None
+            arrays = {"cls": enc.cls, "mean": enc.mean, **({"patches": enc.patches.half()} if cfg.patches else {})}
+            arrays.update(cfg.readout.compute(enc.tokens, grid_of(enc.positions)))
+        self.writer.add(metas, arrays)
         self.pending.clear()
 
 
 def _load(items: list[MediaItem], cfg: ExtractConfig, patch: int, i: int) -> tuple[Tensor, Tensor, float]:
     """``(frames uint8 [N, S, S, 3], timestamps [N], source fps)`` of file ``i``, through the evaluation
-    transform (in a decoding worker); an image is ``window`` copies of itself. Raises ``DataError`` (and what
-    decoders raise)."""
+    transform (in a decoding worker); an image is ``window`` copies of itself (``views.image_frames``: that
+    many). Raises ``DataError`` (and what decoders raise)."""
     item, v = items[i], cfg.views  # the one place the views become decoder arguments
     if item.kind == "image":
-        image = load_eval_clip(item.path, num_frames=v.frames, size=v.size, patch=patch, kind="image")
-        return image, torch.zeros(v.frames), 1.0
+        image = load_eval_clip(item.path, num_frames=v.image_length, size=v.size, patch=patch, kind="image")
+        return image, torch.zeros(v.image_length), 1.0
     video = load_eval_video(item.path, size=v.size, patch=patch, frame_stride=v.frame_stride, target_fps=v.fps)
     if len(video.frames) == 0:
         raise DataError(f"truncated: {item.path} decoded to no frame")
@@ -377,12 +409,19 @@ def _add_rows(
     item = items[i]
     base = {"file": item.path, "label": item.label, "item": i, "kind": item.kind}
     if item.kind == "image":
-        batcher.add({**base, **_window_meta(0, 0, 0, [0], torch.zeros(1), cfg.window, False)}, frames)
+        batcher.add({**base, **_window_meta(0, 0, 0, [0], torch.zeros(1), cfg.views.image_length, False)}, frames)
     elif cfg.stream:
         batcher.flush()  # an image's row before this video's: rows stay in the order of the files
         for meta, cls, mean, patches in _stream_rows(batcher.encoder, frames, timestamps, fps, cfg, batcher.device):
-            half = None if patches is None else patches[None].half()
-            batcher.writer.add([{**base, **meta}], cls[None], mean[None], half)
+            arrays = {"cls": cls[None], "mean": mean[None]}
+            if cfg.patches:
+                arrays["patches"] = patches[None].half()
+            if not cfg.readout.default:
+                t = cfg.window // batcher.encoder.cfg.tubelet
+                side = round((len(patches) // t) ** 0.5)  # square frames (the evaluation transform)
+                tokens = torch.cat([cls[None], patches])[None]
+                arrays.update(cfg.readout.compute(tokens, (t, side, side)))
+            batcher.writer.add([{**base, **meta}], arrays)
     else:
         for meta, clip in _video_windows(frames, timestamps, fps, cfg):
             batcher.add({**base, **meta}, clip)
@@ -396,6 +435,24 @@ def _check_encoder(encoder: VideoEncoder, cfg: ExtractConfig) -> None:
         raise ValueError(
             f"extract: window={cfg.window} (and stride={cfg.stride} with stream) must be multiples of the encoder's "
             f"tubelet={tau}"
+        )
+    n = cfg.views.image_frames
+    if n is not None and n % tau:
+        raise ValueError(f"extract: images as {n} frame(s): the encoder's tubelet is {tau} frames (--image-frames one)")
+
+
+def _check_lengths(items: list[MediaItem], cfg: ExtractConfig, tubelet: int) -> None:
+    """Images of another slot count than the videos' windows give token arrays of another length: refused
+    when a stored array depends on it (one folder holds one shape per array)."""
+    image_slots = -(-cfg.views.image_length // tubelet)
+    kinds = {it.kind for it in items}
+    if image_slots == cfg.window // tubelet or kinds != {"image", "video"}:
+        return
+    if cfg.patches or cfg.readout.slot_dependent():
+        raise ValueError(
+            f"extract: images as {cfg.views.image_length} frame(s) and videos in windows of {cfg.window} give "
+            "patches / frames / tokens of two lengths: extract the images and the videos into two folders (or "
+            "keep only readouts of one length: cls, mean, last, --tokens ...-last)"
         )
 
 
@@ -435,7 +492,7 @@ def _shard_names(cfg: ExtractConfig, counts: list[int]) -> list[str]:
         return ["<name>.npy per video"]
     if cfg.format == "safetensors":
         return [f"features-{k:05d}.safetensors" for k, n in enumerate(counts) if n]
-    arrays = "cls,mean" + (",patches" if cfg.patches else "")
+    arrays = ",".join(cfg.arrays())
     return [f"{{{arrays}}}-{k:05d}.npy" for k, n in enumerate(counts) if n]
 
 
@@ -461,6 +518,7 @@ def extract(
     if not items:
         raise DataError(f"missing: extract found no video or image in {source!r}")
     _check_encoder(encoder, cfg)
+    _check_lengths(items, cfg, encoder.cfg.tubelet)
     per_video = cfg.format == "per_video"
     rank, world = distributed.rank(), distributed.world_size()
     if world > 1 and not per_video:
@@ -532,7 +590,7 @@ def _drop_later_shards(out: Path, layout: str, shards: int) -> None:
     """Delete the files of shards numbered ``shards`` or more (none of this job's; a stopped job's unit)."""
     if layout == "per_video":
         return
-    kinds = ("cls", "mean", "patches", "features", "index", "bad")
+    kinds = ("cls", "mean", "patches", "features", "index", "bad", "frames", "last_mean", "tokens", "scales")
     for path in [*out.glob("*-*.npy"), *out.glob("*-*.json"), *out.glob("*-*.jsonl"), *out.glob("*-*.safetensors")]:
         kind, _, number = path.stem.partition("-")
         if kind in kinds and number.isdigit() and int(number) >= shards:

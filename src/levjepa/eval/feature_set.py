@@ -26,9 +26,12 @@ command skips the done units and finishes with the files of an uninterrupted run
 * arrays, by ``layout``: ``npy`` — ``<array>-KKKKK.npy`` per array (plain ``numpy.save`` bytes,
   ``numpy.load(path, mmap_mode="r")`` maps them); ``safetensors`` — ``features-KKKKK.safetensors`` holding
   every array; ``per_video`` — ``<name>.npy`` (one chosen array, ``per_video_array`` in the config, float32)
-  and ``<name>.patches.npy`` (float16). Arrays: ``cls`` [n, D] and ``mean`` [n, D] float32 always; a
-  store's ``tokens`` [n, 1+L, D] float16 (CLS then the patch tokens, time-major) or a compact store's
-  tokens with ``scales`` (``levjepa.eval.compact``); an extraction's ``patches`` [n, L, D] float16;
+  and ``<name>.<array>.npy`` for each other array (``<name>.patches.npy`` float16, ``<name>.frames.npy``,
+  ...). Arrays: ``cls`` [n, D] and ``mean`` [n, D] float32 always; a store's ``tokens`` [n, 1+L, D] float16
+  (CLS then the patch tokens, time-major) or a compact store's tokens with ``scales``
+  (``levjepa.eval.compact``); an extraction's ``patches`` [n, L, D] float16 and its readouts
+  (``levjepa.eval.readout``, recorded in the config as ``readout`` and ``token_codec``): ``frames`` [n, T', D],
+  ``last_mean`` [n, D], a codec's ``tokens`` [n, kept, D] and ``scales``;
 * ``index-KKKKK.jsonl`` (``<name>.jsonl`` with ``per_video``) — the unit's rows, one JSON object per row:
   the core fields every row has, ``file`` (the source file), ``label`` (an int or null), ``item`` (the
   file's position in the list of files), then the cutter's fields — a store's ``segment, crop``; an
@@ -39,7 +42,9 @@ command skips the done units and finishes with the files of an uninterrupted run
   unit's arrays); ``bad_files.json`` — every unreadable file (``levjepa.data.BadFileReport``).
 
 **Reading.** :class:`FeatureSet` opens any complete feature set and reads any rows of any array with
-``os.pread`` into a fresh buffer (``.npy`` and ``.safetensors`` alike; nothing stays memory-mapped);
+``os.pread`` into a fresh buffer (``.npy`` and ``.safetensors`` alike; nothing stays memory-mapped) — an
+extraction's array its manifest does not hold, or tokens of another codec than the reader expects, refused in
+one line;
 :func:`read_rows` returns its index as dicts. Folders written before this format: a store (``store.json``
 version 1, same files) is read as it is; an extraction (``extract.json``) is refused in one line that says
 to compute it again.
@@ -83,6 +88,7 @@ VERSION = 2  # 1: stores before extraction shared the format (same files, no cut
 LAYOUTS = ("npy", "safetensors", "per_video")
 Layout = Literal["npy", "safetensors", "per_video"]
 CORE_FIELDS = ("file", "label", "item")
+EXTRA_ARRAYS = ("frames", "last_mean", "tokens", "scales")  # an extraction's readouts (levjepa.eval.readout)
 _PLACE = ("row", "shard", "offset")  # what index.jsonl adds before a unit's rows
 _OLD_EXTRACTION = "extract.json"
 
@@ -123,6 +129,9 @@ class Unit:
                 save_npy(out / f"{self.name}.npy", tensors[per_video_array].float().numpy())
             if "patches" in tensors:
                 save_npy(out / f"{self.name}.patches.npy", tensors["patches"].half().numpy())
+            for name in EXTRA_ARRAYS:  # the readouts (levjepa.eval.readout), each in its own dtype
+                if name in tensors:
+                    save_npy(out / f"{self.name}.{name}.npy", tensors[name].numpy())
         elif tensors:
             write_shard(out, self.name, tensors, "safetensors" if layout == "safetensors" else "npy")
         if self.bad:
@@ -135,7 +144,7 @@ class Unit:
 def _unit_files(out: Path, layout: str, unit: str) -> list[Path]:
     """What a unit's arrays and report may have left (the index not included)."""
     if layout == "per_video":
-        names = [f"{unit}.npy", f"{unit}.patches.npy", f"bad-{unit}.json"]
+        names = [f"{unit}.npy", f"{unit}.patches.npy", f"bad-{unit}.json", *(f"{unit}.{a}.npy" for a in EXTRA_ARRAYS)]
         return [out / n for n in names]
     found = [out / f"bad-{unit}.json", out / f"features-{unit}.safetensors"]
     found += [p for p in out.glob(f"*-{unit}.npy")]
@@ -374,8 +383,8 @@ class FeatureSet:
         if self.layout == "safetensors":
             return self.path / f"features-{unit}.safetensors", name
         if self.layout == "per_video":
-            if name == "patches":
-                return self.path / f"{unit}.patches.npy", None
+            if name == "patches" or name in EXTRA_ARRAYS:
+                return self.path / f"{unit}.{name}.npy", None
             if name != self.config.get("per_video_array", "mean"):
                 raise DataError(
                     f"missing: {self.path} holds {self.config.get('per_video_array')} per video, not {name}"
@@ -399,13 +408,53 @@ class FeatureSet:
             self._readers[key] = _Rows(path, st_key)
         return self._readers[key]
 
-    def read(self, name: str, rows: np.ndarray) -> np.ndarray:
-        """Rows ``rows`` (any order) of array ``name`` (``cls``, ``mean``, ``tokens``, ``patches``) as a new
-        array; a compact store's int8 and int4 tokens come back as float16 (scaled by their ``scales``)."""
-        codec = TokenCodec.parse(self.config.get("token_codec", "full"))
-        if name == "tokens" and codec.bits < 16:  # restore: every codec's reader (a rotation undone, too)
+    @property
+    def arrays(self) -> list[str] | None:
+        """The arrays an extraction's manifest says it holds (``levjepa.eval.extract.ExtractConfig.arrays``);
+        None for a probes' store (its files say)."""
+        if self.cutter != "extract":
+            return None
+        c = self.config
+        main = [c.get("per_video_array", "mean")] if self.layout == "per_video" else ["cls", "mean"]
+        out = main + (["patches"] if c.get("patches") else []) + list(c.get("readout", []))
+        out = ["last_mean" if a == "last" else a for a in out]
+        if "token_codec" in c:
+            out += ["tokens"] + (["scales"] if TokenCodec.parse(c["token_codec"]).bits < 16 else [])
+        return out
+
+    def _check_readout(self, name: str, codec: str | None) -> None:
+        """Refuse, in one line, an array or a token codec the manifest does not hold."""
+        held = self.arrays
+        if held is not None and name not in held:
+            how = {
+                "frames": "--readout frames",
+                "last_mean": "--readout last",
+                "tokens": "--tokens CODEC",
+                "scales": "an int8 / int4 --tokens codec",
+                "patches": "--patch",
+            }.get(name, "--format safetensors or npy" if name in ("cls", "mean") else "")
+            hint = f": extract again with {how}" if how else ""
+            raise DataError(
+                f"missing: {self.path} holds the readouts {', '.join(held)} ({MANIFEST}), not {name!r}{hint}"
+            )
+        stored = self.config.get("token_codec", "full")
+        wanted = None if codec is None else TokenCodec.parse(codec)
+        if wanted is not None and wanted != TokenCodec.parse(stored):
+            raise DataError(
+                f"mismatch: {self.path} holds tokens of codec {stored!r} ({MANIFEST}), not {wanted.name!r}: "
+                "read them as they are, or extract again with that --tokens"
+            )
+
+    def read(self, name: str, rows: np.ndarray, *, codec: str | None = None) -> np.ndarray:
+        """Rows ``rows`` (any order) of array ``name`` (``cls``, ``mean``, ``tokens``, ``patches``, an
+        extraction's ``frames``, ``last_mean``) as a new array; a compact store's int8 and int4 tokens come back
+        as float16 (scaled by their ``scales``). An array the manifest does not hold, or tokens of another
+        ``codec`` than the one a caller expects, are refused in one line (``DataError``)."""
+        self._check_readout(name, codec)
+        codec_used = TokenCodec.parse(self.config.get("token_codec", "full"))
+        if name == "tokens" and codec_used.bits < 16:  # restore: every codec's reader (a rotation undone, too)
             q = torch.from_numpy(self._read("tokens", rows))
-            return codec.restore(q, torch.from_numpy(self._read("scales", rows))).numpy()
+            return codec_used.restore(q, torch.from_numpy(self._read("scales", rows))).numpy()
         return self._read(name, rows)
 
     def _read(self, name: str, rows: np.ndarray) -> np.ndarray:

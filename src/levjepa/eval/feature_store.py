@@ -123,6 +123,8 @@ class StoreConfig:
         }
         if v.fps is not None:  # a rate: written only when set, so a store computed before rates is reused
             out["fps"] = v.fps
+        if v.image_frames is not None:  # likewise images read as fewer frames than the clip's
+            out["image_frames"] = v.image_frames
         if self.tokens and not self.codec.lossless:  # likewise a compact form of the tokens
             out["token_codec"] = self.codec.name
         if self.train_views:  # augmented views: only then, so a fixed store keeps its settings and name
@@ -167,6 +169,12 @@ def build_store(
     start = time.perf_counter()
     if not items:
         raise DataError(f"unreadable: no file to compute features of for {out_dir}")
+    spec = cfg.views
+    if spec.image_length != spec.frames and {it.kind for it in items} == {"image", "video"}:
+        raise DataError(
+            f"unreadable: {out_dir}: images as {spec.image_length} frame(s) beside videos of {spec.frames}: a store "
+            "holds one clip length; probe images and videos as two tasks, or repeat the images (--image-frames repeat)"
+        )
     device = distributed.resolve_device(device)
     out = Path(out_dir)
     manifest = {

@@ -109,7 +109,7 @@ def plan(task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfig, *, sample: i
     splits = []
     for split, items in task.splits.items():
         views = (task.train_views if split == "train" else task.test_views).views
-        grid = _token_grid(views, c)
+        grid = _token_grid(views, c, images=all(it.kind == "image" for it in items))
         stored = attentive and not cfg.online
         per_file = views.views
         forwards = len(items) * per_file  # the store: one forward per view
@@ -131,9 +131,11 @@ def plan(task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfig, *, sample: i
     return out
 
 
-def _token_grid(views: ViewSpec, c: EncoderConfig) -> tuple[int, int, int]:
-    """The patch tokens of one view as (temporal slots, rows, columns)."""
-    return views.frames // c.tubelet, views.size // c.patch_size, views.size // c.patch_size
+def _token_grid(views: ViewSpec, c: EncoderConfig, *, images: bool = False) -> tuple[int, int, int]:
+    """The patch tokens of one view as (temporal slots, rows, columns); ``images``: of an image's clip (one slot
+    with ``--image-frames one``)."""
+    frames = views.image_length if images else views.frames
+    return -(-frames // c.tubelet), views.size // c.patch_size, views.size // c.patch_size
 
 
 def _codec_text(codec: TokenCodec, attentive: bool) -> str:
@@ -169,7 +171,11 @@ def _measure(out: Plan, task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfi
     grid = build_probe_grid("attentive", pcfg, enc.cfg.dim, max(2, task.classes)).to(cfg.device)
     # a training row: the tokens of its `segments` views, as the store keeps them (its codec's count)
     c = enc.cfg
-    kept = out_tokens.shape[1] if cfg.online or "attentive" not in cfg.probes else cfg.codec.kept(_token_grid(views, c))
+    kept = (
+        out_tokens.shape[1]
+        if cfg.online or "attentive" not in cfg.probes
+        else cfg.codec.kept(_token_grid(views, c, images=all(it.kind == "image" for it in task.splits["train"])))
+    )
     x = torch.randn(min(pcfg.batch_size, 64), views.segments * kept, c.dim, device=cfg.device)
     grid(x).sum().backward()  # warm-up
     _sync(cfg.device)

@@ -150,6 +150,8 @@ def predict(
             for w, (pr, (t0, t1)) in enumerate(zip(probs, spans.tolist(), strict=True)):
                 yield Prediction(items[i].path, *_top(pr, names, top_k), items[i].label, w, t0, t1)
             continue
+        if pending and pending[0][1].shape[1:] != views.shape[1:]:  # a one-frame image beside clips: own batch
+            yield from flush()
         pending.append((i, views))
         if len(pending) >= batch_files:
             yield from flush()

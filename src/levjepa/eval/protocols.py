@@ -87,11 +87,13 @@ class Protocol:
     def views(self, tubelet: int, sampling: ViewSpec, slots: Slots = SLOTS_DEFAULT) -> ViewSpec:
         """The views for an encoder of ``tubelet`` frames per token: ``slots`` temporal positions sampled as
         ``sampling`` says (the model's rate or stride, or the user's), or V-JEPA 2's sampling (module doc)."""
+        images = sampling.image_frames  # an image as one slot (--image-frames one), or repeated (None)
         if slots == "vjepa2":
-            return ViewSpec(self.size, 16, self.vjepa2_stride, self.segments, self.crops)
+            return ViewSpec(self.size, 16, self.vjepa2_stride, self.segments, self.crops, image_frames=images)
         if not isinstance(slots, int) or slots < 1:
             raise ConfigError(f"--slots {slots!r}: a number of temporal positions (8, the paper's; 16) or vjepa2")
-        return ViewSpec(self.size, slots * tubelet, sampling.frame_stride, self.segments, self.crops, sampling.fps)
+        frames = slots * tubelet
+        return ViewSpec(self.size, frames, sampling.frame_stride, self.segments, self.crops, sampling.fps, images)
 
     def describe(self, views: ViewSpec, slots: Slots, tubelet: int) -> str:
         """What an evaluation table says of its protocol: ``ssv2, 8 slots (8 frames at 7.5 fps, 256 px, 2×3
@@ -99,6 +101,8 @@ class Protocol:
         what = {SLOTS_DEFAULT: "the paper's matched evaluation", "vjepa2": "V-JEPA 2's sampling"}.get(slots, "")
         n = views.frames // tubelet
         repeats = f"images repeated {views.frames} times" if self.images else views.describe()
+        if self.images and views.image_frames is not None:
+            repeats = f"images as {views.image_frames // tubelet} slot ({views.image_frames} frame(s))"
         return f"{self.name}, {n} slots ({repeats}{', ' + what if what else ''})"
 
 
