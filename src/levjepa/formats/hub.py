@@ -81,7 +81,7 @@ class LeVJEPAModel(nn.Module):
         pixel_values_videos: Tensor | None = None,
         output_attentions: bool | None = None,
     ) -> LeVJEPAOutput:
-        video = video_input(pixel_values, pixel_values_videos, output_attentions)
+        video = video_input(pixel_values, pixel_values_videos, output_attentions, self.encoder.cfg.in_chans)
         return hub_forward(self.encoder, video, output_hidden_states)
 
     @classmethod
@@ -140,7 +140,7 @@ class LeVJEPAForVideoClassification(nn.Module):
         pixel_values_videos: Tensor | None = None,
         output_attentions: bool | None = None,
     ) -> LeVJEPAClassifierOutput:
-        video = video_input(pixel_values, pixel_values_videos, output_attentions)
+        video = video_input(pixel_values, pixel_values_videos, output_attentions, self.encoder.cfg.in_chans)
         features = hub_forward(self.encoder, video, output_hidden_states)
         return hub_logits(features, self.head, self._config.head, labels)
 

@@ -133,6 +133,12 @@ class _LeVJEPAPreTrained(PreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         """Nothing: the encoder and head initialise themselves, and the checkpoint's weights replace them."""
 
+    def _channels(self) -> int:
+        """The channels a frame has (what tells ``[B, C, T, H, W]`` from ``[B, T, C, H, W]``)."""
+        encoder = self.encoder
+        assert isinstance(encoder, (OfficialLayout, VideoEncoder))
+        return encoder.cfg.in_chans
+
     def _features(self, video: Tensor, output_hidden_states: bool) -> LeVJEPAOutput:
         encoder = self.encoder
         if isinstance(encoder, OfficialLayout):
@@ -158,7 +164,7 @@ class LeVJEPATransformersModel(_LeVJEPAPreTrained):
         return_dict: bool | None = None,
         **kwargs: Any,
     ) -> BaseModelOutputWithPooling | tuple[Any, ...]:
-        video = video_input(pixel_values, pixel_values_videos, output_attentions)
+        video = video_input(pixel_values, pixel_values_videos, output_attentions, self._channels())
         out = self._features(video, bool(output_hidden_states))
         if return_dict is False:
             return out.to_tuple()
@@ -192,7 +198,7 @@ class LeVJEPATransformersForVideoClassification(_LeVJEPAPreTrained):
         return_dict: bool | None = None,
         **kwargs: Any,
     ) -> ImageClassifierOutput | tuple[Any, ...]:
-        video = video_input(pixel_values, pixel_values_videos, output_attentions)
+        video = video_input(pixel_values, pixel_values_videos, output_attentions, self._channels())
         out = hub_logits(self._features(video, bool(output_hidden_states)), self.head, self.head_cfg, labels)
         if return_dict is False:
             return out.to_tuple()
