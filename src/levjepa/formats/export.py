@@ -12,6 +12,10 @@ An export is a directory ``huggingface_hub`` and its users recognise, holding no
                                  a classifier's: ``encoder.*`` + its head's ``head.*`` (the transformers names)
     DIR/preprocessor_config.json transformers' VideoMAEImageProcessor (AutoImageProcessor, no torchvision needed): mean,
                                  std, rescale, short-side resize + centre crop; frames and frame stride of a clip
+    DIR/video_preprocessor_config.json  levjepa's video processor (AutoVideoProcessor, the video-classification
+                                 pipeline; ``levjepa.formats.video_processor``): the same transform, the patch
+                                 size, and how a clip's frames are sampled (``num_frames``, ``fps`` or
+                                 ``frame_stride``), read by transformers with levjepa installed
     DIR/README.md                YAML front matter (library_name: levjepa, tags, pipeline_tag, license, the
                                  run's data) and the model card, with the run's probe table when it has one
     DIR/projector.safetensors    only when asked (``--with-projector``) or imported: the training projector,
@@ -29,6 +33,7 @@ default, as the papers evaluate them; the command prints which copy it exported.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -62,6 +67,7 @@ from levjepa.weights import (
     PREPROCESSOR,
     PROBE_RESULTS,
     PROJECTOR_WEIGHTS,
+    VIDEO_PREPROCESSOR,
     WeightsError,
     atomic_write_text,
     read_json,
@@ -78,6 +84,7 @@ __all__ = [
     "export_license",
     "preprocessor_config",
     "preprocessing_of",
+    "video_processor_config",
     "weights_lineage",
     "write_export",
     "write_loaded",
@@ -125,6 +132,34 @@ def preprocessor_config(pre: Preprocessing) -> dict[str, Any]:
     }
 
 
+def video_processor_config(pre: Preprocessing, patch: int) -> dict[str, Any]:
+    """``video_preprocessor_config.json``: levjepa's video processor (``LeVJEPAVideoProcessor``, registered with
+    ``AutoVideoProcessor`` by levjepa) in transformers' names: the transform of :func:`preprocessor_config`
+    (the crop the largest multiple of ``patch`` in the short side, as levjepa's readers cut it), the patch
+    size, and the frames of a clip: ``num_frames`` at ``fps`` when the model records its training rate, else
+    every ``frame_stride``-th."""
+    side = (pre.size // patch) * patch
+    return {
+        "video_processor_type": "LeVJEPAVideoProcessor",
+        "do_resize": True,
+        "size": {"shortest_edge": pre.size},
+        "resample": 2,  # bilinear (antialiased)
+        "do_center_crop": True,
+        "crop_size": {"height": side, "width": side},
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": list(pre.mean),
+        "image_std": list(pre.std),
+        "do_sample_frames": False,  # frames given as arrays are the caller's; a path is always sampled
+        "num_frames": pre.frames,
+        "fps": pre.fps,
+        "frame_stride": pre.frame_stride,
+        "patch_size": patch,
+        "levjepa_version": __version__,
+    }
+
+
 def write_export(
     out: str | Path,
     *,
@@ -150,9 +185,10 @@ def write_export(
     adds keys to ``config.json``; ``derived_from`` (:func:`weights_lineage`) records where the weights a run
     started from came from. A ``classifier`` (its record and ``head_state``) makes the export a
     classifier's: ``encoder.*`` and ``head.*`` in ``model.safetensors`` (the names of the transformers model),
-    ``head`` and ``id2label``
-    in ``config.json`` (what ``AutoModelForVideoClassification`` reads), ``classifier.json`` +
-    ``head.safetensors`` (what ``levjepa classify`` reads) and a classifier's card."""
+    ``head`` and ``id2label`` in ``config.json`` (what ``AutoModelForVideoClassification`` reads),
+    ``classifier.json`` + ``head.safetensors`` (what ``levjepa classify`` reads) and a classifier's card; its
+    preprocessing (so both processors, and the pipeline's ``num_frames``) takes the frames, size and sampling of
+    the views its scores were measured with (``ClassifierRecord.protocol``), as ``levjepa classify`` cuts them."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise WeightsError(f"{out}: exists and is not a directory; choose another --out")
@@ -160,6 +196,9 @@ def write_export(
         raise ValueError("write_export: a classifier needs both its record and its head's weights")
     out.mkdir(parents=True, exist_ok=True)
     pre = preprocessing or preprocessing_of(run_config)
+    if classifier is not None:  # a classifier is read with the views its scores were measured with
+        v = classifier.protocol
+        pre = dataclasses.replace(pre, size=v.size, frames=v.frames, frame_stride=v.frame_stride, fps=v.fps)
     exported_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     record: dict[str, Any] = {
         "model_type": "levjepa",
@@ -194,6 +233,7 @@ def write_export(
         write_classifier(out, classifier, head_state)
     write_json(out / CONFIG, record)
     write_json(out / PREPROCESSOR, preprocessor_config(pre))
+    write_json(out / VIDEO_PREPROCESSOR, video_processor_config(pre, config.patch_size))
     facts = card_facts(
         config,
         weights=weights,
