@@ -22,12 +22,16 @@ from PIL import Image
 from transformers.models.auto.video_processing_auto import AutoVideoProcessor
 
 from levjepa.cli import main
-from levjepa.data.eval_clip import center_square
+from levjepa.data.eval_clip import ViewSpec, center_square
 from levjepa.data.views import normalize
 from levjepa.eval.feature_set import read_rows
+from levjepa.formats.classifier import ClassifierRecord, load_classifier, read_classifier, write_classifier
 from levjepa.formats.export import export_encoder
 from levjepa.formats.load import load_encoder
 from levjepa.formats.video_processor import LeVJEPAVideoProcessor
+from levjepa.model.classifier import HeadConfig, build_head
+from levjepa.model.fingerprint import function_fingerprint
+from levjepa.weights import WeightsError
 from test_export import make_run_dir
 from test_extract import _video
 from test_hub_auto import _finetuned
@@ -214,3 +218,49 @@ def test_transformers_top_level_auto_video_processor_returns_levjepa_processor(t
     batch = torch.randint(0, 256, (1, 4, 3, 24, 40), generator=torch.Generator().manual_seed(2), dtype=torch.uint8)
     got = processor(batch, return_tensors="pt")["pixel_values_videos"]
     assert torch.equal(got, LeVJEPAVideoProcessor.from_pretrained(str(tiny / "export"))(batch)["pixel_values_videos"])
+
+
+def _kept_probe(run: Path, tokens: str = "full") -> Path:
+    """A probe as ``levjepa probe`` keeps it (``levjepa.eval.kept_probes``): ``RUN/probes/TASK/PROBE`` with an
+    attentive head reading float16 tokens, the encoder left in the run (named, fingerprinted), its scores."""
+    loaded = load_encoder(run)
+    head_cfg = HeadConfig(kind="attentive", input="tokens", dim=loaded.config.dim, num_classes=3, token_dtype="float16")
+    head = build_head(head_cfg, torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel() + 1)))
+    trained = {"probe": "attentive", "task": "media", "val_acc": 0.5, "test_acc": 0.4, "chosen": True}
+    record = ClassifierRecord(
+        head_cfg, ("walk", "run", "jump"), ViewSpec(size=16, frames=4, frame_stride=2), str(run), "ema",
+        function_fingerprint(loaded.encoder), trained=trained, tokens=tokens,
+    )  # fmt: skip
+    return write_classifier(run / "probes" / "media" / f"attentive-{tokens}", record, head.state_dict())
+
+
+def test_a_kept_probe_exports_as_a_classifier_the_pipeline_reads(tiny, tmp_path, capsys):
+    run = make_run_dir(tmp_path)
+    kept, clip = _kept_probe(run), tiny / "clip.mp4"
+    out = tmp_path / "published"
+    assert main(["export", str(kept), "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["LeVJEPAForVideoClassification"] and config["head"]["token_dtype"] == "float16"
+    assert config["id2label"] == {"0": "walk", "1": "run", "2": "jump"} and config["num_frames"] == 4
+    assert read_classifier(out).encoder_source == "."  # the encoder travels with it now
+    card = (out / "README.md").read_text()
+    assert "pipeline_tag: video-classification" in card and "| test accuracy (%) | 40.0 |" in card
+    assert "media" in card and "probe" in card and "fine-tuned" not in card
+    x = torch.randn(2, 3, 4, 16, 16, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        want = load_classifier(kept).model(x)  # what classify computes for one view
+        auto = transformers.AutoModelForVideoClassification.from_pretrained(str(out))
+        assert torch.allclose(auto(pixel_values=x).logits, want, atol=1e-4)
+    preds = tmp_path / "kept.jsonl"
+    assert main(["classify", str(kept), str(clip), "--workers", "0", "--top-k", "3", "--out", str(preds)]) == 0
+    want = json.loads(preds.read_text().splitlines()[0])
+    got = transformers.pipeline("video-classification", model=str(out))(str(clip), top_k=3)
+    assert [g["label"] for g in got] == want["labels"]
+    assert np.allclose([g["score"] for g in got], want["probs"], atol=1e-4)
+    # a probe trained on a compact store's tokens: the export could not give it what it read
+    with pytest.raises(WeightsError, match=r"compact store kept \(pool2\)") as err:
+        export_encoder(_kept_probe(run, "pool2"), tmp_path / "compact")
+    assert "\n" not in str(err.value)

@@ -104,6 +104,9 @@ class ClassifierFacts:
     val_acc: float | None
     test_acc: float | None  # the fine-tuning's results.json beside best/, when it scored this very step
     step: Any  # the fine-tuning step of the best classifier (None: not recorded)
+    task: str | None = None  # the task a kept probe was trained on (levjepa probe's name for it)
+    probe: str | None = None  # a kept probe's name (attentive, linear, ...): a head on a frozen encoder
+    views: str = ""  # the views its scores were measured with (ViewSpec.describe)
 
 
 @dataclass(frozen=True)
@@ -196,9 +199,10 @@ def _classifier_facts(record: ClassifierRecord, source: str) -> ClassifierFacts:
         if data.get("best_step") == trained.get("step") and isinstance(data.get("test_acc"), int | float):
             trained["test_acc"] = data["test_acc"]
     h = record.head
+    task, probe = trained.get("task"), trained.get("probe")
     return ClassifierFacts(
         tuple(record.labels), h.kind, h.input, h.dim, h.depth, _score(trained, "val_acc"), _score(trained, "test_acc"),
-        trained.get("step"),
+        trained.get("step"), str(task) if task else None, str(probe) if probe else None, record.protocol.describe(),
     )  # fmt: skip
 
 
@@ -262,10 +266,12 @@ def _derived_text(d: DerivedFrom) -> str:
 def _classifier_rows(c: ClassifierFacts) -> list[str]:
     shown = ", ".join(f"`{n}`" for n in c.labels[:20]) + (f", … ({len(c.labels)} in all)" if len(c.labels) > 20 else "")
     lines = [
-        f"| task | video classification, {len(c.labels)} classes |",
+        f"| task | {f'`{c.task}`: ' if c.task else ''}video classification, {len(c.labels)} classes |",
         f"| labels (`config.id2label`) | {shown} |",
         f"| head | {c.head_kind} probe head on {c.head_input} (width {c.head_dim}, depth {c.head_depth}) |",
     ]
+    if c.views:
+        lines.append(f"| views (`levjepa classify`; the processors take one) | {c.views} |")
     for value, name in ((c.val_acc, "validation accuracy (%)"), (c.test_acc, "test accuracy (%)")):
         if value is not None:
             lines.append(f"| {name} | {100 * value if value <= 1 else value:.1f} |")
@@ -312,7 +318,9 @@ _USE_CLASSIFIER = [
     "```",
     "",
     "With `transformers` installed, `AutoModelForVideoClassification.from_pretrained(PATH)` loads it too (no",
-    "remote code); `levjepa classify PATH VIDEO` reads video files with the protocol it was scored with.",
+    "remote code), and `pipeline('video-classification', model=PATH)(VIDEO_FILE)` gives its top labels (the",
+    "frames sampled as the model was scored: `video_preprocessor_config.json`); `levjepa classify PATH VIDEO`",
+    "reads video files with every view of the protocol it was scored with.",
 ]
 _USE_ENCODER = [
     "```python",
@@ -352,10 +360,15 @@ def render_card(f: CardFacts) -> str:
     )
     if c:
         title = "LeVJEPA video classifier"
+        how = (
+            f"a frozen LeVJEPA encoder with the {c.probe} probe `levjepa probe` trained and kept on its features"
+            if c.probe
+            else f"a LeVJEPA encoder with a {c.head_kind} head, fine-tuned on labelled clips"
+        )
         what = (
-            f"A video classifier: a LeVJEPA encoder with a {c.head_kind} head, fine-tuned on labelled clips "
-            f"({len(c.labels)} classes). `AutoModelForVideoClassification` and `levjepa.from_pretrained` give its "
-            "logits; `levjepa classify` runs it on video files."
+            f"A video classifier: {how} ({len(c.labels)} classes). `AutoModelForVideoClassification`, "
+            "`pipeline('video-classification')` and `levjepa.from_pretrained` give its logits; `levjepa classify` "
+            "runs it on video files."
         )
     else:
         title = "LeVJEPA encoder (official weights, imported)" if f.imported else "LeVJEPA encoder"
@@ -392,8 +405,9 @@ def render_card(f: CardFacts) -> str:
         *(_USE_CLASSIFIER if c else _USE_ENCODER),
         "Images are clips too: repeat the frame along time. No token is dropped at inference. The patch tokens of",
         "frame t depend only on frames ≤ t (block-causal attention) unless the architecture says bidirectional.",
-        "Preprocessing: `preprocessor_config.json` (transformers' `AutoImageProcessor` reads it: frames out as",
-        "`pixel_values_videos` `[B, T, C, H, W]`).",
+        "Preprocessing: `video_preprocessor_config.json` (`AutoVideoProcessor` with levjepa installed: a file, frames",
+        "or a batch in, `pixel_values_videos` `[B, T, C, H, W]` out, the frames sampled as the model was trained) and",
+        "`preprocessor_config.json` (transformers' `AutoImageProcessor`: frames out `[B, T, C, H, W]`).",
         "",
         "Files: `model.safetensors` (weights, no pickle), `config.json` (architecture, preprocessing, provenance).",
         "",

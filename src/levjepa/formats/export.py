@@ -43,7 +43,16 @@ import torch
 
 from levjepa.config import to_dict
 from levjepa.formats.card import CITATION, card_facts, render_card
-from levjepa.formats.classifier import ClassifierRecord, id2label, is_classifier, read_head, write_classifier
+from levjepa.formats.classifier import (
+    ClassifierRecord,
+    LoadedClassifier,
+    id2label,
+    is_classifier,
+    load_classifier,
+    read_classifier,
+    read_head,
+    write_classifier,
+)
 from levjepa.formats.deploy import DeployConfig, check_deploy, export_onnx, export_pt2
 from levjepa.formats.load import (
     HUB_FORMAT,
@@ -378,6 +387,21 @@ def export_license(source: str | Path, loaded: LoadedEncoder) -> str:
     return weights_lineage(source, loaded)[0]
 
 
+def _kept_probe(source: str | Path, device: str) -> LoadedClassifier | None:
+    """The probe kept at ``source`` with the encoder it reads (``load_classifier``: refused in one line unless
+    it computes what the head was trained on), or ``None`` when ``source`` is no kept probe. A head trained on a
+    compact store's tokens (``tokens`` not ``full``) is refused: transformers' forward gives it full tokens."""
+    if not is_classifier(source) or read_classifier(source).encoder_source == ".":
+        return None
+    clf = load_classifier(source, device=device)
+    if clf.record.tokens != "full":
+        raise WeightsError(
+            f"{source}: its head reads the tokens a compact store kept ({clf.record.tokens}), which the exported "
+            "model's forward does not reproduce; export a probe trained on full tokens (probe --tokens full)"
+        )
+    return clf
+
+
 def export_encoder(
     source: str | Path,
     out: str | Path,
@@ -394,10 +418,19 @@ def export_encoder(
     say: Callable[[str], None] | None = None,
 ) -> LoadedEncoder:
     """Write the hub layout to ``out`` for the encoder at ``source`` (a run, a checkpoint, an export, official
-    weights, a fine-tuned classifier with its head), and with ``graphs`` the deployment graphs beside it
-    (``levjepa.formats.deploy``: the streaming ``window`` in frames, default the clip length; the frame
-    ``size``, default the clip size; ``dtype``, ``quantize``, ``opset``)."""
-    loaded = load_encoder(source, weights=weights, device=device)
+    weights, a fine-tuned classifier with its head, a kept probe with the encoder it reads), and with
+    ``graphs`` the deployment graphs beside it (``levjepa.formats.deploy``: the streaming ``window`` in frames,
+    default the clip length; the frame ``size``, default the clip size; ``dtype``, ``quantize``, ``opset``).
+
+    A kept probe (``RUN/probes/TASK/PROBE``: a classifier whose encoder stays where it is) exports as a
+    classifier: the encoder its record names (the copy it was trained on, whatever ``weights`` says; refused in
+    one line unless it is the one the head was trained on), its head, its labels and views, with the licence
+    and lineage of that encoder — what a fine-tuned ``best/`` exports as."""
+    kept = _kept_probe(source, device)
+    if kept is not None:
+        loaded = kept.encoder
+    else:
+        loaded = load_encoder(source, weights=weights, device=device)
     pre = loaded.preprocessing or preprocessing_of(loaded.run_config)
     deploy = None
     if graphs != "none":
@@ -408,14 +441,18 @@ def export_encoder(
         raise WeightsError("window, size, dtype and quantize shape the deployment graphs: export with --format onnx")
     run_dir = Path(loaded.run_dir) if loaded.run_dir else None
     probe = run_dir / PROBE_RESULTS if run_dir else None
-    head = read_head(source) if is_classifier(source) else None  # a fine-tuned classifier: its head too
+    head: tuple[ClassifierRecord, torch.nn.Module] | None = None
+    if kept is not None:  # the record as the export holds it: the encoder is in the folder now
+        head = (dataclasses.replace(kept.record, encoder_source="."), kept.model.head)
+    elif is_classifier(source):  # a fine-tuned classifier: its head too
+        head = read_head(source)
     projector = load_projector(source) if with_projector else None
     if with_projector and projector is None:
         raise WeightsError(f"{source}: holds no projector weights to export (--with-projector)")
     write_loaded(
         out,
         loaded,
-        lineage=weights_lineage(source, loaded),
+        lineage=weights_lineage(kept.record.encoder_source if kept is not None else source, loaded),
         metrics=read_metrics(run_dir) if run_dir else [],
         probe_results=read_json(probe) if probe is not None and probe.is_file() else None,
         projector_state=projector,
