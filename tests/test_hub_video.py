@@ -264,3 +264,46 @@ def test_a_kept_probe_exports_as_a_classifier_the_pipeline_reads(tiny, tmp_path,
     with pytest.raises(WeightsError, match=r"compact store kept \(pool2\)") as err:
         export_encoder(_kept_probe(run, "pool2"), tmp_path / "compact")
     assert "\n" not in str(err.value)
+
+
+def test_the_docs_block_runs_offline_and_gives_classify_and_extract(tiny, tmp_path, capsys):
+    """docs/weights.md's transformers block, in a fresh interpreter offline, on a classifier export ``clf``, an
+    encoder export ``vitl`` and ``clip.mp4``: the pipeline's top labels are classify's, the features extract's."""
+    import re
+    import shutil
+
+    docs = (TESTS.parent / "docs" / "weights.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", docs, flags=re.S) if 'model="clf"' in b]
+    for name, src in (("clf", tiny / "clf"), ("vitl", tiny / "export")):
+        shutil.copytree(src, tmp_path / name)
+    shutil.copy(tiny / "clip.mp4", tmp_path / "clip.mp4")
+    preds = tmp_path / "classify.jsonl"
+    assert main(["classify", str(tmp_path / "clf"), str(tmp_path / "clip.mp4"), "--workers", "0", "--top-k", "3",
+                 "--out", str(preds)]) == 0  # fmt: skip
+    pre = json.loads((tmp_path / "vitl" / "config.json").read_text())["preprocessing"]
+    args = ["--stride", "1", "--workers", "0", "--no-progress"]
+    assert (
+        main(["extract", str(tmp_path / "vitl"), str(tmp_path / "clip.mp4"), "--out", str(tmp_path / "f"), *args]) == 0
+    )
+    start = (30 - ((pre["num_frames"] - 1) * pre["frame_stride"] + 1)) // 2
+    (row,) = [r for r in read_rows(tmp_path / "f") if r["start_frame"] == start]
+    from safetensors.torch import load_file
+
+    feats = load_file(str(tmp_path / "f" / "features-00000.safetensors"))
+    torch.save({"cls": feats["cls"][row["row"]], "mean": feats["mean"][row["row"]]}, tmp_path / "want.pt")
+    want = json.loads(preds.read_text().splitlines()[0])
+    checks = (
+        "\nimport json, torch\nw = torch.load('want.pt')\n"
+        "assert torch.allclose(cls[0], w['cls'], atol=1e-5) and torch.allclose(mean[0], w['mean'], atol=1e-5)\n"
+        "assert torch.equal(tokens, out.last_hidden_state)\n"
+        "print(json.dumps(top))\n"
+    )
+    env = {"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HOME": str(tmp_path)}
+    (tmp_path / "block.py").write_text(block + checks)
+    run = subprocess.run([sys.executable, "block.py"], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    top = json.loads(run.stdout.strip().splitlines()[-1])
+    assert [t["label"] for t in top] == want["labels"] and np.allclose(
+        [t["score"] for t in top], want["probs"], atol=1e-5
+    )
