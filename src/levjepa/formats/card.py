@@ -20,6 +20,7 @@ from typing import Any
 
 from levjepa.config import to_dict
 from levjepa.formats.classifier import ClassifierRecord
+from levjepa.formats.validation import Validation
 from levjepa.model import EncoderConfig
 from levjepa.train.config import PretrainConfig
 from levjepa.weights import read_json
@@ -58,6 +59,7 @@ class OfficialOrigin:
     revision: str | None = None
     sha256: str | None = None
     file: str | None = None
+    validation: Validation | None = None  # the comparison with the official forward made at import, if any
 
     @staticmethod
     def of(record: Mapping[str, Any] | None) -> OfficialOrigin | None:
@@ -65,7 +67,7 @@ class OfficialOrigin:
             return None
         return OfficialOrigin(
             str(record.get("source", "?")), record.get("revision") or None, record.get("sha256") or None,
-            record.get("file"),
+            record.get("file"), Validation.of(record.get("validation")),
         )  # fmt: skip
 
 
@@ -263,6 +265,36 @@ def _derived_text(d: DerivedFrom) -> str:
     return start
 
 
+def _validation_lines(o: OfficialOrigin) -> list[str]:
+    """The import's validation table: the imported encoder against the official forward (module
+    ``levjepa.formats.validation``), or, without reference outputs, what was and was not measured."""
+    v = o.validation
+    if v is None:
+        return [
+            "",
+            "## Validation",
+            "",
+            "No reference outputs were given at import (`levjepa import SRC --reference REF.safetensors`: the",
+            "official forward's `last_hidden_state` on a fixed clip), so this export was not compared with the",
+            "official forward. levjepa's reading of the official layout is tested against the official `module.py`'s",
+            "outputs at ≤ 1e-5 (`tests/test_official.py` in levjepa).",
+        ]
+    clip = f"`input.video` {list(v.input_shape)}, {v.tokens} tokens per clip (CLS + patches), {v.mode} attention"
+    return [
+        "",
+        "## Validation",
+        "",
+        "| | |",
+        "| --- | --- |",
+        f"| compared with | the official forward's `last_hidden_state`: `output.{v.mode}` of `{v.reference}` "
+        f"(SHA-256 `{v.reference_sha256}`) |",
+        f"| clip | {clip} |",
+        f"| max abs difference | {v.max_abs_diff:.3g} (tolerance {v.tolerance:g}) |",
+        f"| mean abs difference | {v.mean_abs_diff:.3g} |",
+        f"| measured | `levjepa import --reference`: {v.measured} |",
+    ]
+
+
 def _classifier_rows(c: ClassifierFacts) -> list[str]:
     shown = ", ".join(f"`{n}`" for n in c.labels[:20]) + (f", … ({len(c.labels)} in all)" if len(c.labels) > 20 else "")
     lines = [
@@ -398,6 +430,8 @@ def render_card(f: CardFacts) -> str:
     lines.append(f"| exported from | `{f.source}` |")
     lines.append(f"| licence of the weights | {LICENSES.get(f.license, f.license)} |")
     lines += _probe_rows(f.probes)
+    if f.imported:
+        lines += _validation_lines(f.imported)
     lines += [
         "",
         "## Use",
