@@ -307,3 +307,25 @@ def test_the_docs_block_runs_offline_and_gives_classify_and_extract(tiny, tmp_pa
     assert [t["label"] for t in top] == want["labels"] and np.allclose(
         [t["score"] for t in top], want["probs"], atol=1e-5
     )
+
+
+def test_frames_sampled_by_the_processor_are_the_frames_a_path_gives(tiny):
+    """``do_sample_frames=True`` on decoded frames takes the path's frames: the centred window at the model's
+    stride, or at its rate given the frames' own (``video_metadata``); without that rate it is refused."""
+    import av
+
+    with av.open(str(tiny / "clip.mp4")) as container:
+        frames = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])  # 30 frames at 10 fps
+    stride = AutoVideoProcessor.from_pretrained(str(tiny / "export"))
+    settings = {k: v for k, v in stride.to_dict().items() if k != "video_processor_type"}
+    rate = LeVJEPAVideoProcessor(**{**settings, "num_frames": 4, "fps": 5.0})  # every 2nd frame of a 10 fps video
+    every_2nd = LeVJEPAVideoProcessor(**{**settings, "num_frames": 4, "frame_stride": 2})
+    path = str(tiny / "clip.mp4")
+    for processor, meta in ((stride, None), (rate, {"fps": 10}), (every_2nd, None)):
+        want = processor(path, return_tensors="pt")["pixel_values_videos"]
+        got = processor(frames, do_sample_frames=True, video_metadata=meta, return_tensors="pt")
+        assert torch.equal(got["pixel_values_videos"], want)
+    assert torch.equal(rate(path)["pixel_values_videos"], every_2nd(path)["pixel_values_videos"])
+    assert not torch.equal(rate(path)["pixel_values_videos"], rate(path, fps=10.0)["pixel_values_videos"])
+    with pytest.raises(ValueError, match=r"samples at 5 fps; give video_metadata"):
+        rate(frames, do_sample_frames=True)
