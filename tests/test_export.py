@@ -100,7 +100,13 @@ def test_export_then_load_gives_identical_outputs_and_a_model_card(tmp_path):
     parser = argparse.ArgumentParser()
     export_mod.add_arguments(parser)
     assert export_mod.main(parser.parse_args([str(run), "--out", str(out), "--weights", "online"])) == 0
-    want = ["README.md", "config.json", "model.safetensors", "preprocessor_config.json"]
+    want = [
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "preprocessor_config.json",
+        "video_preprocessor_config.json",
+    ]
     assert sorted(p.name for p in out.iterdir()) == want  # the hub layout
     source = load_encoder(run, weights="online").encoder
     x = _clip(source.cfg, seed=3)

@@ -25,7 +25,7 @@ from levjepa.formats.classifier import load_classifier
 from levjepa.formats.export import export_encoder
 from levjepa.formats.hub import LeVJEPAForVideoClassification, LeVJEPAModel
 from levjepa.formats.load import load_encoder
-from levjepa.formats.outputs import ATTENTIONS_REFUSED
+from levjepa.formats.outputs import AMBIGUOUS, ATTENTIONS_REFUSED
 from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
 from test_export import make_run_dir
 from test_extract import _video
@@ -173,11 +173,37 @@ def test_the_image_processor_of_an_export_loads_and_feeds_pixel_values_videos(ex
     assert pixels.shape == (1, pre["num_frames"], 3, pre["size"], pre["size"])  # [B, T, C, H, W]
     want = (torch.tensor(color / 255.0) - torch.tensor(pre["mean"])) / torch.tensor(pre["std"])
     assert torch.allclose(pixels[0, 0, :, 5, 5].double(), want, atol=1e-4)
-    model = levjepa.from_pretrained(out)
+    model, auto = levjepa.from_pretrained(out), transformers.AutoModel.from_pretrained(str(out))
     with torch.no_grad():
         a = model(pixel_values_videos=pixels).last_hidden_state
         b = model(pixel_values=pixels.transpose(1, 2)).last_hidden_state
-    assert torch.equal(a, b)
+        c = model(**processor(frames, return_tensors="pt")).last_hidden_state  # pixel_values, frames first
+        d = auto(**processor(frames, return_tensors="pt")).last_hidden_state
+    assert torch.equal(a, b) and torch.equal(a, c) and torch.equal(a, d)
+
+
+def test_a_frames_first_pixel_values_is_read_as_frames_first_and_the_ambiguous_shape_is_refused(export):
+    """``pixel_values`` ``[B, T, C, H, W]`` (what an image processor returns under that name) gives what the
+    same clip channels first gives, never a model fed T channels; ``[B, 3, 3, H, W]`` fits both readings and is
+    refused in one line, whichever model reads it."""
+    _, out = export
+    auto, ours = transformers.AutoModel.from_pretrained(str(out)), levjepa.from_pretrained(out)
+    for frames in (4, 2, 5):
+        x = _clip(ours.config, frames, frames=frames)  # [B, C, T, H, W]
+        with torch.no_grad():
+            for model in (auto, ours):
+                want = model(pixel_values=x).last_hidden_state
+                assert torch.equal(model(pixel_values=x.transpose(1, 2).contiguous()).last_hidden_state, want)
+                assert torch.equal(model(pixel_values_videos=x.transpose(1, 2)).last_hidden_state, want)
+    x = _clip(ours.config, 1, frames=3)
+    for model in (auto, ours):
+        for given in (x, x.transpose(1, 2)):
+            with pytest.raises(ValueError) as err:
+                model(pixel_values=given)
+            assert str(err.value) == AMBIGUOUS.format(shape=tuple(x.shape), c=3) and "\n" not in str(err.value)
+        assert model(pixel_values_videos=x.transpose(1, 2)).last_hidden_state.shape[0] == 2  # the way out works
+    with pytest.raises(ValueError, match=r"reads 3 channels, at dim 1"):
+        ours(pixel_values=torch.zeros(1, 4, 5, 16, 16))
 
 
 def _finetuned(root: Path, run: Path, kind: str = "attentive") -> Path:

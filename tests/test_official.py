@@ -481,3 +481,41 @@ def test_the_released_weights_file_loads_like_its_folder(tmp_path):
     rel = released_folder(tmp_path / "rel", fixture(1), 1, "block_causal")
     folder, file = load(rel), load(rel / "model.safetensors")  # levjepa.load
     assert folder.cfg == file.cfg and all(torch.equal(v, file.state_dict()[k]) for k, v in folder.state_dict().items())
+
+
+def test_an_import_with_the_official_outputs_carries_its_validation_table(tmp_path, capsys):
+    """``--reference`` (the official forward's outputs on a fixed clip: here the fixture, made by the official
+    code) is compared with the imported encoder before anything is written; the card's validation table
+    states the difference, the reference's hash and how it was measured. A reference of another model, or
+    numbers the import does not reproduce, export nothing."""
+    import hashlib
+
+    t = fixture(1)
+    folder = released_folder(tmp_path / "released", t, 1, "block_causal")
+    reference = FIXTURES / "official_tau1.safetensors"
+    assert run_import(folder, tmp_path / "out", "--reference", str(reference)) == 0
+    assert "validated against the official block_causal outputs" in capsys.readouterr().out
+    imported = json.loads((tmp_path / "out" / "config.json").read_text())["imported_from"]
+    v = imported["validation"]
+    assert v["mode"] == "block_causal" and v["tokens"] == t["output.block_causal"].shape[1]
+    assert 0 <= v["mean_abs_diff"] <= v["max_abs_diff"] < 1e-5 and v["input_shape"] == [2, 3, 8, 32, 32]
+    assert v["reference_sha256"] == hashlib.sha256(reference.read_bytes()).hexdigest()
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "## Validation" in card and f"(SHA-256 `{v['reference_sha256']}`)" in card
+    assert f"| max abs difference | {v['max_abs_diff']:.3g} (tolerance 0.0001) |" in card
+    assert "| measured | `levjepa import --reference`: float32, CPU" in card
+    assert "pipeline_tag: feature-extraction" in card and "license: cc-by-nc-4.0" in card
+    assert f"| weights file SHA-256 | `{imported['sha256']}`" in card  # provenance: source, revision, hash
+    # a reference of another model (τ = 2: other token counts), and outputs the weights do not give
+    with pytest.raises(WeightsError, match="a reference made with another model"):
+        run_import(folder, tmp_path / "other", "--reference", str(FIXTURES / "official_tau2.safetensors"))
+    wrong = {k: v for k, v in t.items() if k in ("input.video", "output.block_causal")}
+    wrong["output.block_causal"] = wrong["output.block_causal"] + 1e-3
+    save_file(wrong, str(tmp_path / "wrong.safetensors"))
+    with pytest.raises(WeightsError, match=r"differs from the official output.block_causal by up to 0.001") as err:
+        run_import(folder, tmp_path / "wrong", "--reference", str(tmp_path / "wrong.safetensors"))
+    assert "\n" not in str(err.value) and not (tmp_path / "wrong").exists() and not (tmp_path / "other").exists()
+    # without a reference the card says what was not measured
+    assert run_import(folder, tmp_path / "plain") == 0
+    plain = (tmp_path / "plain" / "README.md").read_text()
+    assert "## Validation" in plain and "so this export was not compared with the" in plain

@@ -253,6 +253,7 @@ BLOCK_RUNNERS = {
     "stream_step": "test_the_onnx_streaming_block_streams_the_demo_models_tubelets_as_levjepa_stream_does",
     "galilai-group/LeVJEPA-VideoMix-Large": "test_hub_auto: test_the_readme_block_loads_the_released_repo_...",
     "my-org/levjepa-actions": "test_hub_auto: test_a_fine_tuned_classifier_is_published_and_the_readme_block_...",
+    'pipeline("video-classification", model="clf")': "test_hub_video: test_the_docs_block_runs_offline_...",
 }
 
 

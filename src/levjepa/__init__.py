@@ -12,10 +12,11 @@ convention (``model(pixel_values=video).last_hidden_state``), or a ``LeVJEPAForV
 fine-tuned classifier.
 
 **transformers, in either import order.** ``import levjepa`` asks ``wrapt`` for post-import hooks on
-transformers' auto modules (``configuration_auto``, where ``AutoConfig`` lives, and ``modeling_auto``, the
-``AutoModel*`` classes): the moment each is imported — before levjepa, after it, or never — the hook resolves
-``levjepa.register_transformers`` (``levjepa.formats.hub``) and registers the ``levjepa`` model type with it
-(``AutoConfig``; ``AutoModel`` and ``AutoModelForVideoClassification``). So
+transformers' auto modules (``configuration_auto``, where ``AutoConfig`` lives, ``modeling_auto``, the
+``AutoModel*`` classes, and ``video_processing_auto``, ``AutoVideoProcessor``): the moment each is imported —
+before levjepa, after it, or never — the hook resolves ``levjepa.register_transformers``
+(``levjepa.formats.hub``) and registers the ``levjepa`` model type with it (``AutoConfig``; ``AutoModel`` and
+``AutoModelForVideoClassification``; levjepa's video processor). So
 ``import levjepa, transformers`` and ``import transformers, levjepa`` both load levjepa exports and the
 released official checkpoint without remote code, and a program that never touches transformers never
 imports it. Without wrapt (it is a dependency), ``levjepa.register_transformers()`` does it by hand.
@@ -44,7 +45,11 @@ _LAZY = {
     "EncoderConfig": "levjepa.model",
 }
 # transformers' modules defining AutoConfig and the AutoModel* classes: imported before any of them is usable
-TRANSFORMERS_AUTO = ("transformers.models.auto.configuration_auto", "transformers.models.auto.modeling_auto")
+TRANSFORMERS_AUTO = (
+    "transformers.models.auto.configuration_auto",
+    "transformers.models.auto.modeling_auto",
+    "transformers.models.auto.video_processing_auto",
+)
 
 __all__ = ["TORCH_FLOOR", "__version__", "check_torch", "release", *_LAZY]
 

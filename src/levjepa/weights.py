@@ -19,7 +19,7 @@ this module, so writers and readers cannot drift apart)::
     EXPORT_DIR/                        the Hugging Face hub layout (levjepa.formats.export)
       config.json                      model_type "levjepa", every encoder field, preprocessing, provenance
       model.safetensors                "<param>" of the VideoEncoder; metadata: format "pt", the encoder config
-      preprocessor_config.json, README.md (YAML front matter + model card)
+      preprocessor_config.json, video_preprocessor_config.json, README.md (YAML front matter + model card)
       projector.safetensors            optional: the training projector, for continued pretraining
     OLD_EXPORT_DIR/                    exports written before the hub layout (still read)
       encoder.safetensors, config.json, MODEL_CARD.md
@@ -70,6 +70,7 @@ __all__ = [
     "PROJECTOR_WEIGHTS",
     "TRAINER_STATE",
     "TRAINER_TENSORS",
+    "VIDEO_PREPROCESSOR",
     "WeightsError",
     "atomic_write_bytes",
     "atomic_write_text",
@@ -107,6 +108,7 @@ TRAINER_STATE = "trainer.json"
 # export directory, hub layout (its config.json is CONFIG, its weights file is named as ONLINE_WEIGHTS)
 HUB_WEIGHTS = "model.safetensors"
 PREPROCESSOR = "preprocessor_config.json"
+VIDEO_PREPROCESSOR = "video_preprocessor_config.json"  # transformers' VIDEO_PROCESSOR_NAME (AutoVideoProcessor)
 PROJECTOR_WEIGHTS = "projector.safetensors"
 # export directory before the hub layout
 EXPORT_WEIGHTS = "encoder.safetensors"

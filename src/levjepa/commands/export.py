@@ -1,10 +1,11 @@
 """``levjepa export RUN --out DIR [--weights ema|online] [--with-projector]``: an encoder in the layout the
-Hugging Face tools read (``model.safetensors``, ``config.json``, ``preprocessor_config.json``, ``README.md``
-with the model card) that ``levjepa.load(DIR)``, ``levjepa.from_pretrained(DIR)`` and transformers'
-``AutoModel`` read back; a fine-tuned classifier's export adds its head, which
-``AutoModelForVideoClassification`` reads too. ``--push-to-hub ORG/NAME`` publishes it with huggingface_hub
-(``create_repo`` + ``upload_folder``; the token is huggingface_hub's). What an export holds:
-:mod:`levjepa.formats.export`.
+Hugging Face tools read (``model.safetensors``, ``config.json``, ``preprocessor_config.json``,
+``video_preprocessor_config.json``, ``README.md`` with the model card) that ``levjepa.load(DIR)``,
+``levjepa.from_pretrained(DIR)`` and transformers' ``AutoModel`` read back; a classifier's export — a
+fine-tuned classifier or a probe kept by ``levjepa probe`` (``RUN/probes/TASK/PROBE``) — adds its head, which
+``AutoModelForVideoClassification`` and ``pipeline("video-classification")`` read too.
+``--push-to-hub ORG/NAME`` publishes it with huggingface_hub (``create_repo`` + ``upload_folder``; the token
+is huggingface_hub's). What an export holds: :mod:`levjepa.formats.export`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ __all__ = ["add_arguments", "main"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", help="run directory, checkpoint directory or checkpoint file, or an export")
+    parser.add_argument(
+        "run", help="run directory, checkpoint directory or file, an export, a fine-tuned classifier or a kept probe"
+    )
     parser.add_argument("--out", required=True, help="output folder (created)")
     parser.add_argument("--weights", choices=("ema", "online"), default="ema", help="which weights (default: ema)")
     parser.add_argument(
@@ -71,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
     extra = "" if graphs == "none" else f", clip_encoder.{graphs}, stream_step.{graphs}"
     print(
         f"exported {loaded.describe()} -> {args.out}/model.safetensors (+ config.json, preprocessor_config.json, "
-        f"README.md{extra})"
+        f"video_preprocessor_config.json, README.md{extra})"
     )
     if args.push_to_hub:
         url = push_to_hub(args.out, args.push_to_hub, private=args.private)

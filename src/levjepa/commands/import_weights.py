@@ -5,7 +5,9 @@ SRC is an official model directory (``config.json`` + ``model.safetensors``), a 
 official training checkpoint (``.ckpt``) or a safetensors file of official tensors. What the weights and
 the source's config cannot tell is given as options; the error names what is missing. The export records
 the source, the revision and the weights file's SHA-256 (``--sha256`` pins it; the released checkpoint at its
-pinned revision is checked without it). Examples::
+pinned revision is checked without it). ``--reference REF.safetensors`` (the official forward's
+``last_hidden_state`` on a fixed clip, ``levjepa.formats.validation``) compares the imported encoder with it
+before anything is written and puts the difference in the card's validation table. Examples::
 
     levjepa import galilai-group/LeVJEPA-VideoMix-Large --revision e831a0347737fcaa660b39c57d41c109de399845 --out vitl
     levjepa import ~/LeVJEPA-VideoMix-Large --out imported/vitl                # a folder downloaded by hand
@@ -27,6 +29,8 @@ from levjepa.formats.export import write_export
 from levjepa.formats.load import OFFICIAL_PREPROCESSING, load_encoder
 from levjepa.formats.official import Overrides, read_official
 from levjepa.formats.origin import resolve
+from levjepa.formats.validation import validate
+from levjepa.model import VideoEncoder
 from levjepa.weights import WeightsError
 
 __all__ = ["add_arguments", "main"]
@@ -54,6 +58,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--license", default="cc-by-nc-4.0", help="licence in the export's card (default: the official weights')"
     )
     parser.add_argument(
+        "--reference",
+        default=None,
+        metavar="REF.safetensors",
+        help="the official forward's outputs on a fixed clip (input.video, output.<mode>): compared, and the "
+        "difference recorded in the card's validation table",
+    )
+    parser.add_argument(
         "--trust-pickle",
         action="store_true",
         help="read a .ckpt that torch.load(weights_only=True) refuses; unpickling can run code from the file",
@@ -75,6 +86,10 @@ def main(args: argparse.Namespace) -> int:
         "imported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "layout": "MLO-lab/LeVJEPA module.py (encoder.*, projector.net.*)",
     }
+    if args.reference is not None:  # before anything is written: a failed comparison exports nothing
+        encoder = VideoEncoder(official.config)
+        encoder.load_state_dict(official.encoder, strict=True)
+        imported["validation"] = validate(encoder, args.reference).record()
     tmp = out.with_name(f".{out.name}.importing")
     write_export(
         tmp,
@@ -97,4 +112,10 @@ def main(args: argparse.Namespace) -> int:
         f"(ViT dim {cfg.dim}, depth {cfg.depth}, heads {cfg.heads}, tubelet {cfg.tubelet}, {cfg.attention}"
         f"{', with projector' if official.projector is not None else ''})"
     )
+    if "validation" in imported:
+        v = imported["validation"]
+        print(
+            f"validated against the official {v['mode']} outputs of {v['reference']}: "
+            f"max |diff| {v['max_abs_diff']:.3g}"
+        )
     return 0

@@ -54,6 +54,7 @@ __all__ = [
     "as_clip",
     "random_resized_crop",
     "center_square",
+    "resize_square",
     "load_eval_clip",
     "load_eval_video",
     "load_eval_views",
@@ -76,16 +77,22 @@ def center_square(frames: Tensor, size: int, patch: int) -> Tensor:
     whose side is the largest multiple of ``patch`` (the usual evaluation transform: resize + centre crop)."""
     if frames.dim() != 4 or frames.shape[-1] != 3 or frames.dtype != torch.uint8:
         raise ValueError(f"center_square: expected uint8 frames [T, H, W, 3], got {frames.dtype} {list(frames.shape)}")
-    h, w = frames.shape[1:3]
-    x = frames.permute(0, 3, 1, 2).float()
+    x = resize_square(frames.permute(0, 3, 1, 2).float(), size, patch)
+    return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
+def resize_square(x: Tensor, size: int, patch: int) -> Tensor:
+    """float frames ``[T, C, H, W]`` -> ``[T, C, S, S]``: :func:`center_square`'s geometry (short side ``size``,
+    bilinear, antialiased; the centred square whose side ``S`` is the largest multiple of ``patch``) without its
+    rounding to uint8, for frames that are already floats."""
+    h, w = x.shape[-2:]
     scale = size / min(h, w)
     nh, nw = max(patch, round(h * scale)), max(patch, round(w * scale))
     if (nh, nw) != (h, w):
         x = F.interpolate(x, size=(nh, nw), mode="bilinear", antialias=True, align_corners=False)
     side = (min(nh, nw) // patch) * patch
     top, left = (nh - side) // 2, (nw - side) // 2
-    x = x[:, :, top : top + side, left : left + side]
-    return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+    return x[:, :, top : top + side, left : left + side]
 
 
 def as_clip(x: Tensor, num_frames: int) -> Tensor:

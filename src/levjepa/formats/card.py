@@ -20,6 +20,7 @@ from typing import Any
 
 from levjepa.config import to_dict
 from levjepa.formats.classifier import ClassifierRecord
+from levjepa.formats.validation import Validation
 from levjepa.model import EncoderConfig
 from levjepa.train.config import PretrainConfig
 from levjepa.weights import read_json
@@ -58,6 +59,7 @@ class OfficialOrigin:
     revision: str | None = None
     sha256: str | None = None
     file: str | None = None
+    validation: Validation | None = None  # the comparison with the official forward made at import, if any
 
     @staticmethod
     def of(record: Mapping[str, Any] | None) -> OfficialOrigin | None:
@@ -65,7 +67,7 @@ class OfficialOrigin:
             return None
         return OfficialOrigin(
             str(record.get("source", "?")), record.get("revision") or None, record.get("sha256") or None,
-            record.get("file"),
+            record.get("file"), Validation.of(record.get("validation")),
         )  # fmt: skip
 
 
@@ -104,6 +106,9 @@ class ClassifierFacts:
     val_acc: float | None
     test_acc: float | None  # the fine-tuning's results.json beside best/, when it scored this very step
     step: Any  # the fine-tuning step of the best classifier (None: not recorded)
+    task: str | None = None  # the task a kept probe was trained on (levjepa probe's name for it)
+    probe: str | None = None  # a kept probe's name (attentive, linear, ...): a head on a frozen encoder
+    views: str = ""  # the views its scores were measured with (ViewSpec.describe)
 
 
 @dataclass(frozen=True)
@@ -196,9 +201,10 @@ def _classifier_facts(record: ClassifierRecord, source: str) -> ClassifierFacts:
         if data.get("best_step") == trained.get("step") and isinstance(data.get("test_acc"), int | float):
             trained["test_acc"] = data["test_acc"]
     h = record.head
+    task, probe = trained.get("task"), trained.get("probe")
     return ClassifierFacts(
         tuple(record.labels), h.kind, h.input, h.dim, h.depth, _score(trained, "val_acc"), _score(trained, "test_acc"),
-        trained.get("step"),
+        trained.get("step"), str(task) if task else None, str(probe) if probe else None, record.protocol.describe(),
     )  # fmt: skip
 
 
@@ -259,13 +265,45 @@ def _derived_text(d: DerivedFrom) -> str:
     return start
 
 
+def _validation_lines(o: OfficialOrigin) -> list[str]:
+    """The import's validation table: the imported encoder against the official forward (module
+    ``levjepa.formats.validation``), or, without reference outputs, what was and was not measured."""
+    v = o.validation
+    if v is None:
+        return [
+            "",
+            "## Validation",
+            "",
+            "No reference outputs were given at import (`levjepa import SRC --reference REF.safetensors`: the",
+            "official forward's `last_hidden_state` on a fixed clip), so this export was not compared with the",
+            "official forward. levjepa's reading of the official layout is tested against the official `module.py`'s",
+            "outputs at ≤ 1e-5 (`tests/test_official.py` in levjepa).",
+        ]
+    clip = f"`input.video` {list(v.input_shape)}, {v.tokens} tokens per clip (CLS + patches), {v.mode} attention"
+    return [
+        "",
+        "## Validation",
+        "",
+        "| | |",
+        "| --- | --- |",
+        f"| compared with | the official forward's `last_hidden_state`: `output.{v.mode}` of `{v.reference}` "
+        f"(SHA-256 `{v.reference_sha256}`) |",
+        f"| clip | {clip} |",
+        f"| max abs difference | {v.max_abs_diff:.3g} (tolerance {v.tolerance:g}) |",
+        f"| mean abs difference | {v.mean_abs_diff:.3g} |",
+        f"| measured | `levjepa import --reference`: {v.measured} |",
+    ]
+
+
 def _classifier_rows(c: ClassifierFacts) -> list[str]:
     shown = ", ".join(f"`{n}`" for n in c.labels[:20]) + (f", … ({len(c.labels)} in all)" if len(c.labels) > 20 else "")
     lines = [
-        f"| task | video classification, {len(c.labels)} classes |",
+        f"| task | {f'`{c.task}`: ' if c.task else ''}video classification, {len(c.labels)} classes |",
         f"| labels (`config.id2label`) | {shown} |",
         f"| head | {c.head_kind} probe head on {c.head_input} (width {c.head_dim}, depth {c.head_depth}) |",
     ]
+    if c.views:
+        lines.append(f"| views (`levjepa classify`; the processors take one) | {c.views} |")
     for value, name in ((c.val_acc, "validation accuracy (%)"), (c.test_acc, "test accuracy (%)")):
         if value is not None:
             lines.append(f"| {name} | {100 * value if value <= 1 else value:.1f} |")
@@ -312,7 +350,9 @@ _USE_CLASSIFIER = [
     "```",
     "",
     "With `transformers` installed, `AutoModelForVideoClassification.from_pretrained(PATH)` loads it too (no",
-    "remote code); `levjepa classify PATH VIDEO` reads video files with the protocol it was scored with.",
+    "remote code), and `pipeline('video-classification', model=PATH)(VIDEO_FILE)` gives its top labels (the",
+    "frames sampled as the model was scored: `video_preprocessor_config.json`); `levjepa classify PATH VIDEO`",
+    "reads video files with every view of the protocol it was scored with.",
 ]
 _USE_ENCODER = [
     "```python",
@@ -352,10 +392,15 @@ def render_card(f: CardFacts) -> str:
     )
     if c:
         title = "LeVJEPA video classifier"
+        how = (
+            f"a frozen LeVJEPA encoder with the {c.probe} probe `levjepa probe` trained and kept on its features"
+            if c.probe
+            else f"a LeVJEPA encoder with a {c.head_kind} head, fine-tuned on labelled clips"
+        )
         what = (
-            f"A video classifier: a LeVJEPA encoder with a {c.head_kind} head, fine-tuned on labelled clips "
-            f"({len(c.labels)} classes). `AutoModelForVideoClassification` and `levjepa.from_pretrained` give its "
-            "logits; `levjepa classify` runs it on video files."
+            f"A video classifier: {how} ({len(c.labels)} classes). `AutoModelForVideoClassification`, "
+            "`pipeline('video-classification')` and `levjepa.from_pretrained` give its logits; `levjepa classify` "
+            "runs it on video files."
         )
     else:
         title = "LeVJEPA encoder (official weights, imported)" if f.imported else "LeVJEPA encoder"
@@ -385,6 +430,8 @@ def render_card(f: CardFacts) -> str:
     lines.append(f"| exported from | `{f.source}` |")
     lines.append(f"| licence of the weights | {LICENSES.get(f.license, f.license)} |")
     lines += _probe_rows(f.probes)
+    if f.imported:
+        lines += _validation_lines(f.imported)
     lines += [
         "",
         "## Use",
@@ -392,8 +439,9 @@ def render_card(f: CardFacts) -> str:
         *(_USE_CLASSIFIER if c else _USE_ENCODER),
         "Images are clips too: repeat the frame along time. No token is dropped at inference. The patch tokens of",
         "frame t depend only on frames ≤ t (block-causal attention) unless the architecture says bidirectional.",
-        "Preprocessing: `preprocessor_config.json` (transformers' `AutoImageProcessor` reads it: frames out as",
-        "`pixel_values_videos` `[B, T, C, H, W]`).",
+        "Preprocessing: `video_preprocessor_config.json` (`AutoVideoProcessor` with levjepa installed: a file, frames",
+        "or a batch in, `pixel_values_videos` `[B, T, C, H, W]` out, the frames sampled as the model was trained) and",
+        "`preprocessor_config.json` (transformers' `AutoImageProcessor`: frames out `[B, T, C, H, W]`).",
         "",
         "Files: `model.safetensors` (weights, no pickle), `config.json` (architecture, preprocessing, provenance).",
         "",

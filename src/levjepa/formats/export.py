@@ -12,6 +12,10 @@ An export is a directory ``huggingface_hub`` and its users recognise, holding no
                                  a classifier's: ``encoder.*`` + its head's ``head.*`` (the transformers names)
     DIR/preprocessor_config.json transformers' VideoMAEImageProcessor (AutoImageProcessor, no torchvision needed): mean,
                                  std, rescale, short-side resize + centre crop; frames and frame stride of a clip
+    DIR/video_preprocessor_config.json  levjepa's video processor (AutoVideoProcessor, the video-classification
+                                 pipeline; ``levjepa.formats.video_processor``): the same transform, the patch
+                                 size, and how a clip's frames are sampled (``num_frames``, ``fps`` or
+                                 ``frame_stride``), read by transformers with levjepa installed
     DIR/README.md                YAML front matter (library_name: levjepa, tags, pipeline_tag, license, the
                                  run's data) and the model card, with the run's probe table when it has one
     DIR/projector.safetensors    only when asked (``--with-projector``) or imported: the training projector,
@@ -29,6 +33,7 @@ default, as the papers evaluate them; the command prints which copy it exported.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -38,7 +43,16 @@ import torch
 
 from levjepa.config import to_dict
 from levjepa.formats.card import CITATION, card_facts, render_card
-from levjepa.formats.classifier import ClassifierRecord, id2label, is_classifier, read_head, write_classifier
+from levjepa.formats.classifier import (
+    ClassifierRecord,
+    LoadedClassifier,
+    id2label,
+    is_classifier,
+    load_classifier,
+    read_classifier,
+    read_head,
+    write_classifier,
+)
 from levjepa.formats.deploy import DeployConfig, check_deploy, export_onnx, export_pt2
 from levjepa.formats.load import (
     HUB_FORMAT,
@@ -62,6 +76,7 @@ from levjepa.weights import (
     PREPROCESSOR,
     PROBE_RESULTS,
     PROJECTOR_WEIGHTS,
+    VIDEO_PREPROCESSOR,
     WeightsError,
     atomic_write_text,
     read_json,
@@ -78,6 +93,7 @@ __all__ = [
     "export_license",
     "preprocessor_config",
     "preprocessing_of",
+    "video_processor_config",
     "weights_lineage",
     "write_export",
     "write_loaded",
@@ -125,6 +141,34 @@ def preprocessor_config(pre: Preprocessing) -> dict[str, Any]:
     }
 
 
+def video_processor_config(pre: Preprocessing, patch: int) -> dict[str, Any]:
+    """``video_preprocessor_config.json``: levjepa's video processor (``LeVJEPAVideoProcessor``, registered with
+    ``AutoVideoProcessor`` by levjepa) in transformers' names: the transform of :func:`preprocessor_config`
+    (the crop the largest multiple of ``patch`` in the short side, as levjepa's readers cut it), the patch
+    size, and the frames of a clip: ``num_frames`` at ``fps`` when the model records its training rate, else
+    every ``frame_stride``-th."""
+    side = (pre.size // patch) * patch
+    return {
+        "video_processor_type": "LeVJEPAVideoProcessor",
+        "do_resize": True,
+        "size": {"shortest_edge": pre.size},
+        "resample": 2,  # bilinear (antialiased)
+        "do_center_crop": True,
+        "crop_size": {"height": side, "width": side},
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": list(pre.mean),
+        "image_std": list(pre.std),
+        "do_sample_frames": False,  # frames given as arrays are the caller's; a path is always sampled
+        "num_frames": pre.frames,
+        "fps": pre.fps,
+        "frame_stride": pre.frame_stride,
+        "patch_size": patch,
+        "levjepa_version": __version__,
+    }
+
+
 def write_export(
     out: str | Path,
     *,
@@ -150,9 +194,10 @@ def write_export(
     adds keys to ``config.json``; ``derived_from`` (:func:`weights_lineage`) records where the weights a run
     started from came from. A ``classifier`` (its record and ``head_state``) makes the export a
     classifier's: ``encoder.*`` and ``head.*`` in ``model.safetensors`` (the names of the transformers model),
-    ``head`` and ``id2label``
-    in ``config.json`` (what ``AutoModelForVideoClassification`` reads), ``classifier.json`` +
-    ``head.safetensors`` (what ``levjepa classify`` reads) and a classifier's card."""
+    ``head`` and ``id2label`` in ``config.json`` (what ``AutoModelForVideoClassification`` reads),
+    ``classifier.json`` + ``head.safetensors`` (what ``levjepa classify`` reads) and a classifier's card; its
+    preprocessing (so both processors, and the pipeline's ``num_frames``) takes the frames, size and sampling of
+    the views its scores were measured with (``ClassifierRecord.protocol``), as ``levjepa classify`` cuts them."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise WeightsError(f"{out}: exists and is not a directory; choose another --out")
@@ -160,6 +205,9 @@ def write_export(
         raise ValueError("write_export: a classifier needs both its record and its head's weights")
     out.mkdir(parents=True, exist_ok=True)
     pre = preprocessing or preprocessing_of(run_config)
+    if classifier is not None:  # a classifier is read with the views its scores were measured with
+        v = classifier.protocol
+        pre = dataclasses.replace(pre, size=v.size, frames=v.frames, frame_stride=v.frame_stride, fps=v.fps)
     exported_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     record: dict[str, Any] = {
         "model_type": "levjepa",
@@ -194,6 +242,7 @@ def write_export(
         write_classifier(out, classifier, head_state)
     write_json(out / CONFIG, record)
     write_json(out / PREPROCESSOR, preprocessor_config(pre))
+    write_json(out / VIDEO_PREPROCESSOR, video_processor_config(pre, config.patch_size))
     facts = card_facts(
         config,
         weights=weights,
@@ -338,6 +387,21 @@ def export_license(source: str | Path, loaded: LoadedEncoder) -> str:
     return weights_lineage(source, loaded)[0]
 
 
+def _kept_probe(source: str | Path, device: str) -> LoadedClassifier | None:
+    """The probe kept at ``source`` with the encoder it reads (``load_classifier``: refused in one line unless
+    it computes what the head was trained on), or ``None`` when ``source`` is no kept probe. A head trained on a
+    compact store's tokens (``tokens`` not ``full``) is refused: transformers' forward gives it full tokens."""
+    if not is_classifier(source) or read_classifier(source).encoder_source == ".":
+        return None
+    clf = load_classifier(source, device=device)
+    if clf.record.tokens != "full":
+        raise WeightsError(
+            f"{source}: its head reads the tokens a compact store kept ({clf.record.tokens}), which the exported "
+            "model's forward does not reproduce; export a probe trained on full tokens (probe --tokens full)"
+        )
+    return clf
+
+
 def export_encoder(
     source: str | Path,
     out: str | Path,
@@ -354,10 +418,19 @@ def export_encoder(
     say: Callable[[str], None] | None = None,
 ) -> LoadedEncoder:
     """Write the hub layout to ``out`` for the encoder at ``source`` (a run, a checkpoint, an export, official
-    weights, a fine-tuned classifier with its head), and with ``graphs`` the deployment graphs beside it
-    (``levjepa.formats.deploy``: the streaming ``window`` in frames, default the clip length; the frame
-    ``size``, default the clip size; ``dtype``, ``quantize``, ``opset``)."""
-    loaded = load_encoder(source, weights=weights, device=device)
+    weights, a fine-tuned classifier with its head, a kept probe with the encoder it reads), and with
+    ``graphs`` the deployment graphs beside it (``levjepa.formats.deploy``: the streaming ``window`` in frames,
+    default the clip length; the frame ``size``, default the clip size; ``dtype``, ``quantize``, ``opset``).
+
+    A kept probe (``RUN/probes/TASK/PROBE``: a classifier whose encoder stays where it is) exports as a
+    classifier: the encoder its record names (the copy it was trained on, whatever ``weights`` says; refused in
+    one line unless it is the one the head was trained on), its head, its labels and views, with the licence
+    and lineage of that encoder — what a fine-tuned ``best/`` exports as."""
+    kept = _kept_probe(source, device)
+    if kept is not None:
+        loaded = kept.encoder
+    else:
+        loaded = load_encoder(source, weights=weights, device=device)
     pre = loaded.preprocessing or preprocessing_of(loaded.run_config)
     deploy = None
     if graphs != "none":
@@ -368,14 +441,18 @@ def export_encoder(
         raise WeightsError("window, size, dtype and quantize shape the deployment graphs: export with --format onnx")
     run_dir = Path(loaded.run_dir) if loaded.run_dir else None
     probe = run_dir / PROBE_RESULTS if run_dir else None
-    head = read_head(source) if is_classifier(source) else None  # a fine-tuned classifier: its head too
+    head: tuple[ClassifierRecord, torch.nn.Module] | None = None
+    if kept is not None:  # the record as the export holds it: the encoder is in the folder now
+        head = (dataclasses.replace(kept.record, encoder_source="."), kept.model.head)
+    elif is_classifier(source):  # a fine-tuned classifier: its head too
+        head = read_head(source)
     projector = load_projector(source) if with_projector else None
     if with_projector and projector is None:
         raise WeightsError(f"{source}: holds no projector weights to export (--with-projector)")
     write_loaded(
         out,
         loaded,
-        lineage=weights_lineage(source, loaded),
+        lineage=weights_lineage(kept.record.encoder_source if kept is not None else source, loaded),
         metrics=read_metrics(run_dir) if run_dir else [],
         probe_results=read_json(probe) if probe is not None and probe.is_file() else None,
         projector_state=projector,

@@ -18,8 +18,8 @@ and the pinned releases).
 
 :func:`push_to_hub` publishes an export folder with ``huggingface_hub``'s ``create_repo`` + ``upload_folder``
 (``levjepa export ... --push-to-hub ORG/NAME``). :func:`register_transformers` registers ``model_type:
-levjepa`` with transformers' auto classes (``transformers_auto.py``); ``import levjepa`` arranges for it to
-run when transformers' auto classes are imported, in either order.
+levjepa`` with transformers' auto classes (``transformers_auto.py``, ``video_processor.py``); ``import levjepa``
+arranges for it to run when transformers' auto classes are imported, in either order.
 """
 
 from __future__ import annotations
@@ -81,8 +81,12 @@ class LeVJEPAModel(nn.Module):
         pixel_values_videos: Tensor | None = None,
         output_attentions: bool | None = None,
     ) -> LeVJEPAOutput:
-        video = video_input(pixel_values, pixel_values_videos, output_attentions)
+        video = video_input(pixel_values, pixel_values_videos, output_attentions, self.encoder.cfg.in_chans)
         return hub_forward(self.encoder, video, output_hidden_states)
+
+    def get_vision_features(self, pixel_values_videos: Tensor) -> Tensor:
+        """transformers' video models' name (V-JEPA 2's): ``last_hidden_state`` of clips ``[B, T, C, H, W]``."""
+        return self(pixel_values_videos=pixel_values_videos).last_hidden_state
 
     @classmethod
     def from_pretrained(
@@ -140,7 +144,7 @@ class LeVJEPAForVideoClassification(nn.Module):
         pixel_values_videos: Tensor | None = None,
         output_attentions: bool | None = None,
     ) -> LeVJEPAClassifierOutput:
-        video = video_input(pixel_values, pixel_values_videos, output_attentions)
+        video = video_input(pixel_values, pixel_values_videos, output_attentions, self.encoder.cfg.in_chans)
         features = hub_forward(self.encoder, video, output_hidden_states)
         return hub_logits(features, self.head, self._config.head, labels)
 
@@ -233,24 +237,29 @@ def push_to_hub(folder: str | Path, repo_id: str, *, private: bool = False, mess
 _REGISTERED: set[str] = set()
 CONFIG_HOOK = "configuration_auto"  # the tails of the transformers modules the post-import hook watches
 MODELS_HOOK = "modeling_auto"
+VIDEO_HOOK = "video_processing_auto"
 
 
 def register_transformers(trigger: str | None = None) -> bool:
-    """Register ``model_type: levjepa`` with transformers' ``AutoConfig`` and its ``AutoModel`` /
-    ``AutoModelForVideoClassification``; ``False`` when transformers cannot be imported. Idempotent.
+    """Register ``model_type: levjepa`` with transformers' ``AutoConfig``, its ``AutoModel`` /
+    ``AutoModelForVideoClassification`` and ``AutoVideoProcessor`` (``levjepa.formats.video_processor``);
+    ``False`` when transformers cannot be imported. Idempotent.
 
     ``trigger``: the transformers module whose import called this (``levjepa/__init__.py``'s post-import
     hook): after ``...configuration_auto`` only the config is registered (transformers' model classes may not
-    exist yet), after ``...modeling_auto`` the models; ``None`` (a call by hand) registers both."""
-    parts = [p for p in (CONFIG_HOOK, MODELS_HOOK) if trigger is None or trigger.endswith(p)]
+    exist yet), after ``...modeling_auto`` the models, after ``...video_processing_auto`` the video processor;
+    ``None`` (a call by hand) registers all three."""
+    parts = [p for p in (CONFIG_HOOK, MODELS_HOOK, VIDEO_HOOK) if trigger is None or trigger.endswith(p)]
     try:
         for part in parts:
             if part in _REGISTERED:
                 continue
             if part == CONFIG_HOOK:
                 from levjepa.formats.transformers_config import register
-            else:
+            elif part == MODELS_HOOK:
                 from levjepa.formats.transformers_auto import register
+            else:
+                from levjepa.formats.video_processor import register
             register()
             _REGISTERED.add(part)
     except ImportError:

@@ -4,7 +4,11 @@
 
 Inputs (:func:`video_input`): ``pixel_values`` ``[B, C, T, H, W]`` (the official convention; ``[B, C, H, W]``
 is one frame per clip) or ``pixel_values_videos`` ``[B, T, C, H, W]`` (transformers' video models, V-JEPA 2's
-name; what an image processor's frames stack to), never both.
+name; what a video processor gives), never both. A frames-first ``pixel_values`` ``[B, T, C, H, W]`` — what
+transformers' ``VideoMAEImageProcessor`` returns under that name, and so what ``model(**processor(frames))``
+and the video-classification pipeline hand the model — is read as frames first when the shape says so: the
+model's ``C`` channels at dim 2 and not at dim 1. The one shape both readings fit, ``C`` frames of ``C``
+channels (``[B, 3, 3, H, W]``), is refused in one line (:data:`AMBIGUOUS`), never guessed.
 
 Outputs (:func:`hub_forward`): ``last_hidden_state`` ``[B, 1+N, D]`` (CLS first, then every patch token in
 ``(t, y, x)`` order, after the final norm), ``pooler_output`` ``[B, D]`` (the CLS) and, when asked,
@@ -29,6 +33,7 @@ from levjepa.model import VideoEncoder
 from levjepa.model.classifier import HeadConfig, view_inputs
 
 __all__ = [
+    "AMBIGUOUS",
     "ATTENTIONS_REFUSED",
     "LeVJEPAClassifierOutput",
     "LeVJEPAOutput",
@@ -41,6 +46,11 @@ __all__ = [
 ATTENTIONS_REFUSED = (
     "output_attentions=True: levjepa's attention is one fused scaled_dot_product_attention call that never forms "
     "the attention weights; read hidden_states (output_hidden_states=True) or levjepa visualize's maps instead"
+)
+
+AMBIGUOUS = (
+    "pixel_values {shape}: {c} frames of {c} channels reads as [B, C, T, H, W] and as [B, T, C, H, W]; pass "
+    "pixel_values_videos=[B, T, C, H, W] instead (x.transpose(1, 2) of a channels-first clip)"
 )
 
 
@@ -75,20 +85,38 @@ class LeVJEPAClassifierOutput(_Fields):
     hidden_states: tuple[Tensor, ...] | None = None
 
 
-def as_clips(pixel_values: Tensor) -> Tensor:
-    """``[B, C, T, H, W]`` as it is, ``[B, C, H, W]`` as one-frame clips; anything else a ``ValueError``."""
+def as_clips(pixel_values: Tensor, channels: int = 3) -> Tensor:
+    """``pixel_values`` as clips ``[B, C, T, H, W]``: channels first as it is, frames first ``[B, T, C, H, W]``
+    transposed (``C``, ``channels``, at dim 2 and not at dim 1), ``[B, C, H, W]`` as one-frame clips; the
+    ambiguous ``[B, C, C, H, W]`` and anything else a ``ValueError`` in one line."""
     if not isinstance(pixel_values, Tensor):
         raise ValueError(f"pixel_values: expected a float tensor [B, C, T, H, W], got {type(pixel_values).__name__}")
     if pixel_values.dim() == 4:
         return pixel_values[:, :, None]
+    if pixel_values.dim() != 5:
+        raise ValueError(f"pixel_values: expected [B, C, T, H, W] or [B, T, C, H, W], got {tuple(pixel_values.shape)}")
+    first, second = pixel_values.shape[1:3]
+    if first == channels and second == channels:
+        raise ValueError(AMBIGUOUS.format(shape=tuple(pixel_values.shape), c=channels))
+    if second == channels:
+        return pixel_values.transpose(1, 2)  # frames first (an image processor's stack)
+    if first != channels:
+        raise ValueError(
+            f"pixel_values {tuple(pixel_values.shape)}: this model reads {channels} channels, at dim 1 "
+            "([B, C, T, H, W]) or dim 2 ([B, T, C, H, W])"
+        )
     return pixel_values
 
 
 def video_input(
-    pixel_values: Tensor | None, pixel_values_videos: Tensor | None, output_attentions: bool | None = None
+    pixel_values: Tensor | None,
+    pixel_values_videos: Tensor | None,
+    output_attentions: bool | None = None,
+    channels: int = 3,
 ) -> Tensor:
-    """The clips ``[B, C, T, H, W]`` of either input convention (module doc); a ``ValueError`` in one line for
-    none, both, a ``pixel_values_videos`` that is not 5-D, or ``output_attentions``."""
+    """The clips ``[B, C, T, H, W]`` of either input convention (module doc; ``channels``: the model's ``C``); a
+    ``ValueError`` in one line for none, both, a ``pixel_values_videos`` that is not 5-D, an ambiguous
+    ``pixel_values`` or ``output_attentions``."""
     if output_attentions:
         raise ValueError(ATTENTIONS_REFUSED)
     if (pixel_values is None) == (pixel_values_videos is None):
@@ -102,7 +130,7 @@ def video_input(
             raise ValueError(f"pixel_values_videos: expected a float tensor [B, T, C, H, W], got {shape}")
         return pixel_values_videos.transpose(1, 2)  # [B, C, T, H, W]
     assert pixel_values is not None
-    return as_clips(pixel_values)
+    return as_clips(pixel_values, channels)
 
 
 def hub_forward(encoder: VideoEncoder, video: Tensor, output_hidden_states: bool = False) -> LeVJEPAOutput:

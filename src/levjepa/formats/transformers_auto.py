@@ -2,8 +2,10 @@
 ``LeVJEPATransformersModel`` with ``AutoModel`` and ``LeVJEPATransformersForVideoClassification`` with
 ``AutoModelForVideoClassification``, and nothing else. The config (``LeVJEPAConfig``, ``AutoConfig``) is
 ``transformers_config.py``'s, registered by its own ``register`` as soon as ``configuration_auto`` is imported;
-no image processor is registered: an export's ``preprocessor_config.json`` names transformers' own
-``VideoMAEImageProcessor``, which ``AutoImageProcessor`` finds by that name.
+the video processor (``AutoVideoProcessor``) is ``video_processor.py``'s, registered once
+``video_processing_auto`` is imported; no image processor is registered: an export's
+``preprocessor_config.json`` names transformers' own ``VideoMAEImageProcessor``, which ``AutoImageProcessor``
+finds by that name.
 
 Imported only where transformers is installed (``levjepa.formats.hub.register_transformers``, which the
 post-import hook of ``levjepa/__init__.py`` calls in either import order, once ``modeling_auto`` is imported).
@@ -25,14 +27,18 @@ kernel, a row permutation of ``qkv``) onto a parameter-free template of that enc
 (``torch.func.functional_call``), which computes the official function (``tests/test_hub_auto.py`` against
 the official code's outputs). Fine-tuning it trains the official-layout parameters.
 
-Inputs and outputs follow ``levjepa.formats.outputs``: ``pixel_values`` ``[B, C, T, H, W]`` or
-``pixel_values_videos`` ``[B, T, C, H, W]``; ``BaseModelOutputWithPooling`` with ``depth + 1`` hidden states;
-``output_attentions`` refused in one line; the classifier's ``ImageClassifierOutput`` with ``id2label`` in
-its config (a fine-tuned classifier's export: ``head`` section + ``head.*`` weights).
+Inputs and outputs follow ``levjepa.formats.outputs``: ``pixel_values`` ``[B, C, T, H, W]`` (or frames first,
+as the image processor stacks them, told apart by the channel count) or ``pixel_values_videos``
+``[B, T, C, H, W]``; ``get_vision_features`` (V-JEPA 2's name) is ``last_hidden_state``;
+``BaseModelOutputWithPooling`` with ``depth + 1`` hidden states; ``output_attentions`` refused in one line; the
+classifier's ``ImageClassifierOutput`` with ``id2label`` in its config (a classifier's export: ``head``
+section + ``head.*`` weights).
 
 The image processor is transformers' ``VideoMAEImageProcessor`` (its Pillow backend without torchvision),
 which an export's ``preprocessor_config.json`` names: frames resized on the short side, centre-cropped,
-``/ 255``, normalised, stacked ``[B, T, C, H, W]`` — the ``pixel_values_videos`` layout.
+``/ 255``, normalised, stacked ``[B, T, C, H, W]`` under the name ``pixel_values``. The video processor
+(``video_preprocessor_config.json``, preferred by the video-classification pipeline) also samples a file's
+frames as the model was trained.
 """
 
 from __future__ import annotations
@@ -133,6 +139,12 @@ class _LeVJEPAPreTrained(PreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         """Nothing: the encoder and head initialise themselves, and the checkpoint's weights replace them."""
 
+    def _channels(self) -> int:
+        """The channels a frame has (what tells ``[B, C, T, H, W]`` from ``[B, T, C, H, W]``)."""
+        encoder = self.encoder
+        assert isinstance(encoder, (OfficialLayout, VideoEncoder))
+        return encoder.cfg.in_chans
+
     def _features(self, video: Tensor, output_hidden_states: bool) -> LeVJEPAOutput:
         encoder = self.encoder
         if isinstance(encoder, OfficialLayout):
@@ -158,13 +170,19 @@ class LeVJEPATransformersModel(_LeVJEPAPreTrained):
         return_dict: bool | None = None,
         **kwargs: Any,
     ) -> BaseModelOutputWithPooling | tuple[Any, ...]:
-        video = video_input(pixel_values, pixel_values_videos, output_attentions)
+        video = video_input(pixel_values, pixel_values_videos, output_attentions, self._channels())
         out = self._features(video, bool(output_hidden_states))
         if return_dict is False:
             return out.to_tuple()
         return BaseModelOutputWithPooling(
             last_hidden_state=out.last_hidden_state, pooler_output=out.pooler_output, hidden_states=out.hidden_states
         )
+
+    def get_vision_features(self, pixel_values_videos: Tensor) -> Tensor:
+        """transformers' video models' name (V-JEPA 2's): ``last_hidden_state`` of clips ``[B, T, C, H, W]``."""
+        out = self(pixel_values_videos=pixel_values_videos)
+        assert isinstance(out, BaseModelOutputWithPooling) and out.last_hidden_state is not None
+        return out.last_hidden_state
 
 
 class LeVJEPATransformersForVideoClassification(_LeVJEPAPreTrained):
@@ -192,7 +210,7 @@ class LeVJEPATransformersForVideoClassification(_LeVJEPAPreTrained):
         return_dict: bool | None = None,
         **kwargs: Any,
     ) -> ImageClassifierOutput | tuple[Any, ...]:
-        video = video_input(pixel_values, pixel_values_videos, output_attentions)
+        video = video_input(pixel_values, pixel_values_videos, output_attentions, self._channels())
         out = hub_logits(self._features(video, bool(output_hidden_states)), self.head, self.head_cfg, labels)
         if return_dict is False:
             return out.to_tuple()
