@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from levjepa.infer.encode import encode
 from levjepa.model import VideoEncoder
 from levjepa.weights import WeightsError, load_tensors
 
@@ -91,9 +92,9 @@ def validate(encoder: VideoEncoder, reference: str | Path, tolerance: float = TO
         has = ", ".join(sorted(k for k in tensors if k.startswith(("input.", "output.")))) or "neither"
         raise WeightsError(f"{path}: needs input.video and {key} (this encoder's attention), it holds {has}")
     video, want = tensors["input.video"].float(), tensors[key].float()
-    encoder = encoder.float().eval()
-    with torch.no_grad():
-        got = encoder.forward_features(video).tokens.float()
+    encoded = encode(encoder.float(), video, "cpu", token_dtype=torch.float32)  # the frozen forward, in fp32
+    assert encoded.tokens is not None
+    got = encoded.tokens
     if got.shape != want.shape:
         raise WeightsError(
             f"{path}: {key} is {tuple(want.shape)}, the imported encoder gives {tuple(got.shape)} on its clip: a "

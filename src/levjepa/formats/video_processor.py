@@ -131,7 +131,9 @@ class LeVJEPAVideoProcessor(VideoProcessorMixin):
         return cls(**{k: v for k, v in data.items() if k != "video_processor_type"})
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike[str], **kwargs: Any) -> Any:
+    def from_pretrained(  # type: ignore[override, unused-ignore]  # transformers' own signature varies by version
+        cls, pretrained_model_name_or_path: str | os.PathLike[str], **kwargs: Any
+    ) -> Any:
         """``video_preprocessor_config.json`` when the folder or repo has one, else the model's own config
         (:meth:`from_model_config`: the released checkpoint ships no processor file)."""
         try:
@@ -144,7 +146,7 @@ class LeVJEPAVideoProcessor(VideoProcessorMixin):
                 raise
             return cls.from_model_config(config)
 
-    def __call__(self, videos: Any, **kwargs: Any) -> BatchFeature:
+    def __call__(self, videos: Any, **kwargs: Any) -> BatchFeature:  # type: ignore[override, unused-ignore]
         return self.preprocess(videos, **kwargs)
 
     def preprocess(self, videos: Any, **kwargs: Any) -> BatchFeature:
@@ -283,5 +285,5 @@ def _normalise(clip: Tensor, settings: Mapping[str, Any], pre: Preprocessing) ->
 def register() -> None:
     """Register :class:`LeVJEPAVideoProcessor` for ``model_type: levjepa`` with ``AutoVideoProcessor``
     (idempotent), under transformers' backend names: it needs neither."""
-    classes = {"torchvision": LeVJEPAVideoProcessor, "pil": LeVJEPAVideoProcessor}
+    classes: dict[str, type] = {"torchvision": LeVJEPAVideoProcessor, "pil": LeVJEPAVideoProcessor}
     AutoVideoProcessor.register(LeVJEPAConfig, video_processor_classes=classes, exist_ok=True)
