@@ -122,6 +122,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--name", default=None, help="index task: its name, for the table and RUN/probes/NAME (default: from TRAIN)"
     )
     parser.add_argument(
+        "--allow-shared-files",
+        action="store_true",
+        help="index task: evaluate splits that share files (refused otherwise: a probe scored on files it trained on)",
+    )
+    parser.add_argument(
         "--online",
         action="store_true",
         help="index task: no token store; the frozen encoder runs every epoch with train-time augmentation "
@@ -208,7 +213,10 @@ def _main(args: argparse.Namespace) -> int:
             train_views=args.train_views,
             features_dir=features,
             bad_files=bad,
+            allow_shared=args.allow_shared_files,
         )
+        for pair, n in task.shared.items():  # allowed: said before any feature is computed
+            print(f"warning: {pair.replace('/', ' and ')} share {n} file(s); the result says so (--allow-shared-files)")
         tasks = [task.name]
         title = f"labelled index {args.task[len('index:') :]}"
         if args.protocol:
@@ -223,10 +231,10 @@ def _main(args: argparse.Namespace) -> int:
             *("protocol", "video_root", "labels_file", "frames", "frame_stride", "fps", "size", "slots", "name"),
             *("train_views", "image_frames"),
         )
-        if any(getattr(args, k) is not None for k in index_only) or args.online or args.plan:
+        if any(getattr(args, k) is not None for k in index_only) or args.online or args.plan or args.allow_shared_files:
             raise ConfigError(
                 "--protocol, --slots, --name, --frames, --frame-stride, --fps, --size, --online, --plan, --video-root "
-                ", --train-views, --image-frames and --labels-file "
+                ", --train-views, --image-frames, --allow-shared-files and --labels-file "
                 f"apply to --task index:TRAIN,VAL[,TEST], not to --task {args.task!r} (the built-in benchmark, whose "
                 "clips are the run's)"
             )
