@@ -165,3 +165,43 @@ def test_a_resume_from_a_checkpoint_is_checked_against_that_checkpoint_not_the_l
     assert "resuming" in capsys.readouterr().err and (run / "checkpoints" / "step_000003").is_dir()
     assert main(["pretrain", "--resume", str(good), "train.steps=1", "--no-progress"]) == 2
     assert "the run is already at step 2; give train.steps > 2" in _lines(capsys)[-1]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_signal_stops_probe_in_one_line_and_the_same_command_continues_from_its_stores(
+    tmp_path, monkeypatch, capsys, sig
+):
+    """``probe`` stopped after its first feature store: exit 75 and one line saying what is kept; run again, it
+    reuses that store, builds the rest and gives the numbers of an uninterrupted evaluation."""
+    import levjepa.eval.feature_store as store_module
+    from test_classify import write_index
+
+    media = tmp_path / "media"
+    train, val = (write_index(media, s, n, seed) for s, n, seed in (("train", 9, 0), ("val", 6, 1)))
+    run = make_run_dir(tmp_path, steps=(5,))
+    args = ["probe", str(run), "--task", f"index:{train},{val}", "--probe", "knn", "--no-baseline", "--no-save"]
+    args += ["--workers", "0", "--size", "16", "--frames", "4"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert main([*args, "--features", str(whole / "features"), "--out", str(whole / "probe.json")]) == 0
+    real, written = store_module.Unit.write, []
+
+    def stopped_after_one_unit(self, *a, **k):
+        real(self, *a, **k)
+        written.append(self.name)
+        os.kill(os.getpid(), sig)  # a scheduler's pre-emption, mid-evaluation
+
+    monkeypatch.setattr(store_module.Unit, "write", stopped_after_one_unit)
+    capsys.readouterr()
+    cut_args = [*args, "--features", str(cut / "features"), "--out", str(cut / "probe.json")]
+    assert main(cut_args) == REQUEUE_EXIT
+    said = _lines(capsys)[-1]
+    assert said.startswith(f"levjepa probe: {sig.name} received: stopped during the evaluation; the features")
+    assert f"kept in {cut / 'features'}" in said and "the same command continues from them" in said
+    assert written and not (cut / "probe.json").exists()
+    monkeypatch.setattr(store_module.Unit, "write", real)
+    assert main(cut_args) == 0
+    a, b = (json.loads((d / "probe.json").read_text()) for d in (whole, cut))
+    knn = [r["results"]["pretrained-ema"]["media"]["knn"] for r in (a, b)]
+    for r in knn:
+        r.pop("seconds")  # a wall time
+    assert a["accuracy"] == b["accuracy"] and knn[0] == knn[1]

@@ -35,6 +35,7 @@ and the chosen probes are kept by ``levjepa.eval.harness.keep_probes``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from pathlib import Path
 
@@ -50,9 +51,11 @@ from levjepa.eval.kept_probes import check_probe_dir
 from levjepa.eval.plan import plan
 from levjepa.eval.probes import probe_config
 from levjepa.eval.protocols import PROTOCOLS, parse_slots
+from levjepa.eval.result import EvalResult
 from levjepa.eval.synthetic_task import SYNTHETIC_TITLE, TASKS, synthetic_config_for, synthetic_splits
 from levjepa.formats.load import LoadedEncoder, load_encoder, random_like
 from levjepa.formats.reading import model_views
+from levjepa.train.preemption import StopSignals, stop_now_on_signals
 
 __all__ = ["add_arguments", "main"]
 
@@ -261,9 +264,35 @@ def _main(args: argparse.Namespace) -> int:
         assert isinstance(task, DatasetTask)  # --plan with the built-in benchmark is refused above
         print(plan(task, first, evaluation).text())
         return 0
-    result = evaluate({name: le.encoder for name, le in loaded.items()}, task, evaluation)
+    kept = str(task.features_dir) if isinstance(task, DatasetTask) else args.cache  # what a rerun continues from
+    with stop_now_on_signals(functools.partial(_stopped, kept)):  # every store unit and cache file is atomic
+        result = evaluate({name: le.encoder for name, le in loaded.items()}, task, evaluation)
     if result is None:  # not rank 0: the features are done, rank 0 trains the probes
         return 0
+    with StopSignals():  # the evaluation is done: a signal now waits for its results to be written
+        _report(args, result, loaded, task, bad)
+    return 0
+
+
+def _stopped(kept: str | None, signal_name: str) -> str:
+    """What ``probe`` says when a signal stops its evaluation (``levjepa.train.preemption``): what is kept, and
+    that the same command continues from it."""
+    if kept is None:
+        return f"{signal_name} received: stopped during the evaluation, nothing written; the same command runs it again"
+    return (
+        f"{signal_name} received: stopped during the evaluation; the features computed so far are kept in {kept} "
+        "(every file there is complete), and the same command continues from them"
+    )
+
+
+def _report(
+    args: argparse.Namespace,
+    result: EvalResult,
+    loaded: dict[str, LoadedEncoder],
+    task: Task,
+    bad: BadFileReport | None,
+) -> None:
+    """The table, the kept probes, ``--out`` and the unreadable files of a finished evaluation."""
     result.info["encoders"] = {name: le.describe() for name, le in loaded.items()}
     for name, le in loaded.items():  # which copy each column is (the EMA copy by default)
         print(f"{name}: {le.describe()}")
@@ -281,7 +310,6 @@ def _main(args: argparse.Namespace) -> int:
             bad.write(out.parent / "bad_files.json")
     if bad is not None and bad.total:
         print(f"{bad.total} unreadable file(s) skipped ({bad.counts_text()})")
-    return 0
 
 
 def _probes_dir(args: argparse.Namespace) -> Path:
