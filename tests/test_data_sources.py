@@ -164,3 +164,12 @@ def test_data_check_and_extract_count_each_real_file_once(tmp_path, capsys):
     cfg = ExtractConfig(ViewSpec(size=16, frames=4, frame_stride=2), stride=4)
     result = extract(encoder, str(root), tmp_path / "features", cfg, progress=False)
     assert result.files == 3 and result.bad_files == 0 and "5 path(s) skipped" in capsys.readouterr().err
+
+
+def test_a_link_to_a_hidden_folder_inside_the_source_is_the_way_in(tmp_path, capsys):
+    root = tmp_path / "src"
+    (root / ".store").mkdir(parents=True)
+    (root / ".store" / "h.mp4").write_bytes(b"x")
+    (root / "shown").symlink_to(root / ".store", target_is_directory=True)
+    assert [Path(i.path).relative_to(root).as_posix() for i in list_media(str(root))] == ["shown/h.mp4"]
+    assert capsys.readouterr().err == ""  # nothing skipped, nothing said

@@ -103,6 +103,11 @@ def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def _hidden(path: str, root: str) -> bool:
+    """Whether ``path`` (inside ``root``) lies in a hidden folder, which the walk does not enter by its own name."""
+    return any(part.startswith(".") for part in Path(os.path.relpath(path, root)).parts)
+
+
 def _through_link(path: str, root: Path) -> bool:
     """Whether ``path`` (found under ``root``) is reached through a symbolic link, of a file or of a folder."""
     return os.path.realpath(path) != os.path.join(os.path.realpath(root), os.path.relpath(path, root))
@@ -112,9 +117,10 @@ def _walk_folder(root: Path) -> tuple[list[tuple[str, Literal["video", "image"]]
     """Every media file below ``root`` once per real file, sorted by path, and the paths left out.
 
     Folders are followed through symbolic links, but a link to a folder inside the source is not entered (its
-    files are listed under their own path) and no folder is entered twice (a link back up, a loop); a file
-    reached by several paths (a symbolic or hard link, a link to the same folder outside the source) is
-    listed once, under its path that goes through no link, else the first in sorted order."""
+    files are listed under their own path; unless that folder is hidden, then the link is the way in) and no
+    folder is entered twice (a link back up, a loop); a file reached by several paths (a symbolic or hard
+    link, a link to the same folder outside the source) is listed once, under its path that goes through no
+    link, else the first in sorted order."""
     real_root = os.path.realpath(root)
     found: list[tuple[str, Literal["video", "image"]]] = []
     skipped: list[str] = []
@@ -125,7 +131,7 @@ def _walk_folder(root: Path) -> tuple[list[tuple[str, Literal["video", "image"]]
         for d in sorted(d for d in dirnames if not d.startswith(".")):
             full = os.path.join(dirpath, d)
             real = os.path.realpath(full)
-            inside_link = os.path.islink(full) and _within(real, real_root)
+            inside_link = os.path.islink(full) and _within(real, real_root) and not _hidden(real, real_root)
             if inside_link or real in entered or _within(os.path.realpath(dirpath), real):  # a copy or a loop
                 skipped.append(full)
             else:
