@@ -13,7 +13,10 @@ Tasks (``--task``):
   resumed when run again) and the probes train from disk in bounded memory
   (``levjepa.eval.dataset_task``). Without TEST the numbers are validation accuracies of the probe chosen
   on that same validation split (optimistic; the caption says so). Unreadable files are skipped and listed
-  in ``bad_files.json`` beside ``--out``.
+  in ``bad_files.json`` beside ``--out``. Splits that share files are refused before anything is decoded
+  (``--allow-shared-files`` runs them, and the caption says so). ``SIGTERM`` / ``SIGUSR1`` stop the command
+  with exit status 75 and one line; the same command continues from the stores and from the probes finished
+  before the signal (``levjepa.eval.probe_records``).
 
 ``--weights ema|online|both`` picks the checkpoint's weights (an export holds one set); the table adds
 ``random-init``: the same architecture at random initialisation (``--baseline-seed``), unless
@@ -265,7 +268,7 @@ def _main(args: argparse.Namespace) -> int:
         print(plan(task, first, evaluation).text())
         return 0
     kept = str(task.features_dir) if isinstance(task, DatasetTask) else args.cache  # what a rerun continues from
-    with stop_now_on_signals(functools.partial(_stopped, kept)):  # every store unit and cache file is atomic
+    with stop_now_on_signals(functools.partial(_stopped, kept)):  # store units, probe records, caches: atomic
         result = evaluate({name: le.encoder for name, le in loaded.items()}, task, evaluation)
     if result is None:  # not rank 0: the features are done, rank 0 trains the probes
         return 0
@@ -280,8 +283,8 @@ def _stopped(kept: str | None, signal_name: str) -> str:
     if kept is None:
         return f"{signal_name} received: stopped during the evaluation, nothing written; the same command runs it again"
     return (
-        f"{signal_name} received: stopped during the evaluation; the features computed so far are kept in {kept} "
-        "(every file there is complete), and the same command continues from them"
+        f"{signal_name} received: stopped during the evaluation; the features computed so far and the probes "
+        f"finished are kept in {kept} (every file there is complete), and the same command continues from them"
     )
 
 

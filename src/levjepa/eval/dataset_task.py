@@ -38,6 +38,7 @@ from levjepa.eval.config import EvalConfig
 from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
 from levjepa.eval.labelled import read_task
 from levjepa.eval.online import OnlineSource
+from levjepa.eval.probe_records import RECORDS, ProbeRecords
 from levjepa.eval.protocols import PROTOCOLS, SLOTS_DEFAULT, Protocol, Slots
 from levjepa.eval.source import FeatureSource, StoreSource
 from levjepa.model.fingerprint import function_fingerprint
@@ -148,6 +149,10 @@ class DatasetTask:
             return "augmented every epoch (online)"
         k = self.train_views.train_views
         return f"{k} augmented views per video" if k else "fixed centre crops"
+
+    def records(self, name: str) -> ProbeRecords:
+        """The finished probes of encoder ``name``, kept beside its stores (``levjepa.eval.probe_records``)."""
+        return ProbeRecords(self.features_dir / RECORDS, self.stores[name])
 
     def info(self) -> dict[str, Any]:
         return {
