@@ -6,10 +6,11 @@ the heads kept (``keep_heads``) — are written under ``FEATURES/probe-results/<
 in ``<key>.safetensors``), each file atomically and the JSON last, so a record either is whole or is not
 there. ``key`` hashes everything the results depend on: the stores read (their names hold the encoder's
 function fingerprint, the split file and every view setting), the probe's name and config, the probe seeds,
-the label sets and their class counts, the token codec, online tokens or not, which heads are kept and the
-device. ``levjepa probe`` stopped by a signal (exit 75) and run again reads the finished probes back instead
-of training them again, and ends with the table of an uninterrupted run; any other setting has another key
-and trains afresh. A record that cannot be read is trained again.
+the label sets and their class counts, the token codec, online tokens or not, which heads are kept, the
+device and levjepa's version (a probe fixed in a later release is trained again). ``levjepa probe`` stopped
+by a signal (exit 75) and run again reads the finished probes back instead of training them again, and ends
+with the table of an uninterrupted run; any other setting has another key and trains afresh. A record that
+cannot be read is trained again.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from levjepa.eval.config import EvalConfig
 from levjepa.eval.knn import KnnResult
 from levjepa.eval.result import Result
 from levjepa.eval.trainer import GridResult
+from levjepa.version import __version__
 from levjepa.weights import WeightsError, load_tensors, read_json, save_tensors, write_json
 
 __all__ = ["RECORDS", "ProbeRecords"]
@@ -102,6 +104,7 @@ class ProbeRecords:
             "online": cfg.online,
             "keep_heads": cfg.keep_heads,
             "device": str(cfg.device),
+            "levjepa": __version__,
         }
         text = json.dumps(basis, sort_keys=True, default=str)
         return f"{probe}-{hashlib.sha1(text.encode()).hexdigest()[:16]}"
