@@ -68,7 +68,7 @@ def test_a_repo_id_offline_reads_the_cache_only_and_says_so_in_one_line(tmp_path
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(WeightsError, match=r"^my-org/demo: no such local folder, .* not in the hub cache") as err:
         levjepa.from_pretrained("my-org/demo")
-    assert asked == [True] and "\n" not in str(err.value)
+    assert asked == [True] and "\n" not in str(err.value) and "`hf download my-org/demo`" in str(err.value)
     monkeypatch.delenv("HF_HUB_OFFLINE")
     with pytest.raises(WeightsError):
         levjepa.from_pretrained("my-org/demo")

@@ -124,7 +124,8 @@ def _snapshot(repo_id: str, revision: str | None) -> Path:
         raise WeightsError(
             f"{repo_id}{'@' + revision if revision else ''}: no such local folder, and as a hub repo id not in the "
             "hub cache while the hub cannot be reached (HF_HUB_OFFLINE, no network): check the path, or download "
-            "the repo once online"
+            f"the repo once online (`hf download {repo_id}{' --revision ' + revision if revision else ''}`) and "
+            "run this again"
         ) from err
     except hub_errors() as err:
         raise WeightsError(
