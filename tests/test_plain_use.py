@@ -252,3 +252,24 @@ def test_probe_stopped_after_a_finished_probe_does_not_train_it_again(tmp_path, 
     for p in kept[: len(kept) // 2]:
         ta, tb = load_tensors(whole / "probes" / p)[0], load_tensors(cut / "probes" / p)[0]
         assert ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta), p
+
+
+def test_a_signal_stops_probe_on_the_built_in_benchmark_in_one_line(tmp_path, monkeypatch, capsys):
+    """The built-in benchmark keeps nothing on disk (features in memory) unless --cache: the line says so."""
+    import levjepa.eval.clips_task as clips_task
+
+    def stopped(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("the signal stops the evaluation before this line")
+
+    monkeypatch.setattr(clips_task, "cached_features", stopped)
+    run = make_run_dir(tmp_path, steps=(5,))
+    syn = ["size=16", "num_frames=4", "num_train=64", "num_val=24", "num_test=32"]
+    args = ["probe", str(run), "--task", "arrow", "--probe", "knn", *[a for kv in syn for a in ("--synthetic", kv)]]
+    assert main(args) == REQUEUE_EXIT
+    said = _lines(capsys)[-1]
+    assert said.startswith("levjepa probe: SIGTERM received: stopped during the evaluation, nothing written")
+    assert said.endswith("the same command runs it again")
+    assert main([*args, "--cache", str(tmp_path / "cache")]) == REQUEUE_EXIT
+    said = _lines(capsys)[-1]
+    assert f"the features computed so far are kept in {tmp_path / 'cache'}" in said and "probes finished" not in said

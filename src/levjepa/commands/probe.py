@@ -267,8 +267,9 @@ def _main(args: argparse.Namespace) -> int:
         assert isinstance(task, DatasetTask)  # --plan with the built-in benchmark is refused above
         print(plan(task, first, evaluation).text())
         return 0
+    on_disk = isinstance(task, DatasetTask)  # stores and probe records; the built-in benchmark: --cache at most
     kept = str(task.features_dir) if isinstance(task, DatasetTask) else args.cache  # what a rerun continues from
-    with stop_now_on_signals(functools.partial(_stopped, kept)):  # store units, probe records, caches: atomic
+    with stop_now_on_signals(functools.partial(_stopped, kept, on_disk)):  # store units, probe records, caches: atomic
         result = evaluate({name: le.encoder for name, le in loaded.items()}, task, evaluation)
     if result is None:  # not rank 0: the features are done, rank 0 trains the probes
         return 0
@@ -277,14 +278,15 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stopped(kept: str | None, signal_name: str) -> str:
-    """What ``probe`` says when a signal stops its evaluation (``levjepa.train.preemption``): what is kept, and
-    that the same command continues from it."""
+def _stopped(kept: str | None, probes: bool, signal_name: str) -> str:
+    """What ``probe`` says when a signal stops its evaluation (``levjepa.train.preemption``): what is kept (the
+    features, and with ``probes`` the probes finished), and that the same command continues from it."""
     if kept is None:
         return f"{signal_name} received: stopped during the evaluation, nothing written; the same command runs it again"
+    what = "the features computed so far and the probes finished are" if probes else "the features computed so far are"
     return (
-        f"{signal_name} received: stopped during the evaluation; the features computed so far and the probes "
-        f"finished are kept in {kept} (every file there is complete), and the same command continues from them"
+        f"{signal_name} received: stopped during the evaluation; {what} kept in {kept} (every file there is "
+        "complete), and the same command continues from them"
     )
 
 
