@@ -190,3 +190,26 @@ def test_the_papers_k400_readout_stores_cls_and_mean_only(tmp_path, index_task, 
     stores = sorted((tmp_path / "features").rglob("store.json"))
     assert stores and all(not json.loads(p.read_text())["config"]["tokens"] for p in stores)
     assert not list((tmp_path / "features").rglob("tokens-*.npy"))
+
+
+def test_splits_that_share_files_are_refused_before_any_decoding_unless_allowed(tmp_path, capsys, monkeypatch):
+    """The same file in TRAIN and VAL scores a probe on what it trained on (without TEST, the number reported):
+    refused in one line before anything is decoded, by probe and finetune alike; --allow-shared-files runs it,
+    says so before the features, and the table's caption says so too."""
+    monkeypatch.chdir(tmp_path)
+    media = tmp_path / "m"
+    train = write_index(media, "train", 6, 0)
+    val = media / "val.txt"
+    val.write_text("train0.mp4 0\n./train1.mp4 1\n")  # the same files, one spelled differently
+    run = make_run_dir(tmp_path, steps=(5,))
+    task = f"index:{train},{val}"
+    args = ["probe", str(run), "--task", task, "--no-baseline", "--workers", "0", "--size", "16", "--frames", "4"]
+    assert main([*args, "--probe", "knn"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"{train} and {val} share 2 file(s) (e.g. {media / 'train0.mp4'})" in err
+    assert "--allow-shared-files" in err and not (tmp_path / "features").exists()
+    assert main(["finetune", str(run), "--task", task, "--out", str(tmp_path / "ft"), "steps=1"]) == 2
+    assert "share 2 file(s)" in capsys.readouterr().err and not (tmp_path / "ft").exists()
+    assert main([*args, "--probe", "knn", "--allow-shared-files"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("warning: train and val share 2 file(s)") < out.index("SPLITS SHARE FILES (train/val 2)")

@@ -11,6 +11,7 @@ from PIL import Image
 
 from data_media import read_uniform, write_uniform
 from levjepa.data import DataConfig, DataError, MediaItem, PretrainLoader, list_media, load_image, parse_index
+from levjepa.data.loader import PretrainDataset
 
 
 def test_vjepa_index_rows_with_labels_relative_paths_and_image_rows(tmp_path):
@@ -112,3 +113,63 @@ def test_an_index_with_class_name_labels_is_read_with_its_label_map(tmp_path):
     mixed.write_text("clips/a.mp4 3\nclips/b.mp4 left\n")
     with pytest.raises(DataError, match=r"line 2: .* mixes integer labels and class names"):
         read_index_labels(mixed)
+
+
+def _linked_folder(tmp_path: Path) -> Path:
+    """A source whose 3 real videos are reachable by many paths: a link loop back to the top, a link to a
+    folder inside the source, a linked and a hard-linked copy of a file, and two links to one outside folder."""
+    root, outside = tmp_path / "src", tmp_path / "outside"
+    (root / "cats").mkdir(parents=True)
+    (root / "dogs").mkdir()
+    outside.mkdir()
+    write_uniform(root / "cats" / "a.mp4", 8)
+    write_uniform(root / "dogs" / "d.mp4", 8)
+    write_uniform(outside / "x.mp4", 8)
+    (root / "cats" / "loop").symlink_to(root)  # cats/loop/cats/loop/... forty levels deep without the check
+    (root / "aaa").symlink_to(root / "dogs", target_is_directory=True)  # sorts before the folder it names
+    (root / "cats" / "b_link.mp4").symlink_to(root / "cats" / "a.mp4")
+    (root / "cats" / "hard.mp4").hardlink_to(root / "cats" / "a.mp4")
+    (root / "ext").symlink_to(outside, target_is_directory=True)
+    (root / "ext2").symlink_to(outside, target_is_directory=True)
+    return root
+
+
+def test_a_folder_is_walked_once_per_real_file_and_one_line_says_how_many_paths_were_skipped(tmp_path, capsys):
+    root = _linked_folder(tmp_path)
+    items = list_media(str(root))
+    assert [(Path(i.path).relative_to(root).as_posix(), i.label) for i in items] == [
+        ("cats/a.mp4", 0),
+        ("dogs/d.mp4", 1),
+        ("ext/x.mp4", 2),
+    ]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{root}: 5 path(s) skipped that reach a file or folder listed already" in err
+    # what trains reads the same files
+    loader_items = PretrainDataset(DataConfig(sources=(str(root),)), seed=0).sources[0].items
+    assert loader_items == items
+
+
+def test_data_check_and_extract_count_each_real_file_once(tmp_path, capsys):
+    from levjepa.cli import main
+    from levjepa.data.eval_clip import ViewSpec
+    from levjepa.eval.extract import ExtractConfig, extract
+    from levjepa.formats.load import random_encoder
+    from levjepa.model import encoder_config
+
+    root = _linked_folder(tmp_path)
+    assert main(["data", "check", str(root), "--workers", "1"]) == 0
+    said = capsys.readouterr()
+    assert "files: 3 (3 videos, 0 images); readable: 3" in said.out and "5 path(s) skipped" in said.err
+    encoder = random_encoder(encoder_config("vit-test")).encoder
+    cfg = ExtractConfig(ViewSpec(size=16, frames=4, frame_stride=2), stride=4)
+    result = extract(encoder, str(root), tmp_path / "features", cfg, progress=False)
+    assert result.files == 3 and result.bad_files == 0 and "5 path(s) skipped" in capsys.readouterr().err
+
+
+def test_a_link_to_a_hidden_folder_inside_the_source_is_the_way_in(tmp_path, capsys):
+    root = tmp_path / "src"
+    (root / ".store").mkdir(parents=True)
+    (root / ".store" / "h.mp4").write_bytes(b"x")
+    (root / "shown").symlink_to(root / ".store", target_is_directory=True)
+    assert [Path(i.path).relative_to(root).as_posix() for i in list_media(str(root))] == ["shown/h.mp4"]
+    assert capsys.readouterr().err == ""  # nothing skipped, nothing said

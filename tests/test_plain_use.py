@@ -165,3 +165,111 @@ def test_a_resume_from_a_checkpoint_is_checked_against_that_checkpoint_not_the_l
     assert "resuming" in capsys.readouterr().err and (run / "checkpoints" / "step_000003").is_dir()
     assert main(["pretrain", "--resume", str(good), "train.steps=1", "--no-progress"]) == 2
     assert "the run is already at step 2; give train.steps > 2" in _lines(capsys)[-1]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_signal_stops_probe_in_one_line_and_the_same_command_continues_from_its_stores(
+    tmp_path, monkeypatch, capsys, sig
+):
+    """``probe`` stopped after its first feature store: exit 75 and one line saying what is kept; run again, it
+    reuses that store, builds the rest and gives the numbers of an uninterrupted evaluation."""
+    import levjepa.eval.feature_store as store_module
+    from test_classify import write_index
+
+    media = tmp_path / "media"
+    train, val = (write_index(media, s, n, seed) for s, n, seed in (("train", 9, 0), ("val", 6, 1)))
+    run = make_run_dir(tmp_path, steps=(5,))
+    args = ["probe", str(run), "--task", f"index:{train},{val}", "--probe", "knn", "--no-baseline", "--no-save"]
+    args += ["--workers", "0", "--size", "16", "--frames", "4"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert main([*args, "--features", str(whole / "features"), "--out", str(whole / "probe.json")]) == 0
+    real, written = store_module.Unit.write, []
+
+    def stopped_after_one_unit(self, *a, **k):
+        real(self, *a, **k)
+        written.append(self.name)
+        os.kill(os.getpid(), sig)  # a scheduler's pre-emption, mid-evaluation
+
+    monkeypatch.setattr(store_module.Unit, "write", stopped_after_one_unit)
+    capsys.readouterr()
+    cut_args = [*args, "--features", str(cut / "features"), "--out", str(cut / "probe.json")]
+    assert main(cut_args) == REQUEUE_EXIT
+    said = _lines(capsys)[-1]
+    assert said.startswith(f"levjepa probe: {sig.name} received: stopped during the evaluation; the features")
+    assert "and the probes finished are kept" in said
+    assert f"kept in {cut / 'features'}" in said and "the same command continues from them" in said
+    assert written and not (cut / "probe.json").exists()
+    monkeypatch.setattr(store_module.Unit, "write", real)
+    assert main(cut_args) == 0
+    a, b = (json.loads((d / "probe.json").read_text()) for d in (whole, cut))
+    knn = [r["results"]["pretrained-ema"]["media"]["knn"] for r in (a, b)]
+    for r in knn:
+        r.pop("seconds")  # a wall time
+    assert a["accuracy"] == b["accuracy"] and knn[0] == knn[1]
+
+
+def test_probe_stopped_after_a_finished_probe_does_not_train_it_again(tmp_path, monkeypatch, capsys):
+    """A probe finished before the signal is read back by the rerun (``levjepa.eval.probe_records``), heads
+    included, and the rerun's table, kept probes and JSON are those of an uninterrupted evaluation."""
+    import levjepa.eval.harness as harness
+    import levjepa.eval.probe_records as records_module
+    from test_classify import write_index
+
+    media = tmp_path / "media"
+    train, val = (write_index(media, s, n, seed) for s, n, seed in (("train", 9, 0), ("val", 6, 1)))
+    run = make_run_dir(tmp_path, steps=(5,))
+    args = ["probe", str(run), "--task", f"index:{train},{val}", "--probe", "knn,linear", "--no-baseline"]
+    args += ["--workers", "0", "--size", "16", "--frames", "4", "--set", "linear_epochs=2"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    common = ["--features", str(whole / "features"), "--probes-dir", str(whole / "probes")]
+    assert main([*args, *common, "--out", str(whole / "probe.json")]) == 0
+    real = records_module.ProbeRecords.save
+
+    def stopped_after_the_first_probe(self, key, results):
+        real(self, key, results)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(records_module.ProbeRecords, "save", stopped_after_the_first_probe)
+    cut_args = [*args, "--features", str(cut / "features"), "--probes-dir", str(cut / "probes")]
+    cut_args += ["--out", str(cut / "probe.json")]
+    assert main(cut_args) == REQUEUE_EXIT
+    assert "and the probes finished are kept" in _lines(capsys)[-1]
+    monkeypatch.setattr(records_module.ProbeRecords, "save", real)
+
+    def trained_again(*args, **kwargs):
+        raise AssertionError("the kNN probe finished before the signal is evaluated again")
+
+    monkeypatch.setattr(harness, "knn_from_sources", trained_again)
+    assert main(cut_args) == 0
+    a, b = (json.loads((d / "probe.json").read_text()) for d in (whole, cut))
+    assert a["accuracy"] == b["accuracy"]
+    for probe in ("knn", "linear"):
+        x, y = (r["results"]["pretrained-ema"]["media"][probe] for r in (a, b))
+        x.pop("seconds"), y.pop("seconds")  # wall times (the cut run's kNN: as its record says)
+        assert x == y, probe
+    kept = [p.relative_to(d / "probes") for d in (whole, cut) for p in sorted((d / "probes").rglob("*.safetensors"))]
+    assert kept[: len(kept) // 2] == kept[len(kept) // 2 :] and kept
+    for p in kept[: len(kept) // 2]:
+        ta, tb = load_tensors(whole / "probes" / p)[0], load_tensors(cut / "probes" / p)[0]
+        assert ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta), p
+
+
+def test_a_signal_stops_probe_on_the_built_in_benchmark_in_one_line(tmp_path, monkeypatch, capsys):
+    """The built-in benchmark keeps nothing on disk (features in memory) unless --cache: the line says so."""
+    import levjepa.eval.clips_task as clips_task
+
+    def stopped(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("the signal stops the evaluation before this line")
+
+    monkeypatch.setattr(clips_task, "cached_features", stopped)
+    run = make_run_dir(tmp_path, steps=(5,))
+    syn = ["size=16", "num_frames=4", "num_train=64", "num_val=24", "num_test=32"]
+    args = ["probe", str(run), "--task", "arrow", "--probe", "knn", *[a for kv in syn for a in ("--synthetic", kv)]]
+    assert main(args) == REQUEUE_EXIT
+    said = _lines(capsys)[-1]
+    assert said.startswith("levjepa probe: SIGTERM received: stopped during the evaluation, nothing written")
+    assert said.endswith("the same command runs it again")
+    assert main([*args, "--cache", str(tmp_path / "cache")]) == REQUEUE_EXIT
+    said = _lines(capsys)[-1]
+    assert f"the features computed so far are kept in {tmp_path / 'cache'}" in said and "probes finished" not in said

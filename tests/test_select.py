@@ -157,4 +157,5 @@ def test_select_validates_the_ranking_on_a_labelled_index(tmp_path, capsys, one_
     result = json.loads(out.read_text())
     assert [r["acc"] for r in result["rows"]] == [100.0, 100.0, 100.0]  # colour separates the classes
     assert result["spearman"]["rho_raw"] is None  # a constant accuracy: undefined, not NaN
-    assert len(list((tmp_path / "features").iterdir())) == 6  # 3 checkpoints × 2 splits, reused next time
+    stores = [p for p in (tmp_path / "features").iterdir() if p.name != "probe-results"]  # and the finished probes
+    assert len(stores) == 6  # 3 checkpoints × 2 splits, reused next time

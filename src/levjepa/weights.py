@@ -84,6 +84,7 @@ __all__ = [
     "prefixed",
     "read_json",
     "read_metrics",
+    "refuse_nonfinite",
     "refuse_pickle",
     "save_tensors",
     "tensor_names",
@@ -209,10 +210,32 @@ def refuse_pickle(path: str | os.PathLike) -> None:
         )
 
 
+def refuse_nonfinite(tensors: Mapping[str, torch.Tensor], where: str | os.PathLike) -> None:
+    """Raise :class:`WeightsError` naming the first tensor that holds a NaN or an infinity (and how many others
+    do): such weights cannot be right, and an encoder built from them gives NaN features, every probe at chance
+    and no error anywhere else. Only floating-point tensors holding data are looked at (not meta tensors)."""
+    bad = [
+        name
+        for name, t in tensors.items()
+        if t.is_floating_point() and not t.is_meta and not bool(torch.isfinite(t).all())
+    ]
+    if not bad:
+        return
+    t = tensors[bad[0]]
+    nan, inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
+    others = f" (and {len(bad) - 1} other tensor(s), e.g. {bad[1]!r})" if len(bad) > 1 else ""
+    raise WeightsError(
+        f"{where}: tensor {bad[0]!r} holds {nan} NaN and {inf} infinite value(s) of {t.numel()}{others}: weights "
+        "that cannot be right (a run that diverged, or a damaged file); load an earlier checkpoint "
+        "(RUN/checkpoints/step_N) or the file again"
+    )
+
+
 def load_tensors(
     path: str | os.PathLike, device: str | torch.device = "cpu"
 ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Read a safetensors file: (tensors, metadata). Pickles are refused unread."""
+    """Read a safetensors file: (tensors, metadata). Pickles are refused unread, and a tensor holding a NaN or
+    an infinity is refused by name (:func:`refuse_nonfinite`): weights, checkpoints and caches alike."""
     path = Path(path)
     if not path.is_file():
         raise WeightsError(f"{path}: no such weights file")
@@ -223,6 +246,7 @@ def load_tensors(
             tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
     except Exception as err:  # safetensors raises its own error types for corrupt headers
         raise WeightsError(f"{path}: not a readable safetensors file ({err})") from err
+    refuse_nonfinite(tensors, path)
     return tensors, meta
 
 

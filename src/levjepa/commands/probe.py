@@ -13,7 +13,10 @@ Tasks (``--task``):
   resumed when run again) and the probes train from disk in bounded memory
   (``levjepa.eval.dataset_task``). Without TEST the numbers are validation accuracies of the probe chosen
   on that same validation split (optimistic; the caption says so). Unreadable files are skipped and listed
-  in ``bad_files.json`` beside ``--out``.
+  in ``bad_files.json`` beside ``--out``. Splits that share files are refused before anything is decoded
+  (``--allow-shared-files`` runs them, and the caption says so). ``SIGTERM`` / ``SIGUSR1`` stop the command
+  with exit status 75 and one line; the same command continues from the stores and from the probes finished
+  before the signal (``levjepa.eval.probe_records``).
 
 ``--weights ema|online|both`` picks the checkpoint's weights (an export holds one set); the table adds
 ``random-init``: the same architecture at random initialisation (``--baseline-seed``), unless
@@ -35,6 +38,7 @@ and the chosen probes are kept by ``levjepa.eval.harness.keep_probes``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from pathlib import Path
 
@@ -50,9 +54,11 @@ from levjepa.eval.kept_probes import check_probe_dir
 from levjepa.eval.plan import plan
 from levjepa.eval.probes import probe_config
 from levjepa.eval.protocols import PROTOCOLS, parse_slots
+from levjepa.eval.result import EvalResult
 from levjepa.eval.synthetic_task import SYNTHETIC_TITLE, TASKS, synthetic_config_for, synthetic_splits
 from levjepa.formats.load import LoadedEncoder, load_encoder, random_like
 from levjepa.formats.reading import model_views
+from levjepa.train.preemption import StopSignals, stop_now_on_signals
 
 __all__ = ["add_arguments", "main"]
 
@@ -120,6 +126,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--name", default=None, help="index task: its name, for the table and RUN/probes/NAME (default: from TRAIN)"
+    )
+    parser.add_argument(
+        "--allow-shared-files",
+        action="store_true",
+        help="index task: evaluate splits that share files (refused otherwise: a probe scored on files it trained on)",
     )
     parser.add_argument(
         "--online",
@@ -208,7 +219,10 @@ def _main(args: argparse.Namespace) -> int:
             train_views=args.train_views,
             features_dir=features,
             bad_files=bad,
+            allow_shared=args.allow_shared_files,
         )
+        for pair, n in task.shared.items():  # allowed: said before any feature is computed
+            print(f"warning: {pair.replace('/', ' and ')} share {n} file(s); the result says so (--allow-shared-files)")
         tasks = [task.name]
         title = f"labelled index {args.task[len('index:') :]}"
         if args.protocol:
@@ -223,10 +237,10 @@ def _main(args: argparse.Namespace) -> int:
             *("protocol", "video_root", "labels_file", "frames", "frame_stride", "fps", "size", "slots", "name"),
             *("train_views", "image_frames"),
         )
-        if any(getattr(args, k) is not None for k in index_only) or args.online or args.plan:
+        if any(getattr(args, k) is not None for k in index_only) or args.online or args.plan or args.allow_shared_files:
             raise ConfigError(
                 "--protocol, --slots, --name, --frames, --frame-stride, --fps, --size, --online, --plan, --video-root "
-                ", --train-views, --image-frames and --labels-file "
+                ", --train-views, --image-frames, --allow-shared-files and --labels-file "
                 f"apply to --task index:TRAIN,VAL[,TEST], not to --task {args.task!r} (the built-in benchmark, whose "
                 "clips are the run's)"
             )
@@ -253,9 +267,37 @@ def _main(args: argparse.Namespace) -> int:
         assert isinstance(task, DatasetTask)  # --plan with the built-in benchmark is refused above
         print(plan(task, first, evaluation).text())
         return 0
-    result = evaluate({name: le.encoder for name, le in loaded.items()}, task, evaluation)
+    on_disk = isinstance(task, DatasetTask)  # stores and probe records; the built-in benchmark: --cache at most
+    kept = str(task.features_dir) if isinstance(task, DatasetTask) else args.cache  # what a rerun continues from
+    with stop_now_on_signals(functools.partial(_stopped, kept, on_disk)):  # store units, probe records, caches: atomic
+        result = evaluate({name: le.encoder for name, le in loaded.items()}, task, evaluation)
     if result is None:  # not rank 0: the features are done, rank 0 trains the probes
         return 0
+    with StopSignals():  # the evaluation is done: a signal now waits for its results to be written
+        _report(args, result, loaded, task, bad)
+    return 0
+
+
+def _stopped(kept: str | None, probes: bool, signal_name: str) -> str:
+    """What ``probe`` says when a signal stops its evaluation (``levjepa.train.preemption``): what is kept (the
+    features, and with ``probes`` the probes finished), and that the same command continues from it."""
+    if kept is None:
+        return f"{signal_name} received: stopped during the evaluation, nothing written; the same command runs it again"
+    what = "the features computed so far and the probes finished are" if probes else "the features computed so far are"
+    return (
+        f"{signal_name} received: stopped during the evaluation; {what} kept in {kept} (every file there is "
+        "complete), and the same command continues from them"
+    )
+
+
+def _report(
+    args: argparse.Namespace,
+    result: EvalResult,
+    loaded: dict[str, LoadedEncoder],
+    task: Task,
+    bad: BadFileReport | None,
+) -> None:
+    """The table, the kept probes, ``--out`` and the unreadable files of a finished evaluation."""
     result.info["encoders"] = {name: le.describe() for name, le in loaded.items()}
     for name, le in loaded.items():  # which copy each column is (the EMA copy by default)
         print(f"{name}: {le.describe()}")
@@ -273,7 +315,6 @@ def _main(args: argparse.Namespace) -> int:
             bad.write(out.parent / "bad_files.json")
     if bad is not None and bad.total:
         print(f"{bad.total} unreadable file(s) skipped ({bad.counts_text()})")
-    return 0
 
 
 def _probes_dir(args: argparse.Namespace) -> Path:

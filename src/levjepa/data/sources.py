@@ -5,8 +5,11 @@ A *source* is a string in ``DataConfig.sources``:
 * ``"synthetic"`` — the built-in benchmark's train split (``synthetic.py``), unlabeled for pretraining.
 * a **folder** — searched recursively for videos (mp4, m4v, mov, mkv, webm, avi, mpg, mpeg, wmv, flv, ts,
   3gp, ogv, gif) and images (jpg, jpeg, png, bmp, webp), in sorted path order; hidden files and folders
-  (leading ``.``, e.g. ``prepare``'s partial outputs) are skipped. When every file lies in a first-level
-  sub-folder, the sub-folder (in sorted order) is the label, ImageFolder-style; otherwise labels are None.
+  (leading ``.``, e.g. ``prepare``'s partial outputs) are skipped. Each real file is listed once: symbolic
+  links are followed, but a link loop, a second way into the same folder and a second path to the same file
+  (a symbolic or hard link) are skipped, with one line on stderr saying how many (a loop would otherwise list
+  one file forty times). When every file lies in a first-level sub-folder, the sub-folder (in sorted order)
+  is the label, ImageFolder-style; otherwise labels are None.
 * a **V-JEPA index file** — one ``path label`` row per clip, separated by whitespace, no header (V-JEPA's
   CSV format). The label is the last field when it is an integer (it may be absent), or a class name
   (``videos/a.mp4 left``, Kinetics-style lists) when the path before it names a media file and the whole row
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -95,10 +99,44 @@ def media_kind(path: str) -> Literal["video", "image"] | None:
     return None
 
 
-def _list_folder(root: Path) -> list[MediaItem]:
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _hidden(path: str, root: str) -> bool:
+    """Whether ``path`` (inside ``root``) lies in a hidden folder, which the walk does not enter by its own name."""
+    return any(part.startswith(".") for part in Path(os.path.relpath(path, root)).parts)
+
+
+def _through_link(path: str, root: Path) -> bool:
+    """Whether ``path`` (found under ``root``) is reached through a symbolic link, of a file or of a folder."""
+    return os.path.realpath(path) != os.path.join(os.path.realpath(root), os.path.relpath(path, root))
+
+
+def _walk_folder(root: Path) -> tuple[list[tuple[str, Literal["video", "image"]]], list[str]]:
+    """Every media file below ``root`` once per real file, sorted by path, and the paths left out.
+
+    Folders are followed through symbolic links, but a link to a folder inside the source is not entered (its
+    files are listed under their own path; unless that folder is hidden, then the link is the way in) and no
+    folder is entered twice (a link back up, a loop); a file reached by several paths (a symbolic or hard
+    link, a link to the same folder outside the source) is listed once, under its path that goes through no
+    link, else the first in sorted order."""
+    real_root = os.path.realpath(root)
     found: list[tuple[str, Literal["video", "image"]]] = []
+    skipped: list[str] = []
+    entered: set[str] = set()
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        entered.add(os.path.realpath(dirpath))
+        keep = []
+        for d in sorted(d for d in dirnames if not d.startswith(".")):
+            full = os.path.join(dirpath, d)
+            real = os.path.realpath(full)
+            inside_link = os.path.islink(full) and _within(real, real_root) and not _hidden(real, real_root)
+            if inside_link or real in entered or _within(os.path.realpath(dirpath), real):  # a copy or a loop
+                skipped.append(full)
+            else:
+                keep.append(d)
+        dirnames[:] = keep
         for name in sorted(filenames):
             if name.startswith("."):
                 continue
@@ -106,6 +144,37 @@ def _list_folder(root: Path) -> list[MediaItem]:
             if kind is not None:
                 found.append((os.path.join(dirpath, name), kind))
     found.sort()
+    by_file: dict[tuple[int, int] | str, int] = {}
+    unique: list[tuple[str, Literal["video", "image"]]] = []
+    for path, kind in found:
+        try:
+            st = os.stat(path)
+            key: tuple[int, int] | str = (st.st_dev, st.st_ino)
+        except OSError:  # a broken link: listed, and reported when it is read
+            key = path
+        if key not in by_file:
+            by_file[key] = len(unique)
+            unique.append((path, kind))
+            continue
+        first = by_file[key]
+        if _through_link(unique[first][0], root) and not _through_link(path, root):  # keep the real path
+            skipped.append(unique[first][0])
+            unique[first] = (path, kind)
+        else:
+            skipped.append(path)
+    unique.sort()
+    return unique, skipped
+
+
+def _list_folder(root: Path) -> list[MediaItem]:
+    found, skipped = _walk_folder(root)
+    if skipped:
+        print(
+            f"{root}: {len(skipped)} path(s) skipped that reach a file or folder listed already (symbolic links, "
+            f"a link loop or hard links; e.g. {skipped[0]}): each real file is read once",
+            file=sys.stderr,
+            flush=True,
+        )
     rel_parts = [Path(p).relative_to(root).parts for p, _ in found]
     if found and all(len(parts) >= 2 for parts in rel_parts):
         classes = sorted({parts[0] for parts in rel_parts})

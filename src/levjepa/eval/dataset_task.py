@@ -38,6 +38,7 @@ from levjepa.eval.config import EvalConfig
 from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
 from levjepa.eval.labelled import read_task
 from levjepa.eval.online import OnlineSource
+from levjepa.eval.probe_records import RECORDS, ProbeRecords
 from levjepa.eval.protocols import PROTOCOLS, SLOTS_DEFAULT, Protocol, Slots
 from levjepa.eval.source import FeatureSource, StoreSource
 from levjepa.model.fingerprint import function_fingerprint
@@ -65,6 +66,7 @@ class DatasetTask:
     name: str = "labels"  # the task's name: its row in the table, its kept probes' folder (task_name)
     protocol_text: str = ""  # the protocol and its slots, as the table states them
     online: bool = False  # the attentive probes' training tokens are encoded every epoch (set by prepare)
+    shared: dict[str, int] = field(default_factory=dict)  # "train/val" -> files in both (--allow-shared-files)
 
     @property
     def num_classes(self) -> dict[str, int]:
@@ -148,6 +150,10 @@ class DatasetTask:
         k = self.train_views.train_views
         return f"{k} augmented views per video" if k else "fixed centre crops"
 
+    def records(self, name: str) -> ProbeRecords:
+        """The finished probes of encoder ``name``, kept beside its stores (``levjepa.eval.probe_records``)."""
+        return ProbeRecords(self.features_dir / RECORDS, self.stores[name])
+
     def info(self) -> dict[str, Any]:
         return {
             "task": self.name,
@@ -156,6 +162,7 @@ class DatasetTask:
             "train_views": self.train_views_text(),
             "feature_stores": {n: {s: str(p) for s, p in st.items()} for n, st in self.stores.items()},
             "torch_threads": torch.get_num_threads(),
+            **({"shared_files": dict(self.shared)} if self.shared else {}),
         }
 
 
@@ -176,13 +183,15 @@ def dataset_task(
     train_views: int | None = None,
     features_dir: str | Path = "features",
     bad_files: BadFileReport | None = None,
+    allow_shared: bool = False,
 ) -> DatasetTask:
     """Read the split files (``levjepa.eval.labelled.read_task``). ``views``: how a file is cut (what the reader
     resolved from the model, ``levjepa.formats.reading``; default one centre clip of 16 frames at stride 2,
     224 px); with a ``protocol``, its views for an encoder of ``tubelet`` frames per token at ``slots`` temporal
     positions, sampled as ``views`` says (``levjepa.eval.protocols``). ``name``: the task's name (default:
     :func:`task_name` of the files). ``train_views``: ``K`` augmented training views per file in the store (0:
-    the fixed centre crops; default: the protocol's ``train_views``, else 0)."""
+    the fixed centre crops; default: the protocol's ``train_views``, else 0). ``allow_shared``: splits that share
+    files are evaluated (the overlap in ``shared``, stated by the result) instead of refused."""
     views = views or ViewSpec()
     proto, text = None, ""
     if protocol is not None:
@@ -198,6 +207,7 @@ def dataset_task(
         labels_file=labels_file,
         num_classes=None if proto is None else proto.num_classes,
         what=f"--protocol {protocol}",
+        allow_shared=allow_shared,
     )
     test = StoreConfig(views, tokens=tokens, batch_size=batch_size, workers=workers, shard_items=shard_items)
     return DatasetTask(
@@ -213,6 +223,7 @@ def dataset_task(
         task.label_names,
         name=name or task_name(task.paths["train"]),
         protocol_text=text,
+        shared=task.shared,
     )
 
 

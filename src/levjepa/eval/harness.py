@@ -12,6 +12,9 @@ probe seed, so columns differ only by the encoder. Two tasks exist:
 * ``levjepa.eval.dataset_task.DatasetTask`` — a user's labelled split files, features streamed to feature
   stores on disk (every rank builds its share; rank 0 trains the probes).
 
+A task may keep each encoder's finished probes for a rerun to continue from (``records(name)``;
+``DatasetTask``: beside its feature stores, ``levjepa.eval.probe_records``).
+
 :func:`keep_probes` keeps the chosen probes of a result (``levjepa.eval.kept_probes``) with what each records
 of its task, for ``levjepa probe`` and any script alike.
 """
@@ -32,6 +35,7 @@ from levjepa.eval.config import EvalConfig, probe_spec
 from levjepa.eval.dataset_task import DatasetTask
 from levjepa.eval.kept_probes import save_probes
 from levjepa.eval.knn import knn_from_sources
+from levjepa.eval.probe_records import ProbeRecords
 from levjepa.eval.result import EvalResult, Result
 from levjepa.eval.source import FeatureSource
 from levjepa.eval.trainer import train_probes
@@ -71,38 +75,60 @@ class Task(Protocol):
 
 
 def probe_sources(
-    sources: Mapping[str, FeatureSource], cfg: EvalConfig, num_classes: Mapping[str, int]
+    sources: Mapping[str, FeatureSource],
+    cfg: EvalConfig,
+    num_classes: Mapping[str, int],
+    records: ProbeRecords | None = None,
 ) -> dict[str, dict[str, Result]]:
     """task -> probe -> result: every probe of ``cfg.probes`` on every task of ``num_classes``, one encoder's
-    features (the probes never see the encoder). The grids of all tasks share one stacked model per probe."""
+    features (the probes never see the encoder). The grids of all tasks share one stacked model per probe.
+    ``records``: a probe finished before (a stopped evaluation run again) is read back from there, and each
+    probe finished here is written there (``levjepa.eval.probe_records``)."""
     tasks = list(num_classes)
     out: dict[str, dict[str, Result]] = {t: {} for t in tasks}
-    train, val, test = sources["train"], sources["val"], sources.get("test")
     for probe in cfg.probes:
-        if probe == "knn":
-            for t in tasks:
-                out[t][probe] = knn_from_sources(train, val, test, task=t, num_classes=num_classes[t])
-            continue
-        spec = probe_spec(probe)  # the kind it trains and the input it reads (levjepa.model.probe_kinds)
-        res = train_probes(
-            spec.kind,
-            cfg.probe_cfg,
-            spec.input,
-            train,
-            val,
-            test,
-            classes=num_classes,
-            generator=make_generator("probe", cfg.seed, ",".join(tasks), probe),
-            seed_generators=[
-                make_generator("probe", cfg.seed + s, ",".join(tasks), probe) for s in range(1, cfg.seeds)
-            ],
-            device=cfg.device,
-            keep=cfg.keep_heads,
-            progress=cfg.progress,
-        )
+        key = records.key(probe, cfg, num_classes) if records is not None else ""
+        done = records.load(key) if records is not None else None
+        if done is None:
+            done = _probe(probe, sources, cfg, num_classes)
+            if records is not None:
+                records.save(key, done)
         for t in tasks:
-            out[t][probe] = res[t]
+            out[t][probe] = done[t]
     return out
+
+
+def _probe(
+    probe: str, sources: Mapping[str, FeatureSource], cfg: EvalConfig, num_classes: Mapping[str, int]
+) -> dict[str, Result]:
+    """task -> the result of ``probe`` trained (or, kNN, evaluated) on ``sources``."""
+    tasks = list(num_classes)
+    train, val, test = sources["train"], sources["val"], sources.get("test")
+    if probe == "knn":
+        return {t: knn_from_sources(train, val, test, task=t, num_classes=num_classes[t]) for t in tasks}
+    spec = probe_spec(probe)  # the kind it trains and the input it reads (levjepa.model.probe_kinds)
+    res = train_probes(
+        spec.kind,
+        cfg.probe_cfg,
+        spec.input,
+        train,
+        val,
+        test,
+        classes=num_classes,
+        generator=make_generator("probe", cfg.seed, ",".join(tasks), probe),
+        seed_generators=[make_generator("probe", cfg.seed + s, ",".join(tasks), probe) for s in range(1, cfg.seeds)],
+        device=cfg.device,
+        keep=cfg.keep_heads,
+        progress=cfg.progress,
+    )
+    return {t: res[t] for t in tasks}
+
+
+def _records(task: Task, name: str) -> ProbeRecords | None:
+    """Where a task keeps the finished probes of encoder ``name`` for a rerun to continue from: its
+    ``records(name)``, a method a task may have (``DatasetTask``: beside its feature stores); None otherwise."""
+    records = getattr(task, "records", None)
+    return records(name) if records is not None else None
 
 
 def _chance(labels: torch.Tensor, num_classes: int) -> float:
@@ -131,7 +157,7 @@ def evaluate(encoders: Mapping[str, VideoEncoder], task: Task, cfg: EvalConfig) 
         sources = task.sources(name, enc, cfg)
         t1 = time.perf_counter()
         try:
-            results[name] = probe_sources(sources, cfg, classes)
+            results[name] = probe_sources(sources, cfg, classes, _records(task, name))
         finally:
             for src in sources.values():
                 src.close()

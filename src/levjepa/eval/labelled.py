@@ -6,19 +6,25 @@ Each split file is an index (``path label``), a Kinetics CSV or a Something-Some
 (``levjepa.eval.protocols.read_labelled``, which also gives the class names when rows are labelled by name;
 TRAIN's names number the classes of VAL and TEST). Checked before any decoding, each in one line naming the
 file: two or three split files; at least two classes in TRAIN; no VAL or TEST label that TRAIN never has (a
-probe or classifier cannot learn a class it never saw); with a benchmark's class count, every label in range.
+probe or classifier cannot learn a class it never saw); with a benchmark's class count, every label in range;
+no file in two splits (paths compared after normalisation). A shared file is refused rather than warned of:
+a probe trained on a VAL file and chosen on it scores it perfectly, and without TEST that score is the number
+reported, a wrong result that a warning in a long job's log does not stop from travelling (kept probes,
+``--out``); deliberate overlaps (TRAIN given as VAL for a sanity check) pass ``allow_shared=True``
+(``--allow-shared-files``, fine-tuning's ``allow_shared_files=true``), and the task then records the overlap
+(:attr:`LabelledTask.shared`) for the result to state.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from levjepa.data import DataError, MediaItem
 from levjepa.eval.protocols import read_labelled
 
-__all__ = ["SPLITS", "LabelledTask", "read_task"]
+__all__ = ["SPLITS", "LabelledTask", "read_task", "shared_files"]
 
 SPLITS = ("train", "val", "test")
 
@@ -31,6 +37,7 @@ class LabelledTask:
     splits: dict[str, list[MediaItem]]
     paths: dict[str, str]
     label_names: tuple[str, ...]
+    shared: dict[str, int] = field(default_factory=dict)  # "train/val" -> files in both (allow_shared only)
 
     @property
     def num_classes(self) -> int:
@@ -44,9 +51,11 @@ def read_task(
     labels_file: str | None = None,
     num_classes: int | None = None,
     what: str = "--protocol",
+    allow_shared: bool = False,
 ) -> LabelledTask:
     """Read and check ``TRAIN, VAL[, TEST]`` (module doc). ``num_classes``: a benchmark's class count (``what``
-    names where it came from, for the error); otherwise the largest label + 1 (at least 2)."""
+    names where it came from, for the error); otherwise the largest label + 1 (at least 2). ``allow_shared``:
+    splits that share files are read (the overlap in ``shared``) instead of refused."""
     if len(paths) not in (2, 3):
         raise DataError(f"unreadable: index task: expected TRAIN,VAL[,TEST] files, got {len(paths)}: {list(paths)}")
     names = {s: str(p) for s, p in zip(SPLITS, paths, strict=False)}
@@ -69,5 +78,29 @@ def read_task(
                 f"unreadable: {names[split]}: label(s) {unseen[:5]} never occur in TRAIN {names['train']}: a probe "
                 "or classifier cannot learn a class it never saw"
             )
+    shared = shared_files(splits)
+    if shared and not allow_shared:
+        pair, (count_shared, example) = next(iter(shared.items()))
+        a, b = pair.split("/")
+        raise DataError(
+            f"unreadable: {names[a]} and {names[b]} share {count_shared} file(s) (e.g. {example}): a probe or "
+            f"classifier would be scored on files it trained on; remove them from one split, or pass "
+            "--allow-shared-files (fine-tuning: allow_shared_files=true) to run anyway, the result saying so"
+        )
     by_index = {i: n for n, i in (classes or {}).items()}
-    return LabelledTask(splits, names, tuple(by_index.get(i, str(i)) for i in range(count)))
+    counts = {pair: n for pair, (n, _) in shared.items()}
+    return LabelledTask(splits, names, tuple(by_index.get(i, str(i)) for i in range(count)), counts)
+
+
+def shared_files(splits: dict[str, list[MediaItem]]) -> dict[str, tuple[int, str]]:
+    """``"train/val"`` -> (how many files both splits hold, one of them), for every pair of splits that share
+    files; paths are compared normalised (``a/./b.mp4`` is ``a/b.mp4``), nothing is read from disk."""
+    paths = {s: {os.path.normpath(it.path) for it in items} for s, items in splits.items()}
+    names = list(paths)
+    out: dict[str, tuple[int, str]] = {}
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            both = paths[a] & paths[b]
+            if both:
+                out[f"{a}/{b}"] = (len(both), min(both))
+    return out

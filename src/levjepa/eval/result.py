@@ -45,6 +45,10 @@ class EvalResult:
             stored = f"; the attentive probe reads {tokens} tokens (a compact store)"
         if "attentive" in self.probes and i.get("online"):
             stored = "; the attentive probe's tokens encoded every epoch with train-time augmentation (online)"
+        shared = i.get("shared_files") or {}
+        if shared:  # --allow-shared-files: the splits share files, and the caption says so
+            pairs = ", ".join(f"{pair} {n}" for pair, n in shared.items())
+            stored += f"; SPLITS SHARE FILES ({pairs}): the reported accuracy is optimistic"
         seeds = int(i.get("seeds", 1))
         seeds_text = (
             "1 probe seed"

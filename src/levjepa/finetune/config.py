@@ -49,6 +49,7 @@ class FinetuneConfig:
     weights: Literal["ema", "online"] = "ema"  # which copy of a run's weights to start from
     random_init: bool = False  # start from the same architecture at random initialisation (a baseline)
     task: tuple[str, ...] = ()  # TRAIN, VAL[, TEST] split files
+    allow_shared_files: bool = False  # splits that share files: trained anyway (refused otherwise; eval.labelled)
     protocol: str | None = None  # levjepa.eval.protocols: size, the val/test views, temporal slots
     slots: str | None = None  # with a protocol: 8 (the paper's matched evaluation, default), 16 or vjepa2
     frames: int | None = None  # None: the model's (levjepa.formats.reading)

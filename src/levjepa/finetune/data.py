@@ -46,8 +46,10 @@ class Task:
         return self.files.splits
 
 
-def open_task(files: tuple[str, ...], views: ViewSpec) -> Task:
-    return Task(read_task(files), views)
+def open_task(files: tuple[str, ...], views: ViewSpec, *, allow_shared: bool = False) -> Task:
+    """The split files read and checked (``levjepa.eval.labelled.read_task``; ``allow_shared``: splits that
+    share files are read, not refused)."""
+    return Task(read_task(files, allow_shared=allow_shared), views)
 
 
 def evaluate(model: VideoClassifier, task: Task, split: str, *, workers: int, device: str) -> float:

@@ -136,13 +136,16 @@ def _finetune(
     micro, accum = cfg.batch_layout(info.world_size)
     loaded = start_encoder(cfg.start, str(info.device))
     views, said = cfg.views(loaded)
-    task = open_task(cfg.task, views)
+    task = open_task(cfg.task, views, allow_shared=cfg.allow_shared_files)
     head_cfg, head = start_head(cfg.head_start, loaded, len(task.labels), cfg.start)
     out, at = checkpoint_run(out) if resume else (out, None)
     check = functools.partial(check_resume_dir, cfg=cfg, at=at)
     with run_directory(out, info, resume=resume, overwrite=False, check=check) as path:
         if info.is_main:
             print(said, file=sys.stderr)
+            for pair, n in task.files.shared.items():
+                said_shared = f"{pair.replace('/', ' and ')} share {n} file(s) (allow_shared_files=true)"
+                print(f"warning: {said_shared}", file=sys.stderr)
         model = VideoClassifier(loaded.encoder, head_cfg, head).to(info.device).train()
         best = BestExport.of(path, cfg.start, loaded)
         return _train(cfg, path, info, task, model, best, micro, accum, resume=resume, progress=progress, at=at)

@@ -43,7 +43,7 @@ from levjepa.formats.load import (
     read_hub_config,
 )
 from levjepa.formats.official import Overrides
-from levjepa.formats.origin import Origin, resolve
+from levjepa.formats.origin import Origin, first_line, hub_errors, hub_offline, resolve
 from levjepa.formats.outputs import LeVJEPAClassifierOutput, LeVJEPAOutput, hub_forward, hub_logits, video_input
 from levjepa.model import EncoderConfig, VideoEncoder
 from levjepa.model.classifier import HeadConfig
@@ -216,7 +216,11 @@ def _model(
 
 def push_to_hub(folder: str | Path, repo_id: str, *, private: bool = False, message: str | None = None) -> str:
     """Publish an export folder as the model repo ``repo_id`` (created when missing) with huggingface_hub;
-    returns the commit's URL. The token is huggingface_hub's (``hf auth login`` or ``HF_TOKEN``)."""
+    returns the commit's URL. The token is huggingface_hub's (``hf auth login`` or ``HF_TOKEN``).
+
+    With ``HF_HUB_OFFLINE`` set the network is not tried; offline, or when the hub cannot be reached or
+    refuses, one :class:`WeightsError` line says the folder is written, the push not done and why, and gives
+    huggingface_hub's own command that pushes the same folder later (``hf upload``)."""
     try:
         from huggingface_hub import create_repo, upload_folder
     except ImportError as err:
@@ -224,13 +228,22 @@ def push_to_hub(folder: str | Path, repo_id: str, *, private: bool = False, mess
     folder = Path(folder)
     if not (folder / CONFIG).is_file():
         raise WeightsError(f"{folder}: not an export folder (no {CONFIG}); write one with levjepa export first")
-    create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
-    commit = upload_folder(
-        repo_id=repo_id,
-        folder_path=str(folder),
-        repo_type="model",
-        commit_message=message or f"levjepa export ({folder.name})",
-    )
+    retry = f"`hf upload {repo_id} {folder} .{' --private' if private else ''}`"
+    if hub_offline():
+        raise WeightsError(f"{folder} is written; not pushed to {repo_id}: HF_HUB_OFFLINE is set; push it with {retry}")
+    try:
+        create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+        commit = upload_folder(
+            repo_id=repo_id,
+            folder_path=str(folder),
+            repo_type="model",
+            commit_message=message or f"levjepa export ({folder.name})",
+        )
+    except hub_errors() as err:
+        raise WeightsError(
+            f"{folder} is written; not pushed to {repo_id}: the hub cannot be reached or refused it "
+            f"({first_line(err)}); push it with {retry}"
+        ) from err
     return str(getattr(commit, "commit_url", commit))
 
 

@@ -67,7 +67,7 @@ import torch
 
 from levjepa.model import EncoderConfig
 from levjepa.model.rope import vjepa2_channel_order
-from levjepa.weights import WeightsError, load_tensors, read_json
+from levjepa.weights import WeightsError, load_tensors, read_json, refuse_nonfinite
 
 __all__ = [
     "OFFICIAL_HEADS",
@@ -512,12 +512,14 @@ def official_model(
         copy = next(iter(copies))
     tensors = copies[copy]
     enc = _encoder_tensors(tensors, where, over.prefix)
+    refuse_nonfinite(enc, f"{where} ({copy} copy of the encoder)")  # a .ckpt is read without load_tensors
     cfg = _config(enc, stated, over, where)
     projector_src = copies.get("online", tensors)  # the official EMA covers the encoder only
     proj_keys = [k for k in projector_src if k.endswith(PROJECTOR_ANCHOR)]
     projector = None
     if len(proj_keys) == 1:
         p = proj_keys[0][: -len("net.0.weight")]
+        refuse_nonfinite({k: v for k, v in projector_src.items() if k.startswith(p)}, f"{where} (projector)")
         projector = convert_projector({k[len(p) :]: v for k, v in projector_src.items() if k.startswith(p)})
         cfg = dataclasses.replace(
             cfg, proj_hidden=int(projector["net.0.weight"].shape[0]), proj_dim=int(projector["net.3.weight"].shape[0])

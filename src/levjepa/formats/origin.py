@@ -3,8 +3,11 @@ revision it resolved to and the SHA-256 of the weights file read.
 
 :func:`resolve` turns ``PATH`` or ``ORG/NAME`` (+ ``revision``) into a local folder with ``snapshot_download``
 (the ``hub`` extra): a download, or the hub cache as it is — ``HF_HUB_OFFLINE=1`` (or ``HF_HUB_CACHE`` /
-``HF_HOME`` for another cache) are huggingface_hub's own switches and are honoured as such. The revision
-recorded is the commit the snapshot holds (its folder name in the cache), whatever branch or tag named it.
+``HF_HOME`` for another cache) are huggingface_hub's own switches and are honoured as such; levjepa reads
+``HF_HUB_OFFLINE`` itself too (:func:`hub_offline`, also when it was set after huggingface_hub was imported), so
+an offline reader or publisher never tries the network. A hub that cannot be reached is one line naming what
+to do (:func:`hub_errors`: what huggingface_hub raises then), never a traceback. The revision recorded is the
+commit the snapshot holds (its folder name in the cache), whatever branch or tag named it.
 
 :func:`Origin.record` is what every model built from the weights carries (``LoadedEncoder.imported_from``,
 an export's ``config.json``, its card): the source, the revision, the weights file and its SHA-256. Known
@@ -15,13 +18,14 @@ and refuses a different file in one line; ``sha256=`` (``--sha256``) pins any ot
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from levjepa.weights import HUB_WEIGHTS, WeightsError
 
-__all__ = ["RELEASES", "Origin", "is_repo_id", "resolve", "sha256_of"]
+__all__ = ["RELEASES", "Origin", "first_line", "hub_errors", "hub_offline", "is_repo_id", "resolve", "sha256_of"]
 
 INDEX = "model.safetensors.index.json"
 # (repo id, revision) -> SHA-256 of its weights file: the official releases whose bytes are known
@@ -30,6 +34,29 @@ RELEASES = {
         "da8bd836ce6532e1b0074ee5a6a46c65b67103f96323529ec4195be1538edc7d"
     ),
 }
+
+
+def hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` (or transformers' older ``TRANSFORMERS_OFFLINE``) set to a true value, as
+    huggingface_hub reads it: no hub operation may try the network."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return value.strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def hub_errors() -> tuple[type[BaseException], ...]:
+    """What a huggingface_hub call raises when the hub cannot be reached or refuses: ``OSError`` (offline mode,
+    a refused connection under requests), its ``HfHubHTTPError`` and the base error of the HTTP library it is
+    built on (whose transport errors — httpx's ``ConnectError`` — are not ``OSError``); ``ValueError`` for a
+    repo id or revision it refuses. Call only where huggingface_hub is installed."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    return (OSError, ValueError, HfHubHTTPError, *HfHubHTTPError.__bases__)
+
+
+def first_line(err: BaseException) -> str:
+    """An error's first line (the hub's errors run to several), or its type's name."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def is_repo_id(text: str) -> bool:
@@ -85,23 +112,25 @@ class Origin:
 def _snapshot(repo_id: str, revision: str | None) -> Path:
     try:
         from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+        from huggingface_hub.errors import LocalEntryNotFoundError
     except ImportError as err:
         raise WeightsError(
             f"{repo_id}: not a local folder; a hub repo id needs huggingface_hub (pip install 'levjepa[hub]'), or "
             "download it and pass the folder"
         ) from err
     try:
-        return Path(snapshot_download(repo_id, revision=revision))
+        return Path(snapshot_download(repo_id, revision=revision, local_files_only=hub_offline()))
     except LocalEntryNotFoundError as err:
         raise WeightsError(
             f"{repo_id}{'@' + revision if revision else ''}: no such local folder, and as a hub repo id not in the "
             "hub cache while the hub cannot be reached (HF_HUB_OFFLINE, no network): check the path, or download "
-            "the repo once online"
+            f"the repo once online (`hf download {repo_id}{' --revision ' + revision if revision else ''}`) and "
+            "run this again"
         ) from err
-    except (HfHubHTTPError, OSError, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise WeightsError(f"{repo_id}: no such local folder, and cannot be fetched from the hub ({first})") from err
+    except hub_errors() as err:
+        raise WeightsError(
+            f"{repo_id}: no such local folder, and cannot be fetched from the hub ({first_line(err)})"
+        ) from err
 
 
 def resolve(path_or_repo_id: str | Path, revision: str | None = None) -> Origin:

@@ -56,6 +56,7 @@ from levjepa.formats.outputs import LeVJEPAOutput, hub_forward, hub_logits, vide
 from levjepa.formats.transformers_config import LeVJEPAConfig
 from levjepa.model import VideoEncoder
 from levjepa.model.classifier import build_head
+from levjepa.weights import refuse_nonfinite
 
 __all__ = [
     "LeVJEPATransformersForVideoClassification",
@@ -135,6 +136,16 @@ class _LeVJEPAPreTrained(PreTrainedModel):
     config_class = LeVJEPAConfig
     base_model_prefix = "encoder"
     main_input_name = "pixel_values"
+
+    @classmethod
+    def from_pretrained(cls, *args: Any, **kwargs: Any) -> Any:
+        """transformers' own loader, then what ``levjepa.load`` refuses too: a weight holding a NaN or an
+        infinity, named (``levjepa.weights.refuse_nonfinite``) — such a model gives NaN for every input."""
+        loaded = super().from_pretrained(*args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True: (model, info)
+        where = args[0] if args else kwargs.get("pretrained_model_name_or_path", cls.__name__)
+        refuse_nonfinite(dict(model.state_dict()), str(where))
+        return loaded
 
     def _init_weights(self, module: nn.Module) -> None:
         """Nothing: the encoder and head initialise themselves, and the checkpoint's weights replace them."""
