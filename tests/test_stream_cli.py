@@ -76,7 +76,8 @@ def test_an_image_streams_as_a_clip_of_its_repeated_frame(tubelet2, tmp_path, ca
     clip = load_eval_clip(str(image), num_frames=16, size=32, patch=8)  # the evaluation's clip of the image
     assert torch.equal(clip[0], clip[15])
     torch.testing.assert_close(got["cls"][-1], _full_cls(run, clip), rtol=1e-5, atol=1e-5)
-    assert main(["stream", str(run), str(image), "--size", "32", "--max-frames", "4", "--out", str(out)]) == 0
+    again = ["stream", str(run), str(image), "--size", "32", "--max-frames", "4", "--out", str(out)]
+    assert main([*again, "--overwrite"]) == 0  # the stream written above: replaced only when asked
     assert load_tensors(out)[0]["frame"].tolist() == [1, 3]
 
 

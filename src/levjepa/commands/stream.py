@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from levjepa.commands._device import add_device_argument, local_device
+from levjepa.commands._outputs import claim_file, is_safetensors
 from levjepa.config import ConfigError, check_range
 from levjepa.data.eval_clip import ViewSpec, load_eval_clip, load_eval_video
 from levjepa.data.sources import media_kind
@@ -75,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_device_argument(parser)
     parser.add_argument("--out", type=Path, default=None, help="write CLS readouts + latencies (safetensors)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier stream's safetensors at --out")
     parser.add_argument(
         "--backend",
         choices=("torch", "onnx"),
@@ -93,6 +95,10 @@ def main(args: argparse.Namespace) -> int:
         check_range("--frame-stride", args.frame_stride, 1, 1000)
     if args.max_frames is not None:
         check_range("--max-frames", args.max_frames, 1, 10**7)
+    if args.out is not None:
+        claim_file(args.out, "--out", "a stream's safetensors", is_own=is_safetensors, overwrite=args.overwrite)
+    elif args.overwrite:
+        raise ConfigError("--overwrite: with --out only (it replaces the file --out names)")
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
     patch = loaded.encoder.cfg.patch_size
     if args.backend == "onnx":
