@@ -166,3 +166,12 @@ def test_the_stream_path_runs_under_the_frozen_forwards_precision(tmp_path, monk
     got = _stream(run, video, tmp_path / "s.safetensors", "--every", "2")
     assert entered and set(entered) == {"cpu"} and len(entered) == 4 + 2  # 4 pushes, 2 readouts
     assert got["cls"].shape[0] == 2
+
+
+def test_frames_past_the_last_whole_tubelet_are_said_as_left_out(tubelet2, capsys):
+    # 5 repeats of the image at tubelet 2: 4 are streamed, and the line says so (it was silent)
+    run, _, image = tubelet2
+    assert main(["stream", str(run), str(image), "--size", "32", "--max-frames", "5"]) == 0
+    captured = capsys.readouterr()
+    assert "5 frames adjusted to 4, whole tubelets of 2 (the last 1 left out)" in captured.err
+    assert '"frames": 4' in captured.out

@@ -162,6 +162,7 @@ def _frames(args: argparse.Namespace, patch: int, tau: int) -> VideoFrames:
     if media_kind(args.video) == "image":
         repeats = args.max_frames or PROTOCOLS["in1k"].views(tau, ViewSpec()).frames
         clip = load_eval_clip(args.video, num_frames=repeats, size=args.size, patch=patch, kind="image")
+        _say_whole_tubelets(args.video, repeats, tau)
         return VideoFrames(frames=clip, fps=1.0, timestamps=torch.zeros(repeats, dtype=torch.float64), source_fps=1.0)
     video = load_eval_video(
         args.video, size=args.size, patch=patch, frame_stride=args.frame_stride, target_fps=args.fps
@@ -175,4 +176,16 @@ def _frames(args: argparse.Namespace, patch: int, tau: int) -> VideoFrames:
             file=sys.stderr,
         )
         frames = torch.cat([frames, frames[-1:].expand(tau - len(frames), -1, -1, -1)])
+    _say_whole_tubelets(args.video, len(frames), tau)
     return dataclasses.replace(video, frames=frames)
+
+
+def _say_whole_tubelets(source: str, frames: int, tau: int) -> None:
+    """Frames are pushed a tubelet at a time: frames past the last whole one are left out, and said."""
+    if frames > tau and frames % tau:
+        kept = frames - frames % tau
+        print(
+            f"note: {source}: {frames} frames adjusted to {kept}, whole tubelets of {tau} (the last "
+            f"{frames - kept} left out)",
+            file=sys.stderr,
+        )
