@@ -108,3 +108,15 @@ def test_a_size_the_patch_grid_cannot_hold_is_said_as_adjusted(run):
     assert f"cut to {3 * patch} px" in said and f"{3 * patch + 1} adjusted" in said
     _, said = model_views(loaded, size=3 * patch)
     assert "adjusted" not in said
+
+
+def test_weights_an_export_does_not_hold_are_named_not_dropped(run, tmp_path, capsys):
+    # an export keeps one set of weights: --weights online / both read it, and the line says so (it was silent)
+    from levjepa.formats.export import export_encoder
+
+    export = tmp_path / "export"
+    export_encoder(run, export)
+    argv = ["probe", str(export), "--weights", "both", "--plan", "--task", "appearance"]
+    main(argv)  # refused (--plan is for an index task) after the weights are read: what matters is the note
+    err = capsys.readouterr().err
+    assert f"note: --weights both: {export} holds one set of weights (ema), read as it is in place of online" in err

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from levjepa import distributed
@@ -224,6 +225,12 @@ def _main(args: argparse.Namespace) -> int:
     loaded: dict[str, LoadedEncoder] = {}
     for w in weights:
         enc = load_encoder(args.checkpoint, weights=w, device=args.device)  # type: ignore[arg-type]
+        if enc.weights != w:  # an export keeps one set of weights: the option does not apply to it
+            print(
+                f"note: --weights {args.weights}: {args.checkpoint} holds one set of weights ({enc.weights}), "
+                f"read as it is in place of {w}",
+                file=sys.stderr,
+            )
         loaded.setdefault(f"pretrained-{enc.weights}", enc)
     first = next(iter(loaded.values()))
     if not args.no_baseline:
