@@ -128,8 +128,8 @@ def _pack_command(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     if args.json is not None:
-        report = "a data check report (JSON)"
-        claim_file(args.json, "--json", report, is_own=is_json_with("summary", "files"), overwrite=args.overwrite)
+        what = "a data check report (JSON)"
+        claim_file(args.json, "--json", what, is_own=is_json_with("summary", "files"), overwrite=args.overwrite)
     elif args.overwrite:
         raise ConfigError("--overwrite: with --json only (it replaces the file --json names)")
     report = check_source(

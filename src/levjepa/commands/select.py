@@ -56,8 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.out:
-        result = "a selection result (JSON)"
-        claim_file(args.out, "--out", result, is_own=is_json_with("rows"), overwrite=args.overwrite)
+        what = "a selection result (JSON)"
+        claim_file(args.out, "--out", what, is_own=is_json_with("rows"), overwrite=args.overwrite)
     elif args.overwrite:
         raise ConfigError("--overwrite: with --out only (it replaces the file --out names)")
     info, device = setup_device(args.device)
