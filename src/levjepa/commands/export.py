@@ -17,6 +17,7 @@ from typing import Literal
 
 from levjepa.commands._outputs import claim_folder
 from levjepa.config import ConfigError
+from levjepa.formats.card import AUTO_HINT
 from levjepa.formats.export import export_encoder
 from levjepa.formats.hub import push_to_hub
 
@@ -89,6 +90,7 @@ def main(args: argparse.Namespace) -> int:
         f"exported {loaded.describe()} -> {args.out}/model.safetensors (+ config.json, preprocessor_config.json, "
         f"video_preprocessor_config.json, README.md{extra})"
     )
+    print(f"transformers: `import levjepa`, then AutoModel.from_pretrained({args.out!r}) ({AUTO_HINT})")
     if args.push_to_hub:
         url = push_to_hub(args.out, args.push_to_hub, private=args.private)
         print(f"pushed {args.out} -> {args.push_to_hub} ({url})")
