@@ -107,11 +107,11 @@ def test_windows_give_one_prediction_per_window_with_its_time_span(tmp_path, ind
     assert lines[0].startswith("path,window,start_time,end_time,truth,label1,prob1")
     spans = [(float(r.split(",")[2]), float(r.split(",")[3])) for r in lines[1:]]
     assert [t for span in spans for t in span] == pytest.approx([0.0, 0.4, 0.4, 0.8, 0.8, 1.2])
-    # at a rate: 5 fps keeps every 2nd frame of the 10-fps video, so 6 frames make 2 windows of 4 (the last padded)
-    assert (
-        main(["classify", str(run / "probes/media/linear"), str(video), "--windows", "--fps", "5", "--out", str(out)])
-        == 0
-    )
+    # at a rate: 5 fps keeps every 2nd frame of the 10-fps video, so 6 frames make 2 windows of 4 (the last padded);
+    # the predictions written above are replaced only when asked (--overwrite)
+    again = ["classify", str(run / "probes/media/linear"), str(video), "--windows", "--fps", "5", "--out", str(out)]
+    assert main(again) == 2 and "--overwrite" in capsys.readouterr().err
+    assert main([*again, "--overwrite"]) == 0
     starts = [float(r.split(",")[2]) for r in out.read_text().splitlines()[1:]]
     assert starts == pytest.approx([0.0, 0.8])
 

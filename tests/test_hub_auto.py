@@ -81,6 +81,42 @@ def test_either_import_order_registers_levjepa_in_a_fresh_interpreter(export, tm
     assert export_diff == 0.0 and official_diff < 1e-5
 
 
+WITHOUT_IMPORT = """
+import sys
+{line}
+from transformers import AutoModel
+try:
+    AutoModel.from_pretrained(sys.argv[1])
+except ValueError as err:
+    print("refused:", " ".join(str(err).split()))
+else:
+    print("loaded")
+"""
+
+
+def test_automodel_without_import_levjepa_fails_as_the_docs_and_the_card_say_and_one_line_fixes_it(export, tmp_path):
+    # transformers 5 has no plugin entry point, so a script that never imports levjepa cannot read a levjepa
+    # folder; its error blames transformers' version. The docs, the export's card and `levjepa export` name that
+    # error and the one line that fixes it — and that line does.
+    _, out = export
+    env = {"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HOME": str(tmp_path)}
+    said = {}
+    for line in ("", "import levjepa"):
+        run = subprocess.run([sys.executable, "-c", WITHOUT_IMPORT.format(line=line), str(out)], capture_output=True,
+                             text=True, env=env, timeout=300)  # fmt: skip
+        assert run.returncode == 0, run.stderr[-3000:]
+        said[line] = run.stdout.strip().splitlines()[-1]
+    assert said["import levjepa"] == "loaded"
+    assert said[""].startswith("refused:") and "does not recognize this architecture" in said[""]
+    assert "out of date" in said[""]
+    from levjepa.formats.card import AUTO_HINT
+
+    card = (out / "README.md").read_text()
+    assert "`import levjepa`" in card and " ".join(AUTO_HINT.split()) in " ".join(card.split())
+    weights = " ".join((TESTS.parent / "docs" / "weights.md").read_text().split())
+    assert "does not recognize this architecture" in weights and "the fix is `import levjepa`" in weights
+
+
 def test_import_levjepa_alone_imports_neither_transformers_nor_torch():
     code = "import sys, levjepa; print('transformers' in sys.modules, 'torch' in sys.modules)"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": SRC})

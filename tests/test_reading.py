@@ -127,7 +127,11 @@ def test_two_index_tasks_keep_two_probe_folders_and_a_name_is_never_reused(tmp_p
     assert main([*base, "--task", "index:" + ",".join(map(str, [a[0], b[1]])), "--name", "ucf"]) == 2
     assert f"probes whose val file is {a[1].resolve()}, not {b[1].resolve()}" in capsys.readouterr().err
     assert (run / "probes" / "ucf" / "linear" / "head.safetensors").read_bytes() == before
-    assert main([*base, "--task", "index:" + ",".join(map(str, a))]) == 0  # the same task again: renewed
+    # the same task again: its kept probe is replaced only when asked (--overwrite), never by a plain re-run
+    assert main([*base, "--task", "index:" + ",".join(map(str, a))]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert (run / "probes" / "ucf" / "linear" / "head.safetensors").read_bytes() == before
+    assert main([*base, "--task", "index:" + ",".join(map(str, a)), "--overwrite"]) == 0  # renewed
 
 
 def test_classify_maps_class_names_and_does_not_score_an_unknown_label(tmp_path, capsys, monkeypatch):

@@ -76,7 +76,8 @@ def test_an_image_streams_as_a_clip_of_its_repeated_frame(tubelet2, tmp_path, ca
     clip = load_eval_clip(str(image), num_frames=16, size=32, patch=8)  # the evaluation's clip of the image
     assert torch.equal(clip[0], clip[15])
     torch.testing.assert_close(got["cls"][-1], _full_cls(run, clip), rtol=1e-5, atol=1e-5)
-    assert main(["stream", str(run), str(image), "--size", "32", "--max-frames", "4", "--out", str(out)]) == 0
+    again = ["stream", str(run), str(image), "--size", "32", "--max-frames", "4", "--out", str(out)]
+    assert main([*again, "--overwrite"]) == 0  # the stream written above: replaced only when asked
     assert load_tensors(out)[0]["frame"].tolist() == [1, 3]
 
 
@@ -165,3 +166,12 @@ def test_the_stream_path_runs_under_the_frozen_forwards_precision(tmp_path, monk
     got = _stream(run, video, tmp_path / "s.safetensors", "--every", "2")
     assert entered and set(entered) == {"cpu"} and len(entered) == 4 + 2  # 4 pushes, 2 readouts
     assert got["cls"].shape[0] == 2
+
+
+def test_frames_past_the_last_whole_tubelet_are_said_as_left_out(tubelet2, capsys):
+    # 5 repeats of the image at tubelet 2: 4 are streamed, and the line says so (it was silent)
+    run, _, image = tubelet2
+    assert main(["stream", str(run), str(image), "--size", "32", "--max-frames", "5"]) == 0
+    captured = capsys.readouterr()
+    assert "5 frames adjusted to 4, whole tubelets of 2 (the last 1 left out)" in captured.err
+    assert '"frames": 4' in captured.out

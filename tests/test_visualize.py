@@ -68,3 +68,12 @@ def test_visualize_command_on_a_benchmark_clip(tmp_path, capsys):
     assert not (tmp_path / "v" / "visualize.gif").exists()
     out = capsys.readouterr().out
     assert "pca_explained_variance_ratio" in out and "ema weights step 5" in out  # which copy it drew
+
+
+def test_a_clip_cut_to_whole_tubelets_is_said_as_adjusted(tmp_path, capsys):
+    # the benchmark's clip has 16 frames; an encoder of 3-frame tubelets reads 15 of them, and the note says so
+    from levjepa.cli import main
+
+    run = make_run_dir(tmp_path, tubelet=3)
+    assert main(["visualize", str(run), "synthetic:0", "--frames", "3", "--out", str(tmp_path / "v"), "--no-gif"]) == 0
+    assert "16 frames adjusted to 15, a whole number of tubelets (3 frames)" in capsys.readouterr().err

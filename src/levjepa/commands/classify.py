@@ -23,6 +23,7 @@ from pathlib import Path
 
 from levjepa.commands._device import add_device_argument, local_device
 from levjepa.commands._images import add_image_frames_argument, image_frames
+from levjepa.commands._outputs import claim_file
 from levjepa.config import ConfigError
 from levjepa.data import BadFileReport, DataError
 from levjepa.data.badfiles import bad_file_line
@@ -38,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("videos", nargs="+", help="video / image files, folders or index files")
     parser.add_argument("--top-k", type=int, default=5, help="labels per prediction")
     parser.add_argument("--out", default=None, help="write the predictions: .csv, else JSON Lines")
+    parser.add_argument("--overwrite", action="store_true", help="replace the predictions of an earlier run at --out")
     parser.add_argument("--windows", action="store_true", help="one prediction per window of each video")
     parser.add_argument("--encoder", default=None, help="read the encoder from here (it must be the same weights)")
     parser.add_argument("--workers", type=int, default=2, help="decoding processes")
@@ -68,9 +70,29 @@ def _write(path: Path, predictions: list[Prediction]) -> None:
         path.write_text("".join(json.dumps(q.to_json()) + "\n" for q in predictions))
 
 
+def _is_predictions(path: Path) -> bool:
+    """A file classify wrote: its CSV header, or JSON Lines whose first row is a prediction."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            first = f.readline(1 << 16).strip()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if first.startswith("path,window,start_time,end_time,truth"):
+        return True
+    try:
+        row = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(row, dict) and {"path", "labels", "probs"} <= set(row)
+
+
 def main(args: argparse.Namespace) -> int:
     if args.top_k < 1:
         raise ConfigError(f"--top-k {args.top_k}: must be >= 1")
+    if args.out:
+        claim_file(args.out, "--out", "classify's predictions", is_own=_is_predictions, overwrite=args.overwrite)
+    elif args.overwrite:
+        raise ConfigError("--overwrite: with --out only (it replaces the file --out names)")
     device = local_device(args.device)
     clf = load_classifier(args.model, encoder=args.encoder, device=device)
     rec = clf.record

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from levjepa.commands import sentence
+from levjepa.commands._outputs import claim_file, claim_folder, is_json_with
 from levjepa.config import ConfigError
 from levjepa.data.badfiles import bad_file_text
 from levjepa.data.check import check_source, format_report
@@ -53,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     check.add_argument("--deep", action="store_true", help="decode every frame (slow; true frame counts)")
     check.add_argument("--json", type=Path, default=None, help="also write the full report (one row per file) here")
+    check.add_argument("--overwrite", action="store_true", help="replace the report of an earlier check at --json")
     check.add_argument("--min-side", type=int, default=16, help="flag files whose short side is smaller (default: 16)")
     check.add_argument(
         "--max-side", type=int, default=8192, help="flag files whose long side is larger (default: 8192)"
@@ -89,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pack.add_argument("source", help="a folder (searched recursively) or a V-JEPA index file; prepare it first")
     pack.add_argument("dst", type=Path, help="output folder: shard-NNNNNN.tar files and shards.json")
     pack.add_argument("--shards", type=int, required=True, help="number of shards (>= the number of training ranks)")
-    pack.add_argument("--seed", type=int, default=0, help="seed of the shuffle across shards (default: 0)")
+    pack.add_argument("--seed", type=int, default=None, help="seed of the shuffle across shards (default: 0)")
     pack.add_argument("--no-shuffle", action="store_true", help="keep the source's order instead of shuffling")
     pack.add_argument(
         "--workers", type=int, default=_default_workers(), help="parallel processes (default: %(default)s)"
@@ -102,7 +104,7 @@ def _pack(source: str, dst: Path, args: argparse.Namespace, source_root: str | N
         items,
         dst,
         shards=args.shards,
-        seed=getattr(args, "seed", 0),
+        seed=getattr(args, "seed", None) or 0,
         shuffle=not getattr(args, "no_shuffle", False),
         workers=args.workers,
         source_root=source_root,
@@ -117,11 +119,19 @@ def _pack(source: str, dst: Path, args: argparse.Namespace, source_root: str | N
 
 
 def _pack_command(args: argparse.Namespace) -> int:
+    if args.no_shuffle and args.seed is not None:
+        raise ConfigError(f"--seed {args.seed} seeds the shuffle, which --no-shuffle turns off: drop one of the two")
+    claim_folder(args.dst, "DST", "shards", writes=("shards.json",), resumes=True)
     root = args.source if os.path.isdir(args.source) else os.path.dirname(os.path.abspath(args.source))
     return _pack(args.source, args.dst, args, root)
 
 
 def _check(args: argparse.Namespace) -> int:
+    if args.json is not None:
+        what = "a data check report (JSON)"
+        claim_file(args.json, "--json", what, is_own=is_json_with("summary", "files"), overwrite=args.overwrite)
+    elif args.overwrite:
+        raise ConfigError("--overwrite: with --json only (it replaces the file --json names)")
     report = check_source(
         args.source, workers=args.workers, deep=args.deep, min_side=args.min_side, max_side=args.max_side
     )
@@ -147,6 +157,12 @@ def _prepare(args: argparse.Namespace) -> int:
     )
     if args.shards < 0:
         raise ConfigError(f"--shards {args.shards}: expected >= 0 (0: no shards)")
+    if args.keep_files and not args.shards:
+        raise ConfigError("--keep-files keeps the prepared files that --shards N packs; without --shards they are kept")
+    if args.dst.resolve() == args.src.resolve():
+        raise ConfigError(f"DST {args.dst}: is SRC, whose videos the prepared files would replace; choose another DST")
+    kind = "shards" if args.shards else "prepared"
+    claim_folder(args.dst, "DST", kind, writes=("prepare_report.json",), resumes=True)
     files = args.dst / "files" if args.shards else args.dst
     result = prepare_folder(args.src, files, opts, workers=args.workers)
     print(

@@ -12,20 +12,31 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Literal
 
+from levjepa.commands._outputs import claim_folder
 from levjepa.config import ConfigError
+from levjepa.formats.card import AUTO_HINT
 from levjepa.formats.export import export_encoder
 from levjepa.formats.hub import push_to_hub
 
 __all__ = ["add_arguments", "main"]
+
+# what an export writes (levjepa.formats.export, .deploy): a folder of no kind holding one of them is refused
+EXPORT_FILES = (
+    *("model.safetensors", "config.json", "preprocessor_config.json", "video_preprocessor_config.json"),
+    *("README.md", "projector.safetensors", "classifier.json", "head.safetensors"),
+    *(f"{graph}.{fmt}" for graph in ("clip_encoder", "stream_step") for fmt in ("onnx", "pt2")),
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "run", help="run directory, checkpoint directory or file, an export, a fine-tuned classifier or a kept probe"
     )
-    parser.add_argument("--out", required=True, help="output folder (created)")
+    parser.add_argument("--out", required=True, help="output folder (created; never a run or another kind of folder)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an export already at --out")
     parser.add_argument("--weights", choices=("ema", "online"), default="ema", help="which weights (default: ema)")
     parser.add_argument(
         "--with-projector",
@@ -58,6 +69,9 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError(f"{', '.join(given)} {verb} the deployment graphs, which only --format onnx or pt2 writes")
     if args.private and not args.push_to_hub:
         raise ConfigError("--private: with --push-to-hub REPO_ID only (it makes the new hub repo private)")
+    claim_folder(args.out, "--out", "export", writes=EXPORT_FILES, overwrite=args.overwrite)
+    if Path(args.out).resolve() == Path(args.run).resolve():
+        raise ConfigError(f"--out {args.out}: is the source itself; choose another --out folder")
     loaded = export_encoder(
         args.run,
         args.out,
@@ -76,6 +90,7 @@ def main(args: argparse.Namespace) -> int:
         f"exported {loaded.describe()} -> {args.out}/model.safetensors (+ config.json, preprocessor_config.json, "
         f"video_preprocessor_config.json, README.md{extra})"
     )
+    print(f"transformers: `import levjepa`, then AutoModel.from_pretrained({args.out!r}) ({AUTO_HINT})")
     if args.push_to_hub:
         url = push_to_hub(args.out, args.push_to_hub, private=args.private)
         print(f"pushed {args.out} -> {args.push_to_hub} ({url})")

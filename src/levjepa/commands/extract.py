@@ -20,6 +20,8 @@ import argparse
 from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
 from levjepa.commands._images import add_image_frames_argument, image_frames
+from levjepa.commands._outputs import claim_folder
+from levjepa.config import ConfigError
 from levjepa.eval.extract import ExtractConfig, extract
 from levjepa.eval.readout import READOUTS, Readout
 from levjepa.formats.load import LoadedEncoder, load_encoder
@@ -70,7 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="shards of rows (safetensors, npy) or one <video>.npy [windows, D] per video (per_video)",
     )
     parser.add_argument(
-        "--per-video-feature", choices=("mean", "cls"), default=d.per_video_feature, help="what <video>.npy holds"
+        "--per-video-feature",
+        choices=("mean", "cls"),
+        default=None,
+        help=f"with --format per_video: what <video>.npy holds (default: {d.per_video_feature})",
     )
     parser.add_argument("--workers", type=int, default=d.workers, help="decoding processes (0: in this one)")
     parser.add_argument("--stream", action="store_true", help="KV-cache streaming encoder with a sliding window")
@@ -97,7 +102,12 @@ def _config(args: argparse.Namespace, loaded: LoadedEncoder) -> tuple[ExtractCon
     """The extraction's settings: the windows, size and sampling of the model unless given (and the line that
     says which), the rest as given. ``--window`` is the views' ``frames``, ``--fps`` their ``fps``."""
     views, said = model_views(
-        loaded, size=args.size, frames=args.window, frame_stride=args.frame_stride, fps=args.target_fps
+        loaded,
+        size=args.size,
+        frames=args.window,
+        frame_stride=args.frame_stride,
+        fps=args.target_fps,
+        frames_option="--window",
     )
     views = image_frames(views, args.image_frames, loaded.config.tubelet)
     cfg = ExtractConfig(
@@ -118,6 +128,13 @@ def _config(args: argparse.Namespace, loaded: LoadedEncoder) -> tuple[ExtractCon
 
 
 def _run(args: argparse.Namespace, device: str, main: bool) -> int:
+    if args.per_video_feature is not None and args.format != "per_video":
+        raise ConfigError(
+            f"--per-video-feature {args.per_video_feature}: what <video>.npy holds, which only --format per_video "
+            f"writes (not --format {args.format}); drop it or give --format per_video"
+        )
+    args.per_video_feature = args.per_video_feature or ExtractConfig().per_video_feature
+    claim_folder(args.out, "--out", "features", writes=("index.jsonl", "store.json", "bad_files.json"), resumes=True)
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=device)
     cfg, said = _config(args, loaded)
     if main:

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 from typing import Any
 
+from levjepa.commands._outputs import claim_folder
 from levjepa.config import ConfigError, apply_overrides
 from levjepa.distributed import launch_rank
 from levjepa.finetune import FinetuneConfig, finetune
 from levjepa.finetune.config import RESUMABLE
 from levjepa.finetune.loop import resume_config
+from levjepa.train.checkpoint import checkpoint_run
 
 __all__ = ["add_arguments", "main"]
 
@@ -77,9 +80,16 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError(f"one SOURCE to fine-tune, got {len(sources)}: {' '.join(sources)}")
     given = _given(args, sources[0] if sources else None)
     resume = args.resume is not None
+    named = isinstance(args.resume, str) and args.out is not None
+    if named and Path(args.out).resolve() != Path(args.resume).resolve():
+        raise ConfigError(
+            f"--out {args.out} and --resume {args.resume}: a resume continues the run it names, in its own folder; "
+            "drop --out (or give --out DIR --resume to continue DIR)"
+        )
     out = args.resume if isinstance(args.resume, str) else args.out
     if out is None:
         raise ConfigError("--out DIR: where the run goes (or --resume DIR to continue one)")
+    claim_folder(checkpoint_run(Path(out))[0] if resume else out, "--out", "finetune", resumes=True)
     if resume:
         base = dataclasses.replace(resume_config(out), **given)  # what the command leaves out: the run's own
     else:

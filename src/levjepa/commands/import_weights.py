@@ -25,6 +25,7 @@ import argparse
 import time
 from pathlib import Path
 
+from levjepa.commands._outputs import claim_folder
 from levjepa.formats.export import write_export
 from levjepa.formats.load import OFFICIAL_PREPROCESSING, load_encoder
 from levjepa.formats.official import Overrides, read_official
@@ -75,6 +76,7 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists():
         raise WeightsError(f"{out}: already exists; choose a new --out folder (nothing was written)")
+    claim_folder(out, "--out", "export", fresh=True, overwrite_flag=None)
     over = Overrides(heads=args.heads, attention=args.attention, norm_eps=args.norm_eps, prefix=args.prefix)
     origin = resolve(args.src, args.revision)
     official = read_official(origin.path, over, weights=args.weights, trust_pickle=args.trust_pickle)

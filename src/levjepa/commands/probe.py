@@ -40,11 +40,13 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import sys
 from pathlib import Path
 
 from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
 from levjepa.commands._images import add_image_frames_argument, image_frames
+from levjepa.commands._outputs import claim_file, claim_folder, is_json_with
 from levjepa.config import ConfigError, apply_overrides
 from levjepa.data import BadFileReport
 from levjepa.eval.config import EvalConfig, probe_names
@@ -173,6 +175,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--probes-dir", default=None, help="where the kept probes go (default: RUN/probes)")
     parser.add_argument("--save-all", action="store_true", help="keep every probe of the grid, not only the chosen")
     parser.add_argument("--no-save", action="store_true", help="keep no probe")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace the JSON result at --out and the probes kept there before"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -183,12 +188,60 @@ def main(args: argparse.Namespace) -> int:
         distributed.teardown()
 
 
+def _check_options(args: argparse.Namespace) -> None:
+    """Options that cannot both hold, or that write nothing as given: refused in one line."""
+    if args.no_save and args.save_all:
+        raise ConfigError("--no-save keeps no probe and --save-all keeps every one: choose one of the two")
+    if args.no_save and args.probes_dir:
+        raise ConfigError("--probes-dir: where kept probes go, and --no-save keeps none: drop one of the two")
+    if args.plan:
+        given = [o for o, v in (("--out", args.out), ("--probes-dir", args.probes_dir)) if v]
+        given += [o for o, v in (("--save-all", args.save_all), ("--overwrite", args.overwrite)) if v]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: --plan prints the plan and stops, writing nothing; drop them")
+    if args.overwrite and args.no_save and not args.out:
+        raise ConfigError("--overwrite replaces --out and kept probes, and there are neither: drop it")
+
+
+def _claim_outputs(args: argparse.Namespace) -> None:
+    """Every output checked before the evaluation starts (``levjepa.commands._outputs``)."""
+    if args.plan:
+        return
+    if args.out:
+        result = "a probe result (JSON)"
+        claim_file(args.out, "--out", result, is_own=is_json_with("accuracy", "results"), overwrite=args.overwrite)
+    if not args.no_save:
+        flag = "--probes-dir" if args.probes_dir else "--probes-dir (default RUN/probes)"
+        claim_folder(_probes_dir(args), flag, "probes", resumes=True)
+
+
+def _check_kept(root: Path, tasks: list[str], probes: list[str], columns: list[str], overwrite: bool) -> None:
+    """A probe kept before under the name this evaluation keeps one is replaced only with ``--overwrite``."""
+    weights = [c.removeprefix("pretrained-") for c in columns]
+    roots = [root] if len(columns) <= 1 else [root / w for w in weights]
+    held = [b / t / p for b in roots for t in tasks for p in probes if (b / t / p / "classifier.json").is_file()]
+    if held and not overwrite:
+        more = f" (and {len(held) - 1} more)" if len(held) > 1 else ""
+        raise ConfigError(
+            f"{held[0]}{more}: a probe kept by an earlier evaluation; pass --overwrite to replace it, --probes-dir "
+            "DIR to keep these elsewhere, --name NAME (index task) to keep them beside, or --no-save"
+        )
+
+
 def _main(args: argparse.Namespace) -> int:
     probes = _split_list(args.probe, probe_names(), "probe")
+    _check_options(args)
+    _claim_outputs(args)
     weights = ["ema", "online"] if args.weights == "both" else [args.weights]
     loaded: dict[str, LoadedEncoder] = {}
     for w in weights:
         enc = load_encoder(args.checkpoint, weights=w, device=args.device)  # type: ignore[arg-type]
+        if enc.weights != w:  # an export keeps one set of weights: the option does not apply to it
+            print(
+                f"note: --weights {args.weights}: {args.checkpoint} holds one set of weights ({enc.weights}), "
+                f"read as it is in place of {w}",
+                file=sys.stderr,
+            )
         loaded.setdefault(f"pretrained-{enc.weights}", enc)
     first = next(iter(loaded.values()))
     if not args.no_baseline:
@@ -235,18 +288,20 @@ def _main(args: argparse.Namespace) -> int:
     else:
         index_only = (
             *("protocol", "video_root", "labels_file", "frames", "frame_stride", "fps", "size", "slots", "name"),
-            *("train_views", "image_frames"),
+            *("train_views", "image_frames", "features"),
         )
         if any(getattr(args, k) is not None for k in index_only) or args.online or args.plan or args.allow_shared_files:
             raise ConfigError(
-                "--protocol, --slots, --name, --frames, --frame-stride, --fps, --size, --online, --plan, --video-root "
-                ", --train-views, --image-frames, --allow-shared-files and --labels-file "
+                "--protocol, --slots, --name, --frames, --frame-stride, --fps, --size, --online, --plan, --video-root"
+                ", --train-views, --image-frames, --features, --allow-shared-files and --labels-file "
                 f"apply to --task index:TRAIN,VAL[,TEST], not to --task {args.task!r} (the built-in benchmark, whose "
                 "clips are the run's)"
             )
         tasks = _split_list(args.task, TASKS, "task")
         task = synthetic_splits(synthetic_config_for(first.run_config, args.synthetic), args.budget)
         title = SYNTHETIC_TITLE
+    if not args.no_save and not args.plan:
+        _check_kept(_probes_dir(args), tasks, probes, kept_columns(loaded), args.overwrite)
     evaluation = EvalConfig(
         tasks=tuple(tasks),
         probes=tuple(probes),

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
+from levjepa.commands._outputs import claim_file, is_json_with
+from levjepa.config import ConfigError
 from levjepa.eval.protocols import PROTOCOLS
 from levjepa.eval.select import select
 
@@ -49,9 +51,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cache", default=None, help="feature cache (built-in task) or feature-store folder (index task)"
     )
     parser.add_argument("--out", default=None, help="write the JSON result here")
+    parser.add_argument("--overwrite", action="store_true", help="replace the JSON result of an earlier run at --out")
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.out:
+        what = "a selection result (JSON)"
+        claim_file(args.out, "--out", what, is_own=is_json_with("rows"), overwrite=args.overwrite)
+    elif args.overwrite:
+        raise ConfigError("--overwrite: with --out only (it replaces the file --out names)")
     info, device = setup_device(args.device)
     try:
         result = select(

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from levjepa.commands._device import add_device_argument, local_device
+from levjepa.commands._outputs import claim_file, is_safetensors
 from levjepa.config import ConfigError, check_range
 from levjepa.data.eval_clip import ViewSpec, load_eval_clip, load_eval_video
 from levjepa.data.sources import media_kind
@@ -75,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_device_argument(parser)
     parser.add_argument("--out", type=Path, default=None, help="write CLS readouts + latencies (safetensors)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier stream's safetensors at --out")
     parser.add_argument(
         "--backend",
         choices=("torch", "onnx"),
@@ -93,6 +95,10 @@ def main(args: argparse.Namespace) -> int:
         check_range("--frame-stride", args.frame_stride, 1, 1000)
     if args.max_frames is not None:
         check_range("--max-frames", args.max_frames, 1, 10**7)
+    if args.out is not None:
+        claim_file(args.out, "--out", "a stream's safetensors", is_own=is_safetensors, overwrite=args.overwrite)
+    elif args.overwrite:
+        raise ConfigError("--overwrite: with --out only (it replaces the file --out names)")
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
     patch = loaded.encoder.cfg.patch_size
     if args.backend == "onnx":
@@ -156,6 +162,7 @@ def _frames(args: argparse.Namespace, patch: int, tau: int) -> VideoFrames:
     if media_kind(args.video) == "image":
         repeats = args.max_frames or PROTOCOLS["in1k"].views(tau, ViewSpec()).frames
         clip = load_eval_clip(args.video, num_frames=repeats, size=args.size, patch=patch, kind="image")
+        _say_whole_tubelets(args.video, repeats, tau)
         return VideoFrames(frames=clip, fps=1.0, timestamps=torch.zeros(repeats, dtype=torch.float64), source_fps=1.0)
     video = load_eval_video(
         args.video, size=args.size, patch=patch, frame_stride=args.frame_stride, target_fps=args.fps
@@ -169,4 +176,16 @@ def _frames(args: argparse.Namespace, patch: int, tau: int) -> VideoFrames:
             file=sys.stderr,
         )
         frames = torch.cat([frames, frames[-1:].expand(tau - len(frames), -1, -1, -1)])
+    _say_whole_tubelets(args.video, len(frames), tau)
     return dataclasses.replace(video, frames=frames)
+
+
+def _say_whole_tubelets(source: str, frames: int, tau: int) -> None:
+    """Frames are pushed a tubelet at a time: frames past the last whole one are left out, and said."""
+    if frames > tau and frames % tau:
+        kept = frames - frames % tau
+        print(
+            f"note: {source}: {frames} frames adjusted to {kept}, whole tubelets of {tau} (the last "
+            f"{frames - kept} left out)",
+            file=sys.stderr,
+        )

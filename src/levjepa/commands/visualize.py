@@ -11,12 +11,15 @@ import json
 import sys
 
 from levjepa.commands._device import add_device_argument, local_device
+from levjepa.commands._outputs import claim_folder
 from levjepa.config import ConfigError, check_range
 from levjepa.formats.load import load_encoder
 from levjepa.formats.reading import model_views
 from levjepa.tools.visualize import load_clip, visualize
 
 __all__ = ["add_arguments", "main"]
+
+MAPS = ("visualize.png", "visualize.gif", "visualize.json")  # what levjepa.tools.visualize writes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, default=None, help="short side, then centre crop (default: the model's)")
     parser.add_argument("--scale", type=int, default=0, help="tile enlargement (default: 1, or 2 below 128 px)")
     parser.add_argument("--no-gif", action="store_true", help="only the PNG")
+    parser.add_argument("--overwrite", action="store_true", help="replace the maps of an earlier visualize at --out")
     add_device_argument(parser)
 
 
@@ -48,6 +52,7 @@ def main(args: argparse.Namespace) -> int:
     if args.size is not None:
         check_range("--size", args.size, 16, 2048, "pixels")
     check_range("--scale", args.scale, 0, 8)
+    claim_folder(args.out, "--out", "maps", writes=MAPS, overwrite=args.overwrite)
     args.device = local_device(args.device)
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
     cfg = loaded.config
@@ -62,7 +67,17 @@ def main(args: argparse.Namespace) -> int:
         target_fps=views.fps,
     )
     if frames.shape[0] % cfg.tubelet:
-        frames = frames[: frames.shape[0] - frames.shape[0] % cfg.tubelet]
+        kept = frames.shape[0] - frames.shape[0] % cfg.tubelet
+        if kept == 0:
+            raise ConfigError(
+                f"{args.source}: {frames.shape[0]} frame(s), fewer than one tubelet of {cfg.tubelet}; give a longer "
+                "clip or a smaller --frame-stride"
+            )
+        print(
+            f"note: {frames.shape[0]} frames adjusted to {kept}, a whole number of tubelets ({cfg.tubelet} frames)",
+            file=sys.stderr,
+        )
+        frames = frames[:kept]
     query = None
     if args.query:
         try:

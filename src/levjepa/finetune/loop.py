@@ -140,7 +140,7 @@ def _finetune(
     head_cfg, head = start_head(cfg.head_start, loaded, len(task.labels), cfg.start)
     out, at = checkpoint_run(out) if resume else (out, None)
     check = functools.partial(check_resume_dir, cfg=cfg, at=at)
-    with run_directory(out, info, resume=resume, overwrite=False, check=check) as path:
+    with run_directory(out, info, resume=resume, overwrite=False, check=check, flag="--out") as path:
         if info.is_main:
             print(said, file=sys.stderr)
             for pair, n in task.files.shared.items():

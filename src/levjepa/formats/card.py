@@ -26,6 +26,7 @@ from levjepa.train.config import PretrainConfig
 from levjepa.weights import read_json
 
 __all__ = [
+    "AUTO_HINT",
     "CITATION",
     "LICENSES",
     "CardFacts",
@@ -341,6 +342,11 @@ def _probe_rows(t: ProbeTable | None) -> list[str]:
     return ["", "## Frozen probes (this run)", "", caption, "", *rows]
 
 
+# what transformers says of a levjepa folder when levjepa was never imported, and what to do about it
+AUTO_HINT = (
+    "without `import levjepa` transformers says it does not recognize model type `levjepa` and that its version "
+    "may be out of date: no upgrade helps, `import levjepa` does"
+)
 _USE_CLASSIFIER = [
     "```python",
     "import levjepa",
@@ -349,8 +355,9 @@ _USE_CLASSIFIER = [
     "model.config.id2label[int(logits.argmax(-1)[0])]     # the class name",
     "```",
     "",
-    "With `transformers` installed, `AutoModelForVideoClassification.from_pretrained(PATH)` loads it too (no",
-    "remote code), and `pipeline('video-classification', model=PATH)(VIDEO_FILE)` gives its top labels (the",
+    "With `transformers` installed, `import levjepa` (before or after transformers) registers the `levjepa` model",
+    "type, and `AutoModelForVideoClassification.from_pretrained(PATH)` loads it too (no remote code;",
+    f"{AUTO_HINT}), and `pipeline('video-classification', model=PATH)(VIDEO_FILE)` gives its top labels (the",
     "frames sampled as the model was scored: `video_preprocessor_config.json`); `levjepa classify PATH VIDEO`",
     "reads video files with every view of the protocol it was scored with.",
 ]
@@ -363,7 +370,8 @@ _USE_ENCODER = [
     "encoder = levjepa.load('PATH')                       # the levjepa VideoEncoder itself",
     "```",
     "",
-    "With `transformers` installed, `AutoModel.from_pretrained(PATH)` loads it too (no remote code).",
+    "With `transformers` installed, `import levjepa` (before or after transformers) registers the `levjepa` model",
+    f"type, and `AutoModel.from_pretrained(PATH)` loads it too (no remote code; {AUTO_HINT}).",
 ]
 
 

@@ -404,8 +404,8 @@ def read_deploy(export_dir: str | Path) -> dict[str, Any]:
     record = data.get("deploy")
     if not isinstance(record, dict):
         raise WeightsError(
-            f"{export_dir}: no deployment graphs here (config.json has no 'deploy'); write them with "
-            f"`levjepa export RUN --out {export_dir} --format onnx`"
+            f"{export_dir}: no deployment graphs here (config.json has no 'deploy'); write them into a new folder "
+            f"with `levjepa export {export_dir} --out EXPORT_DIR --format onnx` and stream EXPORT_DIR"
         )
     return record
 
@@ -443,7 +443,7 @@ class OnnxStream:
         if tuple(frames.shape) != self.frames_shape:
             raise WeightsError(
                 f"frames of shape {tuple(frames.shape)}: this export streams {self.frames_shape} "
-                f"([1, C, τ, H, W], fixed at export: --size / export --height --width)"
+                f"([1, C, τ, H, W], fixed at export: levjepa export --size)"
             )
         feeds = {
             "frames": np.ascontiguousarray(frames, dtype=self.dtype),

@@ -49,11 +49,19 @@ def model_views(
     fps: float | None = None,
     segments: int = 1,
     crops: int = 1,
+    frames_option: str = "--frames",
 ) -> tuple[ViewSpec, str]:
     """The views to cut for ``loaded`` (what ``levjepa.formats.load.load_encoder`` or ``levjepa.load`` returns):
     its preprocessing, each value given overriding it (module doc), and the line that says so, e.g.
-    ``views: 16 frames at 7.5 fps, 224 px (the model's preprocessing)``."""
+    ``views: 16 frames at 7.5 fps, 224 px (the model's preprocessing)``. ``frames_option``: the option that sets
+    the frames in the command calling (``extract``'s ``--window``), named when they are refused; ``--fps`` and
+    ``--frame-stride`` together are refused, and a size that is no whole number of patches is said as adjusted."""
     pre = model_preprocessing(loaded)
+    if fps is not None and frame_stride is not None:
+        raise ConfigError(
+            f"--fps {fps:g} and --frame-stride {frame_stride} both set the sampling (a rate, or every n-th frame): "
+            "give one of the two"
+        )
     given = [name for name, v in (("size", size), ("frames", frames), ("frame stride", frame_stride),
                                   ("fps", fps)) if v is not None]  # fmt: skip
     if fps is None and frame_stride is None:  # the model's sampling: its rate when it records one
@@ -72,7 +80,12 @@ def model_views(
     if views.frames % tau:
         raise ConfigError(
             f"{views.frames} frames: the encoder's tubelet is {tau} frames, so a clip holds a multiple of {tau} "
-            f"(--frames {max(tau, views.frames // tau * tau)})"
+            f"({frames_option} {max(tau, views.frames // tau * tau)})"
         )
     origin = "the model's preprocessing" if not given else f"{', '.join(given)} as given, the rest the model's"
-    return views, f"views: {views.describe()} ({origin})"
+    patch = loaded.config.patch_size if isinstance(loaded, LoadedEncoder) else loaded.cfg.patch_size
+    adjusted = ""
+    if views.size % patch:  # the centred square is cut to whole patches (levjepa.data.eval_clip.resize_square)
+        side = max(patch, views.size // patch * patch)
+        adjusted = f"; frames cut to {side} px, {views.size} adjusted to a whole number of {patch}-px patches"
+    return views, f"views: {views.describe()} ({origin}){adjusted}"

@@ -90,7 +90,9 @@ def default_run_dir(preset: str) -> Path:
     return Path("runs") / f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def prepare_run_dir(path: str | Path, *, resume: bool, overwrite: bool) -> Path:
+def prepare_run_dir(path: str | Path, *, resume: bool, overwrite: bool, flag: str = "--run-dir") -> Path:
+    """Open ``path`` as the module doc says; ``flag``: the option the command names the directory with (pretrain's
+    ``--run-dir``, finetune's ``--out``, which has no ``--overwrite``), so the refusal names only its options."""
     path = Path(path)
     if resume and overwrite:
         raise RunDirError("choose one of --resume and --overwrite, not both")
@@ -100,9 +102,10 @@ def prepare_run_dir(path: str | Path, *, resume: bool, overwrite: bool) -> Path:
         return path
     if path.exists() and any(path.iterdir()):
         if not overwrite:
+            delete = "--overwrite to delete it and start again, " if flag == "--run-dir" else ""
             raise RunDirError(
-                f"{path} already exists and is not empty: pass --resume to continue that run, "
-                "--overwrite to delete it and start again, or choose another --run-dir"
+                f"{path} already exists and is not empty: pass --resume to continue that run, {delete}"
+                f"or choose another {flag}"
             )
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -228,7 +231,13 @@ def _remove_failed_start(path: Path, created: str) -> None:
 
 
 def _open(
-    path: Path, info: distributed.DistInfo, *, resume: bool, overwrite: bool, check: ResumeCheck | None
+    path: Path,
+    info: distributed.DistInfo,
+    *,
+    resume: bool,
+    overwrite: bool,
+    check: ResumeCheck | None,
+    flag: str = "--run-dir",
 ) -> tuple[Path, str, RunLock]:
     """The run directory every rank writes to (the main rank's choice), prepared, what this call did to it:
     "created" (it did not exist), "emptied" (it existed: empty, or --overwrite deleted what it held) or "" (a
@@ -243,7 +252,7 @@ def _open(
             existed = path.exists()
             if overwrite and (path / LOCK).is_file():
                 RunLock(path).acquire().release()  # never delete a directory a live run is writing
-            prepare_run_dir(path, resume=resume, overwrite=overwrite)
+            prepare_run_dir(path, resume=resume, overwrite=overwrite, flag=flag)
             if resume and check is not None:  # a refused resume leaves the directory as it was, its lock file too
                 check(path)
             if not resume:
@@ -299,12 +308,13 @@ def run_directory(
     resume: bool,
     overwrite: bool,
     check: ResumeCheck | None = None,
+    flag: str = "--run-dir",
 ) -> Iterator[Path]:
     """The run directory ``path`` for the body of the ``with``, opened as ``resume`` / ``overwrite`` say and
     locked; ``check(path)`` refuses a resume that would change the run (before anything is written). If the
     body raises before the run wrote a metrics line or a checkpoint, a directory this call created (or emptied)
     is removed (or left empty). Both training loops open their directory here."""
-    path, created, lock = _open(Path(path), info, resume=resume, overwrite=overwrite, check=check)
+    path, created, lock = _open(Path(path), info, resume=resume, overwrite=overwrite, check=check, flag=flag)
     try:
         yield path
     except BaseException:

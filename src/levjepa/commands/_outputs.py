@@ -1,0 +1,218 @@
+"""The one write policy of every command: nothing a user owns is replaced without being asked.
+
+Every output a command writes — a folder (``export --out``, ``extract --out``, ``pretrain --run-dir``, ...) or a
+file (``probe --out``, ``stream --out``, ...) — is claimed here before the work starts, by :func:`claim_folder`
+or :func:`claim_file`, which refuse in one line (``OutputError``, exit 2) naming the output and, when there
+is one, the flag that allows it:
+
+* a **folder of another kind** — a pretraining run, a fine-tuning run, an export or a classifier, a feature set,
+  shards, prepared files, a folder of kept probes (:func:`folder_kind`: told by the files levjepa writes
+  there) — is never written into by a command whose output it is not, with or without ``--overwrite``
+  (``levjepa export RUN --out RUN`` would replace the run's ``config.json``);
+* a folder of the command's **own kind** is resumed where the command resumes (``extract``, ``data prepare``)
+  and otherwise replaced only with ``--overwrite``; a folder of no kind is written into only where none of the
+  files the command writes is there already (``README.md`` of a project folder is not an export's card);
+* a **file** that exists is replaced only when it is the command's own kind of file (``is_own``: a probe's JSON
+  result, a stream's safetensors, a classify CSV) and ``--overwrite`` is given; a file of another kind — a
+  video where ``stream --out`` would write safetensors, an index file where ``classify --out`` would write
+  predictions — never is, and neither is a file inside a run, an export or a fine-tuning folder;
+* every output must be **writable**: the nearest folder that exists on its path is a folder and a file can be
+  made in it (a path under a file, a read-only file system, a folder without permission: refused at once, not
+  after an hour of evaluation).
+
+``tests/test_outputs.py`` walks every command's outputs through this table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from levjepa.weights import CHECKPOINTS, CONFIG, METRICS
+
+__all__ = [
+    "KINDS",
+    "OutputError",
+    "claim_file",
+    "claim_folder",
+    "folder_kind",
+    "is_json_with",
+    "is_safetensors",
+]
+
+# a folder kind -> how a message names it
+KINDS: dict[str, str] = {
+    "run": "a pretraining run",
+    "finetune": "a fine-tuning run",
+    "export": "a levjepa export",
+    "classifier": "a kept probe or classifier",
+    "probes": "a folder of kept probes",
+    "features": "a feature set (levjepa extract / probe --features)",
+    "shards": "a folder of shards (levjepa data pack)",
+    "prepared": "a folder of prepared files (levjepa data prepare)",
+    "maps": "levjepa visualize's maps",
+}
+# the kinds whose files no other command's file output may replace
+_OWNED = ("run", "finetune", "export", "classifier")
+
+
+class OutputError(FileExistsError):
+    """An output that would replace what the user owns, or that cannot be written: one line, exit 2."""
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    try:
+        if path.stat().st_size > 64 << 20:
+            return None
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def folder_kind(path: str | os.PathLike[str]) -> str | None:
+    """What levjepa wrote ``path`` as (a key of :data:`KINDS`), told by its files; ``None`` for a folder of no
+    kind (or one that does not exist)."""
+    p = Path(path)
+    if not p.is_dir():
+        return None
+    if (p / CONFIG).is_file():
+        config = _json(p / CONFIG) or {}
+        if config.get("model_type") == "levjepa" or "exported_at" in config:
+            return "export"
+        if "source" in config and "task" in config:
+            return "finetune"
+        if {"model", "data", "train"} & set(config) or (p / CHECKPOINTS).is_dir() or (p / METRICS).is_file():
+            return "run"
+    if (p / CHECKPOINTS).is_dir() and (p / METRICS).is_file():
+        return "run"
+    if (p / "classifier.json").is_file():
+        return "classifier"
+    if (p / "store.json").is_file() or (p / "extract.json").is_file():
+        return "features"
+    if (p / "shards.json").is_file():
+        return "shards"
+    if (p / "prepare_report.json").is_file():
+        return "prepared"
+    if (p / "visualize.json").is_file():
+        return "maps"
+    if any(p.glob("*/*/classifier.json")) or any(p.glob("*/*/*/classifier.json")):
+        return "probes"
+    return None
+
+
+def _check_writable(path: Path, flag: str, *, is_file: bool = False) -> None:
+    """The nearest existing folder on ``path``'s way (a file's: from its parent) is a folder where a file can be
+    made (module doc)."""
+    base = path.parent if is_file else path
+    while not base.exists():
+        if base.parent == base:
+            break
+        base = base.parent
+    if base.exists() and not base.is_dir():
+        raise OutputError(f"{flag} {path}: {base} is a file, not a folder; choose another {flag}")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".levjepa-write-check-", dir=base)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        reason = (err.strerror or str(err)).lower()
+        raise OutputError(f"{flag} {path}: cannot write in {base} ({reason}); choose another {flag}") from None
+
+
+def claim_folder(
+    path: str | os.PathLike[str],
+    flag: str,
+    kind: str,
+    *,
+    writes: Iterable[str] = (),
+    overwrite: bool = False,
+    overwrite_flag: str | None = "--overwrite",
+    resumes: bool = False,
+    fresh: bool = False,
+) -> Path:
+    """Claim the output folder ``path`` (given as ``flag``) for a command whose output is of ``kind`` (module
+    doc). ``writes``: the names the command writes there (a folder of no kind holding one of them is refused);
+    ``overwrite``: the command was asked to replace its own output (``overwrite_flag`` asks it; ``None``: the
+    command cannot); ``resumes``: the command continues an output of its kind (checked by the command itself);
+    ``fresh``: the folder must be new or empty (``levjepa import``). Nothing is created here."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise OutputError(f"{flag} {p}: exists and is not a folder; choose another {flag}")
+    found = folder_kind(p)
+    allow = f"pass {overwrite_flag} to replace it, or " if overwrite_flag else ""
+    if found is not None and found != kind:
+        raise OutputError(
+            f"{flag} {p}: this is {KINDS[found]}, not {KINDS[kind]}, and is never written into; choose another {flag}"
+        )
+    if fresh and p.is_dir() and any(p.iterdir()):
+        raise OutputError(f"{flag} {p}: already exists and is not empty; {allow}choose a new {flag} folder")
+    if found == kind and not (overwrite or resumes or fresh):
+        raise OutputError(f"{flag} {p}: holds {KINDS[kind]} already; {allow}choose another {flag}")
+    if found is None and p.is_dir():
+        clash = sorted(n for n in set(writes) if (p / n).exists())
+        if clash:
+            raise OutputError(
+                f"{flag} {p}: holds {', '.join(clash)}, which is not {KINDS[kind]}'s and is never replaced; choose a "
+                f"new or empty {flag} folder"
+            )
+    _check_writable(p, flag)
+    return p
+
+
+def is_safetensors(path: Path) -> bool:
+    """A safetensors file: an 8-byte little-endian header length, then that many bytes of a JSON object."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(9)
+        size = path.stat().st_size
+    except OSError:
+        return False
+    if len(head) < 9:
+        return False
+    n = int.from_bytes(head[:8], "little")
+    return head[8:9] == b"{" and 8 + n <= size
+
+
+def is_json_with(*keys: str) -> Callable[[Path], bool]:
+    """A JSON object holding every one of ``keys``: the kind of file a command's JSON output is."""
+
+    def check(path: Path) -> bool:
+        data = _json(path)
+        return data is not None and all(k in data for k in keys)
+
+    return check
+
+
+def claim_file(
+    path: str | os.PathLike[str],
+    flag: str,
+    what: str,
+    *,
+    is_own: Callable[[Path], bool],
+    overwrite: bool = False,
+    overwrite_flag: str = "--overwrite",
+) -> Path:
+    """Claim the output file ``path`` (given as ``flag``) for a command that writes ``what`` there (module doc):
+    a new file, or — with ``overwrite`` — one ``is_own`` recognises as the command's own kind of file."""
+    p = Path(path)
+    if p.is_dir():
+        raise OutputError(f"{flag} {p}: is a folder; give a file name")
+    if p.exists():
+        inside = folder_kind(p.parent)
+        if inside in _OWNED:
+            raise OutputError(
+                f"{flag} {p}: a file of {KINDS[inside]} ({p.parent}), never replaced; choose another {flag}"
+            )
+        if not is_own(p):
+            raise OutputError(f"{flag} {p}: exists and is not {what}, so it is never replaced; choose another {flag}")
+        if not overwrite:
+            raise OutputError(
+                f"{flag} {p}: exists ({what}); pass {overwrite_flag} to replace it, or choose another {flag}"
+            )
+    _check_writable(p, flag, is_file=True)
+    return p
