@@ -454,9 +454,16 @@ class OnnxStream:
     features; ``cls`` holds the CLS over the window after the last push, and for a streaming classifier
     (``graph="stream_classifier"``, ``levjepa.formats.deploy_classifier``) ``logits`` its class scores
     (numpy arrays throughout). The state the graph carries (every input named ``cache_*``, returned as
-    ``new_cache_*``) starts at zeros and is fed back after each push."""
+    ``new_cache_*``) starts at zeros and is fed back after each push. ``options``: onnxruntime's
+    ``SessionOptions`` (threads, spinning)."""
 
-    def __init__(self, export_dir: str | Path, providers: list[str] | None = None, graph: str = "stream_step") -> None:
+    def __init__(
+        self,
+        export_dir: str | Path,
+        providers: list[str] | None = None,
+        graph: str = "stream_step",
+        options: Any = None,
+    ) -> None:
         try:
             import onnxruntime as ort
         except ImportError as err:
@@ -467,7 +474,7 @@ class OnnxStream:
         if graph not in record["files"]:
             raise WeightsError(f"{export_dir}: no {graph} graph here (a classifier's export writes one)")
         path = Path(export_dir) / record["files"][graph]
-        self.session = ort.InferenceSession(str(path), providers=providers or ["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(str(path), options, providers=providers or ["CPUExecutionProvider"])
         self.contract = record[graph]
         self.frames_shape = tuple(self.contract["inputs"]["frames"])
         self.state_shapes = {k: tuple(v) for k, v in self.contract["inputs"].items() if k.startswith("cache_")}
