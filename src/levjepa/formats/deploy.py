@@ -293,7 +293,7 @@ def write_graph(
     *,
     inputs: list[str],
     outputs: list[str],
-    dims: Mapping[str, Any] | None,
+    dims: dict[str, Any] | None,
     dc: DeployConfig,
     external: bool,
     metadata: Mapping[str, str],

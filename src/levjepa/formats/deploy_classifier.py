@@ -244,6 +244,6 @@ class OnnxClassifier:
         from levjepa.data.views import normalize
 
         x = normalize(views) if views.dtype == torch.uint8 else views.float()
-        x = x.view(-1, segments, crops, *x.shape[1:]).numpy().astype(self.dtype)
-        _, probs = self.session.run(None, {"pixel_values": x})
+        pixels = x.view(-1, segments, crops, *x.shape[1:]).numpy().astype(self.dtype)
+        _, probs = self.session.run(None, {"pixel_values": pixels})
         return torch.from_numpy(probs).float()

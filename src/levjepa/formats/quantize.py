@@ -39,6 +39,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from levjepa.rng import make_generator
 from levjepa.weights import WeightsError
 
 __all__ = [
@@ -98,7 +99,7 @@ def calibration_clips(
     from levjepa.data.views import normalize
 
     items = list_media(source)
-    order = torch.randperm(len(items), generator=torch.Generator().manual_seed(seed)).tolist()
+    order = torch.randperm(len(items), generator=make_generator(seed, "calibration clips")).tolist()
     clips: list[Tensor] = []
     for i in order:
         if len(clips) == count:
