@@ -1,14 +1,19 @@
-"""Deployment graphs, measured side by side in one run: PyTorch eager vs ONNX fp32 vs ONNX int8 (onnxruntime,
-CPU), for ViT-Tiny at 224² and the demo encoder (``vit-demo``, 2-frame tubelets, 32² frames).
+"""Deployment graphs, measured side by side in one run: can the stream keep up with the camera? PyTorch eager vs
+ONNX fp32 vs ONNX int8 (dynamic, and static calibrated on clips) — onnxruntime on the CPU — for ViT-Tiny at 224²
+and the demo encoder (``vit-demo``, 2-frame tubelets, 32² frames; the trained run's with ``--run``), against
+re-encoding the whole window for every new tubelet (what a stream without a KV cache does).
 
-    python bench/deploy.py --out DIR                    # latency, throughput, file sizes (bench/deploy.md)
-    python bench/deploy.py --out DIR --run RUN          # + the demo run's probes from int8 features
-    python bench/deploy.py --out DIR --smoke            # a tiny encoder, a few repeats: does it run
+    python bench/deploy.py --out DIR --run RUN           # bench/deploy.md, "Real time"
+    python bench/deploy.py --out DIR --smoke             # a tiny encoder, a few repeats: does it run
 
-Per-frame latency: the streaming step (one tubelet in, the window's KV cache updated), median over the
-pushes of a stream of ``--frames`` frames after a warm-up window. Throughput: clips/s of the clip encoder
-on a batch of ``--batch`` clips of ``--clip-frames`` frames. Every number of one table comes from one process,
-the three backends interleaved round by round, so the machine's load hits them alike.
+Per-step latency: one streaming step (one tubelet of τ frames in, the window's KV cache updated, CLS over the
+window out), median over the steps of a stream of ``--frames`` frames once the window is full; re-encoding:
+the clip encoder on the last ``window`` frames at each step. A step must finish within τ frame intervals at
+the model's rate (``--fps``, 7.5: 133 ms a frame) for the stream to keep up: the table gives each step as a
+fraction of that budget. Throughput: clips/s of the clip encoder on ``--batch`` clips of ``--clip-frames``
+frames. Every number of one table comes from one process, the backends interleaved step by step, so the
+machine's load hits them alike; onnxruntime's threads sleep between runs instead of spinning
+(``deploy_int8.session_options``), or each session would run beside the previous one's spinning threads.
 """
 
 from __future__ import annotations
@@ -20,10 +25,13 @@ import sys
 import time
 from pathlib import Path
 
+import onnxruntime as ort
 import torch
 
+from deploy_int8 import session_options
 from levjepa.formats.deploy import CLIP_ONNX, STREAM_ONNX, DeployConfig, OnnxStream, export_onnx
 from levjepa.formats.load import load_encoder
+from levjepa.formats.quantize import Int8Config, calibration_clips
 from levjepa.infer.stream import StreamingEncoder
 from levjepa.model import VideoEncoder, encoder_config
 from levjepa.weights import CONFIG, write_json
@@ -33,6 +41,7 @@ MODELS = {  # name -> (encoder config, frame size, window)
     "demo encoder 32²": (encoder_config("vit-demo", tubelet=2), 32, 16),
     "smoke": (encoder_config("vit-test"), 16, 4),
 }
+QUANT = {"onnx fp32": None, "onnx int8 dynamic": Int8Config("dynamic")}  # + "onnx int8 static" with clips
 
 
 def _median_ms(fn, repeats: int) -> float:
@@ -44,120 +53,104 @@ def _median_ms(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def measure(name: str, out: Path, frames: int, batch: int, clip_frames: int, rounds: int) -> dict:
-    import onnxruntime as ort
-
+def measure(
+    name: str, out: Path, args: argparse.Namespace, run: Path | None = None, calibrate: str | None = None
+) -> dict:
     cfg, size, window = MODELS[name]
     torch.manual_seed(0)
     enc = VideoEncoder(cfg).eval().requires_grad_(False)
-    dirs = {q: out / f"{name.split()[0]}-{q}" for q in ("none", "int8")}
-    t_export = {}
-    for q, d in dirs.items():
+    if run is not None:  # the trained encoder
+        enc = load_encoder(run).encoder.eval().requires_grad_(False)
+        cfg = enc.cfg
+    quant = dict(QUANT)
+    clips = None
+    if calibrate:
+        clips = calibration_clips(calibrate, args.clips, frames=window, size=size, patch=cfg.patch_size)
+        quant["onnx int8 static"] = Int8Config("static", calibrate, args.clips)
+    dirs, t_export = {}, {}
+    for key, int8 in quant.items():
+        d = out / f"{name.split()[0]}-{key.replace(' ', '-')}"
         d.mkdir(parents=True, exist_ok=True)
+        dc = DeployConfig(window, size, size, "fp32", "none" if int8 is None else "int8", 18, int8 or Int8Config())
         t0 = time.perf_counter()
-        record = export_onnx(enc, d, DeployConfig(window=window, height=size, width=size, quantize=q))
-        t_export[q] = time.perf_counter() - t0
+        record = export_onnx(enc, d, dc, calibration=clips if int8 is not None and int8.method == "static" else None)
+        t_export[key] = time.perf_counter() - t0
         write_json(d / CONFIG, {"deploy": record})  # what OnnxStream reads
+        dirs[key] = d
+        print(f"{name}: exported {key} in {t_export[key]:.0f} s", file=sys.stderr, flush=True)
     tau = cfg.tubelet
-    video = torch.randn(1, 3, frames, size, size)
-    clips = torch.randn(batch, 3, clip_frames, size, size)
-    sessions = {q: ort.InferenceSession(str(d / CLIP_ONNX)) for q, d in dirs.items()}
-    streams = {q: OnnxStream(d) for q, d in dirs.items()}
+    gen = torch.Generator().manual_seed(1)
+    video = torch.randn(1, 3, args.frames, size, size, generator=gen)
+    batch = torch.randn(args.batch, 3, args.clip_frames, size, size, generator=gen)
+    opts = session_options(args.threads)
+    sessions = {k: ort.InferenceSession(str(d / CLIP_ONNX), opts) for k, d in dirs.items()}
+    streams = {k: OnnxStream(d, options=session_options(args.threads)) for k, d in dirs.items()}
     ref = StreamingEncoder(enc, window=window)
-    lat: dict[str, list[float]] = {"pytorch": [], "onnx fp32": [], "onnx int8": []}
-    thr: dict[str, list[float]] = {k: [] for k in lat}
-    for _ in range(rounds):  # interleaved: each round times every backend once
+    keys = ["pytorch", *streams, "re-encode window: pytorch", "re-encode window: onnx fp32"]
+    lat: dict[str, list[float]] = {k: [] for k in keys}
+    thr: dict[str, list[float]] = {k: [] for k in ["pytorch", *streams]}
+    for _ in range(args.rounds):  # interleaved: each step times every backend once
         ref.reset()
-        for s in streams.values():
-            s.reset()
-        per = {k: [] for k in lat}
-        for i in range(0, frames, tau):
+        for st in streams.values():
+            st.reset()
+        per: dict[str, list[float]] = {k: [] for k in keys}
+        for i in range(0, args.frames - tau + 1, tau):
             f = video[:, :, i : i + tau]
             t0 = time.perf_counter()
             with torch.no_grad():
                 ref.push(f)
                 ref.cls()
             per["pytorch"].append(time.perf_counter() - t0)
-            for q, key in (("none", "onnx fp32"), ("int8", "onnx int8")):
+            for k, st in streams.items():
                 t0 = time.perf_counter()
-                streams[q].push(f.numpy())
-                per[key].append(time.perf_counter() - t0)
-        warm = window // tau  # the cache is full from here on: the steady-state cost
-        for k in lat:
+                st.push(f.numpy())
+                per[k].append(time.perf_counter() - t0)
+            clip = video[:, :, max(0, i + tau - window) : i + tau]  # the window as it stands: re-encoded whole
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                enc.forward_features(clip)
+            per["re-encode window: pytorch"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            sessions["onnx fp32"].run(None, {"pixel_values": clip.numpy()})
+            per["re-encode window: onnx fp32"].append(time.perf_counter() - t0)
+        warm = window // tau  # the cache (and the re-encoded window) is full from here on: the steady state
+        for k in keys:
             lat[k].append(1e3 * statistics.median(per[k][warm:] or per[k]))
         with torch.no_grad():
-            thr["pytorch"].append(batch / (_median_ms(lambda: enc.forward_features(clips), 1) / 1e3))
-        x = clips.numpy()
-        for q, key in (("none", "onnx fp32"), ("int8", "onnx int8")):
-            ms = _median_ms(lambda q=q, x=x: sessions[q].run(None, {"pixel_values": x}), 1)
-            thr[key].append(batch / (ms / 1e3))
-    sizes = {
-        "pytorch": sum(p.numel() * 4 for p in enc.parameters()),
-        "onnx fp32": sum(f.stat().st_size for f in dirs["none"].iterdir() if f.name.startswith(STREAM_ONNX[:-5])),
-        "onnx int8": sum(f.stat().st_size for f in dirs["int8"].iterdir() if f.name.startswith(STREAM_ONNX[:-5])),
-    }
+            thr["pytorch"].append(args.batch / (_median_ms(lambda: enc.forward_features(batch), 1) / 1e3))
+        x = batch.numpy()
+        for k, sess in sessions.items():
+            ms = _median_ms(lambda sess=sess, x=x: sess.run(None, {"pixel_values": x}), 1)
+            thr[k].append(args.batch / (ms / 1e3))
+    sizes = {"pytorch": sum(p.numel() * 4 for p in enc.parameters())}
+    sizes.update({k: sum(f.stat().st_size for f in d.glob(STREAM_ONNX + "*")) for k, d in dirs.items()})
     return {
-        "model": name,
+        "model": name + (" (trained)" if run is not None else ""),
         "window": window,
         "frame": size,
-        "latency_ms": {k: statistics.median(v) for k, v in lat.items()},
+        "tubelet": tau,
+        "budget_ms": 1e3 * tau / args.fps,
+        "step_ms": {k: statistics.median(v) for k, v in lat.items()},
         "clips_per_s": {k: statistics.median(v) for k, v in thr.items()},
         "bytes": sizes,
         "export_s": t_export,
     }
 
 
-def probe_delta(run: Path, out: Path) -> dict:
-    """The demo run's probes from the fp32 encoder vs from its int8 ONNX clip encoder (same protocol)."""
-    import onnxruntime as ort
-
-    from levjepa.eval import EvalConfig, evaluate_benchmark
-    from levjepa.formats.load import read_run_config
-    from levjepa.model import EncoderOutput
-
-    loaded = load_encoder(run)
-    cfg = read_run_config(run)
-    d = out / "run-int8"
-    d.mkdir(parents=True, exist_ok=True)
-    syn = cfg.data.synthetic
-    export_onnx(
-        loaded.encoder, d, DeployConfig(window=syn.num_frames, height=syn.size, width=syn.size, quantize="int8")
-    )
-    session = ort.InferenceSession(str(d / CLIP_ONNX))
-
-    class OnnxEncoder(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.cfg = loaded.encoder.cfg
-            self.anchor = torch.nn.Parameter(torch.zeros(1), requires_grad=False)  # device / dtype for callers
-
-        def forward_features(self, video: torch.Tensor, **_: object) -> EncoderOutput:
-            cls, patches = session.run(None, {"pixel_values": video.float().cpu().numpy()})
-            n = patches.shape[1]
-            return EncoderOutput(
-                torch.from_numpy(cls), torch.from_numpy(patches), torch.zeros(1, n, 3, dtype=torch.long)
-            )
-
-        def forward(self, video: torch.Tensor) -> torch.Tensor:
-            return self.forward_features(video).cls
-
-    result = evaluate_benchmark(
-        {"pytorch fp32": loaded.encoder, "onnx int8": OnnxEncoder()}, syn, EvalConfig(budget="demo", seed=0)
-    )
-    print(result.table())
-    return result.to_json()
-
-
 def table(rows: list[dict]) -> str:
     lines = [
-        "| encoder | backend | per-frame latency (ms) | clips/s | stream step file (MB) |",
-        "| --- | --- | ---: | ---: | ---: |",
+        "| encoder | backend | step (ms) | × ONNX fp32 | of the real-time budget | clips/s | stream step file (MB) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
-        for k in r["latency_ms"]:
+        base = r["step_ms"]["onnx fp32"]
+        where = f"{r['model']}, τ = {r['tubelet']}, window {r['window']} (budget {r['budget_ms']:.0f} ms a step)"
+        for k, ms in r["step_ms"].items():
+            thr = r["clips_per_s"].get(k)
+            size = r["bytes"].get(k)
             lines.append(
-                f"| {r['model']} (window {r['window']}) | {k} | {r['latency_ms'][k]:.2f} | "
-                f"{r['clips_per_s'][k]:.1f} | {r['bytes'][k] / 1e6:.2f} |"
+                f"| {where} | {k} | {ms:.2f} | {ms / base:.2f} | {100 * ms / r['budget_ms']:.1f} % | "
+                f"{'' if thr is None else f'{thr:.1f}'} | {'' if size is None else f'{size / 1e6:.2f}'} |"
             )
     return "\n".join(lines)
 
@@ -165,27 +158,30 @@ def table(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--run", type=Path, default=None, help="a demo-cpu run: probes from int8 features")
-    ap.add_argument("--frames", type=int, default=48)
+    ap.add_argument("--run", type=Path, default=None, help="a demo-cpu run: its trained encoder for the demo rows")
+    ap.add_argument("--calibrate", default="/work/runs/eval_tasks/appearance/train.txt", help="static int8 clips")
+    ap.add_argument("--clips", type=int, default=16, help="calibration clips")
+    ap.add_argument("--frames", type=int, default=32)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--clip-frames", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--fps", type=float, default=7.5, help="the model's frame rate: the real-time budget")
+    ap.add_argument("--models", default="vit-tiny 224²,demo encoder 32²")
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
-    names = ["smoke"] if args.smoke else ["vit-tiny 224²", "demo encoder 32²"]
+    names = ["smoke"] if args.smoke else args.models.split(",")
+    if args.smoke:
+        args.rounds, args.frames, args.clips = 1, 8, 2
     rows = []
     for name in names:
-        rows.append(
-            measure(name, args.out, args.frames, args.batch, args.clip_frames, 1 if args.smoke else args.rounds)
-        )
+        run = args.run if name.startswith("demo") else None
+        rows.append(measure(name, args.out, args, run, args.calibrate or None))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(table(rows))
-    result = {"rows": rows, "torch": torch.__version__, "threads": args.threads}
-    if args.run is not None:
-        result["probes"] = probe_delta(args.run, args.out)
+    result = {"rows": rows, "torch": torch.__version__, "onnxruntime": ort.__version__, "threads": args.threads}
     (args.out / "deploy.json").write_text(json.dumps(result, indent=2, default=float))
     return 0
 

@@ -94,6 +94,24 @@ def test_probe_is_order_invariant_over_tokens_but_not_blind_to_them():
     assert (grid(x) - grid(x2)).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("depth", [1, 3])
+def test_a_key_mask_reads_as_if_the_masked_tokens_were_absent(depth):
+    """A stream's fixed-size token buffer, partly empty, gives the logits of the tokens it holds: each row of the
+    batch masks a different number of tokens, and what they hold (large random values) must not matter."""
+    gen = torch.Generator().manual_seed(2)
+    grid = AttentiveProbeGrid(2, 16, 3, depth=depth, num_heads=2, generator=gen).double()
+    with torch.no_grad():
+        for p in grid.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    x = torch.randn(3, 9, 16, generator=gen, dtype=torch.float64)
+    kept = [9, 5, 1]
+    key_mask = torch.arange(9)[None] >= 9 - torch.tensor(kept)[:, None]  # the last n tokens of each row
+    got = grid(x + 50 * torch.randn(x.shape, generator=gen, dtype=x.dtype) * ~key_mask[..., None], key_mask)
+    for b, n in enumerate(kept):
+        torch.testing.assert_close(got[:, b], grid(x[b : b + 1, 9 - n :])[:, 0], rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(grid(x, torch.ones(3, 9, dtype=torch.bool)), grid(x), rtol=1e-12, atol=1e-12)
+
+
 def test_grid_adamw_equals_torch_adamw_per_probe():
     gen = torch.Generator().manual_seed(0)
     lrs, wds = [1e-2, 3e-3, 1e-3], [0.0, 0.1, 0.8]

@@ -10,6 +10,10 @@ their probabilities averaged (``levjepa.eval.predict``);
 labels go to stdout as a table and, with ``--out``, to a CSV (``.csv``) or JSON Lines file (any other
 name). Decoding runs in ``--workers`` processes, the model on ``--device`` (the GPU when there is one); an
 unreadable file is listed at the end, not fatal — unless no file at all could be read.
+
+``--backend onnx`` runs the classifier's export instead (``levjepa export MODEL --out DIR --format onnx``:
+``DIR/classifier.onnx``, encoder and head in one graph, ``levjepa.formats.deploy_classifier``) with
+onnxruntime on the CPU: the same views, the same probabilities (``tests/test_deploy_classifier.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from levjepa.data import BadFileReport, DataError
 from levjepa.data.badfiles import bad_file_line
 from levjepa.eval.compact import TokenCodec
 from levjepa.eval.predict import Prediction, accuracy, classifier_items, predict
-from levjepa.formats.classifier import load_classifier
+from levjepa.formats.classifier import load_classifier, read_classifier
+from levjepa.formats.deploy_classifier import OnnxClassifier
+from levjepa.model.classifier import VideoClassifier
 
 __all__ = ["add_arguments", "main"]
 
@@ -47,6 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fps", type=float, default=None, help="frames per second instead of the views' own sampling")
     add_image_frames_argument(parser, "what the probe was scored with")
     add_device_argument(parser)
+    parser.add_argument(
+        "--backend",
+        choices=("torch", "onnx"),
+        default="torch",
+        help="torch: the classifier in PyTorch (default); onnx: MODEL is an export with classifier.onnx, run by "
+        "onnxruntime (CPU)",
+    )
 
 
 def _row(q: Prediction) -> str:
@@ -94,24 +107,34 @@ def main(args: argparse.Namespace) -> int:
     elif args.overwrite:
         raise ConfigError("--overwrite: with --out only (it replaces the file --out names)")
     device = local_device(args.device)
-    clf = load_classifier(args.model, encoder=args.encoder, device=device)
-    rec = clf.record
+    model: VideoClassifier | OnnxClassifier
+    if args.backend == "onnx":
+        if args.encoder is not None:
+            raise ConfigError("--encoder: the onnx backend runs the encoder exported into classifier.onnx")
+        model = OnnxClassifier(args.model)
+        rec, tubelet, device = read_classifier(args.model), model.tubelet, "cpu"
+        described = f"{args.model}/classifier.onnx (onnxruntime, {model.record['dtype']}" + (
+            f", int8 {model.record['int8']['method']})" if model.record["quantize"] == "int8" else ")"
+        )
+    else:
+        clf = load_classifier(args.model, encoder=args.encoder, device=device)
+        model, rec, tubelet, described = clf.model, clf.record, clf.encoder.encoder.cfg.tubelet, clf.encoder.describe()
     items, unknown = classifier_items(args.videos, rec.labels)
     if not items:
         raise DataError(f"missing: no video or image in {' '.join(args.videos)}")
     bad = BadFileReport(warn=False)  # listed at the end
     views = rec.protocol if args.fps is None else dataclasses.replace(rec.protocol, fps=args.fps)
-    views = image_frames(views, args.image_frames, clf.encoder.config.tubelet)
+    views = image_frames(views, args.image_frames, tubelet)
     given = [o for o, v in (("--fps", args.fps), ("--image-frames", args.image_frames)) if v is not None]
     origin = "the classifier's own" if not given else f"{' and '.join(given)} as given"
     print(
-        f"{args.model}: {rec.head.kind} head on {clf.encoder.describe()}; {len(rec.labels)} classes; "
+        f"{args.model}: {rec.head.kind} head on {described}; {len(rec.labels)} classes; "
         f"views: {views.describe()} ({origin})",
         file=sys.stderr,
     )
     predictions = []
     for q in predict(
-        clf.model,
+        model,
         rec.labels,
         views,
         items,

@@ -20,6 +20,7 @@ from levjepa.config import ConfigError
 from levjepa.formats.card import AUTO_HINT
 from levjepa.formats.export import export_encoder
 from levjepa.formats.hub import push_to_hub
+from levjepa.formats.quantize import KEEP_FLOAT_PARTS, Int8Config
 
 __all__ = ["add_arguments", "main"]
 
@@ -53,7 +54,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="safetensors: the weights only (default); onnx / pt2: also the clip encoder and the streaming step",
     )
     deploy.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="precision of the graphs")
-    deploy.add_argument("--quantize", choices=("none", "int8"), default="none", help="int8: dynamic quantization")
+    deploy.add_argument(
+        "--quantize",
+        choices=("none", "int8"),
+        default="none",
+        help="int8: dynamic quantization, or static with --calibrate (levjepa.formats.quantize)",
+    )
+    deploy.add_argument(
+        "--calibrate",
+        metavar="DATA",
+        default=None,
+        help="with --quantize int8: static int8, activation ranges measured on clips of DATA (a folder or an index)",
+    )
+    deploy.add_argument(
+        "--calibration-clips", type=int, default=None, help="how many clips of DATA to calibrate on (default: 32)"
+    )
+    deploy.add_argument(
+        "--keep-float",
+        default=None,
+        metavar="PARTS",
+        help=f"static int8: parts left in float, comma-separated, of {', '.join(KEEP_FLOAT_PARTS)}; 'none' for "
+        f"none (default: {','.join(Int8Config().keep_float)}, bench/deploy.md)",
+    )
     deploy.add_argument("--window", type=int, default=None, help="streaming window in frames (default: clip length)")
     deploy.add_argument("--size", type=int, default=None, help="frame side in pixels (default: the clip size)")
     deploy.add_argument("--opset", type=int, default=None, help="ONNX opset (default: 18)")
@@ -63,10 +85,22 @@ def main(args: argparse.Namespace) -> int:
     graphs: Literal["none", "onnx", "pt2"] = "none" if args.format == "safetensors" else args.format
     shaping = {"--window": args.window, "--size": args.size, "--dtype": args.dtype, "--quantize": args.quantize}
     shaping["--opset"] = args.opset
+    shaping.update({"--calibrate": args.calibrate, "--calibration-clips": args.calibration_clips})
+    shaping["--keep-float"] = args.keep_float
     given = [option for option, value in shaping.items() if value not in (None, "fp32", "none")]
     if graphs == "none" and given:
         verb = "shapes" if len(given) == 1 else "shape"
         raise ConfigError(f"{', '.join(given)} {verb} the deployment graphs, which only --format onnx or pt2 writes")
+    int8 = None
+    if args.quantize == "int8":
+        static = args.calibrate is not None
+        keep = Int8Config().keep_float if args.keep_float is None else _parts(args.keep_float)
+        clips = 32 if args.calibration_clips is None else args.calibration_clips
+        int8 = Int8Config("static" if static else "dynamic", args.calibrate, clips, keep_float=keep)
+        if not static and (args.calibration_clips is not None or args.keep_float is not None):
+            raise ConfigError("--calibration-clips and --keep-float shape a static int8 graph: add --calibrate DATA")
+    elif args.calibrate is not None:
+        raise ConfigError("--calibrate: calibration clips make a static int8 graph; add --quantize int8")
     if args.private and not args.push_to_hub:
         raise ConfigError("--private: with --push-to-hub REPO_ID only (it makes the new hub repo private)")
     claim_folder(args.out, "--out", "export", writes=EXPORT_FILES, overwrite=args.overwrite)
@@ -83,6 +117,7 @@ def main(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         quantize=args.quantize,
         opset=18 if args.opset is None else args.opset,
+        int8=int8,
         say=lambda line: print(line, file=sys.stderr, flush=True),
     )
     extra = "" if graphs == "none" else f", clip_encoder.{graphs}, stream_step.{graphs}"
@@ -95,3 +130,7 @@ def main(args: argparse.Namespace) -> int:
         url = push_to_hub(args.out, args.push_to_hub, private=args.private)
         print(f"pushed {args.out} -> {args.push_to_hub} ({url})")
     return 0
+
+
+def _parts(text: str) -> tuple[str, ...]:
+    return () if text.strip() == "none" else tuple(p.strip() for p in text.split(",") if p.strip())

@@ -30,6 +30,7 @@ from levjepa.data.eval_clip import ViewSpec, load_eval_video
 from levjepa.data.sources import media_kind, read_index_labels
 from levjepa.data.workers import safe_map
 from levjepa.eval.compact import FULL, TokenCodec, grid_of
+from levjepa.formats.deploy_classifier import OnnxClassifier
 from levjepa.infer.encode import encode
 from levjepa.model.classifier import VideoClassifier
 
@@ -94,10 +95,17 @@ def _top(probs: Tensor, names: tuple[str, ...], k: int) -> tuple[list[str], list
 
 
 def _probs(
-    model: VideoClassifier, views: Tensor, device: str, segments: int, crops: int, codec: TokenCodec = FULL
+    model: VideoClassifier | OnnxClassifier,
+    views: Tensor,
+    device: str,
+    segments: int,
+    crops: int,
+    codec: TokenCodec = FULL,
 ) -> Tensor:
     """Class probabilities ``[files, classes]`` of ``views`` (the frozen forward, the tokens as ``codec`` keeps
-    them, then the head)."""
+    them, then the head; or the exported graph of both, run by onnxruntime)."""
+    if isinstance(model, OnnxClassifier):
+        return model.probabilities(views, segments, crops)
     cfg = model.head_cfg
     token_dtype = torch.float16 if cfg.token_dtype == "float16" else torch.float32
     enc = encode(model.encoder, views, device, tokens=cfg.input == "tokens", token_dtype=token_dtype, host=False)
@@ -110,7 +118,7 @@ def _probs(
 
 
 def predict(
-    model: VideoClassifier,
+    model: VideoClassifier | OnnxClassifier,
     names: tuple[str, ...],
     p: ViewSpec,
     items: list[MediaItem],
@@ -123,9 +131,10 @@ def predict(
     bad: BadFileReport | None = None,
     codec: TokenCodec = FULL,
 ) -> Iterator[Prediction]:
-    """Predictions of ``model`` (in eval mode; class names ``names``, views of protocol ``p``) for ``items``,
-    in order (see the module doc)."""
-    load = functools.partial(_file_views, items, p, model.encoder.cfg.patch_size, windows)
+    """Predictions of ``model`` (in eval mode, or the exported graph of one; class names ``names``, views of
+    protocol ``p``) for ``items``, in order (see the module doc)."""
+    patch = model.patch_size if isinstance(model, OnnxClassifier) else model.encoder.cfg.patch_size
+    load = functools.partial(_file_views, items, p, patch, windows)
     pending: list[tuple[int, Tensor]] = []
 
     def flush() -> Iterator[Prediction]:

@@ -28,10 +28,9 @@ step equals ``StreamingEncoder(window=W).push`` then ``cls()`` (``tests/test_dep
 attention only: with bidirectional attention a frame's features depend on the future.
 
 **Precision.** fp32 by default; ``dtype="fp16"`` exports the half-precision graph (for GPU runtimes; CPU
-runtimes run few ops in fp16). ``quantize="int8"`` applies onnxruntime's *dynamic* quantization to the
-exported graph: weights of every MatMul/Gemm stored as int8, activations quantized per call from their
-own range. Dynamic, not static, because it needs no calibration set and adapts to each input's range —
-ViT activations have outliers that a static range calibrated on a few clips clips or wastes precision on.
+runtimes run few ops in fp16). ``quantize="int8"`` quantizes every graph written (``levjepa.formats.quantize``):
+dynamically (int8 weights, activations quantized per call), or, with calibration clips, statically
+(``DeployConfig.int8``: activation ranges measured once on the user's clips).
 The graphs are traced with ``torch.export`` (``strict=False``) and written with ``torch.onnx.export``.
 """
 
@@ -40,14 +39,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
+from levjepa.formats.quantize import Feeds, Int8Config, quantize_graph
 from levjepa.model import VideoEncoder
 from levjepa.model.attention import TokenMeta, build_attn_mask
 from levjepa.version import __version__
@@ -66,7 +66,9 @@ __all__ = [
     "onnx_metadata",
     "OnnxStream",
     "read_deploy",
+    "stream_feeds",
     "stream_video_onnx",
+    "write_graph",
 ]
 
 CLIP_ONNX, STREAM_ONNX = "clip_encoder.onnx", "stream_step.onnx"
@@ -85,6 +87,7 @@ class DeployConfig:
     dtype: Literal["fp32", "fp16"] = "fp32"
     quantize: Literal["none", "int8"] = "none"
     opset: int = 18
+    int8: Int8Config = field(default_factory=Int8Config)  # with quantize="int8": dynamic, or static on clips
 
 
 class ClipEncoder(nn.Module):
@@ -115,7 +118,7 @@ class StreamStep(nn.Module):
             raise WeightsError(
                 f"stream step: frame size {height}x{width} is not a multiple of the patch {cfg.patch_size}"
             )
-        self.encoder = encoder
+        self.encoder, self.tubelet = encoder, cfg.tubelet
         self.height, self.width = height, width
         self.per_slot = (height // cfg.patch_size) * (width // cfg.patch_size)
         self.cached = (int(self.slots or 0) - 1) * self.per_slot  # tokens of the S−1 previous slots
@@ -123,6 +126,10 @@ class StreamStep(nn.Module):
     def cache_shape(self, batch: int) -> tuple[int, int, int, int, int]:
         c = self.encoder.cfg
         return (c.depth, batch, c.heads, self.cached, c.head_dim)
+
+    def state_shapes(self, batch: int) -> list[tuple[int, ...]]:
+        """The shapes of the state a stream carries from step to step: ``cache_k``, ``cache_v``."""
+        return [self.cache_shape(batch)] * 2
 
     def forward(
         self, frames: Tensor, slot: Tensor, cache_k: Tensor, cache_v: Tensor
@@ -199,6 +206,10 @@ def check_deploy(encoder: VideoEncoder, dc: DeployConfig) -> None:
         raise WeightsError(f"--quantize {dc.quantize}: valid choices are none, int8")
     if dc.quantize == "int8" and dc.dtype != "fp32":
         raise WeightsError("--quantize int8 quantizes the fp32 graph: drop --dtype fp16")
+    if dc.quantize == "int8":
+        dc.int8.check()
+    elif dc.int8.calibration:
+        raise WeightsError("--calibrate: calibration clips make a static int8 graph; add --quantize int8")
     if not MIN_OPSET <= dc.opset <= MAX_OPSET:
         raise WeightsError(f"--opset {dc.opset}: the exporter writes opsets {MIN_OPSET}..{MAX_OPSET}")
     if encoder.cfg.attention != "block_causal":
@@ -244,11 +255,16 @@ def export_onnx(
     *,
     preprocessing: Mapping[str, Any] | None = None,
     say: Callable[[str], None] | None = None,
+    calibration: Tensor | None = None,
 ) -> dict[str, Any]:
     """Write ``clip_encoder.onnx`` and ``stream_step.onnx`` to ``out``; returns the config's "deploy" record.
     Each graph carries its contract in ONNX ``metadata_props`` (:func:`onnx_metadata`: the preprocessing, the
     tubelet, what ``slot`` counts, the inputs and outputs), so a runtime needs no ``config.json``. ``say``
-    hears a line before and after each graph (the export takes tens of seconds)."""
+    hears a line before and after each graph (the export takes tens of seconds). ``calibration``: normalised
+    clips ``[N, C, window, H, W]`` that a static int8 export measures its activation ranges on (the stream
+    step on a stream through them)."""
+    if dc.quantize == "int8" and dc.int8.method == "static" and calibration is None:
+        raise WeightsError("static int8: give the calibration clips (--calibrate DATA)")
     check_deploy(encoder, dc)
     out = Path(out)
     enc = _cast(encoder, dc)
@@ -257,23 +273,64 @@ def export_onnx(
     external = sum(p.numel() * p.element_size() for p in enc.parameters()) > 1.5 * 2**30
     tell = say or (lambda line: None)
     record = _record(enc, step, dc, {"clip_encoder": CLIP_ONNX, "stream_step": STREAM_ONNX}, "onnx")
-    for name, graph, args, inputs, outputs, dims in (
-        (CLIP_ONNX, ClipEncoder(enc), (clip,), ["pixel_values"], ["cls", "patches"], _dims(enc)),
+    clips = None if calibration is None else calibration.to(DTYPES[dc.dtype])
+    for name, graph, args, inputs, outputs, dims, feeds in (
+        (CLIP_ONNX, ClipEncoder(enc), (clip,), ["pixel_values"], ["cls", "patches"], _dims(enc),
+         None if clips is None else lambda: ({"pixel_values": c[None].numpy()} for c in clips)),
         (STREAM_ONNX, step, step_args, ["frames", "slot", "cache_k", "cache_v"],
-         ["cls", "patches", "new_cache_k", "new_cache_v"], None),
+         ["cls", "patches", "new_cache_k", "new_cache_v"], None,
+         None if clips is None else lambda: stream_feeds(step, clips, ["frames", "slot", "cache_k", "cache_v"])),
     ):  # fmt: skip
-        tell(f"exporting {name} ({dc.dtype}{', int8' if dc.quantize == 'int8' else ''}, opset {dc.opset}) ...")
-        start = time.perf_counter()
-        with _quiet():
-            program = torch.export.export(graph, args, dynamic_shapes=dims, strict=False)
-            torch.onnx.export(program, args, str(out / name), input_names=inputs, output_names=outputs,
-                              opset_version=dc.opset, dynamo=True, external_data=external)  # fmt: skip
-        if dc.quantize == "int8":
-            _quantize(out / name)
-        _write_metadata(out / name, onnx_metadata(record, name, preprocessing))
-        size = sum(f.stat().st_size for f in out.glob(name + "*")) / 2**20
-        tell(f"wrote {out / name} ({size:.1f} MiB, {time.perf_counter() - start:.0f} s)")
+        write_graph(graph, args, out / name, inputs=inputs, outputs=outputs, dims=dims, dc=dc, external=external,
+                    metadata=onnx_metadata(record, name, preprocessing), feeds=feeds, say=tell)  # fmt: skip
     return record
+
+
+def write_graph(
+    module: nn.Module,
+    args: tuple[Tensor, ...],
+    path: Path,
+    *,
+    inputs: list[str],
+    outputs: list[str],
+    dims: dict[str, Any] | None,
+    dc: DeployConfig,
+    external: bool,
+    metadata: Mapping[str, str],
+    feeds: Feeds | None = None,
+    say: Callable[[str], None] = lambda line: None,
+) -> None:
+    """Trace ``module`` on ``args`` (``torch.export``), write it to ``path`` (``torch.onnx``), quantize it as
+    ``dc`` says (``feeds``: its calibration inputs for static int8) and write ``metadata`` into it."""
+    q = f", int8 {dc.int8.method}" if dc.quantize == "int8" else ""
+    say(f"exporting {path.name} ({dc.dtype}{q}, opset {dc.opset}) ...")
+    start = time.perf_counter()
+    with _quiet():
+        program = torch.export.export(module, args, dynamic_shapes=dims, strict=False)
+        torch.onnx.export(program, args, str(path), input_names=inputs, output_names=outputs,
+                          opset_version=dc.opset, dynamo=True, external_data=external)  # fmt: skip
+        if dc.quantize == "int8":
+            quantize_graph(path, dc.int8, feeds if dc.int8.method == "static" else None)
+    _write_metadata(path, metadata)
+    size = sum(f.stat().st_size for f in path.parent.glob(path.name + "*")) / 2**20
+    say(f"wrote {path} ({size:.1f} MiB, {time.perf_counter() - start:.0f} s)")
+
+
+def stream_feeds(step: nn.Module, clips: Tensor, inputs: list[str]) -> Iterator[dict[str, Any]]:
+    """The inputs of every step of one stream through ``clips`` [N, C, T, H, W] (one after the other, the slot
+    counting on), as the fp32 ``step`` module (a streaming graph: ``frames``, ``slot``, then its state tensors,
+    which its last outputs return updated) sees them: a static int8 graph's calibration inputs."""
+    tau = int(step.tubelet)  # type: ignore[arg-type]
+    state = [torch.zeros(s) for s in step.state_shapes(1)]  # type: ignore[operator]
+    slot = 0
+    with torch.no_grad():
+        for clip in clips:
+            for t in range(0, clip.shape[1] - tau + 1, tau):
+                frames = clip[None, :, t : t + tau]
+                args = (frames, torch.tensor([slot]), *state)
+                yield {name: a.numpy() for name, a in zip(inputs, args, strict=True)}
+                state = list(step(*args)[-len(state) :])
+                slot += 1
 
 
 def onnx_metadata(record: Mapping[str, Any], name: str, preprocessing: Mapping[str, Any] | None) -> dict[str, str]:
@@ -288,6 +345,7 @@ def onnx_metadata(record: Mapping[str, Any], name: str, preprocessing: Mapping[s
         "outputs": record[graph]["outputs"],
         "dtype": record["dtype"],
         "quantize": record["quantize"],
+        "int8": record["int8"] if record["quantize"] == "int8" else None,
         "tubelet": record["tubelet"],
         "patch_size": record["patch_size"],
         "height": record["height"],
@@ -346,25 +404,6 @@ def _cast(encoder: VideoEncoder, dc: DeployConfig) -> VideoEncoder:
     return enc.to(DTYPES[dc.dtype])
 
 
-def _quantize(path: Path) -> None:
-    """Dynamic int8 quantization in place. The graph is first folded by onnxruntime's pre-processing: the
-    exporter feeds some weights to their MatMuls through a Transpose, which the quantizer would skip."""
-    try:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-        from onnxruntime.quantization.shape_inference import quant_pre_process
-    except ImportError as err:
-        raise WeightsError("--quantize int8 needs onnxruntime (pip install 'levjepa[deploy]')") from err
-    tmp, folded = path.with_suffix(".fp32.onnx"), path.with_suffix(".folded.onnx")
-    path.rename(tmp)
-    try:
-        with _quiet():
-            quant_pre_process(str(tmp), str(folded), skip_symbolic_shape=True)
-            quantize_dynamic(str(folded), str(path), weight_type=QuantType.QInt8)
-    finally:
-        tmp.unlink(missing_ok=True)
-        folded.unlink(missing_ok=True)
-
-
 def _record(enc: VideoEncoder, step: StreamStep, dc: DeployConfig, files: dict[str, str], fmt: str) -> dict[str, Any]:
     c = enc.cfg
     lc = step.cached
@@ -411,10 +450,20 @@ def read_deploy(export_dir: str | Path) -> dict[str, Any]:
 
 
 class OnnxStream:
-    """The exported streaming step run by onnxruntime: ``push(frames [1, C, τ, H, W])`` returns the new patch
-    features, ``cls`` holds the CLS over the window after the last push (numpy arrays throughout)."""
+    """An exported streaming graph run by onnxruntime: ``push(frames [1, C, τ, H, W])`` returns the new patch
+    features; ``cls`` holds the CLS over the window after the last push, and for a streaming classifier
+    (``graph="stream_classifier"``, ``levjepa.formats.deploy_classifier``) ``logits`` its class scores
+    (numpy arrays throughout). The state the graph carries (every input named ``cache_*``, returned as
+    ``new_cache_*``) starts at zeros and is fed back after each push. ``options``: onnxruntime's
+    ``SessionOptions`` (threads, spinning)."""
 
-    def __init__(self, export_dir: str | Path, providers: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        export_dir: str | Path,
+        providers: list[str] | None = None,
+        graph: str = "stream_step",
+        options: Any = None,
+    ) -> None:
         try:
             import onnxruntime as ort
         except ImportError as err:
@@ -422,20 +471,24 @@ class OnnxStream:
         self.record = record = read_deploy(export_dir)
         if record.get("format") != "onnx":
             raise WeightsError(f"{export_dir}: its deployment graphs are {record.get('format')!r}, not onnx")
-        path = Path(export_dir) / record["files"]["stream_step"]
-        self.session = ort.InferenceSession(str(path), providers=providers or ["CPUExecutionProvider"])
-        self.frames_shape = tuple(record["stream_step"]["inputs"]["frames"])
-        self.cache_shape = tuple(record["stream_step"]["inputs"]["cache_k"])
+        if graph not in record["files"]:
+            raise WeightsError(f"{export_dir}: no {graph} graph here (a classifier's export writes one)")
+        path = Path(export_dir) / record["files"][graph]
+        self.session = ort.InferenceSession(str(path), options, providers=providers or ["CPUExecutionProvider"])
+        self.contract = record[graph]
+        self.frames_shape = tuple(self.contract["inputs"]["frames"])
+        self.state_shapes = {k: tuple(v) for k, v in self.contract["inputs"].items() if k.startswith("cache_")}
+        self.outputs = [o.name for o in self.session.get_outputs()]
         self.dtype = "float16" if record["dtype"] == "fp16" else "float32"
         self.reset()
 
     def reset(self) -> None:
         import numpy as np
 
-        self.cache_k = np.zeros(self.cache_shape, self.dtype)
-        self.cache_v = np.zeros(self.cache_shape, self.dtype)
+        self.state = {k: np.zeros(shape, self.dtype) for k, shape in self.state_shapes.items()}
         self.slot = 0
         self.cls: Any = None
+        self.logits: Any = None
 
     def push(self, frames: Any) -> Any:
         import numpy as np
@@ -445,15 +498,12 @@ class OnnxStream:
                 f"frames of shape {tuple(frames.shape)}: this export streams {self.frames_shape} "
                 f"([1, C, τ, H, W], fixed at export: levjepa export --size)"
             )
-        feeds = {
-            "frames": np.ascontiguousarray(frames, dtype=self.dtype),
-            "slot": np.array([self.slot], np.int64),
-            "cache_k": self.cache_k,
-            "cache_v": self.cache_v,
-        }
-        self.cls, patches, self.cache_k, self.cache_v = self.session.run(None, feeds)
+        feeds = {"frames": np.ascontiguousarray(frames, dtype=self.dtype), "slot": np.array([self.slot], np.int64)}
+        out = dict(zip(self.outputs, self.session.run(None, {**feeds, **self.state}), strict=True))
+        self.state = {k: out["new_" + k] for k in self.state}
+        self.cls, self.logits = out["cls"], out.get("logits")
         self.slot += 1
-        return patches
+        return out["patches"]
 
 
 def stream_video_onnx(export_dir: str | Path, frames: Tensor, *, every: int) -> dict[str, Tensor]:

@@ -54,6 +54,7 @@ from levjepa.formats.classifier import (
     write_classifier,
 )
 from levjepa.formats.deploy import DeployConfig, check_deploy, export_onnx, export_pt2
+from levjepa.formats.deploy_classifier import export_classifier_onnx
 from levjepa.formats.load import (
     HUB_FORMAT,
     OFFICIAL_SUFFIXES,
@@ -66,7 +67,9 @@ from levjepa.formats.load import (
     preprocessing_of,
     read_run_config,
 )
+from levjepa.formats.quantize import Int8Config, calibration_clips
 from levjepa.model import EncoderConfig
+from levjepa.model.classifier import VideoClassifier
 from levjepa.train.config import PretrainConfig
 from levjepa.version import __version__
 from levjepa.weights import (
@@ -415,12 +418,16 @@ def export_encoder(
     dtype: Literal["fp32", "fp16"] = "fp32",
     quantize: Literal["none", "int8"] = "none",
     opset: int = 18,
+    int8: Int8Config | None = None,
     say: Callable[[str], None] | None = None,
 ) -> LoadedEncoder:
     """Write the hub layout to ``out`` for the encoder at ``source`` (a run, a checkpoint, an export, official
     weights, a fine-tuned classifier with its head, a kept probe with the encoder it reads), and with
     ``graphs`` the deployment graphs beside it (``levjepa.formats.deploy``: the streaming ``window`` in frames,
-    default the clip length; the frame ``size``, default the clip size; ``dtype``, ``quantize``, ``opset``).
+    default the clip length; the frame ``size``, default the clip size; ``dtype``, ``quantize``, ``opset``;
+    ``int8``: how an int8 graph is made, static on calibration clips it reads here or dynamic). A classifier
+    adds its own graphs (``levjepa.formats.deploy_classifier``: ``classifier.onnx``, ``stream_classifier.onnx``,
+    onnx only), the window and frame size defaulting to the views it was scored with.
 
     A kept probe (``RUN/probes/TASK/PROBE``: a classifier whose encoder stays where it is) exports as a
     classifier: the encoder its record names (the copy it was trained on, whatever ``weights`` says; refused in
@@ -432,13 +439,30 @@ def export_encoder(
     else:
         loaded = load_encoder(source, weights=weights, device=device)
     pre = loaded.preprocessing or preprocessing_of(loaded.run_config)
+    views = kept.record.protocol if kept is not None else None
+    if kept is None and is_classifier(source):
+        views = read_classifier(source).protocol
+    if views is not None:  # a classifier is read with the views its scores were measured with
+        pre = dataclasses.replace(pre, size=views.size, frames=views.frames, frame_stride=views.frame_stride,
+                                  fps=views.fps)  # fmt: skip
     deploy = None
     if graphs != "none":
         side = pre.size if size is None else size
-        deploy = DeployConfig(pre.frames if window is None else window, side, side, dtype, quantize, opset)
+        deploy = DeployConfig(
+            pre.frames if window is None else window, side, side, dtype, quantize, opset, int8 or Int8Config()
+        )
         check_deploy(loaded.encoder, deploy)  # before anything is written
-    elif (window, size, dtype, quantize) != (None, None, "fp32", "none"):
+    elif (window, size, dtype, quantize, int8) != (None, None, "fp32", "none", None):
         raise WeightsError("window, size, dtype and quantize shape the deployment graphs: export with --format onnx")
+    clips = None
+    if deploy is not None and deploy.quantize == "int8" and deploy.int8.method == "static":
+        assert deploy.int8.calibration is not None  # check_deploy: static int8 names its clips
+        clips = calibration_clips(
+            deploy.int8.calibration, deploy.int8.clips, frames=deploy.window, size=deploy.height,
+            patch=loaded.encoder.cfg.patch_size, frame_stride=pre.frame_stride, fps=pre.fps, seed=deploy.int8.seed,
+        )  # fmt: skip
+        if say is not None:
+            say(f"calibrating int8 on {len(clips)} clip(s) of {deploy.int8.calibration}")
     run_dir = Path(loaded.run_dir) if loaded.run_dir else None
     probe = run_dir / PROBE_RESULTS if run_dir else None
     head: tuple[ClassifierRecord, torch.nn.Module] | None = None
@@ -459,7 +483,11 @@ def export_encoder(
         classifier=None if head is None else (head[0], head[1].state_dict()),
     )
     if graphs == "onnx" and deploy is not None:
-        record = export_onnx(loaded.encoder, out, deploy, preprocessing=pre.record(), say=say)
+        record = export_onnx(loaded.encoder, out, deploy, preprocessing=pre.record(), say=say, calibration=clips)
+        if head is not None:
+            model = VideoClassifier(loaded.encoder, head[0].head, head[1]).eval()
+            record = export_classifier_onnx(model, head[0], out, deploy, record, preprocessing=pre.record(), say=say,
+                                            calibration=clips)  # fmt: skip
     elif graphs == "pt2" and deploy is not None:
         record = export_pt2(loaded.encoder, out, deploy)
     if deploy is not None:

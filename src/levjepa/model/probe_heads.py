@@ -87,10 +87,11 @@ class _StackedSelfBlock(nn.Module):
         self.norm2 = _StackedLayerNorm(g, d)
         self.mlp = _StackedMLP(g, d, hidden, std=std, gen=gen, layer_id=layer_id)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, key_mask: Tensor | None = None) -> Tensor:
         g, b, n, d = x.shape
         qkv = self.qkv(self.norm1(x)).view(g * b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2])  # [G*B, heads, L, d_h]
+        mask = None if key_mask is None else key_mask[None, :, None, None, :].expand(g, -1, -1, -1, -1).flatten(0, 1)
+        a = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=mask)  # [G*B, heads, L, d_h]
         x = x + self.proj(a.transpose(1, 2).reshape(g, b, n, d))
         return x + self.mlp(self.norm2(x))
 
@@ -112,8 +113,9 @@ class _StackedQueryBlock(nn.Module):
         self.norm_mlp = _StackedLayerNorm(g, d)
         self.mlp = _StackedMLP(g, d, hidden, std=std, gen=gen, layer_id=layer_id)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x: [B, L, D] shared by all G probes, or [G, B, L, D] (after self-attention blocks). -> [G, B, D]."""
+    def forward(self, x: Tensor, key_mask: Tensor | None = None) -> Tensor:
+        """x: [B, L, D] shared by all G probes, or [G, B, L, D] (after self-attention blocks). -> [G, B, D].
+        ``key_mask`` [B, L] (True = read): the query attends only those tokens."""
         g, d = self.query.shape
         nh, dh = self.heads, d // self.heads
         xhat = F.layer_norm(x, (d,))  # LN without its affine part; the per-probe γ, β are folded below
@@ -123,10 +125,15 @@ class _StackedQueryBlock(nn.Module):
         if x.dim() == 3:  # shared tokens: one GEMM for every probe and head
             b = x.shape[0]
             logits = xhat @ u.reshape(g * nh, d).T  # [B, L, G*nh]
+            if key_mask is not None:
+                logits = logits.masked_fill(~key_mask[:, :, None], float("-inf"))
             attn = logits.softmax(dim=1)
             pooled = (attn.transpose(1, 2) @ xhat).view(b, g, nh, d).transpose(0, 1)  # [G, B, nh, D]
         else:
-            attn = torch.einsum("gbld,ghd->gbhl", xhat, u).softmax(dim=-1)
+            logits = torch.einsum("gbld,ghd->gbhl", xhat, u)
+            if key_mask is not None:
+                logits = logits.masked_fill(~key_mask[None, :, None, :], float("-inf"))
+            attn = logits.softmax(dim=-1)
             pooled = torch.einsum("gbhl,gbld->gbhd", attn, xhat)
         pooled = pooled * gamma[:, None, None] + beta[:, None, None]  # Σ_n a_n LN(x_n) per head
         wv, bv = self.v.weight.view(g, d, nh, dh), self.v.bias
@@ -139,7 +146,9 @@ class _StackedQueryBlock(nn.Module):
 class AttentiveProbeGrid(nn.Module):
     """``num_probes`` independent attentive probes (see module doc) reading the same tokens.
 
-    ``forward(tokens [B, L, D]) -> logits [G, B, C]``; tokens may be fp16 (computed in fp32).
+    ``forward(tokens [B, L, D], key_mask [B, L] | None) -> logits [G, B, C]``; tokens may be fp16 (computed in
+    fp32). ``key_mask`` (True = read) leaves tokens out as if they were absent: a stream that has not yet filled
+    its window reads a fixed-size token buffer (``levjepa.formats.deploy_classifier``).
     """
 
     def __init__(
@@ -179,15 +188,15 @@ class AttentiveProbeGrid(nn.Module):
             heads,
         )
 
-    def forward(self, tokens: Tensor) -> Tensor:
+    def forward(self, tokens: Tensor, key_mask: Tensor | None = None) -> Tensor:
         if tokens.dim() != 3 or tokens.shape[-1] != self.dim:
             raise ValueError(f"attentive probe: tokens must be [B, L, {self.dim}], got {list(tokens.shape)}")
         x = tokens.to(self.pool.query.dtype)  # fp16 cached tokens are computed in the probe's dtype
         if len(self.blocks):
             x = x.expand(self.num_probes, *x.shape).contiguous()
             for blk in self.blocks:
-                x = blk(x)
-        return self.head(self.pool(x))  # [G, B, C]
+                x = blk(x, key_mask)
+        return self.head(self.pool(x, key_mask))  # [G, B, C]
 
 
 class LinearProbeGrid(nn.Module):

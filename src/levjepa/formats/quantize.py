@@ -1,0 +1,220 @@
+"""int8 deployment graphs: onnxruntime's dynamic quantization, or static quantization calibrated on clips.
+
+``levjepa export RUN --out DIR --format onnx --quantize int8`` quantizes every graph it writes
+(``levjepa.formats.deploy``), in place, after onnxruntime's pre-processing (which folds the Transposes the
+exporter puts in front of some weights, so that the quantizer sees every weight MatMul):
+
+* **dynamic** (``--quantize int8`` alone): weights of every MatMul/Gemm stored as int8, activations quantized on
+  every call from their own range (``quantize_dynamic``). No data needed, but each call pays for finding the
+  range and quantizing, so on a CPU it can be slower than fp32 (``bench/deploy.md``).
+* **static** (``--quantize int8 --calibrate DATA``): the activations' ranges are measured once, on
+  ``--calibration-clips`` clips of ``DATA`` (a folder, an index file or one video: :func:`calibration_clips`)
+  run through the fp32 graph (``quantize_static`` with a ``CalibrationDataReader``), and written into the graph
+  as QuantizeLinear/DequantizeLinear pairs (``QDQ``; onnxruntime fuses them into int8 kernels) with per-channel
+  weight scales. A streaming graph is calibrated on the steps of a stream through the clips (its KV cache as
+  it fills), a classifier on the views it classifies.
+
+Only the matrix products (MatMul, Gemm, Conv) are quantized; elementwise ops, LayerNorm and the softmax stay
+float. ``keep_float`` (``--keep-float``) leaves parts of the network in float entirely, named by the module
+they come from (the exporter records each node's module path):
+
+    patch_embed   the tubelet embedding (raw pixels in)
+    attention     the two activation × activation products of every attention (q·kᵀ and softmax·v), whose
+                  inputs have the widest and least regular ranges of the network
+    last_block    the last transformer block (its outputs are the features probes read)
+    head          a classifier's head
+
+Which parts the default keeps is measured, not guessed: ``bench/deploy.md`` has the accuracy and speed of each
+choice on the demo run and the command that made them.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from levjepa.rng import make_generator
+from levjepa.weights import WeightsError
+
+__all__ = [
+    "KEEP_FLOAT_PARTS",
+    "Int8Config",
+    "calibration_clips",
+    "float_nodes",
+    "quantize_graph",
+]
+
+KEEP_FLOAT_PARTS = ("patch_embed", "attention", "last_block", "head")
+Feeds = Callable[[], Iterable[Mapping[str, Any]]]  # a fresh pass over the calibration inputs of one graph
+
+
+@dataclass(frozen=True)
+class Int8Config:
+    """How an int8 graph is made (module doc): ``static`` needs calibration clips (``calibration``: a folder, an
+    index file or a video; ``clips`` of them, ``seed`` picks which when there are more)."""
+
+    method: Literal["dynamic", "static"] = "dynamic"
+    calibration: str | None = None
+    clips: int = 32
+    seed: int = 0
+    format: Literal["qdq", "qoperator"] = "qdq"
+    per_channel: bool = True
+    calibrate_method: Literal["minmax", "percentile", "entropy"] = "minmax"
+    keep_float: tuple[str, ...] = ("attention",)
+
+    def check(self) -> None:
+        """One-line ``WeightsError`` for a configuration that cannot be applied."""
+        if self.method not in ("dynamic", "static"):
+            raise WeightsError(f"int8 method {self.method!r}: valid choices are dynamic, static")
+        if self.method == "static" and not self.calibration:
+            raise WeightsError("static int8 needs calibration clips: give --calibrate DATA (a folder or an index)")
+        if self.method == "dynamic" and self.calibration:
+            raise WeightsError("--calibrate: calibration makes static int8; it needs --quantize int8")
+        if self.clips < 1:
+            raise WeightsError(f"--calibration-clips {self.clips}: must be >= 1")
+        unknown = [p for p in self.keep_float if p not in KEEP_FLOAT_PARTS]
+        if unknown:
+            raise WeightsError(f"--keep-float {','.join(unknown)}: valid parts are {', '.join(KEEP_FLOAT_PARTS)}")
+        if self.format not in ("qdq", "qoperator") or self.calibrate_method not in ("minmax", "percentile", "entropy"):
+            raise WeightsError(f"int8: format {self.format!r}, calibration {self.calibrate_method!r} not known")
+
+
+def calibration_clips(
+    source: str, count: int, *, frames: int, size: int, patch: int, frame_stride: int = 1,
+    fps: float | None = None, seed: int = 0,
+) -> Tensor:  # fmt: skip
+    """``count`` normalised clips ``[N, C, frames, size, size]`` of the files of ``source`` (a folder, an index
+    file or one file), each its centre window at the model's sampling (``frame_stride`` or ``fps``), the
+    short side resized to ``size`` and centre-cropped. With more files than ``count``, a ``seed``-drawn
+    subset; with fewer, every file (a clip of a longer video is not repeated). Unreadable files are skipped;
+    none readable is a ``WeightsError``."""
+    from levjepa.data import list_media
+    from levjepa.data.eval_clip import load_eval_clip
+    from levjepa.data.views import normalize
+
+    items = list_media(source)
+    order = torch.randperm(len(items), generator=make_generator(seed, "calibration clips")).tolist()
+    clips: list[Tensor] = []
+    for i in order:
+        if len(clips) == count:
+            break
+        item = items[i]
+        try:
+            clip = load_eval_clip(
+                item.path, num_frames=frames, size=size, patch=patch, frame_stride=frame_stride,
+                kind=item.kind, target_fps=fps,
+            )  # fmt: skip
+        except Exception:  # an unreadable file is one clip fewer, not the end of an export
+            continue
+        if clip.shape[1] != size or clip.shape[2] != size:
+            continue  # not the frame size the graph takes (a source smaller than it)
+        clips.append(normalize(clip.permute(3, 0, 1, 2)))  # [C, T, S, S]
+    if not clips:
+        raise WeightsError(f"--calibrate {source}: no readable clip of {frames} frames at {size} px in it")
+    return torch.stack(clips)
+
+
+def float_nodes(model: Any, parts: Iterable[str]) -> list[str]:
+    """The names of the nodes of the exported (un-preprocessed) ONNX ``model`` that belong to ``parts``
+    (module doc), read from the module path the exporter records in each node's ``metadata_props``."""
+    parts = set(parts)
+    initializers = {t.name for t in model.graph.initializer}
+    scopes = {n.name: _scope(n) for n in model.graph.node}
+    blocks = [int(s.split("encoder.blocks.")[1].split(".")[0]) for s in scopes.values() if "encoder.blocks." in s]
+    last = max(blocks, default=-1)
+    out = []
+    last_modules = (f"encoder.blocks.{last}.", "encoder.norm")
+    for node in model.graph.node:
+        module = scopes[node.name]
+        weightless = node.op_type == "MatMul" and not any(i in initializers for i in node.input)
+        if (
+            ("patch_embed" in parts and "patch_embed" in module)
+            or ("attention" in parts and (weightless or node.op_type == "Softmax") and ".attn" in module)
+            or ("last_block" in parts and last >= 0 and any(m in module + "." for m in last_modules))
+            or ("head" in parts and (module == "head" or module.startswith(("head.", "model.head"))))
+        ):
+            out.append(node.name)
+    return out
+
+
+def _scope(node: Any) -> str:
+    """The innermost module path of a node (``encoder.blocks.3.attn``), '' when the exporter recorded none."""
+    for prop in node.metadata_props:
+        if prop.key == "pkg.torch.onnx.name_scopes":
+            try:
+                names = ast.literal_eval(prop.value)
+            except (ValueError, SyntaxError):
+                return ""
+            modules = [n for n in names if (n and "." in n) or n in ("head", "encoder", "model")]
+            return modules[-1] if modules else ""
+    return ""
+
+
+class _Reader:
+    """onnxruntime's ``CalibrationDataReader`` over one pass of ``feeds``."""
+
+    def __init__(self, feeds: Feeds) -> None:
+        self.feeds = feeds
+        self.rewind()
+
+    def get_next(self) -> dict[str, Any] | None:
+        return next(self.it, None)
+
+    def rewind(self) -> None:  # the entropy / percentile calibrators may read twice
+        self.it: Iterator[dict[str, Any]] = (dict(f) for f in self.feeds())
+
+
+def quantize_graph(path: Path, cfg: Int8Config, feeds: Feeds | None = None) -> None:
+    """Quantize the ONNX graph at ``path`` in place (module doc); ``feeds`` gives the calibration inputs of a
+    static quantization, one dict of numpy arrays per run of the fp32 graph. The quantizer logs and warns:
+    the caller keeps that off the terminal (``levjepa.formats.deploy``)."""
+    try:
+        import onnx
+        from onnxruntime.quantization import (
+            CalibrationMethod,
+            QuantFormat,
+            QuantType,
+            quantize_dynamic,
+            quantize_static,
+        )
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+    except ImportError as err:
+        raise WeightsError("--quantize int8 needs onnxruntime (pip install 'levjepa[deploy]')") from err
+    cfg.check()
+    if cfg.method == "static" and feeds is None:
+        raise WeightsError(f"{path.name}: static int8 needs calibration inputs")
+    tmp, folded = path.with_suffix(".fp32.onnx"), path.with_suffix(".folded.onnx")
+    path.rename(tmp)
+    try:
+        exclude = float_nodes(onnx.load(str(tmp), load_external_data=False), cfg.keep_float)
+        quant_pre_process(str(tmp), str(folded), skip_symbolic_shape=True)
+        if cfg.method == "dynamic":
+            quantize_dynamic(str(folded), str(path), weight_type=QuantType.QInt8)
+            return
+        assert feeds is not None
+        method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
+                  "entropy": CalibrationMethod.Entropy}[cfg.calibrate_method]  # fmt: skip
+        quantize_static(
+            str(folded),
+            str(path),
+            _Reader(feeds),
+            quant_format=QuantFormat.QDQ if cfg.format == "qdq" else QuantFormat.QOperator,
+            op_types_to_quantize=["MatMul", "Gemm", "Conv"],
+            per_channel=cfg.per_channel,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=exclude,
+            calibrate_method=method,
+            extra_options={"MatMulConstBOnly": False},
+        )
+    finally:
+        tmp.unlink(missing_ok=True)
+        folded.unlink(missing_ok=True)
+        for stray in path.parent.glob("augmented_model*.onnx"):  # the calibrator's scratch graph
+            stray.unlink(missing_ok=True)
