@@ -28,7 +28,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "levjepa"
 
 # modules that may call an encoder's forward_features: the model itself (definitions, the classifier's
 # training forward, with gradients), the one frozen forward, the streaming encoder, and the wrappers that
-# *are* models (the hub model, the exported graphs), which frozen readers never call
+# *are* models (the hub model, the exported graphs, the classifier graph), which frozen readers never call
 FORWARD_OWNERS = {
     "model/vit.py",
     "model/classifier.py",
@@ -36,6 +36,7 @@ FORWARD_OWNERS = {
     "infer/stream.py",
     "formats/outputs.py",
     "formats/deploy.py",
+    "formats/deploy_classifier.py",
 }
 
 

@@ -29,6 +29,7 @@ EXPORT_FILES = (
     *("model.safetensors", "config.json", "preprocessor_config.json", "video_preprocessor_config.json"),
     *("README.md", "projector.safetensors", "classifier.json", "head.safetensors"),
     *(f"{graph}.{fmt}" for graph in ("clip_encoder", "stream_step") for fmt in ("onnx", "pt2")),
+    *("classifier.onnx", "stream_classifier.onnx"),
 )
 
 
