@@ -22,7 +22,8 @@ continues an interrupted ``DIR/run`` from its latest checkpoint (the same trajec
 
 ``spread`` — the demo's targets run by run (one ``ssl`` directory per seed and thread count, or the run directory
 of a ``levjepa pretrain`` that ended with probes): pretrained vs random init and the margin per task, what each
-run misses, and the learning curve where ``--eval-at`` made one; exits 1 when a run misses a target or margin.
+run misses, how many points it has to spare (the least over tasks, above a target and above the margin), and
+the learning curve where ``--eval-at`` made one; exits 1 when a run misses a target or margin.
 
 ``factors`` — *what the frozen CLS encodes*: ridge regressions from a checkpoint's CLS (train split) to every
 factor that decides a clip — the labels and the nuisances (object and background colour, start and end
@@ -55,7 +56,7 @@ from levjepa.eval import EvalConfig, evaluate_benchmark
 from levjepa.eval.config import PROBE_LABELS, PROBES
 from levjepa.eval.synthetic_task import TASKS
 from levjepa.formats.load import load_encoder
-from levjepa.presets import demo_misses, preset
+from levjepa.presets import DEMO_MARGIN, DEMO_TARGETS, demo_misses, preset
 from levjepa.rng import make_generator
 from levjepa.train.loop import build_models, pretrain
 from levjepa.train.optim import build_optimizer, lr_at
@@ -315,8 +316,9 @@ def spread(dirs: list[Path]) -> int:
     JSON file or per ``levjepa pretrain`` run directory (its end-of-run ``probe_results.json``), best probe
     per task, pretrained vs random init with the margin, a ✗ on each target or margin missed; then the curve
     of each run that has one. Returns how many runs miss something."""
-    print("| run | " + " | ".join(f"{t}: EMA vs random (margin)" for t in TASKS) + " | all met | train s | clips/s |")
-    print("| --- |" + " --- |" * len(TASKS) + " --- | ---: | ---: |")
+    head = " | all met | least room: target, margin | train s | clips/s |"
+    print("| run | " + " | ".join(f"{t}: EMA vs random (margin)" for t in TASKS) + head)
+    print("| --- |" + " --- |" * len(TASKS) + " --- | --- | ---: | ---: |")
     missed, curves = 0, []
     untimed = {"steps": 0, "curve": {}, "train_s": math.nan, "clips_per_s": math.nan}  # probes only, no curve
     for d in dirs:
@@ -333,12 +335,18 @@ def spread(dirs: list[Path]) -> int:
         steps = res["steps"]
         cells, missing = [], demo_misses(pre, rnd)
         ok = not missing
+        room: list[tuple[float, str]] = []  # (points above a target, task); then above the margin
+        margin_room: list[tuple[float, str]] = []
         for t in TASKS:
             p, r = _best(pre[t])[1], _best(rnd[t])[1]
             met = not any(m.startswith(f"{t}: ") for m in missing)
             cells.append(f"{p:.1f} vs {r:.1f} ({p - r:+.1f}){'' if met else ' ✗'}")
+            room.append((p - DEMO_TARGETS[t], t))
+            margin_room.append((p - r - DEMO_MARGIN, t))
         missed += not ok
-        row = f"| {d.name} | " + " | ".join(cells) + f" | {'yes' if ok else '**no**'} |"
+        (tr, tt), (mr, mt) = min(room), min(margin_room)
+        least = f"{tr:+.1f} ({tt}), {mr:+.1f} ({mt})"
+        row = f"| {d.name} | " + " | ".join(cells) + f" | {'yes' if ok else '**no**'} | {least} |"
         timing = "— | — |" if math.isnan(res["train_s"]) else f"{res['train_s']:.0f} | {res['clips_per_s']:.1f} |"
         print(row + " " + timing)
         points = [k for k in res["curve"] if k != str(steps)]
