@@ -85,6 +85,22 @@ def test_sigterm_during_the_end_of_run_evaluation_is_one_line_and_exit_75(tmp_pa
     assert f"evaluate it with `levjepa probe {run}`" in said and (run / "checkpoints" / "step_000002").is_dir()
 
 
+def test_the_end_of_run_evaluation_keeps_the_runs_thread_count(tmp_path, monkeypatch, capsys):
+    """``train.threads=1`` holds for the probes at the end too: the thread count was restored before them, so two
+    1-thread runs sharing 2 cores probed with 2 threads each and took 20x as long as they trained."""
+    seen = []
+
+    def evaluation(encoders, synthetic, evaluation):
+        seen.append(torch.get_num_threads())
+        raise KeyboardInterrupt  # stops the run at once: the probes themselves are not what is tested
+
+    monkeypatch.setattr(cli_pretrain, "evaluate_benchmark", evaluation)
+    before = torch.get_num_threads()
+    want = 1 if before > 1 else 2
+    main(_pretrain_args(tmp_path / "run", "train.steps=2", "train.eval_at_end=true", f"train.threads={want}"))
+    assert seen == [want] and torch.get_num_threads() == before
+
+
 def test_ctrl_c_names_the_last_checkpoint_and_the_resume_command(tmp_path, monkeypatch, capsys):
     real = train_loop.train_step
 
