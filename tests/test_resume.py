@@ -62,7 +62,7 @@ def test_only_the_listed_keys_may_change_on_resume():
     saved = tiny_config("train.steps=2")
     raw = json.loads(json.dumps(to_dict(saved)))  # as config.json holds it
     check_resume(raw, apply_overrides(saved, ["train.steps=10", "data.num_workers=2", "train.log_every=5"]))
-    for key, value in [("objective.lam", "0.5"), ("data.global_size", "64"), ("train.seed", "3"),
+    for key, value in [("objective.lam", "0.7"), ("data.global_size", "64"), ("train.seed", "3"),
                        ("optim.lr", "0.1"), ("train.batch_size", "16")]:  # fmt: skip
         assert key not in RESUMABLE
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
