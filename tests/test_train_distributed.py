@@ -77,7 +77,7 @@ def test_two_ranks_equal_one_rank_then_the_run_resumes_on_one_rank(tmp_path):
         for key in ("loss", "invariance", "sigreg"):  # the embedding monitors are per rank
             assert g[key] == pytest.approx(w[key], rel=1e-5, abs=1e-5), (g["step"], key)
         # the norm of every parameter's gradient together amplifies the two ranks' rounding: 1.5e-5 relative
-        # on step 2 with demo-cpu's λ = 0.3 and τ = 2 (measured then), while every weight stays within 1e-5
+        # on step 2 with demo-cpu's λ = 0.3 and τ = 2, while every weight stays within 1e-5
         assert g["grad_norm"] == pytest.approx(w["grad_norm"], rel=1e-4), (g["step"], "grad_norm")
     for name in ("model.safetensors", "ema.safetensors"):
         a, b = _weights(ref, 6, name), _weights(run, 6, name)
