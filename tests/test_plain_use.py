@@ -87,7 +87,7 @@ def test_sigterm_during_the_end_of_run_evaluation_is_one_line_and_exit_75(tmp_pa
 
 def test_the_end_of_run_evaluation_keeps_the_runs_thread_count(tmp_path, monkeypatch, capsys):
     """``train.threads=1`` holds for the probes at the end too: the thread count was restored before them, so two
-    1-thread runs sharing 2 cores probed with 2 threads each and took 20x as long as they trained."""
+    1-thread runs sharing 2 cores probed with 2 threads each, about 20x as long as at one thread."""
     seen = []
 
     def evaluation(encoders, synthetic, evaluation):
