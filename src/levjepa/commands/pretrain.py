@@ -49,8 +49,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from levjepa.commands._outputs import OutputError, claim_file, claim_folder, folder_kind, is_json_with
 from levjepa.config import (
     ConfigError,
@@ -65,6 +63,7 @@ from levjepa.distributed import launch_rank
 from levjepa.eval import EvalConfig, evaluate_benchmark, probe_config
 from levjepa.formats.load import load_encoder, load_init_weights, random_encoder
 from levjepa.presets import DEMO_MARGIN, DEMO_PROBE, DEMO_TARGETS, PRESETS, demo_misses, needs_sources, preset
+from levjepa.threads import torch_threads
 from levjepa.train.checkpoint import checkpoint_run
 from levjepa.train.config import RESUMABLE, PretrainConfig, check_resume
 from levjepa.train.loop import pretrain
@@ -218,13 +217,8 @@ def evaluate_run(cfg: PretrainConfig, run_dir: Path) -> dict[str, Any]:
     demo = cfg.preset in ("demo-cpu", "demo-cpu-long")  # the benchmark, probe and targets these presets were tuned for
     probe = probe_config(cfg.train.eval_budget, **DEMO_PROBE) if demo else None
     evaluation = EvalConfig(budget=cfg.train.eval_budget, probe=probe, seed=cfg.train.seed, progress=True)
-    threads = torch.get_num_threads()
-    if cfg.train.threads:  # the run's thread count holds for its ending too: 2 runs of 1 thread share 2 cores
-        torch.set_num_threads(cfg.train.threads)
-    try:
+    with torch_threads(cfg.train.threads):  # the run's count holds for its ending too: 2 runs of 1 thread share 2 cores
         result = evaluate_benchmark(encoders, cfg.data.synthetic, evaluation)
-    finally:
-        torch.set_num_threads(threads)
     data = result.to_json()
     write_json(run_dir / PROBE_RESULTS, data)
     print(result.table(), file=sys.stderr)

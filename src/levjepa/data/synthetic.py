@@ -44,7 +44,6 @@ import functools
 import gzip
 import math
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -57,6 +56,7 @@ from levjepa.config import ConfigError
 from levjepa.data.badfiles import DataError
 from levjepa.data.config import SyntheticConfig
 from levjepa.rng import make_generator
+from levjepa.threads import torch_threads
 
 __all__ = [
     "DIRECTION_NAMES",
@@ -415,17 +415,10 @@ def render(cfg: SyntheticConfig, params: ClipParams, pool: ImagePool) -> torch.T
     return out
 
 
-@contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
+def _one_thread() -> contextlib.AbstractContextManager[None]:
     """Rendering is memory-bound: two intra-op threads on a busy 2-core machine spin on each other and are
-    much slower than one (measured: ``bench/data.md``, "Numbers the data/ module docs used to carry").
-    Restores the thread count after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    much slower than one (measured: ``bench/data.md``, "Numbers the data/ module docs used to carry")."""
+    return torch_threads(1)
 
 
 @functools.lru_cache(maxsize=6)

@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from levjepa.threads import torch_threads
+
 __all__ = ["backward_grad", "default_chunk", "ecf_stats", "forward_stats"]
 
 
@@ -113,13 +115,8 @@ def _run(work: Any, parts: list[list[int]]) -> list[Any]:
 
     if len(parts) == 1:
         return [no_grad_work(parts[0])]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with ThreadPoolExecutor(max_workers=len(parts)) as pool:
-            return list(pool.map(no_grad_work, parts))
-    finally:
-        torch.set_num_threads(threads)
+    with torch_threads(1), ThreadPoolExecutor(max_workers=len(parts)) as pool:
+        return list(pool.map(no_grad_work, parts))
 
 
 def forward_stats(u: torch.Tensor, step: float, num_nodes: int, chunk: int | None = None) -> torch.Tensor:

@@ -39,6 +39,7 @@ from levjepa.data import BadFileReport, DataConfig, FrameBatch, PretrainLoader, 
 from levjepa.model import Projector, VideoEncoder
 from levjepa.objective import Objective, build_objective, embedding_diagnostics, shift_invariant
 from levjepa.rng import sample_keys, seeded_init
+from levjepa.threads import torch_threads
 from levjepa.train import checkpoint as ckpt
 from levjepa.train.config import PretrainConfig, fit_micro_batch
 from levjepa.train.ema import EMA
@@ -145,17 +146,16 @@ def pretrain(
     the global RNG state (which nothing in the run draws from; forked all the same) and the process group (torn
     down) are restored on return or error, so a caller (a notebook, a test suite) sees no state leak from the run.
     """
-    threads = torch.get_num_threads()
-    info = distributed.setup(device=_device(cfg))
-    rng_devices = [info.device.index or 0] if info.device.type == "cuda" else []
-    try:
-        with torch.random.fork_rng(devices=rng_devices):
-            return _pretrain(
-                cfg, run_dir, info, resume=resume, overwrite=overwrite, progress=progress, start=start_weights
-            )
-    finally:
-        distributed.teardown()
-        torch.set_num_threads(threads)
+    with torch_threads(cfg.train.threads):
+        info = distributed.setup(device=_device(cfg))
+        rng_devices = [info.device.index or 0] if info.device.type == "cuda" else []
+        try:
+            with torch.random.fork_rng(devices=rng_devices):
+                return _pretrain(
+                    cfg, run_dir, info, resume=resume, overwrite=overwrite, progress=progress, start=start_weights
+                )
+        finally:
+            distributed.teardown()
 
 
 def _pretrain(
@@ -180,8 +180,6 @@ def _pretrain(
             f"model.init_from={cfg.model.init_from}: pass its weights, pretrain(cfg, start_weights="
             "levjepa.formats.load_init_weights(cfg.model.init_from)) (`levjepa pretrain` does it)"
         )
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
     cfg = fit_micro_batch(cfg, info.world_size, say=info.is_main)  # a train.batch_size below one micro-batch
     path = Path(run_dir) if run_dir is not None else default_run_dir(cfg.preset)
     path, at = ckpt.checkpoint_run(path) if resume else (path, None)
