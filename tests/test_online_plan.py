@@ -67,18 +67,25 @@ def test_online_encodes_every_epoch_and_stores_no_token(setting, tmp_path, monke
     assert not list((tmp_path / "f").rglob("tokens-*.npy"))
 
 
-def test_the_plan_counts_what_the_store_takes(setting, tmp_path, capsys):
+@pytest.mark.parametrize("k", [0, 3])
+def test_the_plan_counts_what_the_store_takes(setting, tmp_path, monkeypatch, capsys, k):
+    # k = 3: a store of 3 augmented training views per file holds 3 rows a file and takes 3 forwards a file
     files, run, loaded, views = setting
-    task = dataset_task(files, views=views, workers=0, features_dir=tmp_path / "f")
+    seen = _counting(monkeypatch, feature_store)
+    task = dataset_task(files, views=views, workers=0, features_dir=tmp_path / "f", train_views=k)
     cfg = EvalConfig(tasks=(task.name,), probes=("attentive", "linear"), tokens="pool2-int8")
     said = plan(task, loaded, cfg)
+    assert [s.rows for s in said.splits] == [12 * max(1, k), 6, 9]
     task.prepare({"e": loaded.encoder}, cfg)
+    assert sum(seen) == sum(s.forwards for s in said.splits)
     for split in said.splits:
         stored = sum(
             np.load(p, mmap_mode="r").nbytes for p in task.stores["e"][split.split].glob("*-0*.npy")
         )  # cls, mean, int8 tokens and their scales
         assert split.disk == stored, split.split
     assert said.measured["encode_s"] > 0 and sum(said.estimate_s.values()) > 0
+    if k:
+        return
     # the command prints it and computes nothing
     args = ["probe", str(run), "--task", "index:" + ",".join(files), "--size", "16", "--frames", "4", "--plan"]
     assert main([*args, "--workers", "0", "--features", str(tmp_path / "g")]) == 0

@@ -4,10 +4,11 @@ For a labelled task (``levjepa.eval.dataset_task``) and an encoder, :func:`plan`
 the views per file and the store's rows, the disk they take — ``cls`` and ``mean`` (float32, ``2 · D · 4`` bytes
 a row) and, for the attentive probe, the tokens as the store keeps them (``levjepa.eval.compact``: ``1 + L``
 tokens of ``2 · D`` bytes in float16, fewer and smaller in a compact store; none online) — and the encoder's
-forwards (one per view for a store; every epoch of the attentive probe for a training view online, one per
-validation and test view). It then measures a short sample on this machine — decoding a few files, one encoder
-batch of their views, one step of the attentive grid — and multiplies out an estimated time. The estimate is
-what the sample says: decoding that hits a slower disk, or a GPU that is shared, will differ.
+forwards: one per view for a store (``K`` per training segment with ``--train-views K``, each file decoded
+``K`` times); online, every epoch of the attentive probe for a training view, one per validation and test view.
+It then measures a short sample on this machine — decoding a few files, one encoder batch of their views, one
+step of the attentive grid — and multiplies out an estimated time. The estimate is what the sample says:
+decoding that hits a slower disk, or a GPU that is shared, will differ.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def plan(task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfig, *, sample: i
         views = (task.train_views if split == "train" else task.test_views).views
         grid = _token_grid(views, c, images=all(it.kind == "image" for it in items))
         stored = attentive and not cfg.online
-        per_file = views.views
+        per_file = views.views * max(1, _augmented(task, split))  # K augmented views: K rows per segment
         forwards = len(items) * per_file  # the store: one forward per view
         if cfg.online and attentive:  # and the tokens online: every epoch for training, once for val / test
             forwards += len(items) * per_file * (epochs if split == "train" else 1)
@@ -129,6 +130,11 @@ def plan(task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfig, *, sample: i
     out = Plan(task.name, loaded.describe(), tokens, splits)
     _measure(out, task, loaded, cfg, sample)
     return out
+
+
+def _augmented(task: DatasetTask, split: str) -> int:
+    """``K``, the augmented views per file of ``split``'s store (0: its fixed views; only training has them)."""
+    return task.train_views.train_views if split == "train" else 0
 
 
 def _token_grid(views: ViewSpec, c: EncoderConfig, *, images: bool = False) -> tuple[int, int, int]:
@@ -186,12 +192,13 @@ def _measure(out: Plan, task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfi
     workers = max(1, task.test_views.workers)
     files = sum(s.files for s in out.splits)
     forwards = sum(s.forwards for s in out.splits)
-    train_rows = next(s.rows for s in out.splits if s.split == "train")
     train_files = next(s.files for s in out.splits if s.split == "train")
-    steps = math.ceil(train_rows / pcfg.batch_size) * pcfg.epochs
+    # a probe's sample is a file's segments of one crop (of one augmented view, that epoch's)
+    steps = math.ceil(train_files * views.crops / pcfg.batch_size) * pcfg.epochs
     # online: the store of CLS and mean decodes every file, then the tokens every epoch's training files and
-    # the validation and test files once more
+    # the validation and test files once more; K augmented views decode a training file K times
     decodes = 2 * files + (pcfg.epochs - 1) * train_files if cfg.online else files
+    decodes += (_augmented(task, "train") - 1) * train_files if _augmented(task, "train") else 0
     out.measured = {"files": len(decoded), "decode_s": decode_s, "encode_s": encode_s, "step_s": step_s,
                     "workers": workers}  # fmt: skip
     out.estimate_s = {"decode": decodes * decode_s / workers, "encode": forwards * encode_s, "probes": steps * step_s}
