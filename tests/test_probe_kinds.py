@@ -122,3 +122,40 @@ def test_a_probe_name_is_registered_once(monkeypatch):
         register(Again)
     with pytest.raises(ConfigError, match="probe 'again': valid choices are attentive, linear, linear_cls, knn"):
         EvalConfig(probes=("again",))
+
+
+def test_a_registered_kind_is_a_fine_tuning_head_too(monkeypatch, tmp_path, capsys):
+    # the same one class: `finetune head=zero` trains a head of that kind on what it reads (CLS), its best
+    # classifier records the kind and runs in classify; an unregistered kind is refused naming the valid ones
+    from levjepa.cli import main
+    from levjepa.finetune.config import FinetuneConfig
+    from levjepa.formats.classifier import load_classifier
+    from test_classify import write_index
+    from test_export import make_run_dir
+
+    monkeypatch.setattr(probe_kinds, "KINDS", dict(probe_kinds.KINDS))
+    with pytest.raises(ConfigError, match="head='zero': valid choices are attentive, linear"):
+        FinetuneConfig(task=("a", "b"), head="zero")
+
+    @register
+    class Zero(HeadKind):
+        name = "zero"
+        probes: ClassVar[Mapping[str, tuple[str, str]]] = {"zero_cls": ("cls", "zero-init (CLS)")}
+
+        def build(self, num_probes: int, dim: int, num_classes: int, **options: Any) -> nn.Module:
+            grid = LinearProbeGrid(num_probes, dim, num_classes)
+            nn.init.zeros_(grid.head.weight)
+            return grid
+
+    media = tmp_path / "media"
+    files = [write_index(media, s, n, seed) for s, n, seed in (("train", 6, 0), ("val", 3, 1), ("test", 3, 2))]
+    run, out = make_run_dir(tmp_path, steps=(5,)), tmp_path / "ft"
+    recipe = ["frames=4", "frame_stride=1", "size=16", "steps=2", "batch_size=2", "warmup_steps=1", "workers=0"]
+    args = ["finetune", str(run), "--task", "index:" + ",".join(map(str, files)), "--out", str(out), "--device", "cpu"]
+    assert main([*args, *recipe, "eval_every=2", "checkpoint_every=2", "loggers=", "head=zero"]) == 0
+    loaded = load_classifier(out / "best")
+    assert (loaded.record.head.kind, loaded.record.head.input) == ("zero", "cls")
+    assert isinstance(loaded.model.head, LinearProbeGrid)
+    capsys.readouterr()
+    assert main(["classify", str(out / "best"), str(files[2]), "--workers", "0"]) == 0
+    assert "accuracy" in capsys.readouterr().out

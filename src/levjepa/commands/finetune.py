@@ -25,6 +25,7 @@ from levjepa.distributed import launch_rank
 from levjepa.finetune import FinetuneConfig, finetune
 from levjepa.finetune.config import RESUMABLE
 from levjepa.finetune.loop import resume_config
+from levjepa.model.probe_kinds import kind_names
 from levjepa.train.checkpoint import checkpoint_run
 
 __all__ = ["add_arguments", "main"]
@@ -37,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--task", default=None, help="index:TRAIN,VAL[,TEST]")
     parser.add_argument("--out", default=None, help="the run directory (created; outside SOURCE)")
-    parser.add_argument("--head", choices=("attentive", "linear"), default=None, help="(default: attentive)")
+    parser.add_argument("--head", choices=kind_names(), default=None, help="(default: attentive)")
     parser.add_argument("--protocol", default=None, help="ssv2, k400, in1k, diving48 (levjepa.eval.protocols)")
     parser.add_argument("--weights", choices=("ema", "online"), default=None, help="which copy of a run (default: ema)")
     parser.add_argument("--random-init", action="store_true", help="the same architecture at random init")

@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from torch import nn
 
@@ -31,8 +31,9 @@ from levjepa.data.eval_clip import ViewSpec
 from levjepa.formats.classifier import ClassifierRecord, check_encoder, read_head
 from levjepa.formats.export import weights_lineage, write_loaded
 from levjepa.formats.load import LoadedEncoder, load_encoder, random_like
-from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
+from levjepa.model.classifier import HeadConfig, HeadInput, VideoClassifier, build_head
 from levjepa.model.fingerprint import function_fingerprint
+from levjepa.model.probe_kinds import head_kind
 from levjepa.rng import make_generator
 from levjepa.weights import WeightsError
 
@@ -59,7 +60,7 @@ class Start:
 class HeadStart:
     """Which head (``kind``, ``depth``), and where it starts: ``(seed, "head")``, or the kept probe ``head_from``."""
 
-    kind: Literal["attentive", "linear"]
+    kind: str  # a kind of levjepa.model.probe_kinds
     depth: int
     head_from: str | None
     seed: int
@@ -80,7 +81,7 @@ def start_head(h: HeadStart, loaded: LoadedEncoder, num_classes: int, start: Sta
     """A fresh head, or the kept probe's (module doc); a mismatch is refused in one line (``ConfigError``)."""
     want = HeadConfig(
         kind=h.kind,
-        input="tokens" if h.kind == "attentive" else "mean",
+        input=cast(HeadInput, head_kind(h.kind).inputs[0]),  # its first probe's: attentive tokens, linear mean
         dim=loaded.config.dim,
         num_classes=num_classes,
         depth=h.depth,

@@ -22,6 +22,7 @@ from levjepa.finetune.clips import Augment
 from levjepa.finetune.recipe import Schedule, StepRecipe
 from levjepa.formats.load import LoadedEncoder
 from levjepa.formats.reading import model_views
+from levjepa.model.probe_kinds import kind_names
 from levjepa.train.run_dir import check_steps
 from levjepa.weights import CONFIG, read_json
 
@@ -56,7 +57,7 @@ class FinetuneConfig:
     frame_stride: int | None = None  # None: the model's sampling
     fps: float | None = None  # frames per second instead of a stride; None: the model's rate when it has one
     size: int | None = None  # None: the model's
-    head: Literal["attentive", "linear"] = "attentive"
+    head: str = "attentive"  # a kind of levjepa.model.probe_kinds: attentive, linear, or one registered there
     head_depth: int = 1
     head_from: str | None = None  # start the head from a kept probe (linear-probe-then-fine-tune, LP-FT)
     steps: int = 1000
@@ -87,6 +88,7 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         check(len(self.task) in (2, 3), f"task: expected TRAIN,VAL[,TEST] files, got {list(self.task)}")
+        check(self.head in kind_names(), f"head={self.head!r}: valid choices are {', '.join(kind_names())}")
         check(self.head_depth >= 1 and self.steps >= 1, "head_depth and steps must be >= 1")
         check(self.batch_size >= 1 and self.micro_batch >= 0, "batch_size >= 1 and micro_batch >= 0")
         check(0 < self.keep_ratio <= 1, f"keep_ratio={self.keep_ratio}: must be in (0, 1]")
