@@ -15,6 +15,7 @@ from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
 from levjepa.commands._outputs import claim_file, is_json_with
 from levjepa.config import ConfigError
+from levjepa.eval.config import probe_names
 from levjepa.eval.protocols import PROTOCOLS
 from levjepa.eval.select import select
 
@@ -28,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="validate the ranking: index:TRAIN,VAL[,TEST] (your labelled files) or appearance|motion|arrow",
     )
-    parser.add_argument("--probe", default="linear", choices=("linear", "knn", "attentive"))
+    parser.add_argument("--probe", default="linear", choices=probe_names(), help="the probe that validates (linear)")
     parser.add_argument("--alpha", type=float, default=0.4, help="exponent of the loss / λ^α scaling (0.4)")
     parser.add_argument("--window", type=int, default=None, help="steps of loss averaged before each checkpoint")
     parser.add_argument("--weights", choices=("ema", "online"), default="ema")

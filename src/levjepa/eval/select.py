@@ -281,7 +281,7 @@ def select(
     run_dirs: list[str | Path],
     *,
     task: str | None = None,
-    probe: Literal["linear", "knn", "attentive"] = "linear",
+    probe: str = "linear",  # a name of levjepa.eval.config.probe_names()
     alpha: float = 0.4,
     window: int | None = None,
     weights: Literal["ema", "online"] = "ema",
