@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "levjepa.version": 0,
     "levjepa.config": 0,
     "levjepa.rng": 0,
+    "levjepa.threads": 0,
     "levjepa.weights": 0,
     "levjepa.distributed": 0,
     # the science: clips and views, the encoder, the objectives
