@@ -169,7 +169,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--seeds",
         type=int,
         default=1,
-        help="probe seeds seed..seed+N-1 trained in one pass (same batch order); the table gives mean ± sd",
+        help="probe seeds seed..seed+N-1 trained in one pass (each its own run); the table gives mean ± sd",
     )
     parser.add_argument("--out", default=None, help="write the JSON result here")
     parser.add_argument("--probes-dir", default=None, help="where the kept probes go (default: RUN/probes)")

@@ -97,7 +97,7 @@ class EvalConfig:
     keep_heads: Literal["none", "best", "all"] = "none"  # results also hold the chosen (or every) probe's weights
     tokens: str = "full"  # what the attentive probe reads of the tokens: full or a compact codec (eval/compact.py)
     online: bool = False  # labelled files: tokens encoded on the fly every epoch, no token store (eval/online.py)
-    seeds: int = 1  # probe seeds seed..seed+seeds-1 stacked in one pass (shared batch order); mean ± sd reported
+    seeds: int = 1  # probe seeds seed..seed+seeds-1 in one pass, each its own run; mean ± sd reported
 
     @property
     def reads_tokens(self) -> bool:

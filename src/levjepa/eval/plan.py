@@ -7,8 +7,8 @@ tokens of ``2 · D`` bytes in float16, fewer and smaller in a compact store; non
 forwards: one per view for a store (``K`` per training segment with ``--train-views K``, each file decoded
 ``K`` times); online, every epoch of the attentive probe for a training view, one per validation and test view.
 It then measures a short sample on this machine — decoding a few files, one encoder batch of their views, one
-step of the attentive grid — and multiplies out an estimated time. The estimate is what the sample says:
-decoding that hits a slower disk, or a GPU that is shared, will differ.
+step of the attentive grid (times ``--seeds``: each seed trains its own) — and multiplies out an estimated time.
+The estimate is what the sample says: decoding that hits a slower disk, or a GPU that is shared, will differ.
 """
 
 from __future__ import annotations
@@ -201,7 +201,8 @@ def _measure(out: Plan, task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfi
     decodes += (_augmented(task, "train") - 1) * train_files if _augmented(task, "train") else 0
     out.measured = {"files": len(decoded), "decode_s": decode_s, "encode_s": encode_s, "step_s": step_s,
                     "workers": workers}  # fmt: skip
-    out.estimate_s = {"decode": decodes * decode_s / workers, "encode": forwards * encode_s, "probes": steps * step_s}
+    probes = steps * step_s * cfg.seeds  # --seeds N: every seed trains its own grid on its own batches
+    out.estimate_s = {"decode": decodes * decode_s / workers, "encode": forwards * encode_s, "probes": probes}
 
 
 def _sync(device: str | torch.device) -> None:

@@ -120,7 +120,7 @@ def probe_config(budget: Literal["demo", "full"] = "full", **overrides: Any) -> 
             epochs=20,  # 10 left the attentive probe seed-dependent (bench/eval.md, "Probe seeds (issue 53)")
             linear_epochs=30,
             batch_size=32,
-            select="loss",  # with 20 epochs: test sd ≤ 2.6 over seeds, mean up 1-7 points on the bench tasks
+            select="loss",  # with 20 epochs: steadier and higher on the bench tasks (bench/eval.md, "Probe seeds")
         )
     else:
         raise ValueError(f"budget={budget!r}: valid choices are demo, full")

@@ -53,7 +53,7 @@ class EvalResult:
         seeds_text = (
             "1 probe seed"
             if seeds == 1
-            else f"mean ± sd over {seeds} probe seeds (one pass, shared batch order; kNN has no seed)"
+            else f"mean ± sd over {seeds} probe seeds (one pass, each its own init and batch order; kNN has no seed)"
         )
         return (
             f"Frozen-encoder accuracy (%) on {split} of the probe chosen on val — {i.get('title', 'benchmark')}; "

@@ -349,14 +349,12 @@ def choose_probes(
     return results
 
 
-def _stacked_grid(
-    kind: ProbeKind, cfg: ProbeConfig, dim: int, num_classes: int, rows: int, generators: Sequence[torch.Generator]
-) -> nn.Module:
-    """One grid of ``len(generators) · rows`` probes: block ``s`` (rows [s·rows, (s+1)·rows)) initialised exactly
-    as a grid of ``rows`` probes built from ``generators[s]`` alone."""
-    blocks = [build_probe_grid(kind, cfg, dim, num_classes, generator=g, num_probes=rows) for g in generators]
+def _stack(blocks: Sequence[nn.Module], kind: ProbeKind, cfg: ProbeConfig, dim: int, num_classes: int) -> nn.Module:
+    """One grid of ``len(blocks) · rows`` probes holding the trained ``blocks`` (grids of ``rows`` probes each),
+    block ``s`` in rows [s·rows, (s+1)·rows): what evaluation, choice and keeping read."""
     if len(blocks) == 1:
         return blocks[0]
+    rows = int(getattr(blocks[0], "num_probes"))  # noqa: B009 (every grid kind has it)
     model = build_probe_grid(
         kind, cfg, dim, num_classes, generator=make_generator("probe-stack", 0), num_probes=rows * len(blocks)
     )
@@ -365,9 +363,9 @@ def _stacked_grid(
         for name, t in model.state_dict().items():
             if t.dim() > 0 and t.shape[0] == rows * len(blocks):
                 t.copy_(torch.cat([st[name] for st in states]))
-            else:  # shared (the linear probe's standardiser, set from the data later)
+            else:  # shared (the linear probe's standardiser, set from the data, the same in every block)
                 t.copy_(states[0][name])
-    return model
+    return model.to(next(blocks[0].parameters()).device)
 
 
 class _WeightAverage:
@@ -418,51 +416,63 @@ def train_probes(
     chosen probe's weights (``best``) or every probe's (``all``), as ``GridResult.heads``. ``progress``: a bar,
     or a line every 30 s off a terminal, over the grid's epochs.
 
-    **Probe seeds.** ``seed_generators`` (N − 1 of them) stack N − 1 more copies of every grid into the same
-    model, block ``s`` initialised from ``seed_generators[s − 1]`` alone; every block reads the same batches
-    (the order ``generator`` draws after the initialisations), so block ``s`` trains as that initialisation
-    would alone under seed 0's batch order, and block 0 is exactly the one-seed run. Each block is chosen on
-    ``val`` by itself; a result's ``seeds`` holds blocks 1..N − 1 (its own fields are block 0's)."""
+    **Probe seeds.** ``seed_generators`` (N − 1 of them) train N − 1 more copies of every grid in the same
+    pass: block ``s`` draws its initialisation and then every epoch's batch order from ``seed_generators[s − 1]``
+    alone, so it is exactly the run that generator would make by itself (``levjepa probe --seed seed+s``), and
+    block 0 is exactly the one-seed run. The N blocks are independent draws of the probe's training: the spread
+    of their accuracies is the seed-to-seed spread a user would see, and their mean's standard error is
+    sd / √N. Each block reads its own batches (N reads a step) and is chosen on ``val`` by itself; a result's
+    ``seeds`` holds blocks 1..N − 1 (its own fields are block 0's)."""
     start = time.perf_counter()
     n = len(train)
     if n == 0:
         raise ValueError(f"{train.name}: no training sample")
     grid = cfg.grid(kind)
-    nseeds = 1 + len(seed_generators)
-    slices = _seed_slices(classes, len(grid), nseeds)
+    generators = [generator, *seed_generators]
+    nseeds = len(generators)
+    one = _task_slices(classes, len(grid))  # a block's rows: every task's grid
     rows = len(grid) * len(classes)
-    model = _stacked_grid(kind, cfg, train.dim(what), max(classes.values()), rows, [generator, *seed_generators]).to(
-        device
-    )
+    dim, width = train.dim(what), max(classes.values())
+    blocks = [build_probe_grid(kind, cfg, dim, width, generator=g, num_probes=rows).to(device) for g in generators]
     bs = min(cfg.batch_size, n)
     if head_kind(kind).standardize:  # its grid has set_standardizer (levjepa.model.probe_kinds)
         mean, std = standardizer(train, what, bs)
-        getattr(model, "set_standardizer")(mean.to(device), std.to(device))  # noqa: B009
-    params, decay = _param_decay(model)
-    lrs, wds = [lr for lr, _ in grid] * len(classes) * nseeds, [wd for _, wd in grid] * len(classes) * nseeds
-    opt = GridAdamW(params, lrs, wds, decay=decay, betas=(cfg.beta1, cfg.beta2))
+        for b in blocks:
+            getattr(b, "set_standardizer")(mean.to(device), std.to(device))  # noqa: B009
+    lrs, wds = [lr for lr, _ in grid] * len(classes), [wd for _, wd in grid] * len(classes)
+    opts, averages = [], []
     epochs = cfg.epochs_of(kind)
     steps_per_epoch = math.ceil(n / bs)
     total, warmup = epochs * steps_per_epoch, int(cfg.warmup_epochs * steps_per_epoch)
-    average = _WeightAverage(params, start=total - max(1, round(cfg.average_last * total)))
+    for b in blocks:
+        params, decay = _param_decay(b)
+        opts.append(GridAdamW(params, lrs, wds, decay=decay, betas=(cfg.beta1, cfg.beta2)))
+        averages.append(_WeightAverage(params, start=total - max(1, round(cfg.average_last * total))))
     step = 0
     bar = Progress(epochs, f"{kind} probes ({rows * nseeds})", "epoch", show=progress)
     for epoch in range(epochs):
         train.set_epoch(epoch)  # a source of augmented views reads this epoch's (levjepa.eval.source)
-        model.train()
-        for idx in _batches(n, bs, torch.randperm(n, generator=generator)):
-            x = train.read(what, idx).to(device, non_blocking=True)
-            loss = _grid_loss(model(x), {t: train.labels[t][idx].to(device) for t in classes}, slices)
-            opt.zero_grad()
-            loss.backward()
-            opt.step(warmup_cosine(step, peak=1.0, total=total, warmup=warmup))
-            if cfg.average_last > 0:
-                average.update(step)
+        for b in blocks:
+            b.train()
+        orders = [_batches(n, bs, torch.randperm(n, generator=g)) for g in generators]
+        for batch in zip(*orders, strict=True):  # step by step, each block on its own batch
+            lr = warmup_cosine(step, peak=1.0, total=total, warmup=warmup)
+            for b, opt, average, idx in zip(blocks, opts, averages, batch, strict=True):
+                x = train.read(what, idx).to(device, non_blocking=True)
+                loss = _grid_loss(b(x), {t: train.labels[t][idx].to(device) for t in classes}, one)
+                opt.zero_grad()
+                loss.backward()
+                opt.step(lr)
+                if cfg.average_last > 0:
+                    average.update(step)
             step += 1
         bar.update(1)
     bar.close()
     if cfg.average_last > 0:
-        average.apply()
+        for average in averages:
+            average.apply()
+    model = _stack(blocks, kind, cfg, dim, width)
+    slices = _seed_slices(classes, len(grid), nseeds)
     ev = {"batch_size": 2 * cfg.batch_size, "device": str(device)}
     val_res = evaluate_probes(model, val, what, slices, **ev)  # type: ignore[arg-type]
     test_res = None if test is None else evaluate_probes(model, test, what, slices, **ev)  # type: ignore[arg-type]
