@@ -56,14 +56,20 @@ def test_a_twelve_probe_grid_trains_from_one_encoder_pass(setting, tmp_path, mon
     assert sum(seen) == 12 + 6 + 9  # one forward per view, whatever the epochs and the grid
 
 
-def test_online_encodes_every_epoch_and_stores_no_token(setting, tmp_path, monkeypatch):
+@pytest.mark.parametrize("seeds", [1, 2])
+def test_online_encodes_every_epoch_and_stores_no_token(setting, tmp_path, monkeypatch, seeds):
     files, _, loaded, views = setting
     seen = _counting(monkeypatch, online)
     task = dataset_task(files, views=views, workers=0, features_dir=tmp_path / "f")
-    cfg = EvalConfig(tasks=(task.name,), probes=("attentive",), probe=probe_config("demo", epochs=3), online=True)
+    cfg = EvalConfig(
+        tasks=(task.name,), probes=("attentive",), probe=probe_config("demo", epochs=3), online=True, seeds=seeds
+    )
+    said = plan(task, loaded, cfg)
     result = evaluate({"e": loaded.encoder}, task, cfg)
     assert result is not None and "online" in result.caption()
-    assert sum(seen) == 3 * 12 + 6 + 9  # every epoch for training views, once for val and test
+    # every epoch for training views (each seed reads its own batches), once for val and test
+    assert sum(seen) == seeds * 3 * 12 + 6 + 9
+    assert sum(s.forwards for s in said.splits) == sum(seen) + 12 + 6 + 9  # + the store of CLS and mean
     assert not list((tmp_path / "f").rglob("tokens-*.npy"))
 
 

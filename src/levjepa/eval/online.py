@@ -15,7 +15,8 @@ are the protocol's, unaugmented. The small inputs (``mean``,
 
 Every probe of a grid reads the same batch in one forward of the stacked grid (``levjepa.eval.trainer``), so the
 encoder runs once per view and epoch for the whole attentive grid: ``epochs`` forwards per training view, one
-per validation and test view. ``levjepa probe --plan`` prints these counts and the time they take.
+per validation and test view. With ``--seeds N`` each seed reads its own batches, so the training views are
+encoded ``N`` times an epoch. ``levjepa probe --plan`` prints these counts and the time they take.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ the views per file and the store's rows, the disk they take — ``cls`` and ``me
 a row) and, for the attentive probe, the tokens as the store keeps them (``levjepa.eval.compact``: ``1 + L``
 tokens of ``2 · D`` bytes in float16, fewer and smaller in a compact store; none online) — and the encoder's
 forwards: one per view for a store (``K`` per training segment with ``--train-views K``, each file decoded
-``K`` times); online, every epoch of the attentive probe for a training view, one per validation and test view.
+``K`` times); online, every epoch of the attentive probe for a training view (times ``--seeds``: each seed reads
+its own batches), one per validation and test view.
 It then measures a short sample on this machine — decoding a few files, one encoder batch of their views, one
 step of the attentive grid (times ``--seeds``: each seed trains its own) — and multiplies out an estimated time.
 The estimate is what the sample says: decoding that hits a slower disk, or a GPU that is shared, will differ.
@@ -114,8 +115,8 @@ def plan(task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfig, *, sample: i
         stored = attentive and not cfg.online
         per_file = views.views * max(1, _augmented(task, split))  # K augmented views: K rows per segment
         forwards = len(items) * per_file  # the store: one forward per view
-        if cfg.online and attentive:  # and the tokens online: every epoch for training, once for val / test
-            forwards += len(items) * per_file * (epochs if split == "train" else 1)
+        if cfg.online and attentive:  # and the tokens online: every epoch (and seed) for training, once for val / test
+            forwards += len(items) * per_file * (epochs * cfg.seeds if split == "train" else 1)
         splits.append(
             SplitPlan(
                 split,
@@ -197,7 +198,7 @@ def _measure(out: Plan, task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfi
     steps = math.ceil(train_files * views.crops / pcfg.batch_size) * pcfg.epochs
     # online: the store of CLS and mean decodes every file, then the tokens every epoch's training files and
     # the validation and test files once more; K augmented views decode a training file K times
-    decodes = 2 * files + (pcfg.epochs - 1) * train_files if cfg.online else files
+    decodes = 2 * files + (pcfg.epochs * cfg.seeds - 1) * train_files if cfg.online else files
     decodes += (_augmented(task, "train") - 1) * train_files if _augmented(task, "train") else 0
     out.measured = {"files": len(decoded), "decode_s": decode_s, "encode_s": encode_s, "step_s": step_s,
                     "workers": workers}  # fmt: skip
