@@ -24,6 +24,7 @@ from levjepa import distributed
 from levjepa.config import apply_overrides
 from levjepa.finetune import FinetuneConfig, finetune
 from levjepa.finetune.clips import rank_positions
+from levjepa.threads import torch_threads
 from levjepa.train.run_dir import RunDirError
 from levjepa.weights import load_tensors
 from test_classify import write_index
@@ -73,12 +74,8 @@ def test_rank_positions_split_each_step_into_the_same_global_micro_batches():
 @pytest.mark.distributed
 def test_two_ranks_fine_tune_like_one_rank_accumulating_two_micro_batches(tmp_path):
     cfg = _config(tmp_path)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         finetune(cfg, tmp_path / "one")  # 1 rank, 2 micro-batches of 2
-    finally:
-        torch.set_num_threads(threads)
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "kept.txt").write_text("another run's\n")

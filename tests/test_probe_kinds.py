@@ -66,9 +66,11 @@ class _Task:
         return {}
 
 
-def test_a_kind_registered_by_one_class_is_a_probe_of_the_harness(monkeypatch):
-    monkeypatch.setattr(probe_kinds, "KINDS", dict(probe_kinds.KINDS))  # the registry is restored after the test
-    built = []
+def _register_zero(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Register the toy kind ``zero`` into a copy of the registry (restored after the test); returns the list
+    its ``build`` appends each grid's probe count to."""
+    monkeypatch.setattr(probe_kinds, "KINDS", dict(probe_kinds.KINDS))
+    built: list[int] = []
 
     @register
     class Zero(HeadKind):
@@ -83,6 +85,11 @@ def test_a_kind_registered_by_one_class_is_a_probe_of_the_harness(monkeypatch):
             built.append(num_probes)
             return grid
 
+    return built
+
+
+def test_a_kind_registered_by_one_class_is_a_probe_of_the_harness(monkeypatch):
+    built = _register_zero(monkeypatch)
     assert probe_names() == ("attentive", "linear", "linear_cls", "zero_cls", "knn")
     assert (PROBE_INPUTS["zero_cls"], PROBE_KINDS["zero_cls"], PROBE_LABELS["zero_cls"]) == (
         "cls",
@@ -133,20 +140,9 @@ def test_a_registered_kind_is_a_fine_tuning_head_too(monkeypatch, tmp_path, caps
     from test_classify import write_index
     from test_export import make_run_dir
 
-    monkeypatch.setattr(probe_kinds, "KINDS", dict(probe_kinds.KINDS))
     with pytest.raises(ConfigError, match="head='zero': valid choices are attentive, linear"):
         FinetuneConfig(task=("a", "b"), head="zero")
-
-    @register
-    class Zero(HeadKind):
-        name = "zero"
-        probes: ClassVar[Mapping[str, tuple[str, str]]] = {"zero_cls": ("cls", "zero-init (CLS)")}
-
-        def build(self, num_probes: int, dim: int, num_classes: int, **options: Any) -> nn.Module:
-            grid = LinearProbeGrid(num_probes, dim, num_classes)
-            nn.init.zeros_(grid.head.weight)
-            return grid
-
+    _register_zero(monkeypatch)
     media = tmp_path / "media"
     files = [write_index(media, s, n, seed) for s, n, seed in (("train", 6, 0), ("val", 3, 1), ("test", 3, 2))]
     run, out = make_run_dir(tmp_path, steps=(5,)), tmp_path / "ft"
