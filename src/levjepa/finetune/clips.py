@@ -12,7 +12,8 @@ micro-batch size the same; ``tests/test_finetune_distributed.py``). Position ``p
 its augmentation is drawn from ``(seed, "augment", p)``: a resumed run, or one on another number of ranks,
 sees the same clips (``tests/test_finetune.py`` resumes bit-exactly).
 
-Augmentation (VideoMAE's fine-tuning: a random temporal window, a random resized crop, a horizontal flip): the
+Augmentation (a subset of VideoMAE's fine-tuning augmentation: a random temporal window, a random resized crop, a
+horizontal flip; its RandAugment and random erasing are not applied, ``loop.py`` lists what is not): the
 window of ``frames`` frames at ``frame_stride`` (or ``fps``; the run's views) starts anywhere in the video;
 the frames are resized to a short side of ``size`` (``levjepa.data.eval_clip``), then a square of
 ``crop_scale`` of the area at a random place is cut and resized back to ``size`` (the same box for every
