@@ -152,7 +152,9 @@ def _adversarial(d: int = 128) -> dict[str, torch.Tensor]:
     constant = 3.0 + 1e-3 * torch.randn(4, 9, d, generator=g)
     mixed = torch.randn(4, 9, d, generator=g)
     mixed[:, :3] = 0.0  # zero tokens among others
-    return {"outlier": outlier, "constant": constant, "zeros": torch.zeros(4, 9, d), "mixed": mixed}
+    # tokens from 1e-8 to 1e-2 in size: a scale amax / 127 below float16's smallest normal would round coarsely
+    tiny = torch.randn(4, 9, d, generator=g) * torch.logspace(-8, -2, 36).reshape(4, 9, 1)
+    return {"outlier": outlier, "constant": constant, "zeros": torch.zeros(4, 9, d), "mixed": mixed, "tiny": tiny}
 
 
 def _steps(codec: TokenCodec, x: torch.Tensor) -> torch.Tensor:
@@ -200,7 +202,7 @@ def test_old_codec_names_keep_their_bytes_and_their_arrays():
 
 
 @pytest.mark.parametrize("name", ["int8", "int4", *[n for n in NEW if "pool" not in n]])
-@pytest.mark.parametrize("case", ["outlier", "constant", "zeros", "mixed"])
+@pytest.mark.parametrize("case", ["outlier", "constant", "zeros", "mixed", "tiny"])
 def test_round_trip_error_is_within_half_a_step_on_adversarial_tokens(name, case):
     """Per token ``‖x̂ − x‖₂ ≤ ½ √(Σ_c step_c²)`` (the rotation is orthonormal), and per channel without it
     ``|x̂_c − x_c| ≤ step_c / 2``; zeros come back as zeros. Slack: float16 scales and output."""

@@ -14,13 +14,13 @@ import torch
 import levjepa.finetune.loop as ft_loop
 from levjepa.cli import main
 from levjepa.finetune.config import FinetuneConfig
-from levjepa.finetune.recipe import DropPath, layer_id, lr_at, param_groups, soft_targets
 from levjepa.formats.classifier import load_classifier
 from levjepa.formats.load import load_encoder
 from levjepa.model import encoder_config
 from levjepa.model.classifier import HeadConfig, VideoClassifier
 from levjepa.model.vit import VideoEncoder
 from levjepa.rng import make_generator
+from levjepa.train.finetune_recipe import DropPath, layer_id, lr_at, param_groups, soft_targets
 from levjepa.weights import load_tensors
 from test_classify import write_index
 from test_export import make_run_dir

@@ -6,7 +6,7 @@ The reference accumulates 2 micro-batches, not one micro-batch of the whole batc
 with its own reverse, and token dropping draws a micro-batch's clips from one generator (the classifier's
 forward takes no per-clip keys), so what stays the same on any number of ranks is a step's global
 micro-batches: micro-batch ``g`` holds the same clips and draws from ``(seed, purpose, step, g)`` whichever
-rank computes it (``levjepa.finetune.clips.rank_positions``, ``loop.train_step``).
+rank computes it (``levjepa.data.labelled_stream.rank_positions``, ``loop.train_step``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import levjepa.finetune.loop as ft_loop
 from dist_utils import run_gloo
 from levjepa import distributed
 from levjepa.config import apply_overrides
+from levjepa.data.labelled_stream import rank_positions
 from levjepa.finetune import FinetuneConfig, finetune
-from levjepa.finetune.clips import rank_positions
 from levjepa.threads import torch_threads
 from levjepa.train.run_dir import RunDirError
 from levjepa.weights import load_tensors

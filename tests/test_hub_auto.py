@@ -20,9 +20,9 @@ import levjepa
 from levjepa.cli import main
 from levjepa.config import to_dict
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.finetune.classifier import BestExport, Start
 from levjepa.formats.classifier import load_classifier
 from levjepa.formats.export import export_encoder
+from levjepa.formats.finetuned import BestExport, Start
 from levjepa.formats.hub import LeVJEPAForVideoClassification, LeVJEPAModel
 from levjepa.formats.load import load_encoder
 from levjepa.formats.outputs import AMBIGUOUS, ATTENTIONS_REFUSED

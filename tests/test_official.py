@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from levjepa.cli import main
 from levjepa.commands import import_weights
 from levjepa.formats.load import load_encoder, load_projector
-from levjepa.formats.official import Overrides, read_official
+from levjepa.formats.official import OFFICIAL_SIZES, Overrides, read_official
 from levjepa.infer.stream import StreamingEncoder
 from levjepa.model import Projector
 from levjepa.weights import WeightsError
@@ -162,7 +162,7 @@ def lightning_checkpoint(t: dict[str, torch.Tensor], path: Path, *, ema_shift: f
         "optimizer_states": [{"state": {}, "param_groups": [{"lr": 4e-4, "params": [0, 1]}]}],
         "lr_schedulers": [{"last_epoch": 1200}],
         "callbacks": {"ModelCheckpoint{'monitor': None}": {"dirpath": "checkpoints", "best_model_score": None}},
-        "hyper_parameters": {"model": {"name": "vit_tiny", "attn_mode": "block_causal", "tubelet_size": 1}},
+        "hyper_parameters": {"model": {"num_heads": 3, "attn_mode": "block_causal", "tubelet_size": 1}},
     }
     if extra is not None:
         ckpt["callbacks"]["extra"] = extra
@@ -173,7 +173,7 @@ def lightning_checkpoint(t: dict[str, torch.Tensor], path: Path, *, ema_shift: f
 def test_lightning_checkpoint_reads_the_ema_copy_its_config_and_the_projector(tmp_path):
     t = fixture(1)
     ckpt = lightning_checkpoint(t, tmp_path / "last.ckpt", ema_shift=0.0)
-    assert run_import(ckpt, tmp_path / "out") == 0  # heads from the config's model name (vit_tiny: 3)
+    assert run_import(ckpt, tmp_path / "out") == 0  # heads from the config's model section
     loaded = load_encoder(tmp_path / "out")
     assert loaded.weights == "ema" and "state_dict_ema" in loaded.note
     assert (tokens(loaded.encoder, t["input.video"]) - t["output.block_causal"]).abs().max().item() < 1e-5
@@ -332,7 +332,7 @@ def test_settings_are_read_from_the_encoders_own_section_only(tmp_path):
     read: a checkpoint whose model section lacks the heads is asked for --heads, not given the probe's 7."""
     t = fixture(1)
     decoys = {"optimizer": {"eps": 1e-8, "lr": 4e-4}, "probe": {"num_heads": 7, "attn_mode": "full"}}
-    named = {"model": {"name": "vit_tiny", "attn_mode": "block_causal"}, **decoys}
+    named = {"model": {"num_heads": 3, "attn_mode": "block_causal"}, **decoys}
     ckpt = lightning_checkpoint(t, tmp_path / "a.ckpt")
     obj = torch.load(ckpt, weights_only=False)
     obj["hyper_parameters"] = named
@@ -470,9 +470,54 @@ def test_a_generic_top_level_key_does_not_hide_the_model_section(tmp_path):
     torch.save(obj, ckpt)
     cfg = read_official(ckpt).config
     assert (cfg.heads, cfg.attention) == (3, "bidirectional")
+    named = lightning_checkpoint(official_sized("vit_tiny"), tmp_path / "named.ckpt")
+    obj = torch.load(named, weights_only=False)
     obj["hyper_parameters"] = {"name": "vit_tiny", "attention": "block_causal"}
-    torch.save(obj, ckpt)
-    assert read_official(ckpt).config.heads == 3  # the top level named the model: vit_tiny has 3 heads
+    torch.save(obj, named)
+    assert read_official(named).config.heads == 3  # the top level named the model: vit_tiny has 3 heads
+
+
+def official_sized(name: str) -> dict[str, torch.Tensor]:
+    """Random encoder tensors (``encoder.*``, the official layout, tubelet 1, 16-px patches) at the width and
+    depth of an official factory."""
+    width, depth, _ = OFFICIAL_SIZES[name]
+    g = torch.Generator().manual_seed(0)
+    t = {"patch_embed.proj.weight": (width, 3, 1, 16, 16), "patch_embed.proj.bias": (width,)}
+    t |= {"cls_token": (1, 1, width), "norm.weight": (width,), "norm.bias": (width,)}
+    for i in range(depth):
+        for key, shape in {
+            "norm1.weight": (width,), "norm1.bias": (width,), "norm2.weight": (width,), "norm2.bias": (width,),
+            "attn.qkv.weight": (3 * width, width), "attn.qkv.bias": (3 * width,),
+            "attn.proj.weight": (width, width), "attn.proj.bias": (width,),
+            "mlp.fc1.weight": (4 * width, width), "mlp.fc1.bias": (4 * width,),
+            "mlp.fc2.weight": (width, 4 * width), "mlp.fc2.bias": (width,),
+        }.items():  # fmt: skip
+            t[f"blocks.{i}.{key}"] = shape
+    return {f"encoder.{k}": torch.randn(shape, generator=g) * 0.02 for k, shape in t.items()}
+
+
+@pytest.mark.parametrize("name", ["vit_tiny", "vit_base", "vit_large"])
+def test_a_model_name_that_does_not_fit_the_weights_is_refused_naming_both(tmp_path, name):
+    """A config naming an official factory over weights of another width or depth would split the width into
+    that factory's heads (vit_large over 96-wide weights: 16 heads of width 6), another function: refused in one
+    line naming both sizes, before anything is written; --heads makes the name a label and imports the weights
+    as they are; the name over weights of its own size gives its heads (vit_tiny: 3)."""
+    t = fixture(1)
+    width, depth, heads = OFFICIAL_SIZES[name]
+    for config in ({"name": name, "attn_mode": "full"}, {"name": name, "num_heads": 3, "attn_mode": "full"}):
+        folder = hub_folder(tmp_path / f"hub-{len(config)}", t, "", config)
+        with pytest.raises(WeightsError, match=rf"names {name} \(width {width}, depth {depth}, {heads} heads\), the "
+                           r"weights are 96 wide and 2 deep") as err:  # fmt: skip
+            run_import(folder, tmp_path / "out")
+        assert "\n" not in str(err.value) and not (tmp_path / "out").exists()
+    assert run_import(folder, tmp_path / "out", "--heads", "3") == 0  # the caller's heads: the name is a label
+    released = {**released_config(1, "full"), "name": name}
+    from levjepa.formats.official import released_config as automodel_config
+
+    with pytest.raises(WeightsError, match=f"names {name}"):
+        automodel_config(released)  # AutoModel reads the released schema the same way
+    fits = hub_folder(tmp_path / "fits", official_sized("vit_tiny"), "", {"name": "vit-tiny", "attn_mode": "full"})
+    assert read_official(fits).config.heads == 3
 
 
 def test_the_released_weights_file_loads_like_its_folder(tmp_path):
@@ -515,6 +560,11 @@ def test_an_import_with_the_official_outputs_carries_its_validation_table(tmp_pa
     with pytest.raises(WeightsError, match=r"differs from the official output.block_causal by up to 0.001") as err:
         run_import(folder, tmp_path / "wrong", "--reference", str(tmp_path / "wrong.safetensors"))
     assert "\n" not in str(err.value) and not (tmp_path / "wrong").exists() and not (tmp_path / "other").exists()
+    # a full-attention import is compared with the reference's output.full (the official attn_mode's name)
+    full = released_folder(tmp_path / "released-full", t, 1, "full")
+    assert run_import(full, tmp_path / "out-full", "--reference", str(reference)) == 0
+    v_full = json.loads((tmp_path / "out-full" / "config.json").read_text())["imported_from"]["validation"]
+    assert v_full["mode"] == "full" and v_full["max_abs_diff"] < 1e-5
     # without a reference the card says what was not measured
     assert run_import(folder, tmp_path / "plain") == 0
     plain = (tmp_path / "plain" / "README.md").read_text()

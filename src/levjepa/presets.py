@@ -3,7 +3,7 @@
 =====================  ==========================================================================
 preset                 what it reproduces
 =====================  ==========================================================================
-demo-cpu               a 10-minute CPU run on 2 cores: a small ViT (``vit-demo``, 2-frame tubelets)
+demo-cpu               a CPU run of under 10 minutes on 2 cores: a small ViT (``vit-demo``, 2-frame tubelets)
                        pretrained on the built-in appearance/motion benchmark (16×32×32 clips, 1 global
                        32-px + 2 local 24-px views, ρ = 0.5, block-causal, 800 steps), then frozen probes
                        against the same encoder at random initialisation. The README's main command
@@ -96,7 +96,8 @@ def _demo_synthetic(num_train: int = 1600) -> SyntheticConfig:
 def demo_cpu(steps: int = 800) -> PretrainConfig:
     """The README's main job: 800 steps of pretraining on 2 CPU cores, then frozen probes of appearance, motion
     and the arrow of time against the same encoder at random initialisation, within the quick start's 10-minute
-    budget. What it reaches and how long it takes: ``bench/quality.md`` § 3 and § 7.
+    budget. What it reaches and how long it takes: the README's table and ``bench/quality.md`` § 9 (ten seed ×
+    thread runs of this recipe; §§ 3 and 7 measured the 320-step demo it grew from).
 
     Where it departs from the paper's video defaults, and why. Each choice was measured with
     ``bench/quality.py``; the runs, their commands and numbers are in ``bench/quality.md``, whose § 8 lists them
@@ -145,8 +146,8 @@ def demo_cpu(steps: int = 800) -> PretrainConfig:
       smaller λ here let the motion features crowd out appearance (§ 1.3, § 1.4).
     * A shorter, faster optimiser schedule: AdamW lr 1.7e-3 (the paper's 4e-4), a 50-step linear warm-up from
       1.7e-4 (not 1200 steps), then a cosine decay to 1.7e-4 at the last step (not flat); betas and weight
-      decay are the paper's. Within 320 steps the lr trades appearance against motion and the arrow, and the
-      balance is narrow (§ 1.5, § 1.6).
+      decay are the paper's. In the 320-step runs of § 1.5 and § 1.6 the lr traded appearance against motion and
+      the arrow, and the balance was narrow.
     * Augmentations suited to the benchmark: no flips (a flip reverses the motion label), local crops of
       30–70 % of the frame, strong hue change and grayscale (colour is a random per-clip nuisance here). A
       crop must hold enough of the digit to share it with the global view: with smaller crops the invariance
@@ -194,8 +195,8 @@ def demo_cpu(steps: int = 800) -> PretrainConfig:
 
 
 def demo_cpu_long() -> PretrainConfig:
-    """The four-view ``demo-cpu`` of issue 11 (320 steps then) run longer, to carry every target with room: 800
-    steps, the cosine over all of them, in the recipe its numbers were measured with (``bench/quality.md``
+    """The four-view recipe of issue 11's demo (320 steps then) at 800 steps, to carry every target with room:
+    the cosine over all of them, in the recipe its numbers were measured with (``bench/quality.md``
     § 4, § 8): 4 local views with crops of 15–50 % of the frame, 32-dimensional projections, MLP ratio 4, lr
     1.4e-3 (§ 1.5) and EMA decay 0.99. ``demo-cpu``'s crops and lr (§ 1.6), its two views, 512 dimensions, MLP
     ratio 2 and EMA decay (§ 9) were chosen for its 10 minutes. Everything else is ``demo-cpu``'s."""

@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--attention",
         choices=("block_causal", "full", "bidirectional"),
         default=None,
-        help="attention mode, when the source does not state it (the official default: block_causal)",
+        help="attention mode, when the source does not state it (the official training recipe's: block_causal; "
+        "the official VisionTransformer class alone defaults to full)",
     )
     parser.add_argument("--norm-eps", type=float, default=None, help="LayerNorm eps (default: stated, else 1e-6)")
     parser.add_argument("--prefix", default=None, help="key prefix of the encoder, when the file holds several")

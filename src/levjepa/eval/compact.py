@@ -32,7 +32,10 @@ from the classifier's record) — so a probe is deployed on the numbers it was t
 
 Error bound of every integer codec, per token: ``‖x̂ − x‖₂ ≤ ½ √(Σ_c step_c²)`` with ``step_c`` the scale that
 quantised channel ``c`` (plus float16 rounding of the scale and the output); without ``rot`` also per channel,
-``|x̂_c − x_c| ≤ step_c / 2``.
+``|x̂_c − x_c| ≤ step_c / 2``. A scale is never below float16's smallest normal number (:data:`SCALE_MIN`,
+6.1e-5): a group whose largest value is under ``127 · SCALE_MIN`` ≈ 7.8e-3 (int8; ``7 · SCALE_MIN`` ≈ 4.3e-4 for
+int4) is quantised with that step, so its error is at most ``SCALE_MIN / 2`` a channel, absolute rather than
+relative to its size (a subnormal scale would round by up to half itself and break the bound).
 
 CLS is always kept as the first token. The codecs are named ``full``, ``pool2``, ``int8``, ``int4``, ``pool2-int8``,
 ``tpool2-int4``, ``last``, ``last-int8``, ``tpool3-rot-int4g32``, ... (:meth:`TokenCodec.parse`). Their bytes
@@ -54,7 +57,9 @@ from torch import Tensor
 
 from levjepa.config import ConfigError
 
-__all__ = ["FULL", "TokenCodec", "grid_of", "rotation"]
+__all__ = ["FULL", "SCALE_MIN", "TokenCodec", "grid_of", "rotation"]
+
+SCALE_MIN = torch.finfo(torch.float16).tiny  # the smallest stored scale: float16's smallest normal (module doc)
 
 
 @dataclass(frozen=True)
@@ -167,7 +172,7 @@ class TokenCodec:
         top = 2 ** (self.bits - 1) - 1  # 127 or 7
         x = tokens.float() @ rotation(d) if self.rotate else tokens.float()
         x = x.unflatten(-1, (groups, d // groups))  # [N, kept, G, g]
-        scale = (x.abs().amax(-1).clamp_min(1e-8) / top).to(torch.float16)  # [N, kept, G], as stored
+        scale = (x.abs().amax(-1) / top).clamp_min(SCALE_MIN).to(torch.float16)  # [N, kept, G], as stored
         q = (x / scale.float()[..., None]).round().clamp(-top, top).to(torch.int8).flatten(-2)
         if self.bits == 4:
             nib = (q + 8).to(torch.uint8)  # 1..15

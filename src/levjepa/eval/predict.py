@@ -34,7 +34,7 @@ from levjepa.formats.deploy_classifier import OnnxClassifier
 from levjepa.infer.encode import encode
 from levjepa.model.classifier import VideoClassifier
 
-__all__ = ["Prediction", "accuracy", "classifier_items", "predict"]
+__all__ = ["Prediction", "accuracy", "classifier_items", "predict", "split_accuracy"]
 
 
 @dataclass
@@ -198,3 +198,25 @@ def accuracy(predictions: list[Prediction]) -> float | None:
     if not scored:
         return None
     return 100.0 * sum(q.index[0] == q.truth for q in scored) / len(scored)
+
+
+def split_accuracy(
+    model: VideoClassifier,
+    names: tuple[str, ...],
+    p: ViewSpec,
+    items: list[MediaItem],
+    *,
+    split: str,
+    workers: int,
+    device: str,
+) -> float:
+    """Top-1 accuracy (%) of a classifier being trained on a labelled split (fine-tuning's validation and test):
+    :func:`predict` over ``items`` in eval mode, ``model`` left in training mode; a ``DataError`` when no file
+    of the split could be read."""
+    model.eval()
+    preds = list(predict(model, names, p, items, top_k=1, workers=workers, device=device))
+    model.train()
+    acc = accuracy(preds)
+    if acc is None:
+        raise DataError(f"unreadable: no file of the {split} split could be read")
+    return acc

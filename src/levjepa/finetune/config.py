@@ -16,13 +16,13 @@ from typing import Any, Literal
 
 from levjepa.config import ConfigError, check, to_dict
 from levjepa.data.eval_clip import ViewSpec
+from levjepa.data.labelled_stream import Augment
 from levjepa.eval.protocols import PROTOCOLS, parse_slots
-from levjepa.finetune.classifier import HeadStart, Start
-from levjepa.finetune.clips import Augment
-from levjepa.finetune.recipe import Schedule, StepRecipe
+from levjepa.formats.finetuned import HeadStart, Start
 from levjepa.formats.load import LoadedEncoder
 from levjepa.formats.reading import model_views
 from levjepa.model.probe_kinds import kind_names
+from levjepa.train.finetune_recipe import Schedule, StepRecipe
 from levjepa.train.run_dir import check_steps
 from levjepa.weights import CONFIG, read_json
 
@@ -102,12 +102,12 @@ class FinetuneConfig:
     # each service of the run receives only its own part of the config
     @property
     def start(self) -> Start:
-        """Where the encoder starts (``finetune.classifier.start_encoder``)."""
+        """Where the encoder starts (``levjepa.formats.finetuned.start_encoder``)."""
         return Start(self.source, self.weights, self.random_init, self.seed)
 
     @property
     def head_start(self) -> HeadStart:
-        """Which head, and where it starts (``finetune.classifier.start_head``)."""
+        """Which head, and where it starts (``levjepa.formats.finetuned.start_head``)."""
         return HeadStart(self.head, self.head_depth, self.head_from, self.seed)
 
     @property
@@ -121,7 +121,7 @@ class FinetuneConfig:
 
     @property
     def augment(self) -> Augment:
-        """What the training clips draw (``finetune.clips``)."""
+        """What the training clips draw (``levjepa.data.labelled_stream``)."""
         return Augment(self.seed, self.crop_scale, self.flip_p)
 
     def recipe_record(self) -> dict[str, Any]:

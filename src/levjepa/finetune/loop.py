@@ -11,11 +11,12 @@ gradient accumulation over micro-batches, and data parallelism under ``torchrun`
 VideoMAE's RandAugment, random erasing and CutMix, mixup on by default and the learning rate scaled by
 ``batch / 256`` (``lr`` here is the rate of the effective batch as given).
 
-This module is the recipe's loop and little else; the rest is called: the pieces of the recipe in ``recipe.py``
-(lrs, drop-path, targets), the data in ``data.py`` (the labelled task, a rank's training stream over
-``clips.py``, the evaluation of a split), the classifier in ``classifier.py`` (where the encoder and the head
-start — the same architecture at random for the baseline, or a kept probe's head (``head_from``), refused
-unless that probe was trained on this very encoder — and ``best/``, written by ``levjepa.formats.export``), the
+This module is the recipe's loop and little else; the rest is called from the floor it belongs to: the labelled
+split files (``levjepa.eval.labelled.read_task``), a rank's stream of augmented training clips
+(``levjepa.data.labelled_stream``), the pieces of the recipe (lrs, drop-path, targets:
+``levjepa.train.finetune_recipe``), the accuracy of a split (``levjepa.eval.predict.split_accuracy``), where the
+encoder and the head start and ``best/`` (``levjepa.formats.finetuned``: the same architecture at random for the
+baseline, or a kept probe's head (``head_from``), refused unless that probe was trained on this very encoder), the
 run's life in ``levjepa.train``. Each receives only its part of :class:`FinetuneConfig` (``cfg.start``,
 ``cfg.augment``, ``cfg.step_recipe``, ...).
 
@@ -54,14 +55,17 @@ from torch import Tensor
 from levjepa import distributed
 from levjepa.config import ConfigError, from_dict, to_dict
 from levjepa.data import normalize
-from levjepa.finetune.classifier import BEST, BestExport, start_encoder, start_head
+from levjepa.data.eval_clip import ViewSpec
+from levjepa.data.labelled_stream import TrainStream
+from levjepa.eval.labelled import LabelledTask, read_task
+from levjepa.eval.predict import split_accuracy
 from levjepa.finetune.config import FinetuneConfig, check_resume_dir
-from levjepa.finetune.data import Task, TrainStream, evaluate, open_task
-from levjepa.finetune.recipe import DropPath, StepRecipe, lr_at, mix, param_groups, soft_targets
 from levjepa.formats.classifier import load_classifier
+from levjepa.formats.finetuned import BEST, BestExport, start_encoder, start_head
 from levjepa.model.classifier import VideoClassifier
 from levjepa.rng import make_generator
 from levjepa.train.checkpoint import TrainerState, checkpoint_run, resume_latest, save_checkpoint
+from levjepa.train.finetune_recipe import DropPath, StepRecipe, lr_at, mix, param_groups, soft_targets
 from levjepa.train.lifecycle import Lifecycle, due
 from levjepa.train.optim import step_unless_nonfinite
 from levjepa.train.report import MetricsLogger, Progress
@@ -89,6 +93,21 @@ class _Best:
 
     val: float = -1.0
     step: int = 0
+
+
+@dataclass(frozen=True)
+class _Data:
+    """The labelled splits and the views validation and test files are cut into (the model's clips, or a
+    protocol's views: ``FinetuneConfig.views``)."""
+
+    task: LabelledTask
+    views: ViewSpec
+
+    def accuracy(self, model: VideoClassifier, split: str, *, workers: int, device: str) -> float:
+        """Top-1 accuracy (%) of ``model`` on ``split``, every segment and crop of its views."""
+        items = self.task.splits[split]
+        return split_accuracy(model, self.task.label_names, self.views, items, split=split, workers=workers,
+                              device=device)  # fmt: skip
 
 
 @dataclass
@@ -136,26 +155,27 @@ def _finetune(
     micro, accum = cfg.batch_layout(info.world_size)
     loaded = start_encoder(cfg.start, str(info.device))
     views, said = cfg.views(loaded)
-    task = open_task(cfg.task, views, allow_shared=cfg.allow_shared_files)
-    head_cfg, head = start_head(cfg.head_start, loaded, len(task.labels), cfg.start)
+    task = read_task(cfg.task, allow_shared=cfg.allow_shared_files)
+    head_cfg, head = start_head(cfg.head_start, loaded, len(task.label_names), cfg.start)
     out, at = checkpoint_run(out) if resume else (out, None)
     check = functools.partial(check_resume_dir, cfg=cfg, at=at)
     with run_directory(out, info, resume=resume, overwrite=False, check=check, flag="--out") as path:
         if info.is_main:
             print(said, file=sys.stderr)
-            for pair, n in task.files.shared.items():
+            for pair, n in task.shared.items():
                 said_shared = f"{pair.replace('/', ' and ')} share {n} file(s) (allow_shared_files=true)"
                 print(f"warning: {said_shared}", file=sys.stderr)
         model = VideoClassifier(loaded.encoder, head_cfg, head).to(info.device).train()
         best = BestExport.of(path, cfg.start, loaded)
-        return _train(cfg, path, info, task, model, best, micro, accum, resume=resume, progress=progress, at=at)
+        data = _Data(task, views)
+        return _train(cfg, path, info, data, model, best, micro, accum, resume=resume, progress=progress, at=at)
 
 
 def _train(
     cfg: FinetuneConfig,
     out: Path,
     info: distributed.DistInfo,
-    task: Task,
+    data: _Data,
     model: VideoClassifier,
     export: BestExport,
     micro: int,
@@ -190,9 +210,9 @@ def _train(
     )  # fmt: skip
     life.step = state.step
     stream = TrainStream(
-        task.splits["train"], cfg.augment, task.views, model.encoder.cfg.patch_size, steps=range(state.step, cfg.steps),
-        batch_size=cfg.batch_size, micro=micro, accum=accum, rank=info.rank, world_size=info.world_size,
-        workers=cfg.workers,
+        data.task.splits["train"], cfg.augment, data.views, model.encoder.cfg.patch_size,
+        steps=range(state.step, cfg.steps), batch_size=cfg.batch_size, micro=micro, accum=accum, rank=info.rank,
+        world_size=info.world_size, workers=cfg.workers,
     )  # fmt: skip
     recipe = cfg.step_recipe
     ctx = StepContext(device, info.rank, info.world_size, model.head_cfg.num_classes, drop_path)
@@ -211,7 +231,7 @@ def _train(
                     report.log(done, {"loss": total, "lr": lr_at(step, recipe.schedule)})
                 report.advance()
                 if due(done, cfg.eval_every, cfg.steps) and info.is_main:
-                    _validate(model, task, cfg, done, best, logger, export)
+                    _validate(model, data, cfg, done, best, logger, export)
                 life.end_of_step(done, write)
     finally:
         stream.close()  # its workers end here, before the test evaluation or the error's report
@@ -219,12 +239,12 @@ def _train(
         drop_path.remove()
         if logger is not None:
             logger.close()
-    return _finish(cfg, out, info, task, best, stream)
+    return _finish(cfg, out, info, data, best, stream)
 
 
 def _validate(
     model: VideoClassifier,
-    task: Task,
+    data: _Data,
     cfg: FinetuneConfig,
     step: int,
     best: _Best,
@@ -232,13 +252,13 @@ def _validate(
     export: BestExport,
 ) -> None:
     """Validation accuracy after ``step`` steps (main rank), logged; a new best is written to ``OUT/best``."""
-    val = evaluate(model, task, "val", workers=cfg.workers, device=str(next(model.parameters()).device))
+    val = data.accuracy(model, "val", workers=cfg.workers, device=str(next(model.parameters()).device))
     if logger is not None:
         logger.log(step, {"val_acc": val})
     print(f"step {step}/{cfg.steps}  val_acc {val:.1f}", file=sys.stderr)
     if val > best.val:
         best.val, best.step = val, step
-        export.save(model, task.labels, task.views, {"step": step, "val_acc": val, **cfg.recipe_record()})
+        export.save(model, data.task.label_names, data.views, {"step": step, "val_acc": val, **cfg.recipe_record()})
 
 
 def _checkpoint(out: Path, model: VideoClassifier, opt: torch.optim.Optimizer, life: Lifecycle, best: _Best) -> Path:
@@ -250,13 +270,13 @@ def _checkpoint(out: Path, model: VideoClassifier, opt: torch.optim.Optimizer, l
 
 
 def _finish(
-    cfg: FinetuneConfig, out: Path, info: distributed.DistInfo, task: Task, best: _Best, stream: TrainStream
+    cfg: FinetuneConfig, out: Path, info: distributed.DistInfo, data: _Data, best: _Best, stream: TrainStream
 ) -> FinetuneResult:
     """The test accuracy of ``best/`` (read back as ``levjepa classify`` reads it) and ``results.json``."""
     test = None
-    if info.is_main and "test" in task.splits:
+    if info.is_main and "test" in data.task.splits:
         classifier = load_classifier(out / BEST, device=str(info.device))
-        test = evaluate(classifier.model, task, "test", workers=cfg.workers, device=str(info.device))
+        test = data.accuracy(classifier.model, "test", workers=cfg.workers, device=str(info.device))
     if info.is_main:
         result = {"best_step": best.step, "best_val_acc": best.val, "test_acc": test, "steps": cfg.steps}
         write_json(out / RESULTS, result)
@@ -281,9 +301,9 @@ def train_step(
 
     The draws of micro-batch ``m`` (its mixup λ, drop-path and token drop) are keyed by ``(seed, purpose,
     step, g)``, ``g = m · ranks + rank`` its index among the step's global micro-batches, whose clips are
-    fixed by ``g`` alone (``clips.rank_positions``): ``R`` ranks accumulating ``A`` micro-batches compute the
-    step of 1 rank accumulating ``R · A`` of the same size. The token keep ratio reaches the encoder as an
-    argument (``drop_ratio = 1 − keep_ratio``), never through its config."""
+    fixed by ``g`` alone (``levjepa.data.labelled_stream.rank_positions``): ``R`` ranks accumulating ``A``
+    micro-batches compute the step of 1 rank accumulating ``R · A`` of the same size. The token keep ratio
+    reaches the encoder as an argument (``drop_ratio = 1 − keep_ratio``), never through its config."""
     lr = lr_at(step, recipe.schedule)
     for group in opt.param_groups:
         group["lr"] = lr * group["lr_scale"]

@@ -70,7 +70,7 @@ from levjepa.model.rope import vjepa2_channel_order
 from levjepa.weights import WeightsError, load_tensors, read_json, refuse_nonfinite
 
 __all__ = [
-    "OFFICIAL_HEADS",
+    "OFFICIAL_SIZES",
     "RELEASED_KEYS",
     "OfficialModel",
     "Overrides",
@@ -85,15 +85,15 @@ __all__ = [
     "to_levjepa",
 ]
 
-# heads of the official factories (module.py vit_tiny ... vit_gigantic), by name and by width
-OFFICIAL_HEADS = {
-    "vit_tiny": 3,
-    "vit_small": 6,
-    "vit_base": 12,
-    "vit_large": 16,
-    "vit_huge": 16,
-    "vit_giant": 16,
-    "vit_gigantic": 16,
+# the official factories (module.py vit_tiny ... vit_gigantic) by name: (width, depth, heads)
+OFFICIAL_SIZES = {
+    "vit_tiny": (192, 12, 3),
+    "vit_small": (384, 12, 6),
+    "vit_base": (768, 12, 12),
+    "vit_large": (1024, 24, 16),
+    "vit_huge": (1280, 32, 16),
+    "vit_giant": (1408, 40, 16),
+    "vit_gigantic": (1664, 48, 16),
 }
 ATTENTION_NAMES = {"block_causal": "block_causal", "full": "bidirectional", "bidirectional": "bidirectional"}
 ANCHOR = "patch_embed.proj.weight"  # the one key every official encoder has
@@ -248,7 +248,9 @@ def is_released_schema(config: Mapping[str, Any]) -> bool:
     return not isinstance(config.get("encoder"), Mapping) and "embed_dim" in config and "depth" in config
 
 
-OFFICIAL_ATTENTION = "block_causal"  # the official VisionTransformer's attn_mode when its arguments leave it out
+# an unstated attn_mode in the released schema: the official training recipe's (conf/config.yaml), which the released
+# models were trained with; the official VisionTransformer class alone defaults to "full"
+OFFICIAL_ATTENTION = "block_causal"
 OFFICIAL_DROP, OFFICIAL_EPS = 0.95, 1e-6  # its token_drop_rate and LayerNorm eps when they are not stated
 
 
@@ -261,17 +263,40 @@ class Stated:
     attention: Any
     norm_eps: float
     drop_ratio: float
+    name: str | None = None  # an official factory's name (:data:`OFFICIAL_SIZES`) the section states
+    heads_from_name: bool = False  # the heads are the named factory's, not stated as a number
+
+    def check_size(self, dim: int, depth: int, where: str) -> None:
+        """A stated official model name whose width or depth is not the weights' is refused in one line naming
+        both: its heads would split the weights' width into heads of another width, another function."""
+        if self.name is None:
+            return
+        width, layers, heads = OFFICIAL_SIZES[self.name]
+        if (width, layers) != (int(dim), int(depth)):
+            fix = (
+                "correct the name, or state the heads (levjepa import --heads N)"
+                if self.heads_from_name
+                else ("correct the name or leave it out")
+            )
+            raise WeightsError(
+                f"{where}: the config names {self.name} (width {width}, depth {layers}, {heads} heads), the weights "
+                f"are {dim} wide and {depth} deep: {fix}"
+            )
 
 
 def stated_settings(section: Mapping[str, Any]) -> Stated:
     """:class:`Stated` of an encoder's section (:func:`encoder_section`): a value stated as ``0`` or ``false``
-    is that value; an unstated eps or token drop rate is the official default; an unstated attention mode is
-    the official default only in the released schema (the official VisionTransformer's arguments, which take
-    it as their default), else unknown (the importer asks for it)."""
-    name = _stated(section, "name", "model_name", "arch", "architecture")
+    is that value; an unstated eps or token drop rate is the official default; unstated heads are those of a
+    stated official model name (checked against the weights: :meth:`Stated.check_size`); an unstated attention
+    mode is the official recipe's only in the released schema (:data:`OFFICIAL_ATTENTION`), else unknown (the
+    importer asks for it)."""
+    stated_name = _stated(section, "name", "model_name", "arch", "architecture")
+    name = stated_name.replace("-", "_").lower() if isinstance(stated_name, str) else None
+    name = name if name in OFFICIAL_SIZES else None
     heads = _stated(section, "num_heads", "num_attention_heads", "heads", "n_heads")
-    if heads is None and isinstance(name, str):
-        heads = OFFICIAL_HEADS.get(name.replace("-", "_").lower())
+    heads_from_name = heads is None and name is not None
+    if heads_from_name:
+        heads = OFFICIAL_SIZES[str(name)][2]
     attention = _stated(section, "attn_mode", "attention", "attention_mode")
     if attention is None and is_released_schema(section):
         attention = OFFICIAL_ATTENTION
@@ -281,6 +306,8 @@ def stated_settings(section: Mapping[str, Any]) -> Stated:
         attention=attention,
         norm_eps=OFFICIAL_EPS if eps is None else float(eps),
         drop_ratio=OFFICIAL_DROP if drop is None else float(drop),
+        name=name,
+        heads_from_name=heads_from_name,
     )
 
 
@@ -293,6 +320,7 @@ def released_config(config: Mapping[str, Any], where: str = "config.json") -> En
         missing.remove("num_heads")
     if missing:
         raise WeightsError(f"{where}: the released schema needs {', '.join(missing)}; this config does not state it")
+    said.check_size(int(config["embed_dim"]), int(config["depth"]), where)
     attention = str(said.attention)
     if attention not in ATTENTION_NAMES:
         raise WeightsError(f"{where}: attn_mode {attention!r}: valid choices are {', '.join(sorted(ATTENTION_NAMES))}")
@@ -403,13 +431,15 @@ def _config(enc: Mapping[str, torch.Tensor], stated: Mapping[str, Any], over: Ov
         raise WeightsError(f"{where}: no transformer blocks (blocks.N.*) under the encoder")
     hidden = enc["blocks.0.mlp.fc1.weight"].shape[0]
     said = stated_settings(stated)
+    if over.heads is None:  # heads the caller states make the name a label only
+        said.check_size(dim, depth, where)
     heads = over.heads if over.heads is not None else said.heads
     attention = over.attention if over.attention is not None else said.attention
     missing = []
     if heads is None:
         missing.append("the number of attention heads (--heads N; the official vit_large has 16)")
     if attention is None:
-        missing.append("the attention mode (--attention block_causal|full; the official default is block_causal)")
+        missing.append("the attention mode (--attention block_causal|full; the official recipe trains block_causal)")
     if missing:
         raise WeightsError(f"{where}: neither the weights nor a config state {' or '.join(missing)}")
     if str(attention) not in ATTENTION_NAMES:

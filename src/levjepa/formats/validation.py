@@ -29,6 +29,8 @@ from levjepa.weights import WeightsError, load_tensors
 __all__ = ["TOLERANCE", "Validation", "validate"]
 
 TOLERANCE = 1e-4  # float32 on the CPU; the conversion is tested at 1e-5 against the official outputs
+# levjepa's attention modes -> the official attn_mode a reference file's output.<mode> is named by
+REFERENCE_MODES = {"block_causal": "block_causal", "bidirectional": "full"}
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def validate(encoder: VideoEncoder, reference: str | Path, tolerance: float = TO
     if not path.is_file():
         raise WeightsError(f"--reference {path}: no such file (a safetensors file of input.video + output.<mode>)")
     tensors, _ = load_tensors(path)
-    mode = encoder.cfg.attention
+    mode = REFERENCE_MODES[encoder.cfg.attention]
     key = f"output.{mode}"
     if "input.video" not in tensors or key not in tensors:
         has = ", ".join(sorted(k for k in tensors if k.startswith(("input.", "output.")))) or "neither"

@@ -13,8 +13,9 @@ a CPU torch of another build. This class derives from its backend-free half, ``V
 save / load / ``to_dict`` / ``push_to_hub`` machinery, ``model_input_names``), and does every step with
 levjepa's own torch code: PyAV decoding and the evaluation transform of ``levjepa.data.eval_clip``.
 
-**What it does** (the same as ``levjepa classify`` on one segment and one crop, ``levjepa extract`` on one
-window):
+**What it does** (the same as ``levjepa classify`` on one segment and one crop; the clip is the centred window,
+while ``levjepa extract``'s windows start at frame 0, so extract has this clip's row only when one of its windows
+is the centred one, e.g. with ``--stride 1``):
 
 * a **path** (a video or an image file, or a list of them) is cut as ``ViewSpec.load`` cuts it: ``num_frames``
   frames ``1 / fps`` seconds apart when the model records its training rate (``fps``), else every

@@ -41,7 +41,8 @@ class OptimConfig:
     """AdamW with a linear warm-up then a flat (default) or cosine rate.
 
     Defaults are the official LeVJEPA code's: lr 4e-4, betas (0.9, 0.95), weight decay 0.04 on weight
-    matrices only (biases, norms, the CLS token excluded), warm-up from 1e-4 over 1200 steps, then flat.
+    matrices only (biases and norms excluded; the CLS token is decayed, as the official code does), warm-up
+    from 1e-4 over 1200 steps, then flat.
     ``grad_clip`` is the max global gradient norm ([choice]: 1.0; ``None`` disables clipping).
     """
 

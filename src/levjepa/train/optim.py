@@ -3,7 +3,7 @@
 Weight decay (0.04 by default) applies to every parameter but those :func:`no_decay_biases_norms` keeps out —
 biases, norm parameters and any other 1-D parameter — as the official LeVJEPA code's ``main.py`` does
 (``"bias" in name or "norm" in name or param.ndim == 1``): the CLS token (``[1, 1, D]``) is decayed there and
-here. Fine-tuning keeps the CLS token and the head's query out as well (``levjepa.finetune.recipe``).
+here. Fine-tuning keeps the CLS token and the head's query out as well (``levjepa.train.finetune_recipe``).
 
 :func:`warmup_cosine` is the schedule of every loop of levjepa — pretraining (:func:`lr_at`), fine-tuning and
 the probe trainer: a plain function of the optimizer step, so resuming at step ``s`` needs no schedule state:

@@ -1,5 +1,5 @@
-"""Training clips for fine-tuning: sample position ``p`` -> an augmented clip, the same whatever the ranks or
-the restart.
+"""Labelled training clips for supervised training (``levjepa finetune``): sample position ``p`` -> an augmented
+clip and its label, the same whatever the ranks or the restart, and the stream of one rank's micro-batches.
 
 The run reads an endless stream of positions; step ``s`` holds positions ``[s · B, (s + 1) · B)`` (``B`` the
 effective batch), split into ``G = B / micro_batch`` global micro-batches: micro-batch ``g`` holds the
@@ -10,9 +10,12 @@ draws keyed by ``g`` (``loop.train_step``) make 2 ranks compute the step of 1 ra
 micro-batch size the same; ``tests/test_finetune_distributed.py``). Position ``p`` is clip
 ``perm_e[p mod n]`` of epoch ``e = p // n`` (``perm_e`` a permutation drawn from ``(seed, "order", e)``), and
 its augmentation is drawn from ``(seed, "augment", p)``: a resumed run, or one on another number of ranks,
-sees the same clips (``tests/test_finetune.py`` resumes bit-exactly).
+sees the same clips (``tests/test_finetune.py`` resumes bit-exactly). :class:`TrainStream` decodes a rank's
+positions in ``workers`` processes (``levjepa.data.workers.safe_map``): an unreadable file is reported in ``bad``
+and its micro-batch is one clip short; a micro-batch no file of which could be read ends the run.
 
-Augmentation (VideoMAE's fine-tuning: a random temporal window, a random resized crop, a horizontal flip): the
+Augmentation (a subset of VideoMAE's fine-tuning augmentation: a random temporal window, a random resized crop, a
+horizontal flip; its RandAugment and random erasing are not applied, ``loop.py`` lists what is not): the
 window of ``frames`` frames at ``frame_stride`` (or ``fps``; the run's views) starts anywhere in the video;
 the frames are resized to a short side of ``size`` (``levjepa.data.eval_clip``), then a square of
 ``crop_scale`` of the area at a random place is cut and resized back to ``size`` (the same box for every
@@ -26,12 +29,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from levjepa.data import MediaItem, probe_video
+from levjepa.data.badfiles import BadFileReport, DataError
 from levjepa.data.eval_clip import ViewSpec, load_eval_clip, random_resized_crop
-from levjepa.data.video import frame_step
+from levjepa.data.sources import MediaItem
+from levjepa.data.video import frame_step, probe_video
+from levjepa.data.workers import safe_map
 from levjepa.rng import make_generator
 
-__all__ = ["Augment", "TrainClips", "augment", "rank_positions"]
+__all__ = ["Augment", "TrainClips", "TrainStream", "augment", "rank_positions"]
 
 
 @dataclass(frozen=True)
@@ -98,3 +103,50 @@ class TrainClips:
             target_fps=v.fps,
         )
         return augment(clip, self.aug, gen).permute(3, 0, 1, 2).contiguous()
+
+
+class TrainStream:
+    """The micro-batches of one rank for ``steps`` (module doc): per step ``accum`` micro-batches of ``micro``
+    clips of the effective batch ``batch_size``, rank ``rank`` of ``world_size``."""
+
+    def __init__(
+        self,
+        items: list[MediaItem],
+        aug: Augment,
+        views: ViewSpec,
+        patch: int,
+        *,
+        steps: range,
+        batch_size: int,
+        micro: int,
+        accum: int,
+        rank: int,
+        world_size: int,
+        workers: int,
+    ) -> None:
+        self.micro, self.accum = micro, accum
+        self.bad = BadFileReport()
+        self.clips = TrainClips(items, aug, patch, views)
+        positions = rank_positions(steps, batch_size, micro, accum, rank, world_size)
+        self._stream = safe_map(self.clips, positions, workers)
+
+    def next_step(self) -> list[tuple[Tensor, Tensor]]:
+        """The next ``accum`` micro-batches (uint8 ``[B, C, T, S, S]``, labels ``[B]``)."""
+        out = []
+        for _ in range(self.accum):
+            xs, ys = [], []
+            for _ in range(self.micro):
+                p, clip, err = next(self._stream)
+                if clip is None:
+                    self.bad.add(self.clips.items[self.clips.item_at(p)].path, err)
+                    continue
+                xs.append(clip)
+                ys.append(self.clips.label(p))
+            if not xs:
+                raise DataError("unreadable: a whole micro-batch of training files could not be read")
+            out.append((torch.stack(xs), torch.tensor(ys)))
+        return out
+
+    def close(self) -> None:
+        """End the decoding workers."""
+        self._stream.close()

@@ -123,15 +123,9 @@ class DropPath:
         def hook(module: nn.Module, args: tuple[Any, ...], out: Tensor) -> Tensor | None:
             if self.generator is None or rate == 0 or not module.training:
                 return None
-            x = args[0]
-            if x.dim() == 3:  # [B, L, D]: one mask value per sample
-                keep = torch.rand(x.shape[0], generator=self.generator) >= rate
-                scale = keep.to(x.device, x.dtype)[:, None, None] / (1 - rate)
-            else:  # packed tokens [N, D] of groups of (batch, length) sequences
-                rows = [
-                    (torch.rand(g.batch, generator=self.generator) >= rate).repeat_interleave(g.length) for g in args[1]
-                ]
-                scale = torch.cat(rows).to(x.device, x.dtype)[:, None] / (1 - rate)
+            x = args[0]  # [B, L, D]: one draw per sample
+            keep = torch.rand(x.shape[0], generator=self.generator) >= rate
+            scale = keep.to(x.device, x.dtype)[:, None, None] / (1 - rate)
             return x + (out - x) * scale
 
         return hook
