@@ -54,7 +54,7 @@ from levjepa.eval.dataset_task import DatasetTask, dataset_task
 from levjepa.eval.harness import Task, evaluate, keep_probes, kept_columns
 from levjepa.eval.kept_probes import check_probe_dir
 from levjepa.eval.plan import plan
-from levjepa.eval.probes import probe_config
+from levjepa.eval.probes import GRIDS, probe_config
 from levjepa.eval.protocols import PROTOCOLS, parse_slots
 from levjepa.eval.result import EvalResult
 from levjepa.eval.synthetic_task import SYNTHETIC_TITLE, TASKS, synthetic_config_for, synthetic_splits
@@ -101,6 +101,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--probe-depth", type=int, choices=(1, 4), default=1, help="attentive blocks: 1 paper, 4 V-JEPA 2"
     )
     parser.add_argument("--budget", choices=("demo", "full"), default="demo")
+    parser.add_argument(
+        "--grid",
+        choices=GRIDS,
+        default=None,
+        help="attentive grid: the budget's, or vjepa2 (V-JEPA 2's 20 heads and schedules; the table adds V-JEPA 2's "
+        "report, the best head on the evaluation split). Default: the protocol's with --budget full, else budget",
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="probe config override")
     parser.add_argument("--synthetic", action="append", default=[], metavar="KEY=VALUE", help="benchmark override")
     parser.add_argument("--baseline-seed", type=int, default=0, help="seed of the random-init baseline")
@@ -246,7 +253,8 @@ def _main(args: argparse.Namespace) -> int:
     first = next(iter(loaded.values()))
     if not args.no_baseline:
         loaded["random-init"] = random_like(first, seed=args.baseline_seed)
-    probe_cfg = apply_overrides(probe_config(args.budget, depth=args.probe_depth), args.set)
+    grid = args.grid or (PROTOCOLS[args.protocol].grid if args.protocol and args.budget == "full" else "budget")
+    probe_cfg = apply_overrides(probe_config(args.budget, grid, depth=args.probe_depth), args.set)
     bad = None
     task: Task
     if args.task.startswith("index:"):
