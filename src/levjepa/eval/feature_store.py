@@ -19,8 +19,9 @@ drawn from ``train_key(view_seed, item, k)`` (V-JEPA's frozen-evaluation train t
 3/4–4/3, random erasing, no flip), so a view depends only on (seed, item, k), never on workers, ranks or a
 restart. Its rows carry ``view = k``, view-major then segment (``crops`` must be 1), through the store's token
 codec like any row; ``train_views``, ``view_seed`` and the transform's name are in the manifest's settings
-(another K, seed or transform is another store). ``K = 0`` writes exactly the store it always did (no ``view`` field, same settings). The probe trainer reads one view per file and
-epoch (``levjepa.eval.source.StoreSource.set_epoch``).
+(another K, seed or transform is another store). ``K = 0`` writes exactly the store it always did (no ``view``
+field, same settings). The probe trainer reads one view per file and epoch
+(``levjepa.eval.source.StoreSource.set_epoch``).
 
 A file that cannot be read (``DataError``, a decoder error) is reported (``bad-KKKKK.json``, then
 ``bad_files.json``, with the reason) and skipped, never fatal; it contributes no row.

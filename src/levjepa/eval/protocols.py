@@ -34,12 +34,12 @@ Every evaluation table states the protocol and its slots (:meth:`Protocol.descri
 
 **Grid and report.** With ``--budget full``, ``ssv2`` and ``k400`` train V-JEPA 2's own grid (``grid="vjepa2"``,
 ``levjepa.eval.probes.probe_config``: the 20 heads lr 5e-3 … 1e-4 × wd 0.01 … 0.8 of their configs'
-``multihead_kwargs``, each its own AdamW, V-JEPA 2's schedules) and their tables print two numbers per probe, each labelled: levjepa's
-(the head chosen on val, read on test) and V-JEPA 2's report (the best head on the evaluation split itself).
-``diving48`` and ``in1k`` keep the budget's grid (V-JEPA 2's Diving-48 config trains 3 heads for 100 epochs, its
-IN1K config another 20-head grid, lr 5e-4 … 2e-3 × wd 5e-4 … 8e-3 with 5 warm-up epochs: not reproduced);
-``probe --grid vjepa2`` asks for it anywhere. ``train_views`` is each protocol's training views by default
-(``bench/eval.md``, "The reference training transform").
+``multihead_kwargs``, each its own AdamW, V-JEPA 2's schedules) and their tables print two numbers per probe, each
+labelled: levjepa's (the head chosen on val, read on test) and V-JEPA 2's report (the best head on the evaluation
+split itself). ``diving48`` and ``in1k`` keep the budget's grid (V-JEPA 2's Diving-48 config trains 3 heads for 100
+epochs, its IN1K config another 20-head grid, lr 5e-4 … 2e-3 × wd 5e-4 … 8e-3 with 5 warm-up epochs: not
+reproduced); ``probe --grid vjepa2`` asks for it anywhere. ``train_views`` is each protocol's training views by
+default (``bench/eval.md``, "The reference training transform").
 
 Every preset reads the usual ``path label`` index files (V-JEPA's CSV: space-separated, no header) and
 the official label files (:func:`read_labelled`):
