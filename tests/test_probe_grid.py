@@ -14,14 +14,14 @@ from levjepa.eval.trainer import GridAdamW, GridResult, _schedule
 
 
 def test_the_grid_is_v_jepa_2s_config():
-    cfg = probe_config("demo", "vjepa2")
+    cfg = probe_config("demo", grid="vjepa2")
     assert cfg.grid("attentive") == [(lr, wd) for wd in VJEPA2_WDS for lr in VJEPA2_LRS] and len(VJEPA2_LRS) == 5
     assert VJEPA2_LRS == (5e-3, 3e-3, 1e-3, 3e-4, 1e-4) and VJEPA2_WDS == (0.01, 0.1, 0.4, 0.8)
     assert cfg.schedule == "vjepa2" and cfg.epochs == 20 and cfg.warmup_epochs == 0 and cfg.select == "acc"
     assert cfg.batch_size == probe_config("demo").batch_size  # the budget keeps its batch
     assert probe_config("full").schedule == "levjepa"
     with pytest.raises(ValueError, match="grid="):
-        probe_config("full", "other")  # type: ignore[arg-type]
+        probe_config("full", grid="other")
 
 
 def _reference(k: int, total: int, warmup: int, ref_wd: float, final_wd: float) -> tuple[float, float]:
@@ -36,7 +36,7 @@ def _reference(k: int, total: int, warmup: int, ref_wd: float, final_wd: float) 
 
 @pytest.mark.parametrize("warmup,ratio", [(0, 1.0), (7, 0.5), (3, 0.0)])
 def test_the_schedule_is_v_jepa_2s_schedulers(warmup, ratio):
-    cfg = probe_config("demo", "vjepa2", final_wd_ratio=ratio)
+    cfg = probe_config("demo", grid="vjepa2", final_wd_ratio=ratio)
     total = 40
     for step in range(total):  # its schedulers step before the optimizer: step `step` runs at k = step + 1
         lr, wd = _schedule(cfg, step, total, warmup)

@@ -57,8 +57,8 @@ from levjepa.eval.plan import plan
 from levjepa.eval.probes import GRIDS, probe_config
 from levjepa.eval.protocols import PROTOCOLS, parse_slots, read_labelled
 from levjepa.eval.result import EvalResult
-from levjepa.eval.video_knn import video_knn
 from levjepa.eval.synthetic_task import SYNTHETIC_TITLE, TASKS, synthetic_config_for, synthetic_splits
+from levjepa.eval.video_knn import video_knn
 from levjepa.formats.load import LoadedEncoder, load_encoder, random_like
 from levjepa.formats.reading import model_preprocessing, model_views
 from levjepa.train.preemption import StopSignals, stop_now_on_signals
@@ -264,7 +264,7 @@ def _main(args: argparse.Namespace) -> int:
     if not args.no_baseline:
         loaded["random-init"] = random_like(first, seed=args.baseline_seed)
     grid = args.grid or (PROTOCOLS[args.protocol].grid if args.protocol and args.budget == "full" else "budget")
-    probe_cfg = apply_overrides(probe_config(args.budget, grid, depth=args.probe_depth), args.set)
+    probe_cfg = apply_overrides(probe_config(args.budget, grid=grid, depth=args.probe_depth), args.set)
     bad = None
     task: Task
     if args.protocol == "video-knn":

@@ -124,9 +124,7 @@ class ProbeConfig:
         return head_kind(kind).epochs(self)
 
 
-def probe_config(
-    budget: Literal["demo", "full"] = "full", grid: Literal["budget", "vjepa2"] = "budget", **overrides: Any
-) -> ProbeConfig:
+def probe_config(budget: Literal["demo", "full"] = "full", **overrides: Any) -> ProbeConfig:
     """Named presets. ``full``: the V-JEPA 2 grid values (20 attentive probes, 20 epochs) on levjepa's schedule.
     ``demo``: a 2 × 2 grid and few epochs, so that three encoders × three tasks fit in a few CPU minutes.
     ``grid="vjepa2"`` (``probe --grid vjepa2``): V-JEPA 2's 20 attentive heads as its eval configs
@@ -135,6 +133,7 @@ def probe_config(
     and cosine wd from each head's own to ``final_weight_decay`` (= it), chosen on val by accuracy — whatever the
     budget (which keeps its batch size and linear grid). Its result also carries V-JEPA 2's report, the best
     head's accuracy on the evaluation split (``levjepa.eval.trainer.GridResult.best_on_eval``)."""
+    grid = overrides.pop("grid", "budget")  # a keyword: grid="vjepa2"
     if grid not in GRIDS:
         raise ValueError(f"grid={grid!r}: valid choices are {', '.join(GRIDS)}")
     if budget == "full":

@@ -474,9 +474,9 @@ def train_probes(
     distinct = list({id(t): t for t in trains}.values())
     bs = min(cfg.batch_size, n)
     if head_kind(kind).standardize:  # its grid has set_standardizer (levjepa.model.probe_kinds)
-        stats = {id(t): standardizer(t, what, bs) for t in distinct}
-        for b, t in zip(blocks, trains, strict=True):
-            mean, std = stats[id(t)]
+        stats = {id(src): standardizer(src, what, bs) for src in distinct}
+        for b, src in zip(blocks, trains, strict=True):
+            mean, std = stats[id(src)]
             getattr(b, "set_standardizer")(mean.to(device), std.to(device))  # noqa: B009
     lrs, wds = [lr for lr, _ in grid] * len(classes), [wd for _, wd in grid] * len(classes)
     opts, averages = [], []
@@ -492,16 +492,16 @@ def train_probes(
     step = 0
     bar = Progress(epochs, f"{kind} probes ({rows * nseeds})", "epoch", show=progress)
     for epoch in range(epochs):
-        for t in distinct:
-            t.set_epoch(epoch)  # a source of augmented views reads this epoch's (levjepa.eval.source)
+        for src in distinct:
+            src.set_epoch(epoch)  # a source of augmented views reads this epoch's (levjepa.eval.source)
         for b in blocks:
             b.train()
         orders = [_batches(n, bs, torch.randperm(n, generator=g)) for g in generators]
         for batch in zip(*orders, strict=True):  # step by step, each block on its own batch
             lr, wd = _schedule(cfg, step, total, warmup)
-            for b, opt, average, idx, src in zip(blocks, opts, averages, batch, trains, strict=True):
-                x = src.read(what, idx).to(device, non_blocking=True)
-                loss = _grid_loss(b(x), {t: src.labels[t][idx].to(device) for t in classes}, one)
+            for b, opt, average, idx, block_src in zip(blocks, opts, averages, batch, trains, strict=True):
+                x = block_src.read(what, idx).to(device, non_blocking=True)
+                loss = _grid_loss(b(x), {t: block_src.labels[t][idx].to(device) for t in classes}, one)
                 opt.zero_grad()
                 loss.backward()
                 opt.step(lr, wd)
