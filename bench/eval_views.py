@@ -1,9 +1,14 @@
 """Augmented training views from a store against fixed centre crops and online augmentation (bench/eval.md,
-"Augmented views from a store (issue 53)").
+"The reference training transform (issue 65)"; before it, "Augmented views from a store (issue 53)").
 
-    python bench/eval_views.py --run RUN --index DIR [--tasks appearance,...] [--ks 1,2,4,8] [--codec tpool2-int8]
-        [--seeds 0,1,2] [--json OUT.json]
+    python bench/eval_views.py --run RUN --index DIR [--tasks appearance,...] [--ks 1,2,4] [--codec tpool3-int4g32]
+        [--seeds 0-9] [--json OUT.json]
     python bench/eval_views.py --table A.json[,B.json]
+
+The augmented views are V-JEPA's frozen-evaluation training transform (``levjepa.data.clip_augment``: RandAugment,
+random resized crop 8–100 %, random erasing, V-JEPA 2's temporal starts, no flip). ``--json`` is also where a
+stopped run resumes: every (task, setting, seed) already there is skipped, and the file is rewritten after each
+one, so ``nohup python bench/eval_views.py ... --json OUT.json &`` can be killed and started again at any time.
 
 Every index task under ``DIR`` (``DIR/TASK/{train,val,test}.txt``, ``python bench/eval_tasks.py --out DIR``) is
 probed with the attentive probe (the demo grid, chosen on val, read on test) from the training views of:
@@ -85,21 +90,28 @@ def measure(run: str, index: str, tasks: list[str], ks: list[int], codec: str, s
     sys.path.insert(0, str(SRC))
     import torch
 
+    from levjepa.data import clip_augment
     from levjepa.formats.load import load_encoder
 
     torch.set_num_threads(1)
     loaded = load_encoder(run)
     record: dict[str, Any] = {"run": run, "index": index, "codec": codec, "ks": ks, "results": {}}
+    record["transform"] = clip_augment.NAME
+    if out and Path(out).is_file():  # resume: keep what a stopped run measured
+        record["results"] = json.loads(Path(out).read_text())["results"]
     for seed in seeds:
         for task in tasks:
             for name, k, tokens, online in settings(ks, codec):
+                done = record["results"].get(task, {}).get(name, {})
+                if str(seed) in done:
+                    continue
                 r = run_one(loaded, Path(index) / task, k, tokens, online, seed)
                 record["results"].setdefault(task, {}).setdefault(name, {})[str(seed)] = r
                 print(
                     f"seed {seed} {task} {name}: {r['acc']:.1f} % {r['forwards']} forwards {r['s']:.1f} s", flush=True
                 )
-        if out:
-            Path(out).write_text(json.dumps(record, indent=1))
+                if out:
+                    Path(out).write_text(json.dumps(record, indent=1))
     return record
 
 
@@ -125,24 +137,30 @@ def _paired(acc: list[float], ref: list[float]) -> tuple[float, float]:
 
 def table(record: dict[str, Any]) -> None:
     """The markdown table of a record (module doc), then the mean over tasks of each setting."""
-    print("| task | training views | seeds | test acc % | − online (± SE) | encoder forwards | seconds |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| task | training views | seeds | test acc % | − online (± SE) | − fixed (± SE) | encoder forwards | seconds |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     names = settings(record["ks"], record["codec"])
     over: dict[str, list[float]] = {}
     for task, by_setting in record["results"].items():
-        ref = by_setting.get("online", {})
+        ref, fixed = by_setting.get("online", {}), by_setting.get("fixed", {})
         for name, *_ in names:
             runs = by_setting.get(name, {})
-            seeds = sorted(s for s in runs if s in ref)
+            seeds = sorted((s for s in runs if s in ref and s in fixed), key=int)
             if not seeds:
                 continue
             acc = [runs[s]["acc"] for s in seeds]
             diff, se = _paired(acc, [ref[s]["acc"] for s in seeds])
+            dfix, sefix = _paired(acc, [fixed[s]["acc"] for s in seeds])
             over.setdefault(name, []).append(diff)
             fw = sum(runs[s]["forwards"] for s in seeds) / len(seeds)
             sec = sum(runs[s]["s"] for s in seeds) / len(seeds)
             mean = sum(acc) / len(acc)
-            print(f"| {task} | {name} | {len(seeds)} | {mean:.1f} | {diff:+.1f} ± {se:.1f} | {fw:.0f} | {sec:.0f} |")
+            print(
+                f"| {task} | {name} | {len(seeds)} | {mean:.1f} | {diff:+.1f} ± {se:.1f} | {dfix:+.1f} ± {sefix:.1f} | "
+                f"{fw:.0f} | {sec:.0f} |"
+            )
     print("\nmean over tasks of the paired difference from online (points):")
     for name, diffs in over.items():
         print(f"- {name}: {sum(diffs) / len(diffs):+.2f} ({len(diffs)} tasks)")
@@ -152,10 +170,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", default="/work/runs/demo")
     ap.add_argument("--index", default="/work/runs/eval_tasks")
-    ap.add_argument("--tasks", default="appearance,direction,size,speed,order")
-    ap.add_argument("--ks", default="1,2,4,8")
-    ap.add_argument("--codec", default="tpool2-int8")
-    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--tasks", default="appearance,direction,speed,order")
+    ap.add_argument("--ks", default="1,2,4")
+    ap.add_argument("--codec", default="tpool3-int4g32")
+    ap.add_argument("--seeds", default="0-9", help="a list (0,1,2) or a range (0-9)")
     ap.add_argument("--json", default=None, help="keep the measurements here, seed by seed")
     ap.add_argument("--table", default=None, help="print the table of these JSON files (comma-separated)")
     args = ap.parse_args()
@@ -163,7 +181,8 @@ def main() -> None:
         table(merge(args.table.split(",")))
         return
     ks = [int(k) for k in args.ks.split(",")]
-    seeds = [int(s) for s in args.seeds.split(",")]
+    lo, _, hi = args.seeds.partition("-")
+    seeds = list(range(int(lo), int(hi) + 1)) if hi else [int(s) for s in args.seeds.split(",")]
     table(measure(args.run, args.index, args.tasks.split(","), ks, args.codec, seeds, args.json))
 
 

@@ -4,13 +4,19 @@ of the weights."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from levjepa.eval.config import EvalConfig
+from levjepa.eval.dataset_task import dataset_task
+from levjepa.eval.harness import evaluate
+from levjepa.eval.plan import plan
 from levjepa.eval.probes import probe_config
 from levjepa.eval.result import EvalResult
 from levjepa.eval.source import MemorySource
 from levjepa.eval.trainer import _WeightAverage, train_probes
 from levjepa.rng import make_generator
+from test_online_plan import setting  # noqa: F401  (a fixture)
 
 
 def _sources() -> dict[str, MemorySource]:
@@ -85,3 +91,37 @@ def test_demo_budget_chooses_by_validation_loss() -> None:
     assert choose_probes("attentive", cfg, val, test, seconds=0.0)["t"].best == 1  # lowest loss, not best acc
     acc_cfg = probe_config("demo", select="acc")
     assert choose_probes("attentive", acc_cfg, val, test, seconds=0.0)["t"].best == 0
+
+
+@pytest.mark.parametrize("mode", ["k-views", "online"])
+def test_with_augmented_views_a_seed_block_is_its_seed_alone(setting, tmp_path, monkeypatch, mode, one_thread):  # noqa: F811
+    # issue 65: block s draws its views from seed + s (a K-view store per seed, or its own online draws), so
+    # `--seed 1 --seeds 2`'s block 1 is `--seed 2` alone, bit for bit, and --plan counts the stores it builds
+    import levjepa.eval.feature_store as feature_store
+
+    files, _, loaded, views = setting
+    seen: list[int] = []
+    real = feature_store.encode
+    monkeypatch.setattr(feature_store, "encode", lambda e, v, *a, **k: seen.append(len(v)) or real(e, v, *a, **k))
+
+    def run(seed: int, seeds: int, folder: str):  # type: ignore[no-untyped-def]
+        k = 2 if mode == "k-views" else 0
+        task = dataset_task(files, views=views, workers=0, features_dir=tmp_path / folder, train_views=k)
+        cfg = EvalConfig(
+            tasks=(task.name,), probes=("attentive",), probe=probe_config("demo", epochs=2), seed=seed, seeds=seeds,
+            online=mode == "online",
+        )  # fmt: skip
+        said = plan(task, loaded, cfg)
+        seen.clear()
+        res = evaluate({"e": loaded.encoder}, task, cfg)
+        assert res is not None
+        if mode == "k-views":  # the stores' forwards are what the plan said: 12 files x 2 views x `seeds` stores
+            assert sum(seen) == sum(s.forwards for s in said.splits) == 12 * 2 * seeds + 6 + 9
+        return res.results["e"][task.name]["attentive"]
+
+    both = run(1, 2, "a")
+    alone = run(2, 1, "b")
+    assert _same(both.seeds[0], alone)  # block 1 = seed 2 alone: its init, batch order and views
+    assert _same(both, run(1, 1, "c"))  # block 0 = seed 1 alone
+    differ = run(1, 2, "d")
+    assert _same(differ.seeds[0], both.seeds[0])  # deterministic

@@ -1,5 +1,5 @@
-"""Augmented training views (issue 53): one train transform (V-JEPA's frozen-evaluation random resized crop,
-flip and temporal offset) for the K-view stores and the online probes; each stored view is that transform of
+"""Augmented training views (issues 53, 65): one train transform (V-JEPA's frozen-evaluation transform,
+``levjepa.data.clip_augment``) for the K-view stores and the online probes; each stored view is that transform of
 the decoded file, encoded; a store is deterministic per seed and resumes; ``set_epoch`` picks view
 ``epoch mod K``; K absent writes the store it always did."""
 
@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import levjepa.eval.feature_set as feature_set
-from levjepa.data.eval_clip import ViewSpec, load_train_views, train_crop, train_generator
+from levjepa.data.clip_augment import train_transform
+from levjepa.data.eval_clip import ViewSpec, load_train_views, train_key
 from levjepa.data.sources import parse_index
 from levjepa.eval.config import EvalConfig
 from levjepa.eval.dataset_task import dataset_task
@@ -36,16 +37,13 @@ def index(tmp_path_factory) -> Path:
     return make_media(tmp_path_factory.mktemp("media"))
 
 
-def test_the_crop_keeps_the_box_for_every_frame_and_follows_its_generator():
-    # frames that differ only by a constant per frame: one box for all frames keeps the differences constant
-    base = torch.randint(0, 200, (1, 30, 40, 3), dtype=torch.uint8)
-    frames = base + torch.arange(4, dtype=torch.uint8)[:, None, None, None] * 10
-    a = train_crop(frames, 24, 8, train_generator(0, 5, 1)).int()
-    assert a.shape == (4, 24, 24, 3)
-    assert ((a[1:] - a[:1]) == torch.arange(1, 4)[:, None, None, None] * 10).float().mean() > 0.99
-    assert torch.equal(train_crop(frames, 24, 8, train_generator(0, 5, 1)).int(), a)
-    draws = {train_crop(frames, 24, 8, train_generator(0, 5, k)).sum().item() for k in range(6)}
-    assert len(draws) > 1  # other views, other crops
+def test_the_transform_follows_its_key():
+    frames = torch.randint(0, 200, (4, 30, 40, 3), dtype=torch.uint8)
+    a = train_transform(frames, 24, train_key(0, 5, 1))
+    assert a.shape == (4, 24, 24, 3) and a.dtype == torch.uint8
+    assert torch.equal(train_transform(frames, 24, train_key(0, 5, 1)), a)
+    draws = {train_transform(frames, 24, train_key(0, 5, k)).sum().item() for k in range(6)}
+    assert len(draws) > 1  # other views, other draws
 
 
 def test_store_rows_are_the_transform_of_the_decoded_file(index, tmp_path, one_thread):
@@ -61,7 +59,7 @@ def test_store_rows_are_the_transform_of_the_decoded_file(index, tmp_path, one_t
     tokens, cls = store.read("tokens", rows), store.read("cls", rows)
     for j, r in enumerate(rows):
         it = items[store.item[r]]
-        clip = load_train_views(it.path, VIEWS, 8, train_generator(7, int(store.item[r]), int(view[r])), it.kind)
+        clip = load_train_views(it.path, VIEWS, 8, train_key(7, int(store.item[r]), int(view[r])), it.kind)
         out = encode(enc, clip[store.segment[r]][None], "cpu")
         assert out.tokens is not None
         np.testing.assert_array_equal(tokens[j], out.tokens[0].numpy())
@@ -114,8 +112,8 @@ def test_online_and_store_views_are_one_transform(index, tmp_path, one_thread):
     for item in range(3):
         for epoch in range(K):
             live = _views(VIEWS, 8, True, 7, epoch, (items[item].path, items[item].kind, item, 0))
-            same = load_train_views(items[item].path, VIEWS, 8, train_generator(7, item, epoch), items[item].kind)
-            assert torch.equal(live, same)  # the same generator: the same pixels
+            same = load_train_views(items[item].path, VIEWS, 8, train_key(7, item, epoch), items[item].kind)
+            assert torch.equal(live, same)  # the same key: the same pixels
             rows = np.nonzero((store.item == item) & (store.column("view") == epoch))[0]
             out = encode(enc, live, "cpu")
             assert out.tokens is not None

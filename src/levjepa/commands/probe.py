@@ -54,12 +54,13 @@ from levjepa.eval.dataset_task import DatasetTask, dataset_task
 from levjepa.eval.harness import Task, evaluate, keep_probes, kept_columns
 from levjepa.eval.kept_probes import check_probe_dir
 from levjepa.eval.plan import plan
-from levjepa.eval.probes import probe_config
-from levjepa.eval.protocols import PROTOCOLS, parse_slots
+from levjepa.eval.probes import GRIDS, probe_config
+from levjepa.eval.protocols import PROTOCOLS, parse_slots, read_labelled
 from levjepa.eval.result import EvalResult
 from levjepa.eval.synthetic_task import SYNTHETIC_TITLE, TASKS, synthetic_config_for, synthetic_splits
+from levjepa.eval.video_knn import video_knn
 from levjepa.formats.load import LoadedEncoder, load_encoder, random_like
-from levjepa.formats.reading import model_views
+from levjepa.formats.reading import model_preprocessing, model_views
 from levjepa.train.preemption import StopSignals, stop_now_on_signals
 
 __all__ = ["add_arguments", "main"]
@@ -101,11 +102,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--probe-depth", type=int, choices=(1, 4), default=1, help="attentive blocks: 1 paper, 4 V-JEPA 2"
     )
     parser.add_argument("--budget", choices=("demo", "full"), default="demo")
+    parser.add_argument(
+        "--grid",
+        choices=GRIDS,
+        default=None,
+        help="attentive grid: the budget's, or vjepa2 (V-JEPA 2's 20 heads and schedules; the table adds V-JEPA 2's "
+        "report, the best head on the evaluation split). Default: the protocol's with --budget full, else budget",
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="probe config override")
     parser.add_argument("--synthetic", action="append", default=[], metavar="KEY=VALUE", help="benchmark override")
     parser.add_argument("--baseline-seed", type=int, default=0, help="seed of the random-init baseline")
     parser.add_argument("--no-baseline", action="store_true", help="skip the random-init column")
-    parser.add_argument("--protocol", choices=tuple(PROTOCOLS), default=None, help="index task: a standard protocol")
+    parser.add_argument(
+        "--protocol",
+        choices=(*PROTOCOLS, "video-knn"),
+        default=None,
+        help="index task: a standard protocol; video-knn: --task index:GALLERY,QUERY, 16 frames by linspace over the "
+        "whole video, k-NN (k 20) and nearest-centroid accuracy, nothing trained (docs/evaluation.md)",
+    )
+    parser.add_argument(
+        "--knn-feature", choices=("cls", "mean"), default="cls", help="--protocol video-knn: CLS or the token mean"
+    )
     parser.add_argument("--video-root", default=None, help="index task: folder of the videos of a K400 CSV / SSv2 JSON")
     parser.add_argument("--labels-file", default=None, help="index task: SSv2's something-something-v2-labels.json")
     parser.add_argument(
@@ -246,9 +263,12 @@ def _main(args: argparse.Namespace) -> int:
     first = next(iter(loaded.values()))
     if not args.no_baseline:
         loaded["random-init"] = random_like(first, seed=args.baseline_seed)
-    probe_cfg = apply_overrides(probe_config(args.budget, depth=args.probe_depth), args.set)
+    grid = args.grid or (PROTOCOLS[args.protocol].grid if args.protocol and args.budget == "full" else "budget")
+    probe_cfg = apply_overrides(probe_config(args.budget, grid=grid, depth=args.probe_depth), args.set)
     bad = None
     task: Task
+    if args.protocol == "video-knn":
+        return _video_knn(args, loaded)
     if args.task.startswith("index:"):
         _check_protocol_options(args)
         bad = BadFileReport()
@@ -330,6 +350,30 @@ def _main(args: argparse.Namespace) -> int:
         return 0
     with StopSignals():  # the evaluation is done: a signal now waits for its results to be written
         _report(args, result, loaded, task, bad)
+    return 0
+
+
+def _video_knn(args: argparse.Namespace, loaded: dict[str, LoadedEncoder]) -> int:
+    """``--protocol video-knn``: the public real-video kNN protocol (``levjepa.eval.video_knn``) of every column."""
+    files = args.task[len("index:") :].split(",") if args.task.startswith("index:") else []
+    if len(files) != 2:
+        raise ConfigError(
+            f"--protocol video-knn: --task index:GALLERY,QUERY (two labelled index files), not {args.task!r}"
+        )
+    if args.plan or args.online or args.train_views is not None:
+        raise ConfigError("--protocol video-knn trains nothing: drop --plan, --online and --train-views")
+    gallery, names = read_labelled(files[0], video_root=args.video_root)
+    queries, _ = read_labelled(files[1], video_root=args.video_root, classes=names)
+    out = {}
+    for name, le in loaded.items():
+        size = args.size or model_preprocessing(le).size  # the model's preprocessing, unless --size
+        res = video_knn(le.encoder, gallery, queries, size=size, feature=args.knn_feature, device=args.device)
+        print(res.table(name))
+        out[name] = res.to_json()
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"protocol": "video-knn", "accuracy": out}, indent=2) + "\n")
+        print(f"wrote {args.out}")
     return 0
 
 

@@ -14,13 +14,14 @@ model and the frame twice for a tubelet-2 one, whose patch embedding needs two).
 * :func:`load_eval_views` — the test-time views of the standard protocols: ``segments`` clips spread
   evenly over the video times ``crops`` spatial crops (1: centre; 3: both ends and the centre of the long
   side, V-JEPA 2's ``num_views_per_segment = 3``), as uint8 ``[segments · crops, T, S, S, 3]``;
-* :func:`load_train_views` — the *training* views of frozen evaluation (V-JEPA's frozen-evaluation train
-  transform): per segment a random temporal offset, then :func:`train_crop` — a random resized crop of
-  ``TRAIN_SCALE`` of the area at an aspect ratio in ``TRAIN_ASPECT`` (the same box for every frame), resized to
-  the evaluation square, flipped horizontally with probability 0.5 — every draw from one ``torch.Generator``
-  (:func:`train_generator`: ``(seed, item, view)``, so a view never depends on workers, ranks or a restart).
-  The probe stores' K augmented views (``levjepa.eval.feature_store``) and the online probes
-  (``levjepa.eval.online``) both call it; test views stay the centre crops above;
+* :func:`load_train_views` — the *training* views of frozen evaluation: V-JEPA's frozen-evaluation train
+  transform (``levjepa.data.clip_augment``: V-JEPA 2's temporal starts per segment, then RandAugment
+  ``rand-m7-n4-mstd0.5-inc1`` on every frame alike, a random resized crop of 8–100 % of the area at aspect
+  3/4–4/3 resized to the evaluation square, random erasing of one box through time with p = 0.25; no flip), every
+  draw from the generators of one :class:`~levjepa.data.clip_augment.ViewKey` ``(seed, item, view)``, so a view
+  never depends on workers, ranks or a restart. The probe stores' K augmented views
+  (``levjepa.eval.feature_store``) and the online probes (``levjepa.eval.online``) both call it; test views stay
+  the centre crops above;
 * :func:`load_eval_video` — every kept frame of a whole video (``frame_stride`` or ``target_fps``) with
   their timestamps, for extraction and streaming, which cut their own windows.
 
@@ -45,9 +46,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from levjepa.config import check
+from levjepa.data.clip_augment import ViewKey, train_starts, train_transform
 from levjepa.data.sources import media_kind
 from levjepa.data.video import VideoFrames, decode_all, decode_clip, frame_step, load_image, probe_video
-from levjepa.rng import make_generator
 
 __all__ = [
     "ViewSpec",
@@ -60,16 +61,8 @@ __all__ = [
     "load_eval_views",
     "load_train_views",
     "segment_starts",
-    "train_crop",
-    "train_generator",
-    "TRAIN_ASPECT",
-    "TRAIN_FLIP",
-    "TRAIN_SCALE",
+    "train_key",
 ]
-
-TRAIN_SCALE = (0.3, 1.0)  # the random resized crop's share of the frame's area (V-JEPA's frozen evaluation)
-TRAIN_ASPECT = (3 / 4, 4 / 3)  # its aspect ratio (width / height), drawn log-uniformly
-TRAIN_FLIP = 0.5  # probability of a horizontal flip
 
 
 def center_square(frames: Tensor, size: int, patch: int) -> Tensor:
@@ -133,7 +126,7 @@ def load_eval_clip(
 def random_resized_crop(clip: Tensor, scale: tuple[float, float], flip_p: float, generator: torch.Generator) -> Tensor:
     """uint8 ``[T, S, S, 3]`` -> a square of ``scale`` (a range) of the area at a random place, resized back to
     ``S`` (the same box for every frame), flipped horizontally with probability ``flip_p``: the train-time
-    augmentation of fine-tuning (VideoMAE's) and of the online probes, every draw from ``generator``."""
+    augmentation of fine-tuning (VideoMAE's; the probes' is ``clip_augment``), every draw from ``generator``."""
     s = clip.shape[1]
     lo, hi = scale
     area = lo + (hi - lo) * float(torch.rand((), generator=generator))
@@ -148,70 +141,33 @@ def random_resized_crop(clip: Tensor, scale: tuple[float, float], flip_p: float,
     return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
 
 
-def train_generator(seed: int, item: int, view: int) -> torch.Generator:
-    """The generator of training view ``view`` of item ``item`` (its position in the split's list) under
-    ``seed``: every draw of :func:`load_train_views` for that view comes from it, whoever computes it."""
-    return make_generator(seed, "train-view", item, view)
-
-
-def train_crop(frames: Tensor, size: int, patch: int, generator: torch.Generator) -> Tensor:
-    """uint8 frames ``[T, H, W, 3]`` -> ``[T, S, S, 3]``: after the short-side resize to ``size`` of
-    :func:`center_square`, a box of area ``a · H'W'`` with ``a ~ U(TRAIN_SCALE)`` and aspect ratio ``r`` with
-    ``log r ~ U(log TRAIN_ASPECT)`` (torchvision's ``RandomResizedCrop``: 10 tries, then the centre square), at a
-    uniform place, the same for every frame, resized to the square ``S`` of :func:`center_square` (bilinear,
-    antialiased); then a horizontal flip with probability :data:`TRAIN_FLIP`. Draws, in order: the tries'
-    (area, log ratio) pairs, top, left, flip."""
-    if frames.dim() != 4 or frames.shape[-1] != 3 or frames.dtype != torch.uint8:
-        raise ValueError(f"train_crop: expected uint8 frames [T, H, W, 3], got {frames.dtype} {list(frames.shape)}")
-    h, w = frames.shape[1:3]
-    x = frames.permute(0, 3, 1, 2).float()
-    scale = size / min(h, w)
-    nh, nw = max(patch, round(h * scale)), max(patch, round(w * scale))
-    if (nh, nw) != (h, w):
-        x = F.interpolate(x, size=(nh, nw), mode="bilinear", antialias=True, align_corners=False)
-    side = (min(nh, nw) // patch) * patch
-    bh, bw = min(nh, nw), min(nh, nw)  # fallback: the centre square
-    lo, hi = math.log(TRAIN_ASPECT[0]), math.log(TRAIN_ASPECT[1])
-    for _ in range(10):
-        u = torch.rand(2, generator=generator, dtype=torch.float64)
-        area = nh * nw * (TRAIN_SCALE[0] + (TRAIN_SCALE[1] - TRAIN_SCALE[0]) * float(u[0]))
-        ratio = math.exp(lo + (hi - lo) * float(u[1]))
-        cw, ch = round(math.sqrt(area * ratio)), round(math.sqrt(area / ratio))
-        if 0 < cw <= nw and 0 < ch <= nh:
-            bh, bw = ch, cw
-            break
-    top = int(torch.randint(0, nh - bh + 1, (), generator=generator))
-    left = int(torch.randint(0, nw - bw + 1, (), generator=generator))
-    x = x[:, :, top : top + bh, left : left + bw]
-    if (bh, bw) != (side, side):
-        x = F.interpolate(x, size=(side, side), mode="bilinear", antialias=True, align_corners=False)
-    if float(torch.rand((), generator=generator)) < TRAIN_FLIP:
-        x = x.flip(-1)
-    return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+def train_key(seed: int, item: int, view: int) -> ViewKey:
+    """The key of training view ``view`` of item ``item`` (its position in the split's list) under ``seed``: every
+    draw of :func:`load_train_views` for that view comes from its generators, whoever computes it."""
+    return ViewKey(seed, item, view)
 
 
 def load_train_views(
-    path: str, views: ViewSpec, patch: int, generator: torch.Generator, kind: Literal["video", "image"] | None = None
+    path: str, views: ViewSpec, patch: int, key: ViewKey, kind: Literal["video", "image"] | None = None
 ) -> Tensor:
     """One training view of the file at ``path``: uint8 ``[segments, C, T, S, S]`` (what :meth:`ViewSpec.load`
-    gives with one crop). Segment ``k`` of ``segments`` starts at a uniform random frame of the ``k``-th equal
-    share of the possible starts (one segment: anywhere in the video), then :func:`train_crop` (its own box and
-    flip per segment). Draws, in order: every segment's start, then each segment's crop."""
+    gives with one crop). Segment ``k`` starts where V-JEPA 2's rule puts it (``clip_augment.train_starts``), its
+    frames are read at the short side ``size`` and through ``clip_augment.train_transform`` (its own draws per
+    segment) to the square ``S`` of :func:`center_square`."""
     kind = kind or media_kind(path) or "video"
+    side = (views.size // patch) * patch
     if kind == "image":
         frame = load_image(path, short_side=views.size)[None]
-        crops = [train_crop(frame, views.size, patch, generator) for _ in range(views.segments)]
+        crops = [train_transform(frame, side, key, k) for k in range(views.segments)]
         clips = [c.expand(views.image_length, -1, -1, -1) for c in crops]
         return torch.stack(clips).permute(0, 4, 1, 2, 3).contiguous()
     info = probe_video(path)
     step = frame_step(info.fps, views.frame_stride, views.fps)
-    room = max(0, info.num_frames - (round((views.frames - 1) * step) + 1))
-    u = torch.rand(views.segments, generator=generator, dtype=torch.float64)
-    starts = [min(room, int((k + float(u[k])) * (room + 1) / views.segments)) for k in range(views.segments)]
+    starts = train_starts(info.num_frames, views.frames, step, views.segments, key.generator("starts"))
     out = []
-    for start in starts:
+    for k, start in enumerate(starts):
         frames = _decode_at(path, start, views.frames, views.frame_stride, views.fps, views.size)
-        out.append(train_crop(frames, views.size, patch, generator))
+        out.append(train_transform(frames, side, key, k))
     return torch.stack(out).permute(0, 4, 1, 2, 3).contiguous()
 
 

@@ -10,7 +10,9 @@ one centre crop; validation and test use its ``segments × crops`` views, averag
 centre clip of ``frames`` frames at ``frame_stride`` per file. With ``train_views = K > 0`` (``probe
 --train-views K``) the training store holds instead ``K`` augmented views per file, drawn with the run's seed
 (``levjepa.eval.feature_store``), and each epoch of the probes reads one of them (``levjepa.eval.source``);
-``--online`` draws a new one every epoch from the same transform and stores no token.
+``--online`` draws a new one every epoch from the same transform and stores no token. With ``--seeds N`` seed
+block ``s`` reads views drawn with seed ``seed + s`` (N K-view stores; online, its own draws), so each block is
+the run ``--seed seed+s`` makes alone.
 
 :class:`DatasetTask` is a task of the one harness (``levjepa.eval.harness.evaluate``): :meth:`prepare`
 builds every store of every encoder on every rank (all of them before any probe, so that no rank waits at
@@ -40,7 +42,7 @@ from levjepa.eval.labelled import read_task
 from levjepa.eval.online import OnlineSource
 from levjepa.eval.probe_records import RECORDS, ProbeRecords
 from levjepa.eval.protocols import PROTOCOLS, SLOTS_DEFAULT, Protocol, Slots
-from levjepa.eval.source import FeatureSource, StoreSource
+from levjepa.eval.source import FeatureSource, SeedSources, StoreSource
 from levjepa.model.fingerprint import function_fingerprint
 from levjepa.model.vit import VideoEncoder
 
@@ -63,6 +65,7 @@ class DatasetTask:
     label_names: tuple[str, ...] = ()  # class names in index order (index files: the integers)
     report_seconds: bool = False  # the stores are reused by a second call: a wall time would mean two things
     stores: dict[str, dict[str, Path]] = field(default_factory=dict)  # encoder -> split -> store folder
+    seed_stores: dict[str, list[Path]] = field(default_factory=dict)  # encoder -> K-view stores of seeds 1..N-1
     name: str = "labels"  # the task's name: its row in the table, its kept probes' folder (task_name)
     protocol_text: str = ""  # the protocol and its slots, as the table states them
     online: bool = False  # the attentive probes' training tokens are encoded every epoch (set by prepare)
@@ -97,19 +100,31 @@ class DatasetTask:
         for name, enc in encoders.items():
             fp = function_fingerprint(enc)
             self.stores[name] = {}
+            self.seed_stores[name] = []
             for split, items in self.splits.items():
                 views = self.train_views if split == "train" else self.test_views
                 keep = views.tokens and cfg.reads_tokens and not cfg.online  # online: tokens never stored
                 views = replace(views, tokens=keep, codec=cfg.codec)
+                seeds = [cfg.seed]
                 if split == "train" and self.train_views.train_views:
                     check(not cfg.online, "eval: --online draws a new view every epoch: drop --train-views")
-                    views = replace(views, view_seed=cfg.seed)  # the run's seed draws the augmented views
-                # a full store keeps the name it always had: the codec is in the key only when compact
-                plain = replace(views, tokens=True, codec=cfg.codec if views.tokens else FULL)
-                path = self.features_dir / f"{fp}-{self.key(split, plain)}{'' if views.tokens else '-notokens'}"
-                self.stores[name][split] = path
-                build_store(enc, items, path, views, device=cfg.device, progress=cfg.progress, desc=f"{name} {split}")
+                    seeds = [cfg.seed + s for s in range(cfg.seeds)]  # seed block s reads the views of seed + s
+                for i, seed in enumerate(seeds):
+                    if split == "train" and self.train_views.train_views:
+                        views = replace(views, view_seed=seed)
+                    path = self._store_path(fp, split, views, cfg)
+                    if i == 0:
+                        self.stores[name][split] = path
+                    else:
+                        self.seed_stores[name].append(path)
+                    desc = f"{name} {split}" + (f" (views of seed {seed})" if len(seeds) > 1 else "")
+                    build_store(enc, items, path, views, device=cfg.device, progress=cfg.progress, desc=desc)
         return distributed.is_main()
+
+    def _store_path(self, fp: str, split: str, views: StoreConfig, cfg: EvalConfig) -> Path:
+        """A store's folder; a full store keeps the name it always had: the codec is in the key only when compact."""
+        plain = replace(views, tokens=True, codec=cfg.codec if views.tokens else FULL)
+        return self.features_dir / f"{fp}-{self.key(split, plain)}{'' if views.tokens else '-notokens'}"
 
     def sources(self, name: str, encoder: VideoEncoder, cfg: EvalConfig) -> dict[str, FeatureSource]:
         if self.bad_files is not None:
@@ -118,6 +133,9 @@ class DatasetTask:
         sources: dict[str, FeatureSource] = {
             s: StoreSource(FeatureStore(p), task=self.name) for s, p in self.stores[name].items()
         }
+        if self.seed_stores.get(name):  # K-view stores of seeds 1..N-1: each seed block reads its own
+            more = [StoreSource(FeatureStore(p), task=self.name) for p in self.seed_stores[name]]
+            sources["train"] = SeedSources([sources["train"], *more])
         if cfg.online and cfg.reads_tokens:
             for s, src in sources.items():
                 assert isinstance(src, StoreSource)

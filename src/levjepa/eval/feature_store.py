@@ -14,13 +14,14 @@ fields ``file, label, item, segment, crop``. Decoding runs in ``workers`` worker
 
 **Augmented training views** (``StoreConfig.train_views = K > 0``, ``probe --train-views K``): instead of its
 centre crop, each file gets ``K`` augmented views — view ``k`` is ``levjepa.data.eval_clip.load_train_views``
-drawn from ``train_generator(view_seed, item, k)`` (V-JEPA's frozen-evaluation train transform: random
-temporal offset, random resized crop of 30–100 % at aspect 3/4–4/3, flip), so a view depends only on
-(seed, item, k), never on workers, ranks or a restart. Its rows carry ``view = k``, view-major then
-segment (``crops`` must be 1), through the store's token codec like any row; ``train_views`` and
-``view_seed`` are in the manifest's settings (another K or seed is another store). ``K = 0`` writes exactly
-the store it always did (no ``view`` field, same settings). The probe trainer reads one view per file and
-epoch (``levjepa.eval.source.StoreSource.set_epoch``).
+drawn from ``train_key(view_seed, item, k)`` (V-JEPA's frozen-evaluation train transform,
+``levjepa.data.clip_augment``: V-JEPA 2's temporal starts, RandAugment, random resized crop of 8–100 % at aspect
+3/4–4/3, random erasing, no flip), so a view depends only on (seed, item, k), never on workers, ranks or a
+restart. Its rows carry ``view = k``, view-major then segment (``crops`` must be 1), through the store's token
+codec like any row; ``train_views``, ``view_seed`` and the transform's name are in the manifest's settings
+(another K, seed or transform is another store). ``K = 0`` writes exactly the store it always did (no ``view``
+field, same settings). The probe trainer reads one view per file and epoch
+(``levjepa.eval.source.StoreSource.set_epoch``).
 
 A file that cannot be read (``DataError``, a decoder error) is reported (``bad-KKKKK.json``, then
 ``bad_files.json``, with the reason) and skipped, never fatal; it contributes no row.
@@ -67,8 +68,8 @@ from torch import Tensor
 
 from levjepa import distributed
 from levjepa.config import check
-from levjepa.data import DataError, MediaItem
-from levjepa.data.eval_clip import ViewSpec, load_train_views, train_generator
+from levjepa.data import DataError, MediaItem, clip_augment
+from levjepa.data.eval_clip import ViewSpec, load_train_views, train_key
 from levjepa.data.progress import Progress
 from levjepa.data.sources import items_hash
 from levjepa.data.workers import safe_map
@@ -94,7 +95,7 @@ class StoreConfig:
     workers: int = 2  # decoding processes (0: decode in this process)
     shard_items: int = 256  # files per shard
     train_views: int = 0  # K > 0: K augmented training views per file instead of the fixed views (module doc)
-    view_seed: int = 0  # the seed of those views (train_generator)
+    view_seed: int = 0  # the seed of those views (train_key)
 
     def __post_init__(self) -> None:
         check(self.train_views >= 0, f"store.train_views={self.train_views}: must be >= 0 (0: fixed views)")
@@ -130,6 +131,7 @@ class StoreConfig:
         if self.train_views:  # augmented views: only then, so a fixed store keeps its settings and name
             out["train_views"] = self.train_views
             out["view_seed"] = self.view_seed
+            out["train_transform"] = clip_augment.NAME  # the transform that drew them (another is another store)
         return out
 
 
@@ -149,8 +151,8 @@ def _views(items: list[MediaItem], views: ViewSpec, patch: int, train_views: int
     """Item ``i``'s views ``[segments·crops, C, T, S, S]`` (uint8), or with ``train_views = K`` its K augmented
     views ``[K·segments, C, T, S, S]`` (view-major), in a decoding worker."""
     if train_views:
-        gens = [train_generator(seed, i, k) for k in range(train_views)]
-        return torch.cat([load_train_views(items[i].path, views, patch, g, items[i].kind) for g in gens])
+        keys = [train_key(seed, i, k) for k in range(train_views)]
+        return torch.cat([load_train_views(items[i].path, views, patch, key, items[i].kind) for key in keys])
     return views.load(items[i].path, patch, items[i].kind)
 
 

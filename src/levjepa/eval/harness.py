@@ -174,6 +174,7 @@ def evaluate(encoders: Mapping[str, VideoEncoder], task: Task, cfg: EvalConfig) 
         "has_test": "test" in sizes,
         "budget": cfg.budget,
         "probe_depth": probe_cfg.depth,
+        "grid": "vjepa2" if probe_cfg.schedule == "vjepa2" else "budget",
         "probe_config": {k: list(v) if isinstance(v, tuple) else v for k, v in probe_cfg.__dict__.items()},
         "device": str(cfg.device),
         "seed": cfg.seed,

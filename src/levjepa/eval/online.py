@@ -5,22 +5,26 @@ When the tokens do not fit — the ImageNet train set at ViT-L is terabytes even
 V-JEPA 2's evaluation runs the frozen encoder on every batch instead, with the protocol's train-time
 augmentation, so every epoch sees new crops. :class:`OnlineSource` is that: the ``tokens`` of a batch of samples
 are decoded (in worker processes, ``levjepa.data.workers.safe_map``), augmented — training split: the one
-frozen-evaluation train transform, ``levjepa.data.eval_clip.load_train_views`` (random temporal offset per
-segment, random resized crop of 30–100 % of the area at aspect 3/4–4/3, the same box for all frames of a
-segment, horizontal flip), epoch ``e`` drawing view ``k = e`` from ``train_generator(seed, item, e)`` — the
-very views a store of ``K ≥ epochs`` augmented views holds (``levjepa.eval.feature_store``) — and encoded by
+frozen-evaluation train transform, ``levjepa.data.eval_clip.load_train_views`` (``levjepa.data.clip_augment``:
+V-JEPA 2's temporal starts per segment, RandAugment, a random resized crop of 8–100 % of the area at aspect
+3/4–4/3 and random erasing, the same for all frames of a segment, no flip), epoch ``e`` drawing view ``k = e``
+from ``train_key(seed, item, e)`` — the very views a store of ``K ≥ epochs`` augmented views holds
+(``levjepa.eval.feature_store``) — and encoded by
 the one frozen forward (``levjepa.infer.encode``) when the trainer asks for them. Validation and test views
 are the protocol's, unaugmented. The small inputs (``mean``,
 ``cls``, for the linear probes and kNN) still come from a store without tokens.
 
 Every probe of a grid reads the same batch in one forward of the stacked grid (``levjepa.eval.trainer``), so the
 encoder runs once per view and epoch for the whole attentive grid: ``epochs`` forwards per training view, one
-per validation and test view. With ``--seeds N`` each seed reads its own batches, so the training views are
-encoded ``N`` times an epoch. ``levjepa probe --plan`` prints these counts and the time they take.
+per validation and test view. With ``--seeds N`` seed block ``s`` reads its own batches of its own views,
+drawn with seed ``seed + s`` (:meth:`OnlineSource.seed_view`: the run ``--seed seed+s`` makes alone), so every
+(item, epoch, seed) view is encoded once: ``N`` times the training views an epoch. ``levjepa probe --plan``
+prints these counts and the time they take.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Any, Literal
 
@@ -28,7 +32,7 @@ import torch
 from torch import Tensor
 
 from levjepa.data import DataError, MediaItem
-from levjepa.data.eval_clip import ViewSpec, load_train_views, train_generator
+from levjepa.data.eval_clip import ViewSpec, load_train_views, train_key
 from levjepa.data.workers import safe_map
 from levjepa.eval.source import FeatureSource, StoreSource
 from levjepa.infer.encode import encode
@@ -45,7 +49,7 @@ def _views(views: ViewSpec, patch: int, augment: bool, seed: int, epoch: int, ke
     the file, so a worker is sent one sample, not the split's list of files.)"""
     path, kind, item, crop = key
     if augment:
-        return load_train_views(path, views, patch, train_generator(seed, item, epoch), kind)
+        return load_train_views(path, views, patch, train_key(seed, item, epoch), kind)
     every = views.load(path, patch, kind)  # [segments · crops, ...], segment-major
     return every[crop :: views.crops]
 
@@ -72,7 +76,11 @@ class OnlineSource(FeatureSource):
         self.batch_size = batch_size
         self.name, self.labels, self.crops = f"{store.name} (tokens online)", store.labels, store.crops
         self.epoch = 0  # the trainer's epoch (set_epoch): the view every read of it draws
-        self.forwards = 0  # views encoded so far
+        self._forwards = [0]  # views encoded so far, by this source and its seed views together
+
+    @property
+    def forwards(self) -> int:
+        return self._forwards[0]
 
     def read(self, what: str, idx: Tensor) -> Tensor:
         if what != "tokens":
@@ -91,11 +99,20 @@ class OnlineSource(FeatureSource):
         step = self.batch_size
         parts = [encode(self.encoder, every[j : j + step], self.device).tokens for j in range(0, len(every), step)]
         tokens = torch.cat([t for t in parts if t is not None])  # [samples · segments, 1 + L, D] float16
-        self.forwards += len(every)
+        self._forwards[0] += len(every)
         return tokens.reshape(len(samples), -1, tokens.shape[-1])  # each sample's segments, one after another
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    def seed_view(self, block: int) -> FeatureSource:
+        """The same samples with views drawn from seed ``seed + block`` (its own epoch; the forwards counted
+        together)."""
+        if block == 0 or not self.augment:
+            return self
+        other = copy.copy(self)
+        other.seed, other.epoch = self.seed + block, 0
+        return other
 
     def dim(self, what: str) -> int:
         return self.encoder.cfg.dim if what == "tokens" else self.store.dim(what)  # no forward to ask it

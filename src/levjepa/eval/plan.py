@@ -5,8 +5,9 @@ the views per file and the store's rows, the disk they take — ``cls`` and ``me
 a row) and, for the attentive probe, the tokens as the store keeps them (``levjepa.eval.compact``: ``1 + L``
 tokens of ``2 · D`` bytes in float16, fewer and smaller in a compact store; none online) — and the encoder's
 forwards: one per view for a store (``K`` per training segment with ``--train-views K``, each file decoded
-``K`` times); online, every epoch of the attentive probe for a training view (times ``--seeds``: each seed reads
-its own batches), one per validation and test view.
+``K`` times, and with ``--seeds N`` a K-view store per seed: ``N · K``); online, every epoch of the attentive probe
+for a training view (times ``--seeds``: each seed block encodes its own views once), one per validation and test
+view. (A training split's "files" count every seed's store.)
 It then measures a short sample on this machine — decoding a few files, one encoder batch of their views, one
 step of the attentive grid (times ``--seeds``: each seed trains its own) — and multiplies out an estimated time.
 The estimate is what the sample says: decoding that hits a slower disk, or a GPU that is shared, will differ.
@@ -114,13 +115,14 @@ def plan(task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfig, *, sample: i
         grid = _token_grid(views, c, images=all(it.kind == "image" for it in items))
         stored = attentive and not cfg.online
         per_file = views.views * max(1, _augmented(task, split))  # K augmented views: K rows per segment
-        forwards = len(items) * per_file  # the store: one forward per view
+        stores = cfg.seeds if _augmented(task, split) and not cfg.online else 1  # a K-view store per seed
+        forwards = len(items) * per_file * stores  # the store(s): one forward per view
         if cfg.online and attentive:  # and the tokens online: every epoch (and seed) for training, once for val / test
             forwards += len(items) * per_file * (epochs * cfg.seeds if split == "train" else 1)
         splits.append(
             SplitPlan(
                 split,
-                len(items),
+                len(items) * stores,  # the files of every seed's store
                 per_file,
                 codec.bytes_per_view(grid, c.dim) if stored else 0,
                 2 * c.dim * 4,
@@ -193,13 +195,14 @@ def _measure(out: Plan, task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfi
     workers = max(1, task.test_views.workers)
     files = sum(s.files for s in out.splits)
     forwards = sum(s.forwards for s in out.splits)
-    train_files = next(s.files for s in out.splits if s.split == "train")
+    train_files = len(task.splits["train"])
     # a probe's sample is a file's segments of one crop (of one augmented view, that epoch's)
     steps = math.ceil(train_files * views.crops / pcfg.batch_size) * pcfg.epochs
     # online: the store of CLS and mean decodes every file, then the tokens every epoch's training files and
     # the validation and test files once more; K augmented views decode a training file K times
     decodes = 2 * files + (pcfg.epochs * cfg.seeds - 1) * train_files if cfg.online else files
-    decodes += (_augmented(task, "train") - 1) * train_files if _augmented(task, "train") else 0
+    k = _augmented(task, "train")  # K views of N seeds' stores: a training file decoded K·N times in all
+    decodes += (k - 1) * cfg.seeds * train_files if k and not cfg.online else 0
     out.measured = {"files": len(decoded), "decode_s": decode_s, "encode_s": encode_s, "step_s": step_s,
                     "workers": workers}  # fmt: skip
     probes = steps * step_s * cfg.seeds  # --seeds N: every seed trains its own grid on its own batches

@@ -51,9 +51,23 @@ from levjepa.config import check
 from levjepa.model.probe_heads import AttentiveProbeGrid, LinearProbeGrid
 from levjepa.model.probe_kinds import head_kind
 
-__all__ = ["AttentiveProbeGrid", "LinearProbeGrid", "ProbeConfig", "ProbeKind", "build_probe_grid", "probe_config"]
+__all__ = [
+    "GRIDS",
+    "VJEPA2_LRS",
+    "VJEPA2_WDS",
+    "AttentiveProbeGrid",
+    "LinearProbeGrid",
+    "ProbeConfig",
+    "ProbeKind",
+    "build_probe_grid",
+    "probe_config",
+]
 
 ProbeKind = str  # a kind of levjepa.model.probe_kinds: attentive, linear, or one registered there
+SCHEDULES = ("levjepa", "vjepa2")
+GRIDS = ("budget", "vjepa2")  # probe --grid: the budget's grid, or V-JEPA 2's 20 heads and schedules
+VJEPA2_LRS = (5e-3, 3e-3, 1e-3, 3e-4, 1e-4)  # configs/eval/vitl/*.yaml multihead_kwargs (lr = start_lr)
+VJEPA2_WDS = (0.01, 0.1, 0.4, 0.8)  # their weight_decay (= final_weight_decay)
 
 
 @dataclass(frozen=True)
@@ -76,6 +90,8 @@ class ProbeConfig:
     init_std: float = 0.02
     average_last: float = 0.0  # evaluate the uniform average of the weights over this last fraction of steps
     select: str = "acc"  # choose on val by accuracy (ties: loss) or by loss (ties: accuracy)
+    schedule: str = "levjepa"  # levjepa (warm-up from 0, cosine) or vjepa2 (its schedulers, every parameter decayed)
+    final_wd_ratio: float = 1.0  # vjepa2: weight decay cosine from each head's to this fraction of it (1: constant)
 
     def __post_init__(self) -> None:
         check(self.depth >= 1, f"probe.depth={self.depth}: must be >= 1 (1 = paper's probe, 4 = V-JEPA 2's)")
@@ -92,6 +108,8 @@ class ProbeConfig:
         check(self.warmup_epochs >= 0, f"probe.warmup_epochs={self.warmup_epochs}: must be >= 0")
         check(0 <= self.average_last <= 1, f"probe.average_last={self.average_last}: must be in [0, 1]")
         check(self.select in ("acc", "loss"), f"probe.select={self.select!r}: valid choices are acc, loss")
+        check(self.schedule in SCHEDULES, f"probe.schedule={self.schedule!r}: valid choices are {', '.join(SCHEDULES)}")
+        check(self.final_wd_ratio >= 0, f"probe.final_wd_ratio={self.final_wd_ratio}: must be >= 0")
         for name in ("beta1", "beta2"):
             check(0 <= getattr(self, name) < 1, f"probe.{name}={getattr(self, name)}: must be in [0, 1)")
 
@@ -107,8 +125,17 @@ class ProbeConfig:
 
 
 def probe_config(budget: Literal["demo", "full"] = "full", **overrides: Any) -> ProbeConfig:
-    """Named presets. ``full``: the V-JEPA 2 grid (20 attentive probes, 20 epochs). ``demo``: a 2 × 2 grid
-    and few epochs, so that three encoders × three tasks fit in a few CPU minutes."""
+    """Named presets. ``full``: the V-JEPA 2 grid values (20 attentive probes, 20 epochs) on levjepa's schedule.
+    ``demo``: a 2 × 2 grid and few epochs, so that three encoders × three tasks fit in a few CPU minutes.
+    ``grid="vjepa2"`` (``probe --grid vjepa2``): V-JEPA 2's 20 attentive heads as its eval configs
+    (``configs/eval/vitl/*.yaml``) train them — lr ∈ :data:`VJEPA2_LRS` × wd ∈ :data:`VJEPA2_WDS`, 20 epochs, each
+    head its own AdamW (betas 0.9, 0.999) decaying every parameter, no warm-up (``start_lr = lr``), cosine lr to 0
+    and cosine wd from each head's own to ``final_weight_decay`` (= it), chosen on val by accuracy — whatever the
+    budget (which keeps its batch size and linear grid). Its result also carries V-JEPA 2's report, the best
+    head's accuracy on the evaluation split (``levjepa.eval.trainer.GridResult.best_on_eval``)."""
+    grid = overrides.pop("grid", "budget")  # a keyword: grid="vjepa2"
+    if grid not in GRIDS:
+        raise ValueError(f"grid={grid!r}: valid choices are {', '.join(GRIDS)}")
     if budget == "full":
         cfg = ProbeConfig()
     elif budget == "demo":
@@ -124,6 +151,10 @@ def probe_config(budget: Literal["demo", "full"] = "full", **overrides: Any) -> 
         )
     else:
         raise ValueError(f"budget={budget!r}: valid choices are demo, full")
+    if grid == "vjepa2":
+        cfg = ProbeConfig(**{**cfg.__dict__, "lrs": VJEPA2_LRS, "weight_decays": VJEPA2_WDS, "epochs": 20,
+                             "warmup_epochs": 0.0, "schedule": "vjepa2", "final_wd_ratio": 1.0, "select": "acc",
+                             "beta1": 0.9, "beta2": 0.999, "average_last": 0.0})  # fmt: skip
     return ProbeConfig(**{**cfg.__dict__, **overrides}) if overrides else cfg
 
 

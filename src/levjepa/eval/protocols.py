@@ -32,6 +32,15 @@ Every evaluation table states the protocol and its slots (:meth:`Protocol.descri
   8 repeats for a τ = 1 model by default (the matched evaluation), 16 with ``slots="vjepa2"`` (the LeJEPA /
   V-JEPA image protocol: "we repeat ImageNet images 16 times").
 
+**Grid and report.** With ``--budget full``, ``ssv2`` and ``k400`` train V-JEPA 2's own grid (``grid="vjepa2"``,
+``levjepa.eval.probes.probe_config``: the 20 heads lr 5e-3 … 1e-4 × wd 0.01 … 0.8 of their configs'
+``multihead_kwargs``, each its own AdamW, V-JEPA 2's schedules) and their tables print two numbers per probe, each
+labelled: levjepa's (the head chosen on val, read on test) and V-JEPA 2's report (the best head on the evaluation
+split itself). ``diving48`` and ``in1k`` keep the budget's grid (V-JEPA 2's Diving-48 config trains 3 heads for 100
+epochs, its IN1K config another 20-head grid, lr 5e-4 … 2e-3 × wd 5e-4 … 8e-3 with 5 warm-up epochs: not
+reproduced); ``probe --grid vjepa2`` asks for it anywhere. ``train_views`` is each protocol's training views by
+default (``bench/eval.md``, "The reference training transform").
+
 Every preset reads the usual ``path label`` index files (V-JEPA's CSV: space-separated, no header) and
 the official label files (:func:`read_labelled`):
 
@@ -83,6 +92,7 @@ class Protocol:
     source: str  # where the settings come from
     vjepa2_stride: int = 4  # V-JEPA 2's frame_step, with its 16 frames per clip
     train_views: int = 0  # augmented training views per file in the store (0: fixed centre crops; bench/eval.md)
+    grid: str = "budget"  # the attentive grid with --budget full: vjepa2 (its config's 20 heads) or the budget's
 
     def views(self, tubelet: int, sampling: ViewSpec, slots: Slots = SLOTS_DEFAULT) -> ViewSpec:
         """The views for an encoder of ``tubelet`` frames per token: ``slots`` temporal positions sampled as
@@ -107,8 +117,8 @@ class Protocol:
 
 
 PROTOCOLS: dict[str, Protocol] = {
-    "ssv2": Protocol("ssv2", 256, 2, 3, 174, False, "V-JEPA 2 configs/eval/vitl/ssv2.yaml"),
-    "k400": Protocol("k400", 256, 8, 3, 400, False, "V-JEPA 2 configs/eval/vitl/k400.yaml"),
+    "ssv2": Protocol("ssv2", 256, 2, 3, 174, False, "V-JEPA 2 configs/eval/vitl/ssv2.yaml", grid="vjepa2"),
+    "k400": Protocol("k400", 256, 8, 3, 400, False, "V-JEPA 2 configs/eval/vitl/k400.yaml", grid="vjepa2"),
     "diving48": Protocol("diving48", 256, 8, 3, 48, False, "V-JEPA 2 paper; K400's sampling (our choice)"),
     "in1k": Protocol("in1k", 224, 1, 1, 1000, True, "LeVJEPA paper's matched evaluation; V-JEPA: 16 repeats", 1),
 }

@@ -21,8 +21,11 @@ either source.
   epoch: :meth:`FeatureSource.set_epoch` (called by the trainer at the start of every epoch) makes epoch ``e``
   read view ``e mod K`` of every file. Chosen over a per-file offset or a seeded draw because then a store of
   ``K ≥ epochs`` views gives, epoch for epoch, the very pixels ``probe --online`` draws (both take view ``k =
-  epoch`` from ``train_generator(seed, item, k)``), and every probe of the pass reads the same rows. Before
+  epoch`` from ``train_key(seed, item, k)``), and every probe of the pass reads the same rows. Before
   any ``set_epoch`` (the standardizer, a dimension) it reads view 0.
+* :class:`SeedSources` — one source per probe seed block (``--seeds N`` with augmented views: block ``s`` reads
+  the views drawn with seed ``seed + s``, :meth:`FeatureSource.seed_view`), so each block is the run
+  ``--seed seed+s`` makes alone.
 
 Memory of a store source: the index (a few int64 per row) plus the batch asked for; kNN keeps every file's
 CLS vector (N × D float32), which is what kNN is.
@@ -52,7 +55,7 @@ from torch import Tensor
 
 from levjepa.eval.feature_store import FeatureStore
 
-__all__ = ["FeatureSource", "MemorySource", "Samples", "StoreSource", "samples"]
+__all__ = ["FeatureSource", "MemorySource", "Samples", "SeedSources", "StoreSource", "samples"]
 
 
 class FeatureSource(ABC):
@@ -88,12 +91,51 @@ class FeatureSource(ABC):
         (augmented views) picks that epoch's; the others ignore it."""
         return None
 
+    def seed_view(self, block: int) -> FeatureSource:
+        """The training samples seed block ``block`` of ``--seeds N`` reads (``levjepa.eval.trainer``): the views
+        ``--seed seed+block`` alone would read. Fixed views are the same for every seed: this source."""
+        return self
+
     def info(self) -> dict[str, Any]:
         """What a probe result records about where it was trained."""
         return {}
 
     def close(self) -> None:  # noqa: B027 (a source in memory has nothing to release)
         """Release open files."""
+
+
+class SeedSources(FeatureSource):
+    """One source per seed block (``sources[s]``: the augmented views drawn with seed ``seed + s``, e.g. a K-view
+    store per view seed): block 0's answers everything, :meth:`seed_view` gives block ``s`` its own."""
+
+    def __init__(self, sources: list[FeatureSource]):
+        if not sources or len({len(s) for s in sources}) != 1:
+            raise ValueError("SeedSources: one source per seed block, all of the same samples")
+        self.sources = sources
+        first = sources[0]
+        self.name, self.labels, self.crops = first.name, first.labels, first.crops
+
+    def read(self, what: str, idx: Tensor) -> Tensor:
+        return self.sources[0].read(what, idx)
+
+    def file_cls(self) -> Tensor:
+        return self.sources[0].file_cls()
+
+    def dim(self, what: str) -> int:
+        return self.sources[0].dim(what)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sources[0].set_epoch(epoch)
+
+    def seed_view(self, block: int) -> FeatureSource:
+        return self.sources[block]
+
+    def info(self) -> dict[str, Any]:
+        return self.sources[0].info()
+
+    def close(self) -> None:
+        for s in self.sources:
+            s.close()
 
 
 class MemorySource(FeatureSource):
