@@ -3,6 +3,7 @@ side by side on a trained run (bench/deploy.md, "Calibrated int8").
 
     python bench/deploy_int8.py --run RUN --out DIR --calibrate /work/runs/eval_tasks/appearance/train.txt
     python bench/deploy_int8.py --run RUN --out DIR --smoke      # two variants, one probe seed: does it run
+    python bench/deploy_int8.py --run RUN --out DIR --variants "onnx fp32,int8 dynamic,..."   # a subset
 
 For each variant (fp32, dynamic int8, static int8 with different parts kept in float, QDQ vs QOperator,
 per-channel vs per-tensor weight scales) the run's encoder is exported (``export_onnx``; static variants
@@ -11,6 +12,9 @@ calibrated on ``--clips`` clips of ``--calibrate``, which are not the benchmark'
 * accuracy: the demo's frozen evaluation (``evaluate_benchmark``, budget ``demo``, every probe of the demo's
   table) on features from the variant's ONNX clip encoder, ``--seeds`` probe seeds stacked, against the
   PyTorch fp32 encoder in the same call (the demo table's reference);
+* the CPU's int8 kernels: the relative L2 error of CLS and patch features against ONNX fp32 on ``--held`` clips
+  (not calibrated on), and, for QDQ graphs, against onnxruntime's reference path (DequantizeLinear, then float
+  products: the integers without the int16 pair sums of a CPU without VNNI) — > 0 there is saturation;
 * speed: clips/s of the clip encoder (a batch of ``--batch`` clips) and the median latency of a streaming step
   once the window is full, every variant timed once per round, rounds interleaved, so a shared machine's load
   hits them alike; the ratios to ONNX fp32 are what to read.
@@ -31,6 +35,7 @@ from levjepa.eval import EvalConfig, evaluate_benchmark
 from levjepa.formats.deploy import CLIP_ONNX, STREAM_ONNX, DeployConfig, OnnxStream, export_onnx
 from levjepa.formats.load import load_encoder, read_run_config
 from levjepa.formats.quantize import Int8Config, calibration_clips
+from levjepa.infer.cpu import cpu_info
 from levjepa.model import EncoderOutput
 from levjepa.weights import CONFIG, write_json
 
@@ -51,6 +56,8 @@ def variants(calibrate: str, clips: int, smoke: bool) -> dict[str, Int8Config | 
         ),
         "int8 static QOperator, attention float": static(format="qoperator"),
         "int8 static per-tensor, attention float": static(per_channel=False),
+        "int8 dynamic, 8-bit weights": Int8Config("dynamic", reduce_range=False),
+        "int8 static, 8-bit weights, attention float": static(reduce_range=False),
     }
 
 
@@ -151,6 +158,41 @@ def speed(exp: dict, rounds: int, batch: int, threads: int) -> dict:
     }
 
 
+def kernel_errors(exp: dict, held: torch.Tensor, threads: int) -> dict[str, dict[str, float | None]]:
+    """Per variant, the largest relative L2 error over ``held`` clips of CLS and patches: ``vs_fp32`` (this CPU's
+    kernels against ONNX fp32) and ``vs_reference`` (against onnxruntime's reference path; None for graphs
+    without QDQ pairs, which have none)."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    def rel(a: np.ndarray, b: np.ndarray) -> float:
+        return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+    def session(path: Path, reference: bool = False) -> ort.InferenceSession:
+        opts = session_options(threads)
+        if reference:
+            opts.add_session_config_entry("session.disable_quant_qdq", "1")
+        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+    fp32 = session(exp["dirs"]["onnx fp32"] / CLIP_ONNX)
+    want = [fp32.run(None, {"pixel_values": c[None].numpy()}) for c in held]
+    out: dict[str, dict[str, float | None]] = {}
+    for name, d in exp["dirs"].items():
+        path = d / CLIP_ONNX
+        qdq = any(n.op_type == "DequantizeLinear" for n in onnx.load(str(path)).graph.node)
+        kernels, ref = session(path), session(path, reference=True) if qdq else None
+        vs_fp32, vs_ref = [], []
+        for c, w in zip(held, want, strict=True):
+            x = {"pixel_values": c[None].numpy()}
+            got = kernels.run(None, x)
+            vs_fp32 += [rel(g, v) for g, v in zip(got, w, strict=True)]
+            if ref is not None:
+                vs_ref += [rel(g, r) for g, r in zip(got, ref.run(None, x), strict=True)]
+        out[name] = {"vs_fp32": max(vs_fp32), "vs_reference": max(vs_ref) if vs_ref else None}
+    return out
+
+
 def table(acc: dict, spd: dict, probes: list[str]) -> str:
     res, tasks = acc["accuracy"], list(acc["chance"])
     ref = "pytorch fp32"
@@ -176,6 +218,14 @@ def table(acc: dict, spd: dict, probes: list[str]) -> str:
     return "\n".join(lines)
 
 
+def errors_table(errors: dict[str, dict[str, float | None]]) -> str:
+    lines = ["| variant | features vs ONNX fp32 | this CPU's kernels vs the reference path |", "| --- | ---: | ---: |"]
+    for name, e in errors.items():
+        ref = "" if e["vs_reference"] is None else f"{e['vs_reference']:.4f}"
+        lines.append(f"| {name} | {e['vs_fp32']:.4f} | {ref} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", type=Path, required=True)
@@ -186,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--held", default=None, help="clips for the kernels' feature error (default: --calibrate's val)")
+    ap.add_argument("--variants", default=None, help="comma-separated variant names (default: all)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--skip-accuracy", action="store_true")
     args = ap.parse_args(argv)
@@ -195,15 +247,29 @@ def main(argv: list[str] | None = None) -> int:
     patch = load_encoder(args.run).encoder.cfg.patch_size
     # the benchmark's clips are at its own rate: every frame (stride 1) of the calibration videos
     clips = calibration_clips(args.calibrate, args.clips, frames=syn.num_frames, size=syn.size, patch=patch)
-    exp = export_variants(args.run, args.out, variants(args.calibrate, args.clips, args.smoke), clips)
+    configs = variants(args.calibrate, args.clips, args.smoke)
+    if args.variants:
+        wanted = ["onnx fp32", *(v for v in args.variants.split(",") if v != "onnx fp32")]
+        unknown = [v for v in wanted if v not in configs]
+        if unknown:
+            ap.error(f"--variants: unknown {unknown}; known: {list(configs)}")
+        configs = {v: configs[v] for v in wanted}
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
+    exp = export_variants(args.run, args.out, configs, clips)
+    held_src = args.held or args.calibrate.replace("train", "val")
+    held = calibration_clips(held_src, args.clips, frames=syn.num_frames, size=syn.size, patch=patch)
+    errors = kernel_errors(exp, held, args.threads)
+    print(json.dumps(errors, indent=1), file=sys.stderr, flush=True)
     spd = speed(exp, 1 if args.smoke else args.rounds, args.batch, args.threads)
     print(json.dumps(spd, indent=1), file=sys.stderr, flush=True)
-    result = {"speed": spd, "export_s": exp["export_s"], "torch": torch.__version__, "threads": args.threads}
+    result = {"speed": spd, "kernel_errors": errors, "export_s": exp["export_s"], "torch": torch.__version__,
+              "threads": args.threads, "cpu": cpu_info().describe()}  # fmt: skip
     if not args.skip_accuracy:
         acc = accuracy(exp, 1 if args.smoke else args.seeds, args.threads)
         result["accuracy"] = acc
         probes = list(next(iter(next(iter(acc["accuracy"].values())).values())))
         print(table(acc, spd, probes))
+    print(errors_table(errors))
     (args.out / "deploy_int8.json").write_text(json.dumps(result, indent=2, default=str))
     return 0
 

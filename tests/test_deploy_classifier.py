@@ -6,6 +6,7 @@ classifier's logits on the frames of its window."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from levjepa.eval.protocols import PROTOCOLS
 from levjepa.formats.classifier import load_classifier
 from levjepa.formats.deploy import OnnxStream
 from levjepa.formats.deploy_classifier import CLASSIFIER_ONNX, OnnxClassifier
+from levjepa.formats.quantize import Int8Config, calibration_clips, int8_record, quantize_graph
 from levjepa.model.classifier import view_inputs
 from test_classify import TINY, write_index
 from test_export import make_run_dir
@@ -87,6 +89,32 @@ def test_classify_with_the_onnx_backend_gives_the_pytorch_labels_on_the_test_ind
     assert "onnx" in capsys.readouterr().err
     assert main(["classify", str(kept["probes"]["linear"]), str(kept["index"][2]), "--backend", "onnx"]) == 2
     assert "no classifier graph here" in capsys.readouterr().err
+
+
+def test_a_calibrated_int8_classifier_gives_the_fp32_labels(kept, tmp_path, capsys):
+    """What a user of an int8 classifier needs beside the features' error: its labels, on files it was not
+    calibrated on, are the fp32 classifier's, on this CPU's int8 kernels (whichever ISA: tests/test_quantize.py).
+    The classifier graph of the fp32 export is quantized as ``export --quantize int8 --calibrate TRAIN`` does
+    (the export's other graphs, quantized the same way, are tests/test_quantize.py's)."""
+    shutil.copytree(kept["exported"]("attentive"), tmp_path / "int8")
+    index, cfg = kept["index"], Int8Config("static", str(kept["index"][0]), 8)
+    clips = calibration_clips(str(index[0]), 8, frames=4, size=16, patch=8)
+    quantize_graph(tmp_path / "int8" / CLASSIFIER_ONNX, cfg, lambda: ({"pixel_values": c[None, None, None].numpy()}
+                                                                       for c in clips))  # fmt: skip
+    config = json.loads((tmp_path / "int8" / "config.json").read_text())
+    config["deploy"].update(quantize="int8", int8=int8_record(cfg))
+    (tmp_path / "int8" / "config.json").write_text(json.dumps(config))
+    rows = {}
+    for backend, model in (("torch", kept["probes"]["attentive"]), ("onnx", tmp_path / "int8")):
+        preds = tmp_path / f"{backend}.jsonl"
+        args = ["classify", str(model), str(index[2]), "--workers", "0", "--out", str(preds), "--backend", backend]
+        assert main(args) == 0
+        rows[backend] = [json.loads(line) for line in preds.read_text().splitlines()]
+    assert "int8 static" in capsys.readouterr().err
+    assert len({r["labels"][0] for r in rows["torch"]}) > 1  # not one label for all
+    gaps = [abs(np.array(a["probs"]) - np.array(b["probs"])).max() for a, b in zip(*rows.values(), strict=True)]
+    assert [r["labels"][0] for r in rows["onnx"]] == [r["labels"][0] for r in rows["torch"]]
+    assert 0 < max(gaps) < 0.05  # quantized, and close
 
 
 @pytest.mark.parametrize("probe", CASES)

@@ -47,7 +47,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from levjepa.formats.quantize import Feeds, Int8Config, quantize_graph
+from levjepa.formats.quantize import Feeds, Int8Config, int8_record, int8_warning, quantize_graph
 from levjepa.model import VideoEncoder
 from levjepa.model.attention import TokenMeta, build_attn_mask
 from levjepa.version import __version__
@@ -68,6 +68,7 @@ __all__ = [
     "read_deploy",
     "stream_feeds",
     "stream_video_onnx",
+    "warn_int8",
     "write_graph",
 ]
 
@@ -411,6 +412,7 @@ def _record(enc: VideoEncoder, step: StreamStep, dc: DeployConfig, files: dict[s
         "format": fmt,
         "files": files,
         **dataclasses.asdict(dc),
+        "int8": int8_record(dc.int8) if dc.quantize == "int8" else dataclasses.asdict(dc.int8),
         "tubelet": c.tubelet,
         "patch_size": c.patch_size,
         "clip_encoder": {
@@ -449,6 +451,15 @@ def read_deploy(export_dir: str | Path) -> dict[str, Any]:
     return record
 
 
+def warn_int8(record: Mapping[str, Any]) -> None:
+    """A ``UserWarning`` when the export's int8 graphs saturate on this CPU (``quantize.int8_warning``)."""
+    import warnings
+
+    note = int8_warning(record.get("int8") if record.get("quantize") == "int8" else None)
+    if note:
+        warnings.warn(note, stacklevel=3)
+
+
 class OnnxStream:
     """An exported streaming graph run by onnxruntime: ``push(frames [1, C, τ, H, W])`` returns the new patch
     features; ``cls`` holds the CLS over the window after the last push, and for a streaming classifier
@@ -475,6 +486,7 @@ class OnnxStream:
             raise WeightsError(f"{export_dir}: no {graph} graph here (a classifier's export writes one)")
         path = Path(export_dir) / record["files"][graph]
         self.session = ort.InferenceSession(str(path), options, providers=providers or ["CPUExecutionProvider"])
+        warn_int8(record)
         self.contract = record[graph]
         self.frames_shape = tuple(self.contract["inputs"]["frames"])
         self.state_shapes = {k: tuple(v) for k, v in self.contract["inputs"].items() if k.startswith("cache_")}

@@ -43,6 +43,7 @@ from levjepa.formats.deploy import (
     StreamStep,
     read_deploy,
     stream_feeds,
+    warn_int8,
     write_graph,
 )
 from levjepa.model.classifier import VideoClassifier, view_inputs
@@ -234,6 +235,7 @@ class OnnxClassifier:
             )
         path = Path(export_dir) / record["files"]["classifier"]
         self.session = ort.InferenceSession(str(path), providers=providers or ["CPUExecutionProvider"])
+        warn_int8(record)
         self.labels = tuple(record["labels"])
         self.patch_size, self.tubelet = int(record["patch_size"]), int(record["tubelet"])
         self.dtype = "float16" if record["dtype"] == "fp16" else "float32"

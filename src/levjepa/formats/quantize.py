@@ -14,6 +14,18 @@ exporter puts in front of some weights, so that the quantizer sees every weight 
   weight scales. A streaming graph is calibrated on the steps of a stream through the clips (its KV cache as
   it fills), a classifier on the views it classifies.
 
+**One scheme for every CPU.** Activations are uint8 (asymmetric, per tensor), weights int8 (symmetric; per
+channel in static graphs) **in 7 bits** (``reduce_range``, the default): x86 CPUs without an int8 dot product
+(AVX2, AVX-512 without VNNI; ``levjepa.infer.cpu``) multiply uint8 × int8 with ``vpmaddubsw``, which sums pairs
+of products in int16 and saturates when full 8-bit weights meet large activations; 7-bit weights never reach
+the limit. So the graph computes the same numbers on AVX2, AVX-512, VNNI and AMX alike — those of onnxruntime's
+reference path, ``DequantizeLinear`` then a float product (``tests/test_quantize.py`` checks both) — and a graph
+exported on one machine is right on every other one of a fleet. int8 activations (S8S8) do not avoid it:
+onnxruntime's x86 kernels shift them to uint8 and run the same products. ``reduce_range=False`` keeps 8-bit
+weights, a little closer to fp32 on CPUs with VNNI or AMX and wrong on the others (the runtimes here warn when
+such a graph is loaded on one: :func:`int8_warning`). The scheme is recorded in the graph's metadata
+(``int8``: ``scheme``, and the CPU it was exported on); ``bench/deploy.md`` has the measurements behind it.
+
 Only the matrix products (MatMul, Gemm, Conv) are quantized; elementwise ops, LayerNorm and the softmax stay
 float. ``keep_float`` (``--keep-float``) leaves parts of the network in float entirely, named by the module
 they come from (the exporter records each node's module path):
@@ -31,6 +43,7 @@ choice on the demo run and the command that made them.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +60,8 @@ __all__ = [
     "Int8Config",
     "calibration_clips",
     "float_nodes",
+    "int8_record",
+    "int8_warning",
     "quantize_graph",
 ]
 
@@ -57,7 +72,8 @@ Feeds = Callable[[], Iterable[Mapping[str, Any]]]  # a fresh pass over the calib
 @dataclass(frozen=True)
 class Int8Config:
     """How an int8 graph is made (module doc): ``static`` needs calibration clips (``calibration``: a folder, an
-    index file or a video; ``clips`` of them, ``seed`` picks which when there are more)."""
+    index file or a video; ``clips`` of them, ``seed`` picks which when there are more). ``reduce_range``:
+    7-bit weights, right on every CPU (module doc); False only for a fleet whose CPUs all have VNNI or AMX."""
 
     method: Literal["dynamic", "static"] = "dynamic"
     calibration: str | None = None
@@ -67,6 +83,7 @@ class Int8Config:
     per_channel: bool = True
     calibrate_method: Literal["minmax", "percentile", "entropy"] = "minmax"
     keep_float: tuple[str, ...] = ("attention",)
+    reduce_range: bool = True
 
     def check(self) -> None:
         """One-line ``WeightsError`` for a configuration that cannot be applied."""
@@ -83,6 +100,38 @@ class Int8Config:
             raise WeightsError(f"--keep-float {','.join(unknown)}: valid parts are {', '.join(KEEP_FLOAT_PARTS)}")
         if self.format not in ("qdq", "qoperator") or self.calibrate_method not in ("minmax", "percentile", "entropy"):
             raise WeightsError(f"int8: format {self.format!r}, calibration {self.calibrate_method!r} not known")
+
+
+def int8_record(cfg: Int8Config) -> dict[str, Any]:
+    """What a graph's metadata and ``config.json`` say of its int8 scheme: the configuration, the scheme in
+    words and the CPU it was exported (and calibrated) on."""
+    from levjepa.infer.cpu import cpu_info
+
+    weights = "int8 per channel" if cfg.per_channel and cfg.method == "static" else "int8 per tensor"
+    if cfg.reduce_range:
+        bits = "in 7 bits (reduce_range): no int16 saturation, the same results on every x86 CPU"
+    else:
+        bits = "in 8 bits: exact only on CPUs with int8 dot products (VNNI, AMX), saturating on the others"
+    ranges = "calibrated ranges" if cfg.method == "static" else "ranges found on every call"
+    scheme = f"{cfg.format.upper()}; activations uint8 per tensor ({ranges}); weights {weights} {bits}"
+    return {**dataclasses.asdict(cfg), "scheme": scheme, "exported_on": cpu_info().describe()}
+
+
+def int8_warning(record: Mapping[str, Any] | None) -> str | None:
+    """A sentence when an int8 graph whose ``int8`` record (:func:`int8_record`; None for a float graph) has
+    8-bit weights runs on this CPU without int8 dot products, whose kernels saturate on it (module doc);
+    graphs written before the scheme was recorded have 8-bit weights."""
+    from levjepa.infer.cpu import cpu_info
+
+    if not record or record.get("reduce_range", False):
+        return None
+    cpu = cpu_info()
+    if cpu.int8_dot or cpu.vector not in ("AVX2", "AVX-512"):
+        return None
+    return (
+        f"this int8 graph has 8-bit weights, whose int8 kernels can saturate on this CPU ({cpu.describe()}): "
+        "its outputs may be several % off; export it again with this levjepa (7-bit weights, right on every CPU)"
+    )
 
 
 def calibration_clips(
@@ -195,7 +244,7 @@ def quantize_graph(path: Path, cfg: Int8Config, feeds: Feeds | None = None) -> N
         exclude = float_nodes(onnx.load(str(tmp), load_external_data=False), cfg.keep_float)
         quant_pre_process(str(tmp), str(folded), skip_symbolic_shape=True)
         if cfg.method == "dynamic":
-            quantize_dynamic(str(folded), str(path), weight_type=QuantType.QInt8)
+            quantize_dynamic(str(folded), str(path), weight_type=QuantType.QInt8, reduce_range=cfg.reduce_range)
             return
         assert feeds is not None
         method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
@@ -207,6 +256,7 @@ def quantize_graph(path: Path, cfg: Int8Config, feeds: Feeds | None = None) -> N
             quant_format=QuantFormat.QDQ if cfg.format == "qdq" else QuantFormat.QOperator,
             op_types_to_quantize=["MatMul", "Gemm", "Conv"],
             per_channel=cfg.per_channel,
+            reduce_range=cfg.reduce_range,
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,
             nodes_to_exclude=exclude,
