@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -50,6 +51,7 @@ from levjepa.data.views import IMAGENET_MEAN, IMAGENET_STD
 from levjepa.formats.official import Overrides, is_released_schema, read_official
 from levjepa.formats.origin import Origin
 from levjepa.model import EncoderConfig, VideoEncoder
+from levjepa.model.readout_layers import layers_text
 from levjepa.rng import seeded_init
 from levjepa.train.config import PretrainConfig
 from levjepa.train.start import StartWeights
@@ -198,11 +200,19 @@ class LoadedEncoder:
         origin = self.imported_from or {}
         at = f"@{origin['revision']}" if origin.get("revision") else ""
         digest = f" (sha256 {origin['sha256']})" if origin.get("sha256") else ""
+        c = self.config
+        read = "" if c.readout_layers is None else f"; read at {layers_text(c.readout_layers, c.depth)}"
         if self.kind == "official":  # the file read is the official one: its revision and hash
-            return f"{self.weights} weights{step}{note} from {self.source}{at}{digest}"
+            return f"{self.weights} weights{step}{note} from {self.source}{at}{digest}{read}"
         # a copy of official weights (an import, an export of it): the revision and hash are the original's
         imported = f"; imported from {origin.get('source', '?')}{at}{digest}" if origin else ""
-        return f"{self.weights} weights{step}{note} from {self.source}{imported}"
+        return f"{self.weights} weights{step}{note} from {self.source}{imported}{read}"
+
+    def with_readout(self, layers: Sequence[int] | None) -> LoadedEncoder:
+        """This encoder read at the blocks ``layers`` (``VideoEncoder.set_readout_layers``: negative from the end,
+        ``None`` the last; ``ConfigError`` naming the depth for a block out of range), its ``config`` with it."""
+        self.encoder.set_readout_layers(layers)
+        return dataclasses.replace(self, config=self.encoder.cfg)
 
 
 def ema_note(meta: dict[str, str], step: int | None, run_cfg: PretrainConfig | None, where: str) -> str:
