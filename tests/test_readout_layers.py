@@ -20,13 +20,14 @@ from levjepa.cli import main
 from levjepa.config import ConfigError, to_dict
 from levjepa.data.eval_clip import load_eval_video
 from levjepa.eval.extract import read_rows
+from levjepa.formats.classifier import check_encoder, load_classifier, read_classifier
 from levjepa.formats.load import load_encoder
 from levjepa.infer import StreamingEncoder
 from levjepa.infer.encode import encode
 from levjepa.model import VideoEncoder, encoder_config
 from levjepa.model.fingerprint import TRAINING_ONLY, function_fingerprint
 from levjepa.model.readout_layers import HIERARCHICAL, hierarchical_layers, parse_layers
-from levjepa.weights import load_tensors, weights_fingerprint
+from levjepa.weights import WeightsError, load_tensors, weights_fingerprint
 from test_classify import index_task  # noqa: F401 (a fixture)
 from test_export import make_run_dir
 from test_extract import _video
@@ -205,6 +206,84 @@ def test_extract_at_a_readout_and_the_default_extraction_unchanged(tmp_path, cap
     torch.testing.assert_close(streamed["cls"][0], shard["cls"][0], rtol=1e-4, atol=1e-5)
 
 
+def test_probe_kept_probe_classify_and_export_round_trip_at_a_readout(tmp_path, index_task, capsys):  # noqa: F811
+    import transformers
+
+    import levjepa
+
+    run = make_run_dir(tmp_path, steps=(5,), depth=3)
+    task = "index:" + ",".join(map(str, index_task))
+    base = ["probe", str(run), "--task", task, "--protocol", "tiny", "--slots", "4", "--workers", "0", "--no-baseline"]
+    args = [*base, "--probe", "attentive,linear", "--set", "epochs=2"]
+    out = tmp_path / "res" / "p.json"
+    assert main([*args, "--layers", "0,-1", "--out", str(out)]) == 0
+    assert "read at blocks 0, 2 of 3" in capsys.readouterr().out
+    reported = json.loads(out.read_text())["results"]["pretrained-ema"]["media"]
+    manifests = [json.loads(p.read_text()) for p in (tmp_path / "res" / "features").rglob("store.json")]
+    assert manifests and all(m["readout_layers"] == [0, 2] for m in manifests)
+    for probe in ("attentive", "linear"):
+        kept = run / "probes" / "media" / probe
+        rec = read_classifier(kept)
+        assert rec.readout_layers == (0, 2) and rec.head.dim == 64
+        assert json.loads((kept / "classifier.json").read_text())["readout_layers"] == [0, 2]
+        preds = tmp_path / f"{probe}.jsonl"
+        assert main(["classify", str(kept), str(index_task[2]), "--workers", "0", "--out", str(preds)]) == 0
+        rows = [json.loads(line) for line in preds.read_text().splitlines()]
+        acc = 100.0 * sum(r["classes"][0] == r["truth"] for r in rows) / len(rows)
+        assert acc == pytest.approx(reported[probe]["best"]["test_acc"], abs=1e-9), probe
+    capsys.readouterr()
+    kept = run / "probes" / "media" / "linear"
+    # the kept probe refuses another readout: on the command line, and against an encoder read elsewhere
+    assert main(["classify", str(kept), str(index_task[2]), "--workers", "0", "--layers", "-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "blocks 0, 2 of 3" in err
+    rec = read_classifier(kept)
+    for other in (None, [1], [2, 0]):
+        with pytest.raises(WeightsError, match="a head reads only the encoder it was trained on"):
+            check_encoder(rec, load_encoder(run).encoder.set_readout_layers(other), where="kept", other="it is")
+    # a probe of the default readout keeps the record of before (no readout key) and refuses the layered encoder
+    assert main([*base, "--probe", "linear", "--set", "epochs=2", "--probes-dir", str(tmp_path / "d")]) == 0
+    default = tmp_path / "d" / "media" / "linear"
+    assert "readout_layers" not in json.loads((default / "classifier.json").read_text())
+    with pytest.raises(WeightsError, match="a head reads only the encoder it was trained on"):
+        layered = load_encoder(run).encoder.set_readout_layers([0, 2])
+        check_encoder(read_classifier(default), layered, where="kept", other="it is")
+    # the export of the kept probe and of the encoder at that readout: the same features and logits everywhere
+    clf = load_classifier(kept)
+    x = torch.randn(2, 3, 4, 16, 16, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = clf.model.encoder.forward_features(x).tokens
+        want_logits = clf.model(x)
+    capsys.readouterr()
+    assert main(["export", str(kept), "--out", str(tmp_path / "ce")]) == 0
+    assert main(["export", str(run), "--out", str(tmp_path / "e"), "--layers", "0,-1"]) == 0
+    config = json.loads((tmp_path / "e" / "config.json").read_text())
+    assert config["encoder"]["readout_layers"] == [0, 2]
+    with torch.no_grad():
+        for model in (levjepa.from_pretrained(tmp_path / "e"), transformers.AutoModel.from_pretrained(tmp_path / "e")):
+            got = model(pixel_values=x)
+            assert torch.equal(got.last_hidden_state, want) and torch.equal(got.pooler_output, want[:, 0])
+            hidden = model(pixel_values=x, output_hidden_states=True)
+            torch.testing.assert_close(hidden.last_hidden_state, want, rtol=0, atol=1e-6)
+            assert len(hidden.hidden_states) == 3 + 1 and hidden.hidden_states[-1].shape[-1] == 32
+        assert torch.equal(levjepa.load(tmp_path / "e").forward_features(x).tokens, want)
+        plain = levjepa.from_pretrained(run, layers=[0, -1])(pixel_values=x).last_hidden_state
+        assert torch.equal(plain, want)
+        # transformers' own override, on the export (its recorded readout replaced)
+        auto = transformers.AutoModel.from_pretrained(tmp_path / "e", readout_layers=[1])(pixel_values=x)
+        block1 = load_encoder(run).encoder.set_readout_layers([1]).forward_features(x).tokens
+        assert torch.equal(auto.last_hidden_state, block1)
+        classifier = transformers.AutoModelForVideoClassification.from_pretrained(tmp_path / "ce")
+        torch.testing.assert_close(classifier(pixel_values=x).logits, want_logits, rtol=0, atol=1e-5)
+        torch.testing.assert_close(levjepa.from_pretrained(tmp_path / "ce")(pixel_values=x).logits, want_logits)
+    capsys.readouterr()
+    assert main(["export", str(kept), "--out", str(tmp_path / "bad"), "--layers", "1"]) == 2
+    assert "whose head reads blocks 0, 2 of 3" in capsys.readouterr().err
+    assert main(["export", str(run), "--out", str(tmp_path / "g"), "--layers", "1", "--format", "onnx"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "the deployment graphs compute the last block's readout" in err
+
+
 def test_the_plan_counts_the_readouts_wider_channels(tmp_path, index_task):  # noqa: F811
     from levjepa.eval.config import EvalConfig
     from levjepa.eval.dataset_task import dataset_task
@@ -228,9 +307,39 @@ def test_the_plan_counts_the_readouts_wider_channels(tmp_path, index_task):  # n
     assert disks[False] == [2 * d for d in disks[True]]  # two blocks: twice the channels of every array
 
 
+def test_fine_tuning_refuses_an_encoder_read_at_other_blocks(tmp_path):
+    from levjepa.finetune.classifier import Start, start_encoder
+
+    run = make_run_dir(tmp_path, steps=(5,), depth=3)
+    assert main(["export", str(run), "--out", str(tmp_path / "e"), "--layers", "1"]) == 0
+    with pytest.raises(ConfigError, match="fine-tuning trains the encoder on its last block"):
+        start_encoder(Start(str(tmp_path / "e"), "ema", False, 0), "cpu")
+    assert start_encoder(Start(str(run), "ema", False, 0), "cpu").config.readout_layers is None
+
+
 def test_a_continued_run_keeps_its_own_readout(tmp_path):
     from levjepa.train.start import StartWeights, with_architecture
 
     cfg = encoder_config("vit-test", depth=3)
     start = StartWeights(dataclasses.replace(cfg, readout_layers=(0, 2)), {}, None, "an export read at 0, 2")
     assert with_architecture(cfg, start).readout_layers is None
+
+
+@torch.no_grad()
+def test_the_released_layout_read_at_other_blocks_through_automodel_and_from_pretrained(tmp_path):
+    import transformers
+
+    import levjepa
+    from test_official import fixture, released_folder
+
+    t = fixture(1)
+    folder = released_folder(tmp_path / "released", t, 1, "block_causal")
+    auto = transformers.AutoModel.from_pretrained(str(folder), readout_layers=[0, -1])  # the official layout
+    ours = levjepa.from_pretrained(folder, layers=[0, -1])  # imported on the fly into levjepa's layout
+    got = auto(pixel_values=t["input.video"]).last_hidden_state
+    want = ours(pixel_values=t["input.video"]).last_hidden_state
+    d = ours.encoder.cfg.dim
+    assert got.shape[-1] == want.shape[-1] == 2 * d and (got - want).abs().max().item() < 1e-5
+    # its last block's part is the official model's own output; its first block's is not
+    assert (got[..., d:] - t["output.block_causal"]).abs().max().item() < 1e-5
+    assert (got[..., :d] - t["output.block_causal"]).abs().max().item() > 1e-2
