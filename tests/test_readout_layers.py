@@ -343,3 +343,13 @@ def test_the_released_layout_read_at_other_blocks_through_automodel_and_from_pre
     # its last block's part is the official model's own output; its first block's is not
     assert (got[..., d:] - t["output.block_causal"]).abs().max().item() < 1e-5
     assert (got[..., :d] - t["output.block_causal"]).abs().max().item() > 1e-2
+
+
+def test_a_config_reading_the_last_block_is_written_as_before_and_read_back():
+    from levjepa.config import from_dict
+
+    cfg = encoder_config("vit-test", depth=3)
+    assert "readout_layers" not in to_dict(cfg)  # runs, checkpoints and exports of the default: as before
+    layered = dataclasses.replace(cfg, readout_layers=(0, -1))
+    assert to_dict(layered)["readout_layers"] == [0, 2]
+    assert from_dict(type(cfg), to_dict(layered)) == layered and from_dict(type(cfg), to_dict(cfg)) == cfg

@@ -35,7 +35,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from levjepa.config import ConfigError, from_dict, to_dict
+from levjepa.config import OMIT_DEFAULT, ConfigError, from_dict, to_dict
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.formats.load import LoadedEncoder, load_encoder
 from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
@@ -76,8 +76,9 @@ class ClassifierRecord:
     trained: dict[str, Any] = field(default_factory=dict)
     format: str = CLASSIFIER_FORMAT
     tokens: str = "full"  # what the head reads of the tokens: every one, or a compact store's (eval/compact.py)
-    # the encoder's blocks the head reads, concatenated on channels (EncoderConfig.readout_layers; None: the last)
-    readout_layers: tuple[int, ...] | None = None
+    # the encoder's blocks the head reads, concatenated on channels (EncoderConfig.readout_layers; None: the last,
+    # left out of classifier.json: a record as it was before readout layers)
+    readout_layers: tuple[int, ...] | None = field(default=None, metadata={OMIT_DEFAULT: True})
 
 
 def id2label(labels: Sequence[str]) -> dict[str, Any]:
@@ -94,10 +95,7 @@ def write_classifier(out: str | Path, record: ClassifierRecord, head_state: Mapp
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     save_tensors(out / HEAD_WEIGHTS, head_state, {"format": "pt", "levjepa_format": CLASSIFIER_FORMAT})
-    data = to_dict(record)
-    if record.readout_layers is None:  # the last block: the record as it was before readout layers
-        del data["readout_layers"]
-    write_json(out / CLASSIFIER, data)
+    write_json(out / CLASSIFIER, to_dict(record))
     return out
 
 

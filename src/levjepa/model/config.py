@@ -28,8 +28,9 @@ Not architecture: ``readout_layers`` says which blocks a frozen reader reads (``
 ``probe``, ``extract``, kept probes, ``classify``, exports and the hub classes): ``None``, the default, the last
 block through the final norm; otherwise each block named (negative from the end), each through the final norm,
 concatenated on channels in the order given (``levjepa.model.readout_layers``: V-JEPA 2's and 2.1's readouts,
-``--layers``). Stored normalised (non-negative, ``None`` for the last block alone); training reads the last
-block's CLS whatever it says, and a continued run keeps its own.
+``--layers``). Stored normalised (non-negative, ``None`` for the last block alone) and written only when set (a
+config that reads the last block is written as before the field existed); training reads the last block's CLS
+whatever it says, and a continued run keeps its own.
 
 Not architecture: ``init_from`` names the weights a pretraining run starts from at step 0 (a levjepa run,
 an export, an imported official model or a checkpoint file; ``None``: random init). It is recorded with the
@@ -52,10 +53,10 @@ naming the field, its value and what would be valid.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from levjepa.config import ConfigError, check
+from levjepa.config import OMIT_DEFAULT, ConfigError, check
 from levjepa.model.readout_layers import normalize_layers
 from levjepa.model.rope import ROPE_LAYOUTS
 
@@ -91,7 +92,7 @@ class EncoderConfig:
     rope_layout: Literal["levjepa", "vjepa2"] = "levjepa"
     init_from: str | None = None  # not architecture: the weights a pretraining run starts from (see above)
     # not architecture: the blocks a frozen reader reads, concatenated on channels (None: the last; see above)
-    readout_layers: tuple[int, ...] | None = None
+    readout_layers: tuple[int, ...] | None = field(default=None, metadata={OMIT_DEFAULT: True})
 
     def __post_init__(self) -> None:
         for name in ("dim", "depth", "heads", "patch_size", "tubelet", "in_chans", "proj_hidden", "proj_dim"):
