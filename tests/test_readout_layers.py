@@ -217,7 +217,8 @@ def test_probe_kept_probe_classify_and_export_round_trip_at_a_readout(tmp_path, 
     args = [*base, "--probe", "attentive,linear", "--set", "epochs=2"]
     out = tmp_path / "res" / "p.json"
     assert main([*args, "--layers", "0,-1", "--out", str(out)]) == 0
-    assert "read at blocks 0, 2 of 3" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "read at blocks 0, 2 of 3" in said and "encoders read at blocks 0, 2 of 3, concatenated" in said  # caption
     reported = json.loads(out.read_text())["results"]["pretrained-ema"]["media"]
     manifests = [json.loads(p.read_text()) for p in (tmp_path / "res" / "features").rglob("store.json")]
     assert manifests and all(m["readout_layers"] == [0, 2] for m in manifests)

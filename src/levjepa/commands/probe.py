@@ -63,6 +63,7 @@ from levjepa.eval.result import EvalResult
 from levjepa.eval.synthetic_task import SYNTHETIC_TITLE, TASKS, synthetic_config_for, synthetic_splits
 from levjepa.formats.load import LoadedEncoder, load_encoder, random_like
 from levjepa.formats.reading import model_views
+from levjepa.model.readout_layers import layers_text
 from levjepa.train.preemption import StopSignals, stop_now_on_signals
 
 __all__ = ["add_arguments", "main"]
@@ -317,7 +318,7 @@ def _main(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         cache_dir=args.cache,
         progress=True,
-        title=title,
+        title=title + _readout_title(first),
         keep_heads="none" if args.no_save else "all" if args.save_all else "best",
         tokens=args.tokens,
         online=args.online,
@@ -335,6 +336,12 @@ def _main(args: argparse.Namespace) -> int:
     with StopSignals():  # the evaluation is done: a signal now waits for its results to be written
         _report(args, result, loaded, task, bad)
     return 0
+
+
+def _readout_title(loaded: LoadedEncoder) -> str:
+    """What the caption adds for ``--layers``: the blocks read (nothing for the last block)."""
+    c = loaded.config
+    return "" if c.readout_layers is None else f"; encoders read at {layers_text(c.readout_layers, c.depth)}"
 
 
 def _stopped(kept: str | None, probes: bool, signal_name: str) -> str:
