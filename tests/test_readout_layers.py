@@ -274,6 +274,9 @@ def test_probe_kept_probe_classify_and_export_round_trip_at_a_readout(tmp_path, 
         auto = transformers.AutoModel.from_pretrained(tmp_path / "e", readout_layers=[1])(pixel_values=x)
         block1 = load_encoder(run).encoder.set_readout_layers([1]).forward_features(x).tokens
         assert torch.equal(auto.last_hidden_state, block1)
+        # ... which save_pretrained keeps, and levjepa reads back
+        transformers.AutoModel.from_pretrained(tmp_path / "e", readout_layers=[1]).save_pretrained(tmp_path / "s")
+        assert torch.equal(levjepa.load(tmp_path / "s").forward_features(x).tokens, block1)
         classifier = transformers.AutoModelForVideoClassification.from_pretrained(tmp_path / "ce")
         torch.testing.assert_close(classifier(pixel_values=x).logits, want_logits, rtol=0, atol=1e-5)
         torch.testing.assert_close(levjepa.from_pretrained(tmp_path / "ce")(pixel_values=x).logits, want_logits)
@@ -341,6 +344,10 @@ def test_the_released_layout_read_at_other_blocks_through_automodel_and_from_pre
     want = ours(pixel_values=t["input.video"]).last_hidden_state
     d = ours.encoder.cfg.dim
     assert got.shape[-1] == want.shape[-1] == 2 * d and (got - want).abs().max().item() < 1e-5
+    # save_pretrained keeps the readout in the released layout, and levjepa reads it back
+    auto.save_pretrained(tmp_path / "saved")
+    again = levjepa.from_pretrained(tmp_path / "saved")(pixel_values=t["input.video"]).last_hidden_state
+    assert (again - got).abs().max().item() < 1e-5
     # its last block's part is the official model's own output; its first block's is not
     assert (got[..., d:] - t["output.block_causal"]).abs().max().item() < 1e-5
     assert (got[..., :d] - t["output.block_causal"]).abs().max().item() > 1e-2

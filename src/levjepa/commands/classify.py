@@ -110,7 +110,8 @@ def _check_layers(text: str | None, config: EncoderConfig, model: str) -> None:
         return
     raise ConfigError(
         f"--layers {text}: {model}'s head was trained on {layers_text(config.readout_layers, config.depth)} and "
-        "reads only those; drop --layers (a kept probe reads the blocks it recorded), or probe again with --layers"
+        "reads no other blocks; drop --layers (a kept probe reads the blocks it recorded), or probe again with "
+        "--layers"
     )
 
 

@@ -453,7 +453,7 @@ def _from_hub(export_dir: Path, data: dict[str, Any], device: str | torch.device
             pre = Preprocessing.from_record(data["preprocessing"])
         except ConfigError as err:
             raise WeightsError(f"{export_dir / CONFIG}: bad preprocessing: {err}") from err
-    return LoadedEncoder(
+    loaded = LoadedEncoder(
         encoder=encoder,
         config=cfg,
         source=str(file),
@@ -465,6 +465,7 @@ def _from_hub(export_dir: Path, data: dict[str, Any], device: str | torch.device
         imported_from=data.get("imported_from"),
         preprocessing=pre,
     )
+    return _saved_readout(loaded, export_dir / CONFIG)
 
 
 def load_encoder(
@@ -486,6 +487,19 @@ def load_encoder(
         "fps": pre.fps,
     }
     return loaded
+
+
+def _saved_readout(loaded: LoadedEncoder, config: Path) -> LoadedEncoder:
+    """``loaded`` read at the blocks a model folder's ``config.json`` names at its top level: transformers'
+    ``save_pretrained`` of a model loaded with ``AutoModel.from_pretrained(..., readout_layers=[...])`` writes
+    them there (``LeVJEPAConfig``), over the encoder section's, in either schema."""
+    layers = read_json(config).get("readout_layers") if config.is_file() else None
+    if layers is None:
+        return loaded
+    try:
+        return loaded.with_readout(tuple(layers))
+    except (ConfigError, TypeError) as err:
+        raise WeightsError(f"{config}: readout_layers {layers!r}: {err}") from err
 
 
 def _load_encoder(path: str | Path, weights: WeightsKind, device: str | torch.device) -> LoadedEncoder:
@@ -600,7 +614,7 @@ def load_official(
     record = origin.record(sha256)
     encoder = VideoEncoder(official.config)
     encoder.load_state_dict(official.encoder, strict=True)
-    return LoadedEncoder(
+    loaded = LoadedEncoder(
         encoder=freeze(encoder.to(device)),
         config=official.config,
         source=str(record["source"]),
@@ -615,6 +629,8 @@ def load_official(
         },
         preprocessing=OFFICIAL_PREPROCESSING,
     )
+    folder = origin.path if origin.path.is_dir() else origin.path.parent
+    return _saved_readout(loaded, folder / CONFIG) if is_official_folder(folder) else loaded
 
 
 OFFICIAL_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin")  # files load_init_weights reads as official checkpoints
