@@ -37,6 +37,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 T = TypeVar("T")
 
 __all__ = [
+    "OMIT_DEFAULT",
     "ConfigError",
     "apply_overrides",
     "check",
@@ -176,12 +177,21 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+OMIT_DEFAULT = "omit_default"  # field metadata: to_dict leaves the field out while it holds its default
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
-    """Plain-JSON view of a (nested) config; tuples become lists."""
+    """Plain-JSON view of a (nested) config; tuples become lists. A field added later whose metadata says
+    :data:`OMIT_DEFAULT` is left out while it holds its default, so a config that does not use it is written
+    as before the field existed (and older levjepa versions read it); ``from_dict`` gives it its default back."""
 
     def conv(v: Any) -> Any:
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
+            return {
+                f.name: conv(getattr(v, f.name))
+                for f in dataclasses.fields(v)
+                if not (f.metadata.get(OMIT_DEFAULT) and getattr(v, f.name) == f.default)
+            }
         if isinstance(v, tuple | list):
             return [conv(x) for x in v]
         return v

@@ -6,9 +6,10 @@ fine-tuned classifier (``levjepa finetune``'s ``OUT/best``, or its export). ``VI
 class name is read through the classifier's class names, and a label it never saw is reported, not scored).
 Every file is cut into the views the classifier was scored with (``--fps`` may change their sampling), and
 their probabilities averaged (``levjepa.eval.predict``);
-``--windows`` gives one prediction per window of a long video with its time span. The top-``--top-k``
-labels go to stdout as a table and, with ``--out``, to a CSV (``.csv``) or JSON Lines file (any other
-name). Decoding runs in ``--workers`` processes, the model on ``--device`` (the GPU when there is one); an
+``--windows`` gives one prediction per window of a long video with its time span. A probe kept with
+``probe --layers`` reads the encoder at the blocks it recorded (``--layers``, if given, must name them). The
+top-``--top-k`` labels go to stdout as a table and, with ``--out``, to a CSV (``.csv``) or JSON Lines file (any
+other name). Decoding runs in ``--workers`` processes, the model on ``--device`` (the GPU when there is one); an
 unreadable file is listed at the end, not fatal — unless no file at all could be read.
 
 ``--backend onnx`` runs the classifier's export instead (``levjepa export MODEL --out DIR --format onnx``:
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from levjepa.commands._device import add_device_argument, local_device
 from levjepa.commands._images import add_image_frames_argument, image_frames
+from levjepa.commands._layers import add_layers_argument, requested_layers
 from levjepa.commands._outputs import claim_file
 from levjepa.config import ConfigError
 from levjepa.data import BadFileReport, DataError
@@ -35,7 +37,9 @@ from levjepa.eval.compact import TokenCodec
 from levjepa.eval.predict import Prediction, accuracy, classifier_items, predict
 from levjepa.formats.classifier import load_classifier, read_classifier
 from levjepa.formats.deploy_classifier import OnnxClassifier
+from levjepa.model import EncoderConfig
 from levjepa.model.classifier import VideoClassifier
+from levjepa.model.readout_layers import layers_text
 
 __all__ = ["add_arguments", "main"]
 
@@ -52,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="files per forward")
     parser.add_argument("--fps", type=float, default=None, help="frames per second instead of the views' own sampling")
     add_image_frames_argument(parser, "what the probe was scored with")
+    add_layers_argument(parser, "the blocks the head was trained on, which it must be")
     add_device_argument(parser)
     parser.add_argument(
         "--backend",
@@ -99,6 +104,17 @@ def _is_predictions(path: Path) -> bool:
     return isinstance(row, dict) and {"path", "labels", "probs"} <= set(row)
 
 
+def _check_layers(text: str | None, config: EncoderConfig, model: str) -> None:
+    """``--layers``, when given, must name the blocks the head was trained on (it reads no others)."""
+    if text is None or requested_layers(text, config.depth) == config.readout_layers:
+        return
+    raise ConfigError(
+        f"--layers {text}: {model}'s head was trained on {layers_text(config.readout_layers, config.depth)} and "
+        "reads no other blocks; drop --layers (a kept probe reads the blocks it recorded), or probe again with "
+        "--layers"
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     if args.top_k < 1:
         raise ConfigError(f"--top-k {args.top_k}: must be >= 1")
@@ -109,8 +125,9 @@ def main(args: argparse.Namespace) -> int:
     device = local_device(args.device)
     model: VideoClassifier | OnnxClassifier
     if args.backend == "onnx":
-        if args.encoder is not None:
-            raise ConfigError("--encoder: the onnx backend runs the encoder exported into classifier.onnx")
+        if args.encoder is not None or args.layers is not None:
+            option = "--encoder" if args.encoder is not None else "--layers"
+            raise ConfigError(f"{option}: the onnx backend runs the encoder exported into classifier.onnx")
         model = OnnxClassifier(args.model)
         rec, tubelet, device = read_classifier(args.model), model.tubelet, "cpu"
         described = f"{args.model}/classifier.onnx (onnxruntime, {model.record['dtype']}" + (
@@ -119,6 +136,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         clf = load_classifier(args.model, encoder=args.encoder, device=device)
         model, rec, tubelet, described = clf.model, clf.record, clf.encoder.encoder.cfg.tubelet, clf.encoder.describe()
+        _check_layers(args.layers, clf.encoder.config, args.model)
     items, unknown = classifier_items(args.videos, rec.labels)
     if not items:
         raise DataError(f"missing: no video or image in {' '.join(args.videos)}")

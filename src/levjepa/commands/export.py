@@ -4,6 +4,8 @@ Hugging Face tools read (``model.safetensors``, ``config.json``, ``preprocessor_
 ``levjepa.from_pretrained(DIR)`` and transformers' ``AutoModel`` read back; a classifier's export — a
 fine-tuned classifier or a probe kept by ``levjepa probe`` (``RUN/probes/TASK/PROBE``) — adds its head, which
 ``AutoModelForVideoClassification`` and ``pipeline("video-classification")`` read too.
+``--layers 5,11,17,23`` records the blocks the export reads (concatenated on channels, V-JEPA 2.1's hierarchical
+readout; ``levjepa.model.readout_layers``): ``AutoModel``'s ``last_hidden_state`` is then their readout.
 ``--push-to-hub ORG/NAME`` publishes it with huggingface_hub (``create_repo`` + ``upload_folder``; the token
 is huggingface_hub's). What an export holds: :mod:`levjepa.formats.export`.
 """
@@ -15,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Literal
 
+from levjepa.commands._layers import add_layers_argument
 from levjepa.commands._outputs import claim_folder
 from levjepa.config import ConfigError
 from levjepa.formats.card import AUTO_HINT
@@ -45,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also write the training projector (projector.safetensors), for continued pretraining elsewhere",
     )
+    add_layers_argument(parser, "the source's own readout, the last block; a classifier's: its head's")
     parser.add_argument("--push-to-hub", metavar="ORG/NAME", default=None, help="publish the export as this hub repo")
     parser.add_argument("--private", action="store_true", help="with --push-to-hub: create the repo private")
     deploy = parser.add_argument_group("deployment graphs (beside the weights; levjepa.formats.deploy)")
@@ -119,6 +123,7 @@ def main(args: argparse.Namespace) -> int:
         quantize=args.quantize,
         opset=18 if args.opset is None else args.opset,
         int8=int8,
+        layers=args.layers,
         say=lambda line: print(line, file=sys.stderr, flush=True),
     )
     extra = "" if graphs == "none" else f", clip_encoder.{graphs}, stream_step.{graphs}"

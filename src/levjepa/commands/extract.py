@@ -10,7 +10,9 @@ first). ``--device auto`` (default) uses the GPU when there is one, under bf16 a
 frame size and the sampling default to the model's own (its frames, size and stride or rate,
 ``levjepa.formats.reading``); the command says which it used. ``--readout frames,last`` and ``--tokens CODEC``
 add per-frame, last-slot and compact-token readouts (``levjepa.eval.readout``); ``--image-frames one`` reads an
-image as one temporal slot instead of repeating it to the window.
+image as one temporal slot instead of repeating it to the window. ``--layers`` reads other blocks than the last
+(``5,11,17,23``: concatenated on channels, V-JEPA 2.1's hierarchical readout; ``levjepa.model.readout_layers``):
+every array then has ``len(layers) · D`` channels, and ``store.json`` records the blocks.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
 from levjepa.commands._images import add_image_frames_argument, image_frames
+from levjepa.commands._layers import add_layers_argument, with_layers
 from levjepa.commands._outputs import claim_folder
 from levjepa.config import ConfigError
 from levjepa.eval.extract import ExtractConfig, extract
@@ -65,6 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "tpool3-int4g32); the probes' codecs (levjepa.eval.compact)",
     )
     add_image_frames_argument(parser)
+    add_layers_argument(parser)
     parser.add_argument(
         "--format",
         choices=("safetensors", "npy", "per_video"),
@@ -135,7 +139,7 @@ def _run(args: argparse.Namespace, device: str, main: bool) -> int:
         )
     args.per_video_feature = args.per_video_feature or ExtractConfig().per_video_feature
     claim_folder(args.out, "--out", "features", writes=("index.jsonl", "store.json", "bad_files.json"), resumes=True)
-    loaded = load_encoder(args.checkpoint, weights=args.weights, device=device)
+    loaded = with_layers(load_encoder(args.checkpoint, weights=args.weights, device=device), args.layers)
     cfg, said = _config(args, loaded)
     if main:
         print(f"encoder: {loaded.describe()}")

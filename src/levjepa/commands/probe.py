@@ -20,7 +20,9 @@ Tasks (``--task``):
 
 ``--weights ema|online|both`` picks the checkpoint's weights (an export holds one set); the table adds
 ``random-init``: the same architecture at random initialisation (``--baseline-seed``), unless
-``--no-baseline``. ``--probe attentive,linear,knn`` or ``all``; ``--probe-depth 4`` switches the attentive
+``--no-baseline``. ``--layers`` reads other blocks than the last, every column alike (``5,11,17,23``: concatenated
+on channels, V-JEPA 2.1's hierarchical readout; ``levjepa.model.readout_layers``): the stores, caches and kept
+probes are the readout's own. ``--probe attentive,linear,knn`` or ``all``; ``--probe-depth 4`` switches the attentive
 probe to V-JEPA 2's 4-block variant. ``--budget demo|full`` sets the grid and (built-in benchmark) the
 split sizes; ``--set epochs=5`` etc. overrides the probe config. Prints the table; ``--out`` writes JSON
 with every probe of every grid.
@@ -46,6 +48,7 @@ from pathlib import Path
 from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
 from levjepa.commands._images import add_image_frames_argument, image_frames
+from levjepa.commands._layers import add_layers_argument, with_layers
 from levjepa.commands._outputs import claim_file, claim_folder, is_json_with
 from levjepa.config import ConfigError, apply_overrides
 from levjepa.data import BadFileReport
@@ -61,6 +64,7 @@ from levjepa.eval.synthetic_task import SYNTHETIC_TITLE, TASKS, synthetic_config
 from levjepa.eval.video_knn import video_knn
 from levjepa.formats.load import LoadedEncoder, load_encoder, random_like
 from levjepa.formats.reading import model_preprocessing, model_views
+from levjepa.model.readout_layers import layers_text
 from levjepa.train.preemption import StopSignals, stop_now_on_signals
 
 __all__ = ["add_arguments", "main"]
@@ -178,6 +182,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "tokens), joined by '-', e.g. pool2-int8 (bench/eval.md)",
     )
     add_image_frames_argument(parser, "repeat (index task)")
+    add_layers_argument(parser)
     parser.add_argument("--batch-size", type=int, default=8, help="clips per encoder forward")
     parser.add_argument("--cache", default=None, help="feature cache folder")
     add_device_argument(parser)
@@ -252,7 +257,7 @@ def _main(args: argparse.Namespace) -> int:
     weights = ["ema", "online"] if args.weights == "both" else [args.weights]
     loaded: dict[str, LoadedEncoder] = {}
     for w in weights:
-        enc = load_encoder(args.checkpoint, weights=w, device=args.device)  # type: ignore[arg-type]
+        enc = with_layers(load_encoder(args.checkpoint, weights=w, device=args.device), args.layers)  # type: ignore[arg-type]
         if enc.weights != w:  # an export keeps one set of weights: the option does not apply to it
             print(
                 f"note: --weights {args.weights}: {args.checkpoint} holds one set of weights ({enc.weights}), "
@@ -333,7 +338,7 @@ def _main(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         cache_dir=args.cache,
         progress=True,
-        title=title,
+        title=title + _readout_title(first),
         keep_heads="none" if args.no_save else "all" if args.save_all else "best",
         tokens=args.tokens,
         online=args.online,
@@ -375,6 +380,12 @@ def _video_knn(args: argparse.Namespace, loaded: dict[str, LoadedEncoder]) -> in
         Path(args.out).write_text(json.dumps({"protocol": "video-knn", "accuracy": out}, indent=2) + "\n")
         print(f"wrote {args.out}")
     return 0
+
+
+def _readout_title(loaded: LoadedEncoder) -> str:
+    """What the caption adds for ``--layers``: the blocks read (nothing for the last block)."""
+    c = loaded.config
+    return "" if c.readout_layers is None else f"; encoders read at {layers_text(c.readout_layers, c.depth)}"
 
 
 def _stopped(kept: str | None, probes: bool, signal_name: str) -> str:

@@ -22,7 +22,9 @@ end_time`` (seconds, of those frames) ``, num_frames, padded``.
 patch size (the evaluation transform; every row then has the same token count). Note: a whole video is decoded into
 memory at that size (about 10 minutes of 15 fps video at stride 2 and 224 px ≈ 1.2 GB).
 
-**Features.** ``cls`` [R, D] and ``mean`` (patch tokens averaged) [R, D] in float32; with ``patches``,
+**Features.** ``cls`` [R, D] and ``mean`` (patch tokens averaged) [R, D] in float32 (``D``: the encoder's
+readout width, ``len(layers) · dim`` with readout layers, ``EncoderConfig.readout_layers``, which the manifest
+then records as ``readout_layers``); with ``patches``,
 every patch token [R, T'·h·w, D] in float16, in time-major (t, y, x) order. With ``readout``
 (``levjepa.eval.readout``: their definitions), ``frames`` [R, T', D] (each slot's patch tokens averaged),
 ``last_mean`` [R, D] (the last slot's) and a token codec's ``tokens`` (+ ``scales``): CLS and the patch tokens
@@ -474,7 +476,7 @@ def _list_items(sources: list[str]) -> tuple[list[MediaItem], dict[str, int] | N
 
 def _manifest(encoder: VideoEncoder, cfg: ExtractConfig, items: list[MediaItem]) -> dict[str, Any]:
     """The feature set's manifest of a job (``levjepa.eval.feature_set``): what its features depend on."""
-    return {
+    manifest = {
         "version": VERSION,
         "cutter": "extract",
         "layout": cfg.format,
@@ -484,6 +486,9 @@ def _manifest(encoder: VideoEncoder, cfg: ExtractConfig, items: list[MediaItem])
         "items": len(items),
         "items_sha1": items_hash(items),
     }
+    if encoder.cfg.readout_layers is not None:  # said only when not the last block: a default manifest is unchanged
+        manifest["readout_layers"] = list(encoder.cfg.readout_layers)
+    return manifest
 
 
 def _shard_names(cfg: ExtractConfig, counts: list[int]) -> list[str]:

@@ -189,6 +189,8 @@ def build_store(
         "items": len(items),
         "items_sha1": items_hash(items),
     }
+    if encoder.cfg.readout_layers is not None:  # said only when not the last block: a default manifest is unchanged
+        manifest["readout_layers"] = list(encoder.cfg.readout_layers)
     done = open_for_writing(out, manifest, overwrite=False, hint="delete it or choose another folder")
     rank, world = distributed.rank(), distributed.world_size()
     n_shards = math.ceil(len(items) / cfg.shard_items)

@@ -9,7 +9,8 @@ the weights kept (``EvalConfig.keep_heads``) :func:`save_probes` writes, for eac
 Each records the head (kind, sizes, what it reads), the label names, the protocol its scores were measured
 with (size, frames, stride or rate, segments × crops of the val/test views), how it was trained and scored
 (lr, weight decay, val and test accuracy, the task's split files) and the encoder it reads (source, weights
-copy, fingerprint). kNN keeps no weights of its own and is not saved.
+copy, fingerprint, and the blocks it reads when they are not the last alone: ``probe --layers``). kNN keeps
+no weights of its own and is not saved.
 
 A task is named by its files (``levjepa.eval.dataset_task.task_name``, or ``probe --name``), so two tasks keep
 two folders; a folder that holds the probes of another task — other split files — is never overwritten:
@@ -79,6 +80,7 @@ def save_probes(
                     fingerprint,
                     trained=trained,
                     tokens=tokens if head.input == "tokens" else "full",
+                    readout_layers=loaded.encoder.cfg.readout_layers,
                 )
                 if i == res.best:
                     written.append(write_classifier(Path(out) / task / probe, record, state))

@@ -115,7 +115,7 @@ class OnlineSource(FeatureSource):
         return other
 
     def dim(self, what: str) -> int:
-        return self.encoder.cfg.dim if what == "tokens" else self.store.dim(what)  # no forward to ask it
+        return self.encoder.num_features if what == "tokens" else self.store.dim(what)  # no forward to ask it
 
     def file_cls(self) -> Tensor:
         return self.store.file_cls()

@@ -2,7 +2,8 @@
 
 For a labelled task (``levjepa.eval.dataset_task``) and an encoder, :func:`plan` counts, per split, the files,
 the views per file and the store's rows, the disk they take — ``cls`` and ``mean`` (float32, ``2 · D · 4`` bytes
-a row) and, for the attentive probe, the tokens as the store keeps them (``levjepa.eval.compact``: ``1 + L``
+a row, ``D`` the encoder's readout width: ``len(layers) · dim`` with ``--layers``) and, for the attentive
+probe, the tokens as the store keeps them (``levjepa.eval.compact``: ``1 + L``
 tokens of ``2 · D`` bytes in float16, fewer and smaller in a compact store; none online) — and the encoder's
 forwards: one per view for a store (``K`` per training segment with ``--train-views K``, each file decoded
 ``K`` times, and with ``--seeds N`` a K-view store per seed: ``N · K``); online, every epoch of the attentive probe
@@ -124,8 +125,8 @@ def plan(task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfig, *, sample: i
                 split,
                 len(items) * stores,  # the files of every seed's store
                 per_file,
-                codec.bytes_per_view(grid, c.dim) if stored else 0,
-                2 * c.dim * 4,
+                codec.bytes_per_view(grid, enc.num_features) if stored else 0,
+                2 * enc.num_features * 4,
                 forwards,
             )
         )
@@ -177,7 +178,7 @@ def _measure(out: Plan, task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfi
     encode_s = (time.perf_counter() - t0) / len(batch)
     assert out_tokens is not None
     pcfg = cfg.probe_cfg
-    grid = build_probe_grid("attentive", pcfg, enc.cfg.dim, max(2, task.classes)).to(cfg.device)
+    grid = build_probe_grid("attentive", pcfg, enc.num_features, max(2, task.classes)).to(cfg.device)
     # a training row: the tokens of its `segments` views, as the store keeps them (its codec's count)
     c = enc.cfg
     kept = (
@@ -185,7 +186,7 @@ def _measure(out: Plan, task: DatasetTask, loaded: LoadedEncoder, cfg: EvalConfi
         if cfg.online or "attentive" not in cfg.probes
         else cfg.codec.kept(_token_grid(views, c, images=all(it.kind == "image" for it in task.splits["train"])))
     )
-    x = torch.randn(min(pcfg.batch_size, 64), views.segments * kept, c.dim, device=cfg.device)
+    x = torch.randn(min(pcfg.batch_size, 64), views.segments * kept, enc.num_features, device=cfg.device)
     grid(x).sum().backward()  # warm-up
     _sync(cfg.device)
     t0 = time.perf_counter()

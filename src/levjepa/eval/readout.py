@@ -2,7 +2,10 @@
 
 Definitions, on one window's frozen output (``levjepa.infer.encode``): CLS ``c`` [D] and the patch tokens
 ``p`` [T', h, w, D] — ``T'`` temporal slots (frames / tubelet), ``h × w`` patches a slot, time-major — every
-value float32 as the encoder gave it:
+value float32 as the encoder gave it. ``D`` is the encoder's readout width: with readout layers (``extract
+--layers``, ``levjepa.model.readout_layers``) every channel-wise definition below reads the blocks' concatenated
+channels, each block's part pooled as one block's alone would be (a codec's one scale per token spans every
+block's channels; its groups of 32 channels stay inside a block when ``dim`` is a multiple of 32):
 
 * ``cls = c`` and ``mean = mean_{t,y,x} p`` [D] — always kept (the default extraction);
 * ``frames`` [T', D] — ``frames[t] = mean_{y,x} p[t]``: per-frame (per-slot) spatially pooled tokens, float32;

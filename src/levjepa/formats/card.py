@@ -22,6 +22,7 @@ from levjepa.config import to_dict
 from levjepa.formats.classifier import ClassifierRecord
 from levjepa.formats.validation import Validation
 from levjepa.model import EncoderConfig
+from levjepa.model.readout_layers import layers_text
 from levjepa.train.config import PretrainConfig
 from levjepa.weights import read_json
 
@@ -398,6 +399,9 @@ def render_card(f: CardFacts) -> str:
         f"{e.attention} attention, final LayerNorm {'on' if e.final_norm else 'off'}, 3D RoPE ({e.rope_layout} "
         f"layout), {f.params / 1e6:.2f} M parameters"
     )
+    if e.readout_layers is not None:  # levjepa export --layers: what last_hidden_state holds
+        arch += f"; reads {layers_text(e.readout_layers, e.depth)} ({e.readout_dim} channels, each block's output "
+        arch += "through the final norm)"
     if c:
         title = "LeVJEPA video classifier"
         how = (

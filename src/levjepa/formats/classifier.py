@@ -9,13 +9,14 @@ A classifier directory holds::
                            DIR) and "trained" (how the head was trained and scored)
     DIR/head.safetensors   the head's state dict (levjepa.model.probe_heads, one row)
 
-A kept probe reads a frozen encoder that stays where it is: ``encoder.source`` and ``encoder.weights`` name
-it, and :func:`load_classifier` refuses, in one line, an encoder whose function fingerprint
-(``levjepa.model.fingerprint``: its weights and the config that says what they compute) differs from the one
-the head was trained on (a record written before function fingerprints is checked against the weights). A fine-tuned
-classifier changed its encoder, so the encoder is in ``DIR`` too, in the hub layout (``model.safetensors`` +
-``config.json`` with ``id2label`` / ``label2id``, ``levjepa.formats.export``): ``levjepa.load(DIR)`` reads it
-as a plain encoder, and ``levjepa export DIR`` writes it again with its head.
+A kept probe reads a frozen encoder that stays where it is: ``encoder.source`` and ``encoder.weights`` name it,
+``readout_layers`` the blocks its head reads (``levjepa probe --layers``; left out for the last block, as records
+were written before), and :func:`load_classifier` reads the encoder at those blocks and refuses, in one line, an
+encoder whose function fingerprint (``levjepa.model.fingerprint``: its weights and the config that says what they
+compute) differs from the one the head was trained on (a record written before function fingerprints is checked
+against the weights). A fine-tuned classifier changed its encoder, so the encoder is in ``DIR`` too, in the hub
+layout (``model.safetensors`` + ``config.json`` with ``id2label`` / ``label2id``, ``levjepa.formats.export``):
+``levjepa.load(DIR)`` reads it as a plain encoder, and ``levjepa export DIR`` writes it again with its head.
 
 This module is the one reader and writer of a classifier's head: :func:`write_classifier` writes it (kept probes,
 ``levjepa.formats.export`` for a fine-tuned classifier), :func:`read_head` reads it back (``load_classifier``
@@ -34,7 +35,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from levjepa.config import from_dict, to_dict
+from levjepa.config import OMIT_DEFAULT, ConfigError, from_dict, to_dict
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.formats.load import LoadedEncoder, load_encoder
 from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
@@ -75,6 +76,9 @@ class ClassifierRecord:
     trained: dict[str, Any] = field(default_factory=dict)
     format: str = CLASSIFIER_FORMAT
     tokens: str = "full"  # what the head reads of the tokens: every one, or a compact store's (eval/compact.py)
+    # the encoder's blocks the head reads, concatenated on channels (EncoderConfig.readout_layers; None: the last,
+    # left out of classifier.json: a record as it was before readout layers)
+    readout_layers: tuple[int, ...] | None = field(default=None, metadata={OMIT_DEFAULT: True})
 
 
 def id2label(labels: Sequence[str]) -> dict[str, Any]:
@@ -165,6 +169,14 @@ def load_classifier(
     if not src.exists():
         raise WeightsError(f"{p}: its encoder {rec.encoder_source} is gone; give it with --encoder PATH")
     loaded = load_encoder(src, weights=rec.encoder_weights, device=device)  # type: ignore[arg-type]
+    try:  # read at the blocks the head was trained on
+        loaded = loaded.with_readout(rec.readout_layers)
+    except ConfigError as err:
+        blocks = ", ".join(map(str, rec.readout_layers or ()))
+        raise WeightsError(
+            f"{p}: its head reads blocks {blocks}, which {src} (depth {loaded.config.depth}) does not have: a head "
+            "reads only the encoder it was trained on"
+        ) from err
     check_encoder(rec, loaded.encoder, where=str(p), other=f"{src} holds")
     rec, head = read_head(p)
     model = VideoClassifier(loaded.encoder, rec.head, head).to(device).eval()

@@ -3,7 +3,8 @@
 An export is a directory ``huggingface_hub`` and its users recognise, holding nothing that can run code::
 
     DIR/config.json              model_type "levjepa", architectures ["LeVJEPAModel"], format "levjepa-hub/1",
-                                 the levjepa version, "encoder": every EncoderConfig field, the usual HF
+                                 the levjepa version, "encoder": every EncoderConfig field (``readout_layers``:
+                                 the blocks it reads, ``levjepa export --layers``), the usual HF
                                  aliases (hidden_size, num_hidden_layers, num_attention_heads, ...), the
                                  preprocessing, which weights (copy, note, step, source) and where they came
                                  from ("run_config", "imported_from", "init_from"), the licence and, for a
@@ -70,6 +71,7 @@ from levjepa.formats.load import (
 from levjepa.formats.quantize import Int8Config, calibration_clips
 from levjepa.model import EncoderConfig
 from levjepa.model.classifier import VideoClassifier
+from levjepa.model.readout_layers import layers_text, parse_layers
 from levjepa.train.config import PretrainConfig
 from levjepa.version import __version__
 from levjepa.weights import (
@@ -405,6 +407,20 @@ def _kept_probe(source: str | Path, device: str) -> LoadedClassifier | None:
     return clf
 
 
+def _read_at(loaded: LoadedEncoder, layers: str | None, source: str | Path, *, classifier: bool) -> LoadedEncoder:
+    """``loaded`` read at ``layers`` (``--layers``; ``None``: as it stands); a classifier's at its own only."""
+    if layers is None:
+        return loaded
+    c = loaded.config
+    want = parse_layers(layers, c.depth)
+    if classifier and want != c.readout_layers:
+        raise WeightsError(
+            f"--layers {layers}: {source} is a classifier whose head reads {layers_text(c.readout_layers, c.depth)}; "
+            "drop --layers (its export reads those), or probe again with --layers"
+        )
+    return loaded.with_readout(want)
+
+
 def export_encoder(
     source: str | Path,
     out: str | Path,
@@ -419,6 +435,7 @@ def export_encoder(
     quantize: Literal["none", "int8"] = "none",
     opset: int = 18,
     int8: Int8Config | None = None,
+    layers: str | None = None,
     say: Callable[[str], None] | None = None,
 ) -> LoadedEncoder:
     """Write the hub layout to ``out`` for the encoder at ``source`` (a run, a checkpoint, an export, official
@@ -432,12 +449,19 @@ def export_encoder(
     A kept probe (``RUN/probes/TASK/PROBE``: a classifier whose encoder stays where it is) exports as a
     classifier: the encoder its record names (the copy it was trained on, whatever ``weights`` says; refused in
     one line unless it is the one the head was trained on), its head, its labels and views, with the licence
-    and lineage of that encoder — what a fine-tuned ``best/`` exports as."""
+    and lineage of that encoder — what a fine-tuned ``best/`` exports as.
+
+    ``layers`` (as ``--layers`` writes them, ``levjepa.model.readout_layers``): the blocks the export reads,
+    recorded in its config (``encoder.readout_layers``), so that ``levjepa.load``, ``from_pretrained`` and
+    ``AutoModel`` give the readout of those blocks; ``None`` keeps the source's. A classifier reads the blocks
+    its head was trained on: other ``layers`` are refused in one line, as are deployment graphs of a readout
+    other than the last block (they compute the last block's)."""
     kept = _kept_probe(source, device)
     if kept is not None:
         loaded = kept.encoder
     else:
         loaded = load_encoder(source, weights=weights, device=device)
+    loaded = _read_at(loaded, layers, source, classifier=kept is not None or is_classifier(source))
     pre = loaded.preprocessing or preprocessing_of(loaded.run_config)
     views = kept.record.protocol if kept is not None else None
     if kept is None and is_classifier(source):
@@ -451,6 +475,12 @@ def export_encoder(
         deploy = DeployConfig(
             pre.frames if window is None else window, side, side, dtype, quantize, opset, int8 or Int8Config()
         )
+        if loaded.config.readout_layers is not None:
+            raise WeightsError(
+                f"--format {graphs}: the deployment graphs compute the last block's readout, not "
+                f"{layers_text(loaded.config.readout_layers, loaded.config.depth)}; export the graphs without "
+                "--layers (from an encoder read at its last block)"
+            )
         check_deploy(loaded.encoder, deploy)  # before anything is written
     elif (window, size, dtype, quantize, int8) != (None, None, "fp32", "none", None):
         raise WeightsError("window, size, dtype and quantize shape the deployment graphs: export with --format onnx")

@@ -69,6 +69,12 @@ class HeadStart:
 def start_encoder(start: Start, device: str) -> LoadedEncoder:
     """The encoder fine-tuning starts from, trainable, on ``device``."""
     loaded = load_encoder(start.source, weights=start.weights, device="cpu")
+    if loaded.config.readout_layers is not None:  # an export made with --layers (or a run with model.readout_layers)
+        raise ConfigError(
+            f"{start.source} is read at blocks {', '.join(map(str, loaded.config.readout_layers))} "
+            "(readout_layers): fine-tuning trains the encoder on its last block; start from the run, or an export "
+            "made without --layers"
+        )
     if start.random_init:
         loaded = random_like(loaded, seed=start.seed)
     for p in loaded.encoder.parameters():

@@ -4,7 +4,9 @@ LeVJEPA model runs unchanged on a levjepa export, on the released checkpoint and
 ``LeVJEPAModel(pixel_values=video)`` takes ``[B, C, T, H, W]`` ImageNet-normalised clips (``[B, C, H, W]`` is
 one frame per clip; ``pixel_values_videos`` ``[B, T, C, H, W]`` is transformers' video layout) and returns
 :class:`LeVJEPAOutput` (``levjepa.formats.outputs``: ``last_hidden_state``, ``pooler_output``, and the
-``depth + 1`` ``hidden_states`` when asked). A fine-tuned classifier's export gives a
+``depth + 1`` ``hidden_states`` when asked; with readout layers — ``from_pretrained(..., layers=[5, 11, 17, 23])``
+or an export made with ``--layers`` — ``last_hidden_state`` is their readout, concatenated on channels). A
+fine-tuned classifier's export gives a
 :class:`LeVJEPAForVideoClassification` instead: ``logits`` over ``model.config.id2label``. Nothing is dropped;
 the model is frozen (``eval()``, no gradients) as ``levjepa.load`` returns it.
 
@@ -24,6 +26,7 @@ arranges for it to run when transformers' auto classes are imported, in either o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +50,7 @@ from levjepa.formats.origin import Origin, first_line, hub_errors, hub_offline, 
 from levjepa.formats.outputs import LeVJEPAClassifierOutput, LeVJEPAOutput, hub_forward, hub_logits, video_input
 from levjepa.model import EncoderConfig, VideoEncoder
 from levjepa.model.classifier import HeadConfig
+from levjepa.model.readout_layers import layers_text
 from levjepa.weights import CONFIG, HUB_WEIGHTS, WeightsError, load_tensors, prefixed
 
 __all__ = [
@@ -183,9 +187,13 @@ def from_pretrained(
     sha256: str | None = None,
     heads: int | None = None,
     attention: str | None = None,
+    layers: Sequence[int] | None = None,
 ) -> HubModel:
     """A :class:`LeVJEPAModel` (or :class:`LeVJEPAForVideoClassification`) from a local export / run /
-    checkpoint, official weights or a hub repo id (see the module doc)."""
+    checkpoint, official weights or a hub repo id (see the module doc). ``layers``: read these blocks instead
+    (negative from the end; several concatenated on channels, ``levjepa.model.readout_layers``, e.g. V-JEPA
+    2.1's ``[5, 11, 17, 23]`` of a ViT-L); left out, the source's own readout (its last block, or the blocks an
+    export records). A classifier reads the blocks its head was trained on: others are refused."""
     origin = resolve(path_or_repo_id, revision)
     if _is_official(origin):
         loaded = load_official(
@@ -196,16 +204,24 @@ def from_pretrained(
         if origin.repo_id is not None or sha256 is not None:
             record = origin.record(sha256)
             loaded.source = f"{record['source']}" + (f"@{record['revision']}" if record["revision"] else "")
-    return _model(loaded, origin, device)
+    return _model(loaded, origin, device, layers)
 
 
 def _model(
-    loaded: LoadedEncoder, origin: Origin, device: str | torch.device
+    loaded: LoadedEncoder, origin: Origin, device: str | torch.device, layers: Sequence[int] | None = None
 ) -> LeVJEPAModel | LeVJEPAForVideoClassification:
-    info = loaded.describe()
-    loaded.encoder.weights_info = info
     data = read_hub_config(origin.path) if origin.path.is_dir() and loaded.kind == "export" else None
     head = _classifier_head(origin.path, data) if data is not None else None
+    if layers is not None:
+        before = loaded.config.readout_layers
+        loaded = loaded.with_readout(layers)
+        if head is not None and loaded.config.readout_layers != before:
+            raise WeightsError(
+                f"layers={list(layers)}: {origin.path} is a classifier whose head reads "
+                f"{layers_text(before, loaded.config.depth)}; leave layers out"
+            )
+    info = loaded.describe()
+    loaded.encoder.weights_info = info
     if head is None:
         return LeVJEPAModel(loaded.encoder, loaded.preprocessing, info)
     head_cfg, module, labels = head

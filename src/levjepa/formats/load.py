@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -50,6 +51,7 @@ from levjepa.data.views import IMAGENET_MEAN, IMAGENET_STD
 from levjepa.formats.official import Overrides, is_released_schema, read_official
 from levjepa.formats.origin import Origin
 from levjepa.model import EncoderConfig, VideoEncoder
+from levjepa.model.readout_layers import layers_text
 from levjepa.rng import seeded_init
 from levjepa.train.config import PretrainConfig
 from levjepa.train.start import StartWeights
@@ -198,11 +200,19 @@ class LoadedEncoder:
         origin = self.imported_from or {}
         at = f"@{origin['revision']}" if origin.get("revision") else ""
         digest = f" (sha256 {origin['sha256']})" if origin.get("sha256") else ""
+        c = self.config
+        read = "" if c.readout_layers is None else f"; read at {layers_text(c.readout_layers, c.depth)}"
         if self.kind == "official":  # the file read is the official one: its revision and hash
-            return f"{self.weights} weights{step}{note} from {self.source}{at}{digest}"
+            return f"{self.weights} weights{step}{note} from {self.source}{at}{digest}{read}"
         # a copy of official weights (an import, an export of it): the revision and hash are the original's
         imported = f"; imported from {origin.get('source', '?')}{at}{digest}" if origin else ""
-        return f"{self.weights} weights{step}{note} from {self.source}{imported}"
+        return f"{self.weights} weights{step}{note} from {self.source}{imported}{read}"
+
+    def with_readout(self, layers: Sequence[int] | None) -> LoadedEncoder:
+        """This encoder read at the blocks ``layers`` (``VideoEncoder.set_readout_layers``: negative from the end,
+        ``None`` the last; ``ConfigError`` naming the depth for a block out of range), its ``config`` with it."""
+        self.encoder.set_readout_layers(layers)
+        return dataclasses.replace(self, config=self.encoder.cfg)
 
 
 def ema_note(meta: dict[str, str], step: int | None, run_cfg: PretrainConfig | None, where: str) -> str:
@@ -443,7 +453,7 @@ def _from_hub(export_dir: Path, data: dict[str, Any], device: str | torch.device
             pre = Preprocessing.from_record(data["preprocessing"])
         except ConfigError as err:
             raise WeightsError(f"{export_dir / CONFIG}: bad preprocessing: {err}") from err
-    return LoadedEncoder(
+    loaded = LoadedEncoder(
         encoder=encoder,
         config=cfg,
         source=str(file),
@@ -455,6 +465,7 @@ def _from_hub(export_dir: Path, data: dict[str, Any], device: str | torch.device
         imported_from=data.get("imported_from"),
         preprocessing=pre,
     )
+    return _saved_readout(loaded, export_dir / CONFIG)
 
 
 def load_encoder(
@@ -476,6 +487,19 @@ def load_encoder(
         "fps": pre.fps,
     }
     return loaded
+
+
+def _saved_readout(loaded: LoadedEncoder, config: Path) -> LoadedEncoder:
+    """``loaded`` read at the blocks a model folder's ``config.json`` names at its top level: transformers'
+    ``save_pretrained`` of a model loaded with ``AutoModel.from_pretrained(..., readout_layers=[...])`` writes
+    them there (``LeVJEPAConfig``), over the encoder section's, in either schema."""
+    layers = read_json(config).get("readout_layers") if config.is_file() else None
+    if layers is None:
+        return loaded
+    try:
+        return loaded.with_readout(tuple(layers))
+    except (ConfigError, TypeError) as err:
+        raise WeightsError(f"{config}: readout_layers {layers!r}: {err}") from err
 
 
 def _load_encoder(path: str | Path, weights: WeightsKind, device: str | torch.device) -> LoadedEncoder:
@@ -590,7 +614,7 @@ def load_official(
     record = origin.record(sha256)
     encoder = VideoEncoder(official.config)
     encoder.load_state_dict(official.encoder, strict=True)
-    return LoadedEncoder(
+    loaded = LoadedEncoder(
         encoder=freeze(encoder.to(device)),
         config=official.config,
         source=str(record["source"]),
@@ -605,6 +629,8 @@ def load_official(
         },
         preprocessing=OFFICIAL_PREPROCESSING,
     )
+    folder = origin.path if origin.path.is_dir() else origin.path.parent
+    return _saved_readout(loaded, folder / CONFIG) if is_official_folder(folder) else loaded
 
 
 OFFICIAL_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin")  # files load_init_weights reads as official checkpoints

@@ -11,13 +11,16 @@ model's ``C`` channels at dim 2 and not at dim 1. The one shape both readings fi
 channels (``[B, 3, 3, H, W]``), is refused in one line (:data:`AMBIGUOUS`), never guessed.
 
 Outputs (:func:`hub_forward`): ``last_hidden_state`` ``[B, 1+N, D]`` (CLS first, then every patch token in
-``(t, y, x)`` order, after the final norm), ``pooler_output`` ``[B, D]`` (the CLS) and, when asked,
-``hidden_states``: ``depth + 1`` tensors as transformers' ViTs give them — the embeddings (CLS and the patch
-tokens before the first block), then every block's output before the final norm — so ``hidden_states[-1]``
-normed is ``last_hidden_state``. ``output_attentions`` is refused in one line: the attention runs as one
-fused ``scaled_dot_product_attention`` call and never forms the weights. A classifier adds ``logits``
-``[B, classes]`` (:func:`hub_logits`: the head of ``levjepa.model.classifier`` on one view per clip) and, with
-``labels``, the cross-entropy ``loss``.
+``(t, y, x)`` order, after the final norm), ``pooler_output`` ``[B, D]`` (the CLS) and, when asked, ``hidden_states``:
+``depth + 1`` tensors as transformers' ViTs give them — the embeddings (CLS and the patch tokens before the first
+block), then every block's output before the final norm — so ``hidden_states[-1]`` normed is ``last_hidden_state``.
+An encoder with readout layers (``EncoderConfig.readout_layers``, ``levjepa export --layers``) gives its readout
+instead: ``last_hidden_state`` ``[B, 1+N, n·D]`` and ``pooler_output`` ``[B, n·D]``, each named block's output
+through the final norm, concatenated on channels (``levjepa.model.readout_layers``); ``hidden_states`` stay the
+blocks' own. ``output_attentions`` is refused in one line: the attention runs as one fused
+``scaled_dot_product_attention`` call and never forms the weights. A classifier adds ``logits`` ``[B, classes]``
+(:func:`hub_logits`: the head of ``levjepa.model.classifier`` on one view per clip) and, with ``labels``, the
+cross-entropy ``loss``.
 """
 
 from __future__ import annotations
@@ -143,7 +146,7 @@ def hub_forward(encoder: VideoEncoder, video: Tensor, output_hidden_states: bool
     patches, _ = encoder.patch_embed(video, None)  # the embeddings: what the first block reads
     cls = encoder.cls_token.expand(patches.shape[0], -1, -1).to(patches.dtype)
     hidden = (torch.cat([cls, patches], dim=1), *(o.tokens for o in blocks))
-    last = encoder.norm(hidden[-1])
+    last = encoder.readout(dict(enumerate(hidden[1:])))  # the final norm of the last block, or the readout layers
     return LeVJEPAOutput(last, last[:, 0], hidden)
 
 

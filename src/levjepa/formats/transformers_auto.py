@@ -32,7 +32,9 @@ as the image processor stacks them, told apart by the channel count) or ``pixel_
 ``[B, T, C, H, W]``; ``get_vision_features`` (V-JEPA 2's name) is ``last_hidden_state``;
 ``BaseModelOutputWithPooling`` with ``depth + 1`` hidden states; ``output_attentions`` refused in one line; the
 classifier's ``ImageClassifierOutput`` with ``id2label`` in its config (a classifier's export: ``head``
-section + ``head.*`` weights).
+section + ``head.*`` weights). Readout layers — an export's ``encoder.readout_layers`` (``levjepa export --layers``)
+or ``AutoModel.from_pretrained(DIR, readout_layers=[5, 11, 17, 23])`` on either schema — make
+``last_hidden_state`` the readout of those blocks, concatenated on channels (``levjepa.model.readout_layers``).
 
 The image processor is transformers' ``VideoMAEImageProcessor`` (its Pillow backend without torchvision),
 which an export's ``preprocessor_config.json`` names: frames resized on the short side, centre-cropped,
@@ -54,7 +56,7 @@ from transformers.models.auto.modeling_auto import AutoModel, AutoModelForVideoC
 from levjepa.formats.official import ANCHOR, official_state_shapes, released_config, to_levjepa
 from levjepa.formats.outputs import LeVJEPAOutput, hub_forward, hub_logits, video_input
 from levjepa.formats.transformers_config import LeVJEPAConfig
-from levjepa.model import VideoEncoder
+from levjepa.model import EncoderConfig, VideoEncoder
 from levjepa.model.classifier import build_head
 from levjepa.weights import refuse_nonfinite
 
@@ -91,9 +93,11 @@ class OfficialLayout(nn.Module):
 
     _template: _Call  # set in __dict__: not a submodule, it holds no weights of its own
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], cfg: EncoderConfig | None = None) -> None:
+        """``config``: the released schema; ``cfg``: the ``EncoderConfig`` it computes with, when not the schema's
+        own (``LeVJEPAConfig.encoder_config``: read at other blocks)."""
         super().__init__()
-        cfg = released_config(config)
+        cfg = released_config(config) if cfg is None else cfg
         shapes = official_state_shapes(config)
         d, hidden, eps = cfg.dim, cfg.mlp_hidden, cfg.norm_eps
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
@@ -128,7 +132,7 @@ class OfficialLayout(nn.Module):
 
 def _encoder(config: LeVJEPAConfig) -> nn.Module:
     if config.layout == "official":
-        return OfficialLayout(vars(config))
+        return OfficialLayout(vars(config), config.encoder_config())
     return VideoEncoder(config.encoder_config())
 
 
@@ -207,6 +211,9 @@ class LeVJEPATransformersForVideoClassification(_LeVJEPAPreTrained):
             raise ValueError(
                 f"config: the head has {self.head_cfg.num_classes} classes, id2label names {config.num_labels}"
             )
+        width = config.encoder_config().readout_dim
+        if self.head_cfg.dim != width:  # read at other blocks than the head was trained on
+            raise ValueError(f"config: the head reads {self.head_cfg.dim} channels, the encoder's readout has {width}")
         self.encoder = _encoder(config)
         self.head = build_head(self.head_cfg)
         self.post_init()

@@ -8,6 +8,7 @@ before transformers' model classes exist (``AutoConfig.from_pretrained`` alone m
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from transformers.configuration_utils import PretrainedConfig
@@ -23,19 +24,28 @@ __all__ = ["LeVJEPAConfig", "register"]
 
 class LeVJEPAConfig(PretrainedConfig):
     """``config.json`` of ``model_type: levjepa`` in either schema (module doc); ``head``: a classifier's
-    ``HeadConfig`` fields (with ``id2label``)."""
+    ``HeadConfig`` fields (with ``id2label``); ``readout_layers``: the blocks the model reads instead of the
+    encoder section's (``AutoModel.from_pretrained(DIR, readout_layers=[5, 11, 17, 23])``: several concatenated
+    on channels, negative from the end; ``levjepa.model.readout_layers``), for either schema."""
 
     model_type = "levjepa"
     encoder: dict[str, Any] | None = None  # class defaults: an absent section is not written back as null
     head: dict[str, Any] | None = None
+    readout_layers: list[int] | None = None
 
     def __init__(
-        self, encoder: dict[str, Any] | None = None, head: dict[str, Any] | None = None, **kwargs: Any
+        self,
+        encoder: dict[str, Any] | None = None,
+        head: dict[str, Any] | None = None,
+        readout_layers: list[int] | None = None,
+        **kwargs: Any,
     ) -> None:
         if encoder:
             self.encoder = dict(encoder)
         if head:
             self.head = dict(head)
+        if readout_layers is not None:
+            self.readout_layers = [int(i) for i in readout_layers]
         super().__init__(**kwargs)
 
     @property
@@ -44,9 +54,11 @@ class LeVJEPAConfig(PretrainedConfig):
         return "official" if self.encoder is None and is_released_schema(vars(self)) else "levjepa"
 
     def encoder_config(self) -> EncoderConfig:
-        if self.layout == "official":
-            return released_config(vars(self))
-        return from_dict(EncoderConfig, self.encoder or {})
+        """The ``EncoderConfig`` the model computes with: the schema's, read at ``readout_layers`` when given."""
+        cfg = released_config(vars(self)) if self.layout == "official" else from_dict(EncoderConfig, self.encoder or {})
+        if self.readout_layers is None:
+            return cfg
+        return dataclasses.replace(cfg, readout_layers=tuple(self.readout_layers))
 
     def head_config(self) -> HeadConfig:
         if not self.head:

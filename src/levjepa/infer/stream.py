@@ -12,7 +12,9 @@ Design:
 * ``push(frames [B, C, t, H, W])`` (``t`` a multiple of the tubelet) embeds the new frames at their absolute
   temporal positions (the count of frames pushed since ``reset``), runs them through every block with the
   layer's cache as extra keys/values, appends their rotated keys/values to the cache, and returns their
-  patch features ``[B, t/τ·H'·W', D]`` after the final norm, in time-major order.
+  patch features ``[B, t/τ·H'·W', D]`` after the final norm, in time-major order. With readout layers
+  (``encoder.cfg.readout_layers``) both ``push`` and ``cls`` return the encoder's readout, ``n·D`` channels of
+  the blocks named (``VideoEncoder.readout``), and run no block after the deepest of them.
 * ``cls()`` runs the CLS token alone through the blocks; at each layer it reads the cached patch keys/values
   of that layer and itself (nothing is stored), placed where the full forward places it
   (``VideoEncoder.cls_meta`` of the newest pushed slot). Cost: ``depth`` single-query attentions.
@@ -47,7 +49,7 @@ from torch import Tensor
 
 from levjepa.data.views import normalize
 from levjepa.infer.encode import precision
-from levjepa.model.attention import TokenMeta, attn_bias, build_attn_mask
+from levjepa.model.attention import AttnPattern, TokenMeta, attn_bias, build_attn_mask
 from levjepa.model.vit import VideoEncoder
 
 __all__ = ["StreamingEncoder", "stream_video"]
@@ -121,8 +123,7 @@ class StreamingEncoder:
         q, k = TokenMeta.patches(new[None]), TokenMeta.patches(keys[None])
         attn_mask = attn_bias(build_attn_mask("block_causal", q, k, self._window_slots), x)  # [1, 1, L, L_cache + L]
         rope = enc.rope(positions[:1])  # [1, 1, L, hd], broadcast over the batch
-        for blk, cache in zip(enc.blocks, self._caches, strict=True):
-            x = blk(x, rope, attn_mask, cache.append)
+        states = self._blocks(x, rope, attn_mask, "append")
         self._frames = keys
         self._next_slot += frames.shape[2] // enc.cfg.tubelet
         if self._window_slots is not None:  # evict slots older than the window: a prefix, the cache is time-major
@@ -131,7 +132,7 @@ class StreamingEncoder:
             self._frames = keys[stale:]
             for cache in self._caches:
                 cache.drop_first(stale)
-        return enc.norm(x)
+        return enc.readout(states)
 
     @torch.no_grad()
     def cls(self) -> Tensor:
@@ -145,9 +146,20 @@ class StreamingEncoder:
         k = TokenMeta.patches(self._frames[None]).cat(q)  # the cached patches, then CLS (cache.peek's order)
         attn_mask = attn_bias(build_attn_mask("block_causal", q, k, self._window_slots), x)  # [1, 1, 1, L_cache + 1]
         rope = enc.rope(position)
-        for blk, cache in zip(enc.blocks, self._caches, strict=True):
-            x = blk(x, rope, attn_mask, cache.peek)
-        return enc.norm(x)[:, 0]
+        return enc.readout(self._blocks(x, rope, attn_mask, "peek"))[:, 0]
+
+    def _blocks(self, x: Tensor, rope: tuple[Tensor, Tensor], attn_mask: AttnPattern, cache: str) -> dict[int, Tensor]:
+        """``x`` through the blocks up to the deepest readout layer, each reading its layer's cache (``"append"``:
+        the new tokens join it; ``"peek"``: they read it only); the outputs of the readout layers, before the
+        norm. The blocks after the deepest readout layer are never run, and their caches stay empty."""
+        layers = self.encoder.readout_layers
+        states: dict[int, Tensor] = {}
+        for i in range(max(layers) + 1):
+            layer = self._caches[i]
+            x = self.encoder.blocks[i](x, rope, attn_mask, layer.append if cache == "append" else layer.peek)
+            if i in layers:
+                states[i] = x
+        return states
 
 
 @torch.inference_mode()

@@ -100,8 +100,10 @@ class VideoClassifier(nn.Module):
 
     def __init__(self, encoder: VideoEncoder, head_cfg: HeadConfig, head: nn.Module | None = None) -> None:
         super().__init__()
-        if head_cfg.dim != encoder.cfg.dim:
-            raise ValueError(f"classifier: a head of width {head_cfg.dim} on an encoder of width {encoder.cfg.dim}")
+        if head_cfg.dim != encoder.num_features:  # dim per readout layer (cfg.readout_layers)
+            raise ValueError(
+                f"classifier: a head of width {head_cfg.dim} on an encoder of width {encoder.num_features}"
+            )
         self.encoder, self.head_cfg = encoder, head_cfg
         self.head = head if head is not None else build_head(head_cfg)
 

@@ -24,6 +24,14 @@ Choices the papers leave open, all fields with defaults:
   ``d − 3·2·((d//3)//2)`` channels unrotated, CLS unrotated): set by ``levjepa import`` so official weights
   compute the official function (``levjepa.formats.official``).
 
+Not architecture: ``readout_layers`` says which blocks a frozen reader reads (``forward_features``, and so
+``probe``, ``extract``, kept probes, ``classify``, exports and the hub classes): ``None``, the default, the last
+block through the final norm; otherwise each block named (negative from the end), each through the final norm,
+concatenated on channels in the order given (``levjepa.model.readout_layers``: V-JEPA 2's and 2.1's readouts,
+``--layers``). Stored normalised (non-negative, ``None`` for the last block alone) and written only when set (a
+config that reads the last block is written as before the field existed); training reads the last block's CLS
+whatever it says, and a continued run keeps its own.
+
 Not architecture: ``init_from`` names the weights a pretraining run starts from at step 0 (a levjepa run,
 an export, an imported official model or a checkpoint file; ``None``: random init). It is recorded with the
 run and left unchanged on ``--resume``, which continues from the run's own checkpoints.
@@ -45,10 +53,11 @@ naming the field, its value and what would be valid.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from levjepa.config import ConfigError, check
+from levjepa.config import OMIT_DEFAULT, ConfigError, check
+from levjepa.model.readout_layers import normalize_layers
 from levjepa.model.rope import ROPE_LAYOUTS
 
 __all__ = ["ENCODER_PRESETS", "EncoderConfig", "encoder_config"]
@@ -82,6 +91,8 @@ class EncoderConfig:
     grad_checkpointing: bool = False
     rope_layout: Literal["levjepa", "vjepa2"] = "levjepa"
     init_from: str | None = None  # not architecture: the weights a pretraining run starts from (see above)
+    # not architecture: the blocks a frozen reader reads, concatenated on channels (None: the last; see above)
+    readout_layers: tuple[int, ...] | None = field(default=None, metadata={OMIT_DEFAULT: True})
 
     def __post_init__(self) -> None:
         for name in ("dim", "depth", "heads", "patch_size", "tubelet", "in_chans", "proj_hidden", "proj_dim"):
@@ -129,6 +140,10 @@ class EncoderConfig:
             self.init_from is None or (isinstance(self.init_from, str) and self.init_from != ""),
             f"EncoderConfig.init_from={self.init_from!r}: expected a path (a run, an export, a checkpoint) or none",
         )
+        layers = normalize_layers(
+            self.readout_layers, self.depth, f"EncoderConfig.readout_layers={self.readout_layers}"
+        )
+        object.__setattr__(self, "readout_layers", layers)  # normalised: the last block alone is None
 
     @property
     def head_dim(self) -> int:
@@ -137,6 +152,11 @@ class EncoderConfig:
     @property
     def mlp_hidden(self) -> int:
         return int(self.dim * self.mlp_ratio)
+
+    @property
+    def readout_dim(self) -> int:
+        """Channels of what a frozen reader reads: ``dim`` per readout layer."""
+        return self.dim * (1 if self.readout_layers is None else len(self.readout_layers))
 
 
 ENCODER_PRESETS: dict[str, EncoderConfig] = {

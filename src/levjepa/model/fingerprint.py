@@ -8,6 +8,12 @@ weights' fingerprint together with the config fields that change what the frozen
 field of ``EncoderConfig`` but those of training alone (:data:`TRAINING_ONLY`: how tokens are dropped, how
 weights start, activation checkpointing), which a frozen forward never reads (nothing is dropped there).
 
+The readout layers (``EncoderConfig.readout_layers``, ``--layers``) are part of the function: two readouts of
+the same weights at different blocks get different fingerprints, so different feature stores and caches, and a
+kept probe of one is refused on the other. The default readout (the last block, ``None``) leaves the field out
+of the hash, so an encoder read at its last block has the fingerprint it had before readout layers existed:
+its stores, caches and kept probes stay valid.
+
 Readers of records written before the function fingerprint (a 40-digit weights fingerprint, e.g. in an old
 ``classifier.json``) compare them as what they are: :func:`matches` checks such a record against the weights.
 """
@@ -31,9 +37,12 @@ _WEIGHTS_ONLY = 40  # hex digits of a weights fingerprint (SHA-1); a function fi
 
 
 def function_fingerprint(encoder: nn.Module) -> str:
-    """16 hex digits over ``encoder.cfg`` (less :data:`TRAINING_ONLY`) and its weights' fingerprint: equal for
-    the same function from the same weights, different after any change of either."""
+    """16 hex digits over ``encoder.cfg`` (less :data:`TRAINING_ONLY`, and the readout layers when they are the
+    default) and its weights' fingerprint: equal for the same function from the same weights, different after
+    any change of either."""
     config = {k: v for k, v in to_dict(encoder.cfg).items() if k not in TRAINING_ONLY}
+    if config.get("readout_layers") is None:  # the last block: the fingerprint of before readout layers
+        config.pop("readout_layers", None)
     text = json.dumps(config, sort_keys=True)
     return hashlib.sha256(f"{text}\n{weights_fingerprint(encoder)}".encode()).hexdigest()[:16]
 

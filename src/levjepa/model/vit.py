@@ -30,6 +30,13 @@ Data flow of one call (``B`` clips, ``N`` grid tokens, ``L`` kept tokens, ``D`` 
   weight, the patch embedding and CLS (timm / V-JEPA), zero biases, LayerNorm (1, 0), and each block's
   residual output projections (``attn.proj``, ``mlp.fc2``) divided by ``sqrt(2·layer)`` (V-JEPA), so
   deep residual streams start small.
+* **Readout layers** (``cfg.readout_layers``, ``levjepa.model.readout_layers``): by default
+  :meth:`VideoEncoder.forward_features` reads the last block through the final norm. With readout layers it runs
+  the blocks up to the deepest one named (no further), gives each named block's output ``[B, 1+L, D]`` the final
+  norm and concatenates them on channels in the order named, ``[B, 1+L, n·D]`` — V-JEPA 2's per-layer final norm,
+  V-JEPA 2.1's channel concatenation (that module's doc says why). ``num_features`` is that width.
+  :meth:`set_readout_layers` changes it on a built encoder (``--layers``); training (``forward_views``) always
+  reads the last block's CLS.
 * ``compile_blocks()`` compiles the block stack in place as one region with static shapes (one graph per
   view shape; the state-dict keys are unchanged): ``train.compile``'s fast path on the CPU;
   ``compile_views()`` compiles a view group's whole training forward (dropping, embedding, blocks, norm),
@@ -38,8 +45,9 @@ Data flow of one call (``B`` clips, ``N`` grid tokens, ``L`` kept tokens, ``D`` 
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,10 +135,28 @@ class Blocks(nn.ModuleList):
                 x = blk(x, rope, attn_mask, None, queries)
         return x
 
+    def outputs(
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor],
+        attn_mask: AttnPattern,
+        layers: Sequence[int],
+        checkpointing: bool = False,
+    ) -> dict[int, Tensor]:
+        """The outputs ``[B, 1+L, D]`` of the blocks ``layers`` (non-negative indices), block by block from ``x``:
+        the blocks up to the deepest one named run, none after it (``checkpointing``: as :meth:`forward`)."""
+        out: dict[int, Tensor] = {}
+        for i in range(max(layers) + 1):
+            blk = self[i]
+            x = checkpoint(blk, x, rope, attn_mask, use_reentrant=False) if checkpointing else blk(x, rope, attn_mask)
+            if i in layers:
+                out[i] = x
+        return out
+
 
 class VideoEncoder(nn.Module):
-    """The encoder (module docstring). timm's names where a name is shared: ``num_features`` (= ``dim``),
-    ``num_prefix_tokens`` (1: CLS), :meth:`forward_head`, :meth:`forward_intermediates` and
+    """The encoder (module docstring). timm's names where a name is shared: ``num_features`` (``dim`` per readout
+    layer), ``num_prefix_tokens`` (1: CLS), :meth:`forward_head`, :meth:`forward_intermediates` and
     ``pretrained_cfg`` (mean, std, input size ``(C, T, H, W)``, frames, frame stride: what the weights
     expect, set by the loaders from an export's preprocessing). Unlike timm's, :meth:`forward_features`
     returns an :class:`EncoderOutput` (CLS, patches *and their grid positions*, which travel with the tokens
@@ -165,7 +191,28 @@ class VideoEncoder(nn.Module):
 
     @property
     def num_features(self) -> int:
-        return self.cfg.dim
+        """Channels of :meth:`forward_features`' tokens: ``dim`` per readout layer (``cfg.readout_dim``)."""
+        return self.cfg.readout_dim
+
+    @property
+    def readout_layers(self) -> tuple[int, ...]:
+        """The blocks :meth:`forward_features` reads, non-negative, in channel order (the last block alone by
+        default)."""
+        layers = self.cfg.readout_layers
+        return (self.cfg.depth - 1,) if layers is None else layers
+
+    def set_readout_layers(self, layers: Sequence[int] | None) -> VideoEncoder:
+        """Read the blocks ``layers`` from now on (negative from the end; ``None``: the last), concatenated on
+        channels (module doc); returns ``self``. ``ConfigError`` in one line, naming the depth, for a block out of
+        range. The weights are untouched; the function fingerprint follows the readout."""
+        self.cfg = dataclasses.replace(self.cfg, readout_layers=None if layers is None else tuple(layers))
+        return self
+
+    def readout(self, states: Mapping[int, Tensor]) -> Tensor:
+        """The readout from block outputs before any norm (``states``: block index -> ``[..., D]``, holding at
+        least :attr:`readout_layers`): the final norm on each, concatenated on channels in readout order."""
+        parts = [self.norm(states[i]) for i in self.readout_layers]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
     @torch.no_grad()
     def init_weights(self) -> None:
@@ -315,15 +362,21 @@ class VideoEncoder(nn.Module):
         window: int | None = None,
         drop_ratio: float | None = None,
     ) -> EncoderOutput:
-        """CLS and patch tokens (after the final norm) with their positions.
+        """CLS and patch tokens (after the final norm) with their positions: of the last block, or of the readout
+        layers concatenated on channels (``cfg.readout_layers``; module doc).
 
         ``drop``: keep ``1 − drop_ratio`` of the patch tokens (training; needs ``generator``); ``drop_ratio``
         defaults to the config's (fine-tuning passes its own: a token keep ratio is the caller's, never written
         into the config). ``window``: block-causal attention bounded to the last ``window`` frames (what
         ``StreamingEncoder(window=W)`` computes); ``None`` is unbounded.
         """
-        x, positions = self._encode(video, drop, generator, window, "video", drop_ratio=drop_ratio)
-        x = self.norm(x)
+        if self.cfg.readout_layers is None:  # the last block: the encoder as it always was
+            x, positions = self._encode(video, drop, generator, window, "video", drop_ratio=drop_ratio)
+            x = self.norm(x)
+        else:
+            x, positions, rope, attn_mask = self._prepare(video, drop, generator, window, "video", None, drop_ratio)
+            recompute = self.cfg.grad_checkpointing and self.training and torch.is_grad_enabled()
+            x = self.readout(self.blocks.outputs(x, rope, attn_mask, self.readout_layers, recompute))
         return EncoderOutput(cls=x[:, 0], patches=x[:, 1:], positions=positions)
 
     def forward(self, video: Tensor, *, drop: bool = False, generator: torch.Generator | None = None) -> Tensor:
@@ -402,12 +455,11 @@ class VideoEncoder(nn.Module):
                 raise ValueError(f"get_intermediate_layers: block indices {bad} out of range for depth {depth}")
             take = {i % depth for i in n}
         x, positions, rope, attn_mask = self._prepare(video, False, None, None, "video")
+        states = self.blocks.outputs(x, rope, attn_mask, sorted(take))
         outs = []
-        for i, blk in enumerate(self.blocks):
-            x = blk(x, rope, attn_mask)
-            if i in take:
-                h = self.norm(x) if norm else x
-                outs.append(EncoderOutput(cls=h[:, 0], patches=h[:, 1:], positions=positions))
+        for i in sorted(take):
+            h = self.norm(states[i]) if norm else states[i]
+            outs.append(EncoderOutput(cls=h[:, 0], patches=h[:, 1:], positions=positions))
         return outs
 
     def forward_head(self, x: Tensor | EncoderOutput, pre_logits: bool = False) -> Tensor:

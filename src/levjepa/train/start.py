@@ -31,8 +31,12 @@ from levjepa.model import EncoderConfig
 
 __all__ = ["TRAINING_ONLY", "StartWeights", "load_start_weights", "with_architecture"]
 
-# EncoderConfig fields a continued run keeps from its own config (they do not change the encoder's function)
-TRAINING_ONLY = ("drop_ratio", "drop_mode", "grad_checkpointing", "init_from", "tubelet_init", "init_std")
+# EncoderConfig fields a continued run keeps from its own config (they do not change the encoder's function;
+# readout_layers says how a frozen reader reads it, which the new run's own config says)
+TRAINING_ONLY = (
+    *("drop_ratio", "drop_mode", "grad_checkpointing", "init_from", "tubelet_init", "init_std"),
+    "readout_layers",
+)
 
 
 @dataclass
