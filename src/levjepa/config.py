@@ -37,6 +37,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 T = TypeVar("T")
 
 __all__ = [
+    "MAX_SEED",
     "ConfigError",
     "apply_overrides",
     "check",
@@ -48,6 +49,9 @@ __all__ = [
     "read_config_file",
     "to_dict",
 ]
+
+
+MAX_SEED = 2**63 - 1  # seeds are non-negative 64-bit integers (torch.manual_seed's range)
 
 
 class ConfigError(ValueError):

@@ -23,15 +23,17 @@ that a SIGTERM / SIGUSR1 stopped after writing a checkpoint, ``Preempted``: 75, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import os
 import re
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
+from levjepa.commands._notes import note, notes_before_output
 from levjepa.version import __version__
 
 # command -> one-line help; the command lives in the module levjepa.commands.<command>
@@ -53,6 +55,10 @@ COMMANDS: dict[str, str] = {
 
 # a command whose module name differs from it (``import`` is a Python keyword)
 MODULES: dict[str, str] = {"import": "import_weights"}
+
+# the commands that run an encoder for long: each takes ``--threads N`` and otherwise runs with the count
+# ``levjepa.threads.choose_threads`` picks for the machine, said in one line at its start (``pretrain``: train.threads)
+THREADED = ("probe", "extract", "visualize", "export", "import", "stream", "classify", "finetune")
 
 
 class UsageError(Exception):
@@ -234,6 +240,42 @@ def _epilog(module: object) -> str:
     return plain_text(f"{first}\n\n{rest}".strip())
 
 
+_THREADS_HELP = (
+    "torch CPU threads (default: the CPUs free at the start, said in one line; OMP_NUM_THREADS when set; "
+    "levjepa.threads)"
+)
+
+
+def _thread_count(text: str) -> int:
+    """``--threads N``: a whole number of threads, 1..``levjepa.threads.MAX_THREADS``."""
+    from levjepa.threads import MAX_THREADS
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of threads, 1..{MAX_THREADS}")
+    return value
+
+
+@contextlib.contextmanager
+def _threads(command: str, args: argparse.Namespace) -> Iterator[None]:
+    """A threaded command's body at the count it was given or ``choose_threads`` picks, said on stderr before its
+    first output (``_notes``; once per job under torchrun); any other command as it is."""
+    if command not in THREADED:
+        yield
+        return
+    from levjepa.distributed import launch_rank
+    from levjepa.threads import choose_threads, torch_threads
+
+    choice = choose_threads(args.threads)
+    if launch_rank() == 0:
+        note(choice.line)
+    with torch_threads(choice.threads):
+        yield
+
+
 def _run(command: str, argv: list[str], debug: bool) -> int:
     module = importlib.import_module(f"levjepa.commands.{MODULES.get(command, command)}")
     parser = _Parser(
@@ -243,6 +285,8 @@ def _run(command: str, argv: list[str], debug: bool) -> int:
         formatter_class=_HelpFormatter,
     )
     module.add_arguments(parser)
+    if command in THREADED:
+        parser.add_argument("--threads", type=_thread_count, default=None, metavar="N", help=_THREADS_HELP)
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     for action in parser._actions:  # an option without help still shows its default
         if action.help is None and action.default not in (None, False, argparse.SUPPRESS):
@@ -255,7 +299,8 @@ def _run(command: str, argv: list[str], debug: bool) -> int:
     try:
         args = _parse(parser, argv)
         name = " ".join([command, *_sub_commands(parser, args)])
-        return int(module.main(args) or 0)
+        with notes_before_output(), _threads(command, args):
+            return int(module.main(args) or 0)
     except errors as err:
         if debug:
             raise

@@ -49,6 +49,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from levjepa.commands._notes import note
 from levjepa.commands._outputs import OutputError, claim_file, claim_folder, folder_kind, is_json_with
 from levjepa.config import (
     ConfigError,
@@ -63,7 +64,7 @@ from levjepa.distributed import launch_rank
 from levjepa.eval import EvalConfig, evaluate_benchmark, probe_config
 from levjepa.formats.load import load_encoder, load_init_weights, random_encoder
 from levjepa.presets import DEMO_MARGIN, DEMO_PROBE, DEMO_TARGETS, PRESETS, demo_misses, needs_sources, preset
-from levjepa.threads import torch_threads
+from levjepa.threads import choose_threads, torch_threads
 from levjepa.train.checkpoint import checkpoint_run
 from levjepa.train.config import RESUMABLE, PretrainConfig, check_resume
 from levjepa.train.loop import pretrain
@@ -312,18 +313,22 @@ def main(args: argparse.Namespace) -> int:
     if args.print_config:
         print(json.dumps(to_dict(cfg), indent=2))
         return 0
-    summary = pretrain(
-        cfg,
-        args.resume if args.resume is not None else args.run_dir,
-        resume=args.resume is not None,
-        overwrite=args.overwrite,
-        progress=not args.no_progress,
-        start_weights=start,
-    )
-    if cfg.train.eval_at_end and summary.rank == 0:
-        stopped = functools.partial(_evaluation_stopped, summary.run_dir, summary.checkpoint)
-        with stop_now_on_signals(stopped):  # the run is complete: a signal here loses no training
-            summary.probe_results = evaluate_run(cfg, summary.run_dir)
+    threads = choose_threads(cfg.train.threads, setting="train.threads=N")  # None: the CPUs free now (threads.py)
+    if launch_rank() == 0:
+        note(threads.line)
+    with torch_threads(threads.threads):  # the run and its ending: train.threads=None keeps this count
+        summary = pretrain(
+            cfg,
+            args.resume if args.resume is not None else args.run_dir,
+            resume=args.resume is not None,
+            overwrite=args.overwrite,
+            progress=not args.no_progress,
+            start_weights=start,
+        )
+        if cfg.train.eval_at_end and summary.rank == 0:
+            stopped = functools.partial(_evaluation_stopped, summary.run_dir, summary.checkpoint)
+            with stop_now_on_signals(stopped):  # the run is complete: a signal here loses no training
+                summary.probe_results = evaluate_run(cfg, summary.run_dir)
     if args.summary_json:
         args.summary_json.write_text(json.dumps(summary_json(summary), indent=2))
     return 0

@@ -85,7 +85,7 @@ def items_hash(items: list[MediaItem]) -> str:
     so that a job into the same folder continues only over the same files."""
     h = hashlib.sha1()
     for it in items:
-        h.update(f"{it.path}\t{it.label}\t{it.kind}\n".encode())
+        h.update(f"{it.path}\t{it.label}\t{it.kind}\n".encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 
