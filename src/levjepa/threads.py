@@ -129,7 +129,7 @@ def busy_cpus(cpus: list[int], seconds: float = SAMPLE_SECONDS, stat: Path = Pat
 
 def _whole(cpus: float) -> int:
     """Whole CPUs in ``cpus``, a CPU counted when at least :data:`FREE_FRACTION` of it is there."""
-    return int(math.floor(cpus + 1.0 - FREE_FRACTION))
+    return math.floor(cpus + 1.0 - FREE_FRACTION)
 
 
 def threads_for(cpus: int, quota: float | None, busy: float | None, ceiling: int) -> int:
