@@ -156,7 +156,8 @@ def choose_threads(requested: int | None = None, *, setting: str = "--threads N"
     """The intra-op thread count a command runs with, and the line that says so (module doc). ``requested``: the
     count the user gave (None: choose); ``setting``: how the user sets it, for the line."""
     if requested is not None and requested >= 1:
-        return ThreadChoice(requested, f"threads: {requested} (as given: {setting.replace(' N', f' {requested}')})")
+        given = setting.removesuffix("N") + str(requested)
+        return ThreadChoice(requested, f"threads: {requested} (as given: {given})")
     env = _env_threads()
     if env is not None:
         return ThreadChoice(env, f"threads: {env} (OMP_NUM_THREADS; {setting} sets it)")
