@@ -172,8 +172,20 @@ def _quiet_broken_pipe() -> int:
     return 141  # 128 + SIGPIPE, what a shell reports for a process its pipe killed
 
 
+def _any_file_name() -> None:
+    """File names in any bytes the file system allows reach stdout and stderr as they are: a name that is not
+    UTF-8 (Python holds its bytes as surrogates) is written back as its own bytes on a UTF-8 stream, escaped
+    on any other, never a ``UnicodeEncodeError`` at the first ``print``."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            utf8 = (getattr(stream, "encoding", "") or "").lower().replace("-", "") == "utf8"
+            reconfigure(errors="surrogateescape" if utf8 else "backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _any_file_name()
     debug = os.environ.get("LEVJEPA_DEBUG", "") not in ("", "0")
     if "--debug" in argv:
         cut = argv.index("--") if "--" in argv else len(argv)

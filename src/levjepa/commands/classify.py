@@ -71,7 +71,7 @@ def _row(q: Prediction) -> str:
 def _write(path: Path, predictions: list[Prediction]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix.lower() == ".csv":
-        with open(path, "w", newline="") as f:
+        with open(path, "w", newline="", encoding="utf-8", errors="surrogateescape") as f:  # any file name
             w = csv.writer(f)
             k = max((len(q.labels) for q in predictions), default=0)
             head = ["path", "window", "start_time", "end_time", "truth"]

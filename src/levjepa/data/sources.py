@@ -219,9 +219,10 @@ def _read_index(path: Path) -> tuple[list[MediaItem], list[str | None]]:
     base = path.parent
     items: list[MediaItem] = []
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise DataError(f"unreadable: index file {path} is not UTF-8 text (is it a video?)") from None
+        data = path.read_bytes()
+        if b"\0" in data[:4096]:
+            raise DataError(f"unreadable: index file {path} is not text (is it a video?)")
+        text = data.decode("utf-8", "surrogateescape")  # a path in any bytes the file system allows (os.fsdecode's)
     except PermissionError as exc:
         raise DataError(f"permission: index file {path} cannot be read ({exc.strerror})") from None
     except FileNotFoundError:
