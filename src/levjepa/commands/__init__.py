@@ -252,6 +252,28 @@ def _epilog(module: object) -> str:
     return plain_text(f"{first}\n\n{rest}".strip())
 
 
+# what a SIGTERM / SIGUSR1 leaves of the commands that write and do not say it themselves (pretrain, finetune,
+# probe, extract, export, import and visualize do): each stops at once with this line and exit status 75
+STOPPED: dict[str, str] = {
+    "classify": "--out is written whole at the end, so nothing was written; the same command runs it again",
+    "stream": "--out is written whole at the end, so nothing was written; the same command runs it again",
+    "select": "--out is written whole at the end, so nothing was written; the same command runs it again",
+    "data": "every file written is complete, and the same command continues where this one stopped",
+}
+
+
+@contextlib.contextmanager
+def _stop_signals(command: str) -> Iterator[None]:
+    """SIGTERM / SIGUSR1 end a command of :data:`STOPPED` with its line and exit status 75, like the others."""
+    if command not in STOPPED:
+        yield
+        return
+    from levjepa.train.preemption import stop_now_on_signals
+
+    with stop_now_on_signals(lambda name: f"{name} received: stopped before it was done; {STOPPED[command]}"):
+        yield
+
+
 _THREADS_HELP = (
     "torch CPU threads (default: the CPUs free at the start, said in one line; OMP_NUM_THREADS when set; "
     "levjepa.threads)"
@@ -311,7 +333,7 @@ def _run(command: str, argv: list[str], debug: bool) -> int:
     try:
         args = _parse(parser, argv)
         name = " ".join([command, *_sub_commands(parser, args)])
-        with notes_before_output(), _threads(command, args):
+        with notes_before_output(), _threads(command, args), _stop_signals(command):
             return int(module.main(args) or 0)
     except errors as err:
         if debug:

@@ -21,11 +21,13 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import io
 import json
 import sys
 from pathlib import Path
 
 from levjepa.commands._device import add_device_argument, local_device
+from levjepa.commands._extras import require_extra
 from levjepa.commands._images import add_image_frames_argument, image_frames
 from levjepa.commands._outputs import claim_file
 from levjepa.config import ConfigError
@@ -36,6 +38,7 @@ from levjepa.eval.predict import Prediction, accuracy, classifier_items, predict
 from levjepa.formats.classifier import load_classifier, read_classifier
 from levjepa.formats.deploy_classifier import OnnxClassifier
 from levjepa.model.classifier import VideoClassifier
+from levjepa.weights import atomic_write_bytes
 
 __all__ = ["add_arguments", "main"]
 
@@ -69,18 +72,20 @@ def _row(q: Prediction) -> str:
 
 
 def _write(path: Path, predictions: list[Prediction]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """The predictions as CSV or JSON Lines, written whole (atomically); a file name in any bytes as its bytes."""
     if path.suffix.lower() == ".csv":
-        with open(path, "w", newline="", encoding="utf-8", errors="surrogateescape") as f:  # any file name
-            w = csv.writer(f)
-            k = max((len(q.labels) for q in predictions), default=0)
-            head = ["path", "window", "start_time", "end_time", "truth"]
-            w.writerow(head + [f"{x}{j + 1}" for j in range(k) for x in ("label", "prob")])
-            for q in predictions:
-                tops = [v for n, p in zip(q.labels, q.probs, strict=True) for v in (n, f"{p:.6f}")]
-                w.writerow([q.path, q.window, q.start_time, q.end_time, q.truth, *tops])
+        f = io.StringIO(newline="")
+        w = csv.writer(f)
+        k = max((len(q.labels) for q in predictions), default=0)
+        head = ["path", "window", "start_time", "end_time", "truth"]
+        w.writerow(head + [f"{x}{j + 1}" for j in range(k) for x in ("label", "prob")])
+        for q in predictions:
+            tops = [v for n, p in zip(q.labels, q.probs, strict=True) for v in (n, f"{p:.6f}")]
+            w.writerow([q.path, q.window, q.start_time, q.end_time, q.truth, *tops])
+        text = f.getvalue()
     else:
-        path.write_text("".join(json.dumps(q.to_json()) + "\n" for q in predictions))
+        text = "".join(json.dumps(q.to_json()) + "\n" for q in predictions)
+    atomic_write_bytes(path, text.encode("utf-8", "surrogateescape"))
 
 
 def _is_predictions(path: Path) -> bool:
@@ -106,6 +111,8 @@ def main(args: argparse.Namespace) -> int:
         claim_file(args.out, "--out", "classify's predictions", is_own=_is_predictions, overwrite=args.overwrite)
     elif args.overwrite:
         raise ConfigError("--overwrite: with --out only (it replaces the file --out names)")
+    if args.backend == "onnx":
+        require_extra("deploy", "--backend onnx", ("onnxruntime",))
     device = local_device(args.device)
     model: VideoClassifier | OnnxClassifier
     if args.backend == "onnx":

@@ -73,7 +73,7 @@ from levjepa.train.report import summary_json
 from levjepa.train.run_dir import newer_writer
 from levjepa.train.start import with_architecture
 from levjepa.version import __version__
-from levjepa.weights import CONFIG, PROBE_RESULTS, read_json, write_json
+from levjepa.weights import CONFIG, PROBE_RESULTS, atomic_write_text, read_json, write_json
 
 __all__ = ["add_arguments", "evaluate_run", "main", "resolve_config"]
 
@@ -330,5 +330,5 @@ def main(args: argparse.Namespace) -> int:
             with stop_now_on_signals(stopped):  # the run is complete: a signal here loses no training
                 summary.probe_results = evaluate_run(cfg, summary.run_dir)
     if args.summary_json:
-        args.summary_json.write_text(json.dumps(summary_json(summary), indent=2))
+        atomic_write_text(args.summary_json, json.dumps(summary_json(summary), indent=2))
     return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
@@ -18,6 +17,7 @@ from levjepa.config import ConfigError
 from levjepa.eval.config import probe_names
 from levjepa.eval.protocols import PROTOCOLS
 from levjepa.eval.select import select
+from levjepa.weights import atomic_write_text
 
 __all__ = ["add_arguments", "main"]
 
@@ -92,7 +92,6 @@ def main(args: argparse.Namespace) -> int:
         return 0
     print(result.table())
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        atomic_write_text(args.out, json.dumps(result.to_json(), indent=2) + "\n")  # whole or not at all
         print(f"wrote {args.out}")
     return 0
