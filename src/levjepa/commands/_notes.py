@@ -56,7 +56,7 @@ def notes_before_output() -> Iterator[None]:
     global _pending
     out, err = sys.stdout, sys.stderr
     _pending = []
-    sys.stdout, sys.stderr = _Watch(out), _Watch(err)  # type: ignore[assignment]
+    sys.stdout, sys.stderr = _Watch(out), _Watch(err)
     try:
         yield
     finally:
