@@ -140,7 +140,7 @@ def test_every_long_command_takes_threads_and_runs_at_that_count(command, monkey
     before = torch.get_num_threads()
     argv = {"finetune": ["x"], "stream": ["x", "y"], "probe": ["x"], "export": ["x", "--out", "y"]}
     argv |= {"import": ["x", "--out", "y"], "extract": ["x", "y", "--out", "z"], "visualize": ["x", "y", "--out", "z"]}
-    argv |= {"classify": ["x", "y"]}
+    argv |= {"classify": ["x", "y"], "select": ["x"]}
     assert main([command, *argv[command], "--threads", "3"]) == 0
     assert seen == [3] and torch.get_num_threads() == before
     out = capsys.readouterr().out.splitlines()

@@ -58,7 +58,7 @@ MODULES: dict[str, str] = {"import": "import_weights"}
 
 # the commands that run an encoder for long: each takes ``--threads N`` and otherwise runs with the count
 # ``levjepa.threads.choose_threads`` picks for the machine, said in one line at its start (``pretrain``: train.threads)
-THREADED = ("probe", "extract", "visualize", "export", "import", "stream", "classify", "finetune")
+THREADED = ("probe", "extract", "visualize", "export", "import", "stream", "classify", "finetune", "select")
 
 
 class UsageError(Exception):
