@@ -252,3 +252,23 @@ def test_the_command_line_says_it_in_one_line_with_status_2(argv, key, capsys):
     assert cli_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"levjepa {argv[0]}: ") and key in err[0], err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["extract", "RUN", "VIDEOS", "--out", "OUT", "--workers", "-1"],
+        ["extract", "RUN", "VIDEOS", "--out", "OUT", "--window", "0"],
+        ["extract", "RUN", "VIDEOS", "--out", "OUT", "--fps", "0"],
+        ["extract", "RUN", "VIDEOS", "--out", "OUT", "--shard-rows", "zero"],
+        ["classify", "MODEL", "VIDEOS", "--top-k", "0"],
+        ["classify", "MODEL", "VIDEOS", "--batch-size", "-3"],
+        ["select", "RUN", "--window", "0"],
+        ["select", "RUN", "--task", "index:a,b", "--size", "2"],
+    ],
+)
+def test_a_number_option_out_of_range_is_named_as_the_option_where_it_is_parsed(argv, capsys):
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    option = next(a for a in argv if a.startswith("--") and a not in ("--out", "--task"))
+    assert len(err) == 1 and f"argument {option}" in err[0] and "expected a" in err[0], err

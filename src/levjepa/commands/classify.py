@@ -29,6 +29,7 @@ from pathlib import Path
 from levjepa.commands._device import add_device_argument, local_device
 from levjepa.commands._extras import require_extra
 from levjepa.commands._images import add_image_frames_argument, image_frames
+from levjepa.commands._numbers import positive, whole
 from levjepa.commands._outputs import claim_file
 from levjepa.config import ConfigError
 from levjepa.data import BadFileReport, DataError
@@ -46,14 +47,16 @@ __all__ = ["add_arguments", "main"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="a kept probe (RUN/probes/TASK/PROBE) or a fine-tuned classifier")
     parser.add_argument("videos", nargs="+", help="video / image files, folders or index files")
-    parser.add_argument("--top-k", type=int, default=5, help="labels per prediction")
+    parser.add_argument("--top-k", type=whole(1), default=5, help="labels per prediction")
     parser.add_argument("--out", default=None, help="write the predictions: .csv, else JSON Lines")
     parser.add_argument("--overwrite", action="store_true", help="replace the predictions of an earlier run at --out")
     parser.add_argument("--windows", action="store_true", help="one prediction per window of each video")
     parser.add_argument("--encoder", default=None, help="read the encoder from here (it must be the same weights)")
-    parser.add_argument("--workers", type=int, default=2, help="decoding processes")
-    parser.add_argument("--batch-size", type=int, default=8, help="files per forward")
-    parser.add_argument("--fps", type=float, default=None, help="frames per second instead of the views' own sampling")
+    parser.add_argument("--workers", type=whole(0, 1024), default=2, help="decoding processes")
+    parser.add_argument("--batch-size", type=whole(1, 1 << 16), default=8, help="files per forward")
+    parser.add_argument(
+        "--fps", type=positive, default=None, help="frames per second instead of the views' own sampling"
+    )
     add_image_frames_argument(parser, "what the probe was scored with")
     add_device_argument(parser)
     parser.add_argument(
