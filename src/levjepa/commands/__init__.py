@@ -16,7 +16,10 @@ cannot be used (``RunDirError``), a launch that cannot work (``LaunchError``), a
 a read-only file system, or a bad option — ends with one line on stderr,
 ``levjepa <command>: <message>``, and exit status 2 (a run stopped on purpose, ``TrainingStopped``: 1; a run
 that a SIGTERM / SIGUSR1 stopped after writing a checkpoint, ``Preempted``: 75, the status to requeue on).
-``--debug`` (anywhere on the line) or ``LEVJEPA_DEBUG=1`` shows the traceback instead. A closed pipe
+``--debug`` (anywhere on the line) or ``LEVJEPA_DEBUG=1`` shows the traceback instead. Every command that writes
+stops on SIGTERM / SIGUSR1 with one line and status 75 (:data:`STOPPED` for those that do not say it themselves).
+The commands that run an encoder (:data:`THREADED`) take ``--threads N`` and otherwise run at the count
+``levjepa.threads.choose_threads`` picks for the machine, said in one line before their first output. A closed pipe
 (``levjepa ... | head``) ends the command quietly; Ctrl-C ends it with status 130.
 """
 
@@ -280,23 +283,10 @@ _THREADS_HELP = (
 )
 
 
-def _thread_count(text: str) -> int:
-    """``--threads N``: a whole number of threads, 1..``levjepa.threads.MAX_THREADS``."""
-    from levjepa.threads import MAX_THREADS
-
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_THREADS:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of threads, 1..{MAX_THREADS}")
-    return value
-
-
 @contextlib.contextmanager
 def _threads(command: str, args: argparse.Namespace) -> Iterator[None]:
-    """A threaded command's body at the count it was given or ``choose_threads`` picks, said on stderr before its
-    first output (``_notes``; once per job under torchrun); any other command as it is."""
+    """A threaded command's body at the count it was given or ``choose_threads`` picks, said just before its first
+    output (``_notes``; once per job under torchrun); any other command as it is."""
     if command not in THREADED:
         yield
         return
@@ -320,7 +310,10 @@ def _run(command: str, argv: list[str], debug: bool) -> int:
     )
     module.add_arguments(parser)
     if command in THREADED:
-        parser.add_argument("--threads", type=_thread_count, default=None, metavar="N", help=_THREADS_HELP)
+        from levjepa.commands._numbers import whole
+        from levjepa.threads import MAX_THREADS
+
+        parser.add_argument("--threads", type=whole(1, MAX_THREADS), default=None, metavar="N", help=_THREADS_HELP)
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     for action in parser._actions:  # an option without help still shows its default
         if action.help is None and action.default not in (None, False, argparse.SUPPRESS):
