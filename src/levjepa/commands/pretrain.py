@@ -2,7 +2,7 @@
 
 Examples::
 
-    levjepa pretrain --preset demo-cpu                       # under 10 minutes on 2 CPU cores, ends with probes
+    levjepa pretrain --preset demo-cpu                       # under 10 minutes on 2 idle CPU cores, ends with probes
     levjepa pretrain --preset demo-cpu train.steps=60 data.synthetic.num_train=320 \\
         data.synthetic.num_val=80 data.synthetic.num_test=80  # the same job as a one-minute smoke run (below)
     levjepa pretrain --preset vit-b-paper data.sources=/data/k710_index.txt --run-dir runs/vitb
@@ -14,9 +14,10 @@ Examples::
     levjepa pretrain --preset vit-b-paper model.init_from=imported/vitl data.sources=/data/videos  # continued
 
 The smoke run is the main job short: 60 steps instead of 800 and benchmark splits of 320 / 80 / 80 clips
-instead of 1600 / 400 / 400 (``--help-config`` lists the keys). It runs in about a minute on 2 CPU cores and
-still ends with the table of probes against random init; its line of demo targets says "missed", as it should
-after 60 steps: the smoke run checks that everything runs, the full run what the demo learns.
+instead of 1600 / 400 / 400 (``--help-config`` lists the keys). It runs in about a minute on 2 idle CPU cores
+(longer where other work shares them: the README) and still ends with the table of probes against random
+init; its line of demo targets says "missed", as it should after 60 steps: the smoke run checks that everything
+runs, the full run what the demo learns.
 
 ``model.init_from=PATH`` (a run, an export, ``levjepa import``-ed official weights, a checkpoint file) starts
 a fresh run (step 0, fresh optimiser and schedule) from those weights, with their architecture
