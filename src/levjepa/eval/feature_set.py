@@ -138,7 +138,8 @@ class Unit:
                 self.arrays.setdefault(name, []).append(t)
 
     def write(self, out: Path, layout: str, per_video_array: str = "mean") -> int:
-        """Write the unit (module doc: arrays, then ``bad-U.json``, then the index, each atomically)."""
+        """Write the unit (module doc: its rows checked for non-finite values, then arrays, ``bad-U.json``,
+        ``sums-U.json`` and the index, each atomically)."""
         tensors = {name: torch.cat(parts) for name, parts in self.arrays.items() if parts}
         refuse_nonfinite(out, self.name, self.rows, tensors)  # before anything of the unit is written
         sums: dict[str, dict[str, Any]] = {}
