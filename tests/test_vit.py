@@ -51,14 +51,14 @@ def test_unknown_preset_or_field_lists_the_valid_ones():
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [
-        ({"heads": 5}, r"dim=32 is not divisible by heads=5: choose heads among .*1, 2, 4, 8, 16"),
+        ({"heads": 5}, r"model.dim=32 is not divisible by model.heads=5: choose heads among .*1, 2, 4, 8, 16"),
         ({"dim": 36, "heads": 4}, r"head dim .* = 9; 3D RoPE needs an even head dim"),
         ({"drop_ratio": 1.0}, r"drop_ratio=1.0: expected 0 <= drop_ratio < 1"),
         ({"drop_mode": "random"}, r"drop_mode='random': valid choices are uniform, tube"),
         ({"attention": "causal"}, r"attention='causal': valid choices are block_causal, bidirectional"),
         ({"tubelet_init": "inflated"}, r"tubelet_init='inflated': valid choices are random, inflate"),
-        ({"tubelet": 0}, r"tubelet=0: expected a positive integer"),
-        ({"patch_size": 2.5}, r"patch_size=2.5: expected a positive integer"),
+        ({"tubelet": 0}, r"model.tubelet=0: expected a whole number 1..256"),
+        ({"patch_size": 2.5}, r"model.patch_size=2.5: expected a whole number 1..1024"),
     ],
 )
 def test_inconsistent_values_raise_naming_field_and_choices(overrides, needle):

@@ -38,6 +38,7 @@ T = TypeVar("T")
 
 __all__ = [
     "OMIT_DEFAULT",
+    "MAX_SEED",
     "ConfigError",
     "apply_overrides",
     "check",
@@ -49,6 +50,9 @@ __all__ = [
     "read_config_file",
     "to_dict",
 ]
+
+
+MAX_SEED = 2**63 - 1  # seeds are non-negative 64-bit integers (torch.manual_seed's range)
 
 
 class ConfigError(ValueError):

@@ -86,6 +86,7 @@ __all__ = [
     "read_metrics",
     "refuse_nonfinite",
     "refuse_pickle",
+    "safetensors_bytes",
     "save_tensors",
     "tensor_names",
     "truncate_metrics",
@@ -186,9 +187,14 @@ def save_tensors(
     path: str | os.PathLike, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, Any] | None = None
 ) -> None:
     """Save tensors as safetensors, atomically. Non-string metadata values are stored as JSON."""
+    atomic_write_bytes(path, safetensors_bytes(tensors, metadata))
+
+
+def safetensors_bytes(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, Any] | None = None) -> bytes:
+    """The bytes of a safetensors file holding ``tensors`` (what :func:`save_tensors` writes)."""
     meta = {k: v if isinstance(v, str) else json.dumps(v) for k, v in (metadata or {}).items()}
     cpu = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
-    atomic_write_bytes(path, _st_save(cpu, metadata=meta))
+    return _st_save(cpu, metadata=meta)
 
 
 _PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")

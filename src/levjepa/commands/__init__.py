@@ -16,22 +16,27 @@ cannot be used (``RunDirError``), a launch that cannot work (``LaunchError``), a
 a read-only file system, or a bad option — ends with one line on stderr,
 ``levjepa <command>: <message>``, and exit status 2 (a run stopped on purpose, ``TrainingStopped``: 1; a run
 that a SIGTERM / SIGUSR1 stopped after writing a checkpoint, ``Preempted``: 75, the status to requeue on).
-``--debug`` (anywhere on the line) or ``LEVJEPA_DEBUG=1`` shows the traceback instead. A closed pipe
+``--debug`` (anywhere on the line) or ``LEVJEPA_DEBUG=1`` shows the traceback instead. Every command that writes
+stops on SIGTERM / SIGUSR1 with one line and status 75 (:data:`STOPPED` for those that do not say it themselves).
+The commands that run an encoder (:data:`THREADED`) take ``--threads N`` and otherwise run at the count
+``levjepa.threads.choose_threads`` picks for the machine, said in one line before their first output. A closed pipe
 (``levjepa ... | head``) ends the command quietly; Ctrl-C ends it with status 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import os
 import re
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
+from levjepa.commands._notes import note, notes_before_output
 from levjepa.version import __version__
 
 # command -> one-line help; the command lives in the module levjepa.commands.<command>
@@ -53,6 +58,10 @@ COMMANDS: dict[str, str] = {
 
 # a command whose module name differs from it (``import`` is a Python keyword)
 MODULES: dict[str, str] = {"import": "import_weights"}
+
+# the commands that run an encoder for long: each takes ``--threads N`` and otherwise runs with the count
+# ``levjepa.threads.choose_threads`` picks for the machine, said in one line at its start (``pretrain``: train.threads)
+THREADED = ("probe", "extract", "visualize", "export", "import", "stream", "classify", "finetune", "select")
 
 
 class UsageError(Exception):
@@ -166,8 +175,20 @@ def _quiet_broken_pipe() -> int:
     return 141  # 128 + SIGPIPE, what a shell reports for a process its pipe killed
 
 
+def _any_file_name() -> None:
+    """File names in any bytes the file system allows reach stdout and stderr as they are: a name that is not
+    UTF-8 (Python holds its bytes as surrogates) is written back as its own bytes on a UTF-8 stream, escaped
+    on any other, never a ``UnicodeEncodeError`` at the first ``print``."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            utf8 = (getattr(stream, "encoding", "") or "").lower().replace("-", "") == "utf8"
+            reconfigure(errors="surrogateescape" if utf8 else "backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _any_file_name()
     debug = os.environ.get("LEVJEPA_DEBUG", "") not in ("", "0")
     if "--debug" in argv:
         cut = argv.index("--") if "--" in argv else len(argv)
@@ -234,6 +255,51 @@ def _epilog(module: object) -> str:
     return plain_text(f"{first}\n\n{rest}".strip())
 
 
+# what a SIGTERM / SIGUSR1 leaves of the commands that write and do not say it themselves (pretrain, finetune,
+# probe, extract, export, import and visualize do): each stops at once with this line and exit status 75
+STOPPED: dict[str, str] = {
+    "classify": "--out is written whole at the end, so nothing was written; the same command runs it again",
+    "stream": "--out is written whole at the end, so nothing was written; the same command runs it again",
+    "select": "--out is written whole at the end, so nothing was written; the same command runs it again",
+    "data": "every file written is complete, and the same command continues where this one stopped",
+}
+
+
+@contextlib.contextmanager
+def _stop_signals(command: str) -> Iterator[None]:
+    """SIGTERM / SIGUSR1 end a command of :data:`STOPPED` with its line and exit status 75, like the others."""
+    if command not in STOPPED:
+        yield
+        return
+    from levjepa.train.preemption import stop_now_on_signals
+
+    with stop_now_on_signals(lambda name: f"{name} received: stopped before it was done; {STOPPED[command]}"):
+        yield
+
+
+_THREADS_HELP = (
+    "torch CPU threads (default: the CPUs free at the start, said in one line; OMP_NUM_THREADS when set; "
+    "levjepa.threads)"
+)
+
+
+@contextlib.contextmanager
+def _threads(command: str, args: argparse.Namespace) -> Iterator[None]:
+    """A threaded command's body at the count it was given or ``choose_threads`` picks, said just before its first
+    output (``_notes``; once per job under torchrun); any other command as it is."""
+    if command not in THREADED:
+        yield
+        return
+    from levjepa.distributed import launch_rank
+    from levjepa.threads import choose_threads, torch_threads
+
+    choice = choose_threads(args.threads)
+    if launch_rank() == 0:
+        note(choice.line)
+    with torch_threads(choice.threads):
+        yield
+
+
 def _run(command: str, argv: list[str], debug: bool) -> int:
     module = importlib.import_module(f"levjepa.commands.{MODULES.get(command, command)}")
     parser = _Parser(
@@ -243,6 +309,11 @@ def _run(command: str, argv: list[str], debug: bool) -> int:
         formatter_class=_HelpFormatter,
     )
     module.add_arguments(parser)
+    if command in THREADED:
+        from levjepa.commands._numbers import whole
+        from levjepa.threads import MAX_THREADS
+
+        parser.add_argument("--threads", type=whole(1, MAX_THREADS), default=None, metavar="N", help=_THREADS_HELP)
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     for action in parser._actions:  # an option without help still shows its default
         if action.help is None and action.default not in (None, False, argparse.SUPPRESS):
@@ -255,7 +326,8 @@ def _run(command: str, argv: list[str], debug: bool) -> int:
     try:
         args = _parse(parser, argv)
         name = " ".join([command, *_sub_commands(parser, args)])
-        return int(module.main(args) or 0)
+        with notes_before_output(), _threads(command, args), _stop_signals(command):
+            return int(module.main(args) or 0)
     except errors as err:
         if debug:
             raise

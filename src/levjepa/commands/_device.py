@@ -11,11 +11,33 @@ import argparse
 
 from levjepa import distributed
 
-__all__ = ["add_device_argument", "local_device", "setup_device"]
+__all__ = ["add_device_argument", "device_name", "local_device", "setup_device"]
+
+
+def device_name(text: str) -> str:
+    """``--device``: ``auto`` or a device torch names (``cpu``, ``cuda``, ``cuda:1``, ``mps``); a CUDA device on a
+    machine whose torch sees none is refused here, naming the option, not where the work starts."""
+    import torch
+
+    if text == "auto":
+        return text
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected auto, cpu, cuda, cuda:N (or another torch device)"
+        ) from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: torch sees no CUDA device (torch {torch.__version__}); use --device cpu or auto"
+        )
+    return text
 
 
 def add_device_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda, cuda:N")
+    parser.add_argument(
+        "--device", type=device_name, default="auto", help="auto (the GPU when there is one), cpu, cuda, cuda:N"
+    )
 
 
 def local_device(requested: str) -> str:

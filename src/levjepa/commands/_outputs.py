@@ -16,6 +16,10 @@ is one, the flag that allows it:
   result, a stream's safetensors, a classify CSV) and ``--overwrite`` is given; a file of another kind — a
   video where ``stream --out`` would write safetensors, an index file where ``classify --out`` would write
   predictions — never is, and neither is a file inside a run, an export or a fine-tuning folder;
+* a folder output is **whole or absent**: :func:`staged_folder` writes it beside its place and moves it in when
+  complete, so a command stopped by a signal (exit 75) or an error leaves nothing half-written that looks done;
+  folders of work files (``probe --features``, ``--cache``) are never inside a run, an export or a fine-tuning
+  folder (:func:`claim_outside_owned`);
 * every output must be **writable**: the nearest folder that exists on its path is a folder and a file can be
   made in it (a path under a file, a read-only file system, a folder without permission: refused at once, not
   after an hour of evaluation).
@@ -25,23 +29,27 @@ is one, the flag that allows it:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from levjepa.weights import CHECKPOINTS, CONFIG, METRICS
+from levjepa.weights import CHECKPOINTS, CONFIG, METRICS, make_temp_dir
 
 __all__ = [
     "KINDS",
     "OutputError",
     "claim_file",
     "claim_folder",
+    "claim_outside_owned",
     "folder_kind",
     "is_json_with",
     "is_safetensors",
+    "staged_folder",
 ]
 
 # a folder kind -> how a message names it
@@ -80,6 +88,24 @@ def folder_kind(path: str | os.PathLike[str]) -> str | None:
     p = Path(path)
     if not p.is_dir():
         return None
+    owned = _owned_kind(p)
+    if owned is not None:
+        return owned
+    if (p / "store.json").is_file() or (p / "extract.json").is_file():
+        return "features"
+    if (p / "shards.json").is_file():
+        return "shards"
+    if (p / "prepare_report.json").is_file():
+        return "prepared"
+    if (p / "visualize.json").is_file():
+        return "maps"
+    if any(p.glob("*/*/classifier.json")) or any(p.glob("*/*/*/classifier.json")):
+        return "probes"
+    return None
+
+
+def _owned_kind(p: Path) -> str | None:
+    """The kind of ``p`` when it is one of :data:`_OWNED` (a run, a fine-tuning run, an export, a classifier)."""
     if (p / CONFIG).is_file():
         config = _json(p / CONFIG) or {}
         if config.get("model_type") == "levjepa" or "exported_at" in config:
@@ -92,17 +118,24 @@ def folder_kind(path: str | os.PathLike[str]) -> str | None:
         return "run"
     if (p / "classifier.json").is_file():
         return "classifier"
-    if (p / "store.json").is_file() or (p / "extract.json").is_file():
-        return "features"
-    if (p / "shards.json").is_file():
-        return "shards"
-    if (p / "prepare_report.json").is_file():
-        return "prepared"
-    if (p / "visualize.json").is_file():
-        return "maps"
-    if any(p.glob("*/*/classifier.json")) or any(p.glob("*/*/*/classifier.json")):
-        return "probes"
     return None
+
+
+def claim_outside_owned(path: str | os.PathLike[str], flag: str) -> Path:
+    """Claim a folder of work files (``probe --features``'s stores, ``--cache``): refused when it is, or lies
+    inside, a pretraining run, a fine-tuning run, an export or a classifier — folders only their own command
+    writes into — and when it cannot be written."""
+    p = Path(path)
+    for folder in [p.absolute(), *p.absolute().parents]:
+        kind = _owned_kind(folder) if folder.is_dir() else None
+        if kind is not None:
+            inside = "" if folder == p.absolute() else f", inside {folder}"
+            raise OutputError(
+                f"{flag} {path}: would write into {KINDS[kind]}{inside}, which only its own command writes; choose "
+                f"a folder outside it"
+            )
+    _check_writable(p, flag)
+    return p
 
 
 def _check_writable(path: Path, flag: str, *, is_file: bool = False) -> None:
@@ -162,6 +195,35 @@ def claim_folder(
             )
     _check_writable(p, flag)
     return p
+
+
+@contextlib.contextmanager
+def staged_folder(path: str | os.PathLike[str], *, replaces: Iterable[str] = ()) -> Iterator[Path]:
+    """A folder output written whole or not at all: the block writes into a hidden folder beside ``path``
+    (``.NAME.levjepa-partial-*``), which is put in place only when the block ends without an error — one rename
+    where ``path`` is new or empty, else each file moved in after the files of ``replaces`` (the command's own
+    names) the new output does not hold are removed — with SIGTERM / SIGUSR1 held off while it moves. A command
+    stopped or failed before leaves nothing at ``path`` that looks complete; the hidden folder is removed."""
+    from levjepa.train.preemption import StopSignals
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    stage = make_temp_dir(p.parent, f".{p.name}.levjepa-partial-")
+    try:
+        yield stage
+        with StopSignals():  # the move is quick: a signal now waits for the output to be whole
+            if p.is_dir() and not any(p.iterdir()):
+                p.rmdir()
+            if not p.exists():
+                stage.rename(p)
+                return
+            for name in replaces:
+                if not (stage / name).exists():
+                    (p / name).unlink(missing_ok=True)
+            for item in sorted(stage.iterdir()):
+                os.replace(item, p / item.name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def is_safetensors(path: Path) -> bool:

@@ -22,13 +22,16 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import io
 import json
 import sys
 from pathlib import Path
 
 from levjepa.commands._device import add_device_argument, local_device
+from levjepa.commands._extras import require_extra
 from levjepa.commands._images import add_image_frames_argument, image_frames
 from levjepa.commands._layers import add_layers_argument, requested_layers
+from levjepa.commands._numbers import positive, whole
 from levjepa.commands._outputs import claim_file
 from levjepa.config import ConfigError
 from levjepa.data import BadFileReport, DataError
@@ -40,6 +43,7 @@ from levjepa.formats.deploy_classifier import OnnxClassifier
 from levjepa.model import EncoderConfig
 from levjepa.model.classifier import VideoClassifier
 from levjepa.model.readout_layers import layers_text
+from levjepa.weights import atomic_write_bytes
 
 __all__ = ["add_arguments", "main"]
 
@@ -47,14 +51,16 @@ __all__ = ["add_arguments", "main"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="a kept probe (RUN/probes/TASK/PROBE) or a fine-tuned classifier")
     parser.add_argument("videos", nargs="+", help="video / image files, folders or index files")
-    parser.add_argument("--top-k", type=int, default=5, help="labels per prediction")
+    parser.add_argument("--top-k", type=whole(1), default=5, help="labels per prediction")
     parser.add_argument("--out", default=None, help="write the predictions: .csv, else JSON Lines")
     parser.add_argument("--overwrite", action="store_true", help="replace the predictions of an earlier run at --out")
     parser.add_argument("--windows", action="store_true", help="one prediction per window of each video")
     parser.add_argument("--encoder", default=None, help="read the encoder from here (it must be the same weights)")
-    parser.add_argument("--workers", type=int, default=2, help="decoding processes")
-    parser.add_argument("--batch-size", type=int, default=8, help="files per forward")
-    parser.add_argument("--fps", type=float, default=None, help="frames per second instead of the views' own sampling")
+    parser.add_argument("--workers", type=whole(0, 1024), default=2, help="decoding processes")
+    parser.add_argument("--batch-size", type=whole(1, 1 << 16), default=8, help="files per forward")
+    parser.add_argument(
+        "--fps", type=positive, default=None, help="frames per second instead of the views' own sampling"
+    )
     add_image_frames_argument(parser, "what the probe was scored with")
     add_layers_argument(parser, "the blocks the head was trained on, which it must be")
     add_device_argument(parser)
@@ -74,18 +80,20 @@ def _row(q: Prediction) -> str:
 
 
 def _write(path: Path, predictions: list[Prediction]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """The predictions as CSV or JSON Lines, written whole (atomically); a file name in any bytes as its bytes."""
     if path.suffix.lower() == ".csv":
-        with open(path, "w", newline="") as f:
-            w = csv.writer(f)
-            k = max((len(q.labels) for q in predictions), default=0)
-            head = ["path", "window", "start_time", "end_time", "truth"]
-            w.writerow(head + [f"{x}{j + 1}" for j in range(k) for x in ("label", "prob")])
-            for q in predictions:
-                tops = [v for n, p in zip(q.labels, q.probs, strict=True) for v in (n, f"{p:.6f}")]
-                w.writerow([q.path, q.window, q.start_time, q.end_time, q.truth, *tops])
+        f = io.StringIO(newline="")
+        w = csv.writer(f)
+        k = max((len(q.labels) for q in predictions), default=0)
+        head = ["path", "window", "start_time", "end_time", "truth"]
+        w.writerow(head + [f"{x}{j + 1}" for j in range(k) for x in ("label", "prob")])
+        for q in predictions:
+            tops = [v for n, p in zip(q.labels, q.probs, strict=True) for v in (n, f"{p:.6f}")]
+            w.writerow([q.path, q.window, q.start_time, q.end_time, q.truth, *tops])
+        text = f.getvalue()
     else:
-        path.write_text("".join(json.dumps(q.to_json()) + "\n" for q in predictions))
+        text = "".join(json.dumps(q.to_json()) + "\n" for q in predictions)
+    atomic_write_bytes(path, text.encode("utf-8", "surrogateescape"))
 
 
 def _is_predictions(path: Path) -> bool:
@@ -122,6 +130,8 @@ def main(args: argparse.Namespace) -> int:
         claim_file(args.out, "--out", "classify's predictions", is_own=_is_predictions, overwrite=args.overwrite)
     elif args.overwrite:
         raise ConfigError("--overwrite: with --out only (it replaces the file --out names)")
+    if args.backend == "onnx":
+        require_extra("deploy", "--backend onnx", ("onnxruntime",))
     device = local_device(args.device)
     model: VideoClassifier | OnnxClassifier
     if args.backend == "onnx":

@@ -8,22 +8,30 @@ fine-tuned classifier or a probe kept by ``levjepa probe`` (``RUN/probes/TASK/PR
 readout; ``levjepa.model.readout_layers``): ``AutoModel``'s ``last_hidden_state`` is then their readout.
 ``--push-to-hub ORG/NAME`` publishes it with huggingface_hub (``create_repo`` + ``upload_folder``; the token
 is huggingface_hub's). What an export holds: :mod:`levjepa.formats.export`.
+
+``--format onnx`` needs the ``deploy`` extra (``pip install 'levjepa[deploy]'``), checked before anything is
+written. The export is written beside ``--out`` and moved in when whole (``commands._outputs.staged_folder``),
+so an export stopped by SIGTERM / SIGUSR1 (exit 75, one line) or by an error leaves no folder that looks like an
+export; ``--overwrite`` replaces the files of an earlier export, its graphs the new one does not write included.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 from typing import Literal
 
+from levjepa.commands._extras import require_extra
 from levjepa.commands._layers import add_layers_argument
-from levjepa.commands._outputs import claim_folder
+from levjepa.commands._outputs import claim_folder, staged_folder
 from levjepa.config import ConfigError
 from levjepa.formats.card import AUTO_HINT
 from levjepa.formats.export import export_encoder
 from levjepa.formats.hub import push_to_hub
 from levjepa.formats.quantize import KEEP_FLOAT_PARTS, Int8Config
+from levjepa.train.preemption import stop_now_on_signals
 
 __all__ = ["add_arguments", "main"]
 
@@ -108,24 +116,28 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("--calibrate: calibration clips make a static int8 graph; add --quantize int8")
     if args.private and not args.push_to_hub:
         raise ConfigError("--private: with --push-to-hub REPO_ID only (it makes the new hub repo private)")
+    if graphs == "onnx":  # before anything is written
+        require_extra("deploy", "--format onnx")
     claim_folder(args.out, "--out", "export", writes=EXPORT_FILES, overwrite=args.overwrite)
     if Path(args.out).resolve() == Path(args.run).resolve():
         raise ConfigError(f"--out {args.out}: is the source itself; choose another --out folder")
-    loaded = export_encoder(
-        args.run,
-        args.out,
-        weights=args.weights,
-        with_projector=args.with_projector,
-        graphs=graphs,
-        window=args.window,
-        size=args.size,
-        dtype=args.dtype,
-        quantize=args.quantize,
-        opset=18 if args.opset is None else args.opset,
-        int8=int8,
-        layers=args.layers,
-        say=lambda line: print(line, file=sys.stderr, flush=True),
-    )
+    stopped = functools.partial(_stopped, args.out)
+    with stop_now_on_signals(stopped), staged_folder(args.out, replaces=EXPORT_FILES) as stage:  # whole or none
+        loaded = export_encoder(
+            args.run,
+            stage,
+            weights=args.weights,
+            with_projector=args.with_projector,
+            graphs=graphs,
+            window=args.window,
+            size=args.size,
+            dtype=args.dtype,
+            quantize=args.quantize,
+            opset=18 if args.opset is None else args.opset,
+            int8=int8,
+            layers=args.layers,
+            say=lambda line: print(line, file=sys.stderr, flush=True),
+        )
     extra = "" if graphs == "none" else f", clip_encoder.{graphs}, stream_step.{graphs}"
     print(
         f"exported {loaded.describe()} -> {args.out}/model.safetensors (+ config.json, preprocessor_config.json, "
@@ -136,6 +148,14 @@ def main(args: argparse.Namespace) -> int:
         url = push_to_hub(args.out, args.push_to_hub, private=args.private)
         print(f"pushed {args.out} -> {args.push_to_hub} ({url})")
     return 0
+
+
+def _stopped(out: str, signal_name: str) -> str:
+    """What ``export`` says when a signal stops it before the export is whole (exit 75)."""
+    return (
+        f"{signal_name} received: stopped before the export was complete; nothing was written to {out} (an export "
+        "is put in place whole); the same command exports it again"
+    )
 
 
 def _parts(text: str) -> tuple[str, ...]:

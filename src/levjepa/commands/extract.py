@@ -23,6 +23,7 @@ from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
 from levjepa.commands._images import add_image_frames_argument, image_frames
 from levjepa.commands._layers import add_layers_argument, with_layers
+from levjepa.commands._numbers import positive, whole
 from levjepa.commands._outputs import claim_folder
 from levjepa.config import ConfigError
 from levjepa.eval.extract import ExtractConfig, extract
@@ -39,20 +40,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sources", nargs="+", help="folder(s), V-JEPA index file(s) or media files")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--weights", choices=("ema", "online"), default="ema")
-    parser.add_argument("--window", type=int, default=None, help="frames per row (default: the model's clip length)")
-    parser.add_argument("--stride", type=int, default=None, help="frames between windows (default: half a window)")
     parser.add_argument(
-        "--frame-stride", type=int, default=None, help="keep every n-th frame (default: the model's sampling)"
+        "--window", type=whole(1, 4096), default=None, help="frames per row (default: the model's clip length)"
+    )
+    parser.add_argument(
+        "--stride", type=whole(1, 4096), default=None, help="frames between windows (default: half a window)"
+    )
+    parser.add_argument(
+        "--frame-stride",
+        type=whole(1, 10_000),
+        default=None,
+        help="keep every n-th frame (default: the model's sampling)",
     )
     parser.add_argument(
         "--fps",
         "--target-fps",
         dest="target_fps",
-        type=float,
+        type=positive,
         default=None,
         help="frames per second instead of a stride (default: the model's rate, when it records one)",
     )
-    parser.add_argument("--size", type=int, default=None, help="short side + centre crop (default: the model's)")
+    parser.add_argument(
+        "--size", type=whole(8, 4096), default=None, help="short side + centre crop (default: the model's)"
+    )
     parser.add_argument("--patch", action="store_true", help="also store every patch token (float16)")
     parser.add_argument(
         "--readout",
@@ -81,10 +91,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"with --format per_video: what <video>.npy holds (default: {d.per_video_feature})",
     )
-    parser.add_argument("--workers", type=int, default=d.workers, help="decoding processes (0: in this one)")
+    parser.add_argument("--workers", type=whole(0, 1024), default=d.workers, help="decoding processes (0: in this one)")
     parser.add_argument("--stream", action="store_true", help="KV-cache streaming encoder with a sliding window")
-    parser.add_argument("--batch-size", type=int, default=d.batch_size, help="windows per forward pass")
-    parser.add_argument("--shard-rows", type=int, default=d.shard_rows, help="rows per output file")
+    parser.add_argument("--batch-size", type=whole(1, 1 << 16), default=d.batch_size, help="windows per forward pass")
+    parser.add_argument("--shard-rows", type=whole(1), default=d.shard_rows, help="rows per output file")
     add_device_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="no bar and no progress lines")
     parser.add_argument(

@@ -19,6 +19,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from levjepa.commands._device import device_name
 from levjepa.commands._outputs import claim_folder
 from levjepa.config import ConfigError, apply_overrides
 from levjepa.distributed import launch_rank
@@ -50,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help=f"continue DIR (or --out) from its last checkpoint; key=value may change {', '.join(RESUMABLE)}",
     )
-    parser.add_argument("--device", default=None, help="auto (the GPU when there is one), cpu, cuda")
+    parser.add_argument("--device", type=device_name, default=None, help="auto (the GPU when there is one), cpu, cuda")
     parser.add_argument("--no-progress", action="store_true", help="log lines instead of a progress bar")
 
 

@@ -22,16 +22,18 @@ How the official computation maps onto levjepa's encoder, and what was verified 
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from pathlib import Path
 
-from levjepa.commands._outputs import claim_folder
+from levjepa.commands._outputs import claim_folder, staged_folder
 from levjepa.formats.export import write_export
 from levjepa.formats.load import OFFICIAL_PREPROCESSING, load_encoder
 from levjepa.formats.official import Overrides, read_official
 from levjepa.formats.origin import resolve
 from levjepa.formats.validation import validate
 from levjepa.model import VideoEncoder
+from levjepa.train.preemption import stop_now_on_signals
 from levjepa.weights import WeightsError
 
 __all__ = ["add_arguments", "main"]
@@ -93,20 +95,20 @@ def main(args: argparse.Namespace) -> int:
         encoder = VideoEncoder(official.config)
         encoder.load_state_dict(official.encoder, strict=True)
         imported["validation"] = validate(encoder, args.reference).record()
-    tmp = out.with_name(f".{out.name}.importing")
-    write_export(
-        tmp,
-        config=official.config,
-        encoder_state=official.encoder,
-        weights=official.copy,
-        note=official.note,
-        source=official.source,
-        projector_state=official.projector,
-        imported_from=imported,
-        preprocessing=OFFICIAL_PREPROCESSING,  # the released weights' clips: 16 × 224² at 7.5 fps
-        license=args.license,
-    )
-    tmp.rename(out)
+    stopped = functools.partial(_stopped, out)
+    with stop_now_on_signals(stopped), staged_folder(out) as stage:  # whole or not at all
+        write_export(
+            stage,
+            config=official.config,
+            encoder_state=official.encoder,
+            weights=official.copy,
+            note=official.note,
+            source=official.source,
+            projector_state=official.projector,
+            imported_from=imported,
+            preprocessing=OFFICIAL_PREPROCESSING,  # the released weights' clips: 16 × 224² at 7.5 fps
+            license=args.license,
+        )
     loaded = load_encoder(out)  # read back: what every command will read
     named = imported["source"] + (f"@{imported['revision']}" if imported["revision"] else "")
     cfg = loaded.config
@@ -122,3 +124,11 @@ def main(args: argparse.Namespace) -> int:
             f"max |diff| {v['max_abs_diff']:.3g}"
         )
     return 0
+
+
+def _stopped(out: Path, signal_name: str) -> str:
+    """What ``import`` says when a signal stops it before the export is whole (exit 75)."""
+    return (
+        f"{signal_name} received: stopped before the import was complete; nothing was written to {out}; the same "
+        "command imports it again"
+    )

@@ -2,7 +2,7 @@
 
 Examples::
 
-    levjepa pretrain --preset demo-cpu                       # under 10 minutes on 2 CPU cores, ends with probes
+    levjepa pretrain --preset demo-cpu                       # under 10 minutes on 2 idle CPU cores, ends with probes
     levjepa pretrain --preset demo-cpu train.steps=60 data.synthetic.num_train=320 \\
         data.synthetic.num_val=80 data.synthetic.num_test=80  # the same job as a one-minute smoke run (below)
     levjepa pretrain --preset vit-b-paper data.sources=/data/k710_index.txt --run-dir runs/vitb
@@ -14,9 +14,10 @@ Examples::
     levjepa pretrain --preset vit-b-paper model.init_from=imported/vitl data.sources=/data/videos  # continued
 
 The smoke run is the main job short: 60 steps instead of 800 and benchmark splits of 320 / 80 / 80 clips
-instead of 1600 / 400 / 400 (``--help-config`` lists the keys). It runs in about a minute on 2 CPU cores and
-still ends with the table of probes against random init; its line of demo targets says "missed", as it should
-after 60 steps: the smoke run checks that everything runs, the full run what the demo learns.
+instead of 1600 / 400 / 400 (``--help-config`` lists the keys). It runs in about a minute on 2 idle CPU cores
+(longer where other work shares them: the README) and still ends with the table of probes against random
+init; its line of demo targets says "missed", as it should after 60 steps: the smoke run checks that everything
+runs, the full run what the demo learns.
 
 ``model.init_from=PATH`` (a run, an export, ``levjepa import``-ed official weights, a checkpoint file) starts
 a fresh run (step 0, fresh optimiser and schedule) from those weights, with their architecture
@@ -49,6 +50,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from levjepa.commands._notes import note
 from levjepa.commands._outputs import OutputError, claim_file, claim_folder, folder_kind, is_json_with
 from levjepa.config import (
     ConfigError,
@@ -63,7 +65,7 @@ from levjepa.distributed import launch_rank
 from levjepa.eval import EvalConfig, evaluate_benchmark, probe_config
 from levjepa.formats.load import load_encoder, load_init_weights, random_encoder
 from levjepa.presets import DEMO_MARGIN, DEMO_PROBE, DEMO_TARGETS, PRESETS, demo_misses, needs_sources, preset
-from levjepa.threads import torch_threads
+from levjepa.threads import choose_threads, torch_threads
 from levjepa.train.checkpoint import checkpoint_run
 from levjepa.train.config import RESUMABLE, PretrainConfig, check_resume
 from levjepa.train.loop import pretrain
@@ -72,7 +74,7 @@ from levjepa.train.report import summary_json
 from levjepa.train.run_dir import newer_writer
 from levjepa.train.start import with_architecture
 from levjepa.version import __version__
-from levjepa.weights import CONFIG, PROBE_RESULTS, read_json, write_json
+from levjepa.weights import CONFIG, PROBE_RESULTS, atomic_write_text, read_json, write_json
 
 __all__ = ["add_arguments", "evaluate_run", "main", "resolve_config"]
 
@@ -312,18 +314,22 @@ def main(args: argparse.Namespace) -> int:
     if args.print_config:
         print(json.dumps(to_dict(cfg), indent=2))
         return 0
-    summary = pretrain(
-        cfg,
-        args.resume if args.resume is not None else args.run_dir,
-        resume=args.resume is not None,
-        overwrite=args.overwrite,
-        progress=not args.no_progress,
-        start_weights=start,
-    )
-    if cfg.train.eval_at_end and summary.rank == 0:
-        stopped = functools.partial(_evaluation_stopped, summary.run_dir, summary.checkpoint)
-        with stop_now_on_signals(stopped):  # the run is complete: a signal here loses no training
-            summary.probe_results = evaluate_run(cfg, summary.run_dir)
+    threads = choose_threads(cfg.train.threads, setting="train.threads=N")  # None: the CPUs free now (threads.py)
+    if launch_rank() == 0:
+        note(threads.line)
+    with torch_threads(threads.threads):  # the run and its ending: train.threads=None keeps this count
+        summary = pretrain(
+            cfg,
+            args.resume if args.resume is not None else args.run_dir,
+            resume=args.resume is not None,
+            overwrite=args.overwrite,
+            progress=not args.no_progress,
+            start_weights=start,
+        )
+        if cfg.train.eval_at_end and summary.rank == 0:
+            stopped = functools.partial(_evaluation_stopped, summary.run_dir, summary.checkpoint)
+            with stop_now_on_signals(stopped):  # the run is complete: a signal here loses no training
+                summary.probe_results = evaluate_run(cfg, summary.run_dir)
     if args.summary_json:
-        args.summary_json.write_text(json.dumps(summary_json(summary), indent=2))
+        atomic_write_text(args.summary_json, json.dumps(summary_json(summary), indent=2))
     return 0

@@ -49,7 +49,7 @@ from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
 from levjepa.commands._images import add_image_frames_argument, image_frames
 from levjepa.commands._layers import add_layers_argument, with_layers
-from levjepa.commands._outputs import claim_file, claim_folder, is_json_with
+from levjepa.commands._outputs import claim_file, claim_folder, claim_outside_owned, is_json_with
 from levjepa.config import ConfigError, apply_overrides
 from levjepa.data import BadFileReport
 from levjepa.eval.config import EvalConfig, probe_names
@@ -235,6 +235,15 @@ def _claim_outputs(args: argparse.Namespace) -> None:
     if not args.no_save:
         flag = "--probes-dir" if args.probes_dir else "--probes-dir (default RUN/probes)"
         claim_folder(_probes_dir(args), flag, "probes", resumes=True)
+    if args.task.startswith("index:"):  # feature stores: never inside a run, an export or a fine-tuning folder
+        claim_outside_owned(_features_dir(args), "--features" if args.features else "--features (default)")
+    if args.cache:
+        claim_outside_owned(args.cache, "--cache")
+
+
+def _features_dir(args: argparse.Namespace) -> str:
+    """Where an index task's feature stores go: ``--features``, else ``features/`` beside ``--out``, else ./features."""
+    return args.features or str(Path(args.out).parent / "features" if args.out else Path("features"))
 
 
 def _check_kept(root: Path, tasks: list[str], probes: list[str], columns: list[str], overwrite: bool) -> None:
@@ -277,7 +286,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.task.startswith("index:"):
         _check_protocol_options(args)
         bad = BadFileReport()
-        features = args.features or str(Path(args.out).parent / "features" if args.out else Path("features"))
+        features = _features_dir(args)
         views, said = model_views(
             first, size=args.size, frames=args.frames, frame_stride=args.frame_stride, fps=args.fps
         )

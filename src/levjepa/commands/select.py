@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
+from levjepa.commands._numbers import whole
 from levjepa.commands._outputs import claim_file, is_json_with
 from levjepa.config import ConfigError
 from levjepa.eval.config import probe_names
 from levjepa.eval.protocols import PROTOCOLS
 from levjepa.eval.select import select
+from levjepa.weights import atomic_write_text
 
 __all__ = ["add_arguments", "main"]
 
@@ -31,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--probe", default="linear", choices=probe_names(), help="the probe that validates (linear)")
     parser.add_argument("--alpha", type=float, default=0.4, help="exponent of the loss / λ^α scaling (0.4)")
-    parser.add_argument("--window", type=int, default=None, help="steps of loss averaged before each checkpoint")
+    parser.add_argument("--window", type=whole(1), default=None, help="steps of loss averaged before each checkpoint")
     parser.add_argument("--weights", choices=("ema", "online"), default="ema")
     parser.add_argument("--budget", choices=("demo", "full"), default="demo", help="probe grid / split sizes")
     parser.add_argument(
@@ -40,12 +41,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--protocol", choices=tuple(PROTOCOLS), default=None, help="index task: a standard protocol")
     parser.add_argument("--video-root", default=None, help="index task: folder of a K400 CSV's / SSv2 JSON's videos")
     parser.add_argument("--labels-file", default=None, help="index task: SSv2's something-something-v2-labels.json")
-    parser.add_argument("--frames", type=int, default=None, help="index task: frames per clip (default: the model's)")
     parser.add_argument(
-        "--frame-stride", type=int, default=None, help="index task: keep every n-th frame (default: the model's)"
+        "--frames", type=whole(1, 4096), default=None, help="index task: frames per clip (default: the model's)"
     )
-    parser.add_argument("--size", type=int, default=None, help="index task: short side + crop (default: the model's)")
-    parser.add_argument("--workers", type=int, default=2, help="index task: decoding processes")
+    parser.add_argument(
+        "--frame-stride",
+        type=whole(1, 10_000),
+        default=None,
+        help="index task: keep every n-th frame (default: the model's)",
+    )
+    parser.add_argument(
+        "--size", type=whole(8, 4096), default=None, help="index task: short side + crop (default: the model's)"
+    )
+    parser.add_argument("--workers", type=whole(0, 1024), default=2, help="index task: decoding processes")
     add_device_argument(parser)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -92,7 +100,6 @@ def main(args: argparse.Namespace) -> int:
         return 0
     print(result.table())
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        atomic_write_text(args.out, json.dumps(result.to_json(), indent=2) + "\n")  # whole or not at all
         print(f"wrote {args.out}")
     return 0

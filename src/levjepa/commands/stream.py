@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from levjepa.commands._device import add_device_argument, local_device
+from levjepa.commands._extras import require_extra
 from levjepa.commands._outputs import claim_file, is_safetensors
 from levjepa.config import ConfigError, check_range
 from levjepa.data.eval_clip import ViewSpec, load_eval_clip, load_eval_video
@@ -99,6 +100,8 @@ def main(args: argparse.Namespace) -> int:
         claim_file(args.out, "--out", "a stream's safetensors", is_own=is_safetensors, overwrite=args.overwrite)
     elif args.overwrite:
         raise ConfigError("--overwrite: with --out only (it replaces the file --out names)")
+    if args.backend == "onnx":
+        require_extra("deploy", "--backend onnx", ("onnxruntime",))
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
     patch = loaded.encoder.cfg.patch_size
     if args.backend == "onnx":

@@ -7,15 +7,19 @@ drawn: :mod:`levjepa.tools.visualize`. The clip's frames, size and sampling defa
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
+from pathlib import Path
 
 from levjepa.commands._device import add_device_argument, local_device
-from levjepa.commands._outputs import claim_folder
+from levjepa.commands._outputs import claim_folder, staged_folder
 from levjepa.config import ConfigError, check_range
 from levjepa.formats.load import load_encoder
 from levjepa.formats.reading import model_views
 from levjepa.tools.visualize import load_clip, visualize
+from levjepa.train.preemption import stop_now_on_signals
+from levjepa.weights import atomic_write_text
 
 __all__ = ["add_arguments", "main"]
 
@@ -88,16 +92,28 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError(f"--query {args.query!r}: expected t,y,x (three integers)")
         query = (parts[0], parts[1], parts[2])
     scale = args.scale or (2 if frames.shape[1] < 128 else 1)
-    summary = visualize(
-        loaded.encoder,
-        frames,
-        args.out,
-        query=query,
-        scale=scale,
-        device=args.device,
-        gif=not args.no_gif,
-        source=f"{args.source} ({loaded.describe()})",
-    )
+    stopped = functools.partial(_stopped, args.out)
+    with stop_now_on_signals(stopped), staged_folder(args.out, replaces=MAPS) as stage:  # whole or not at all
+        summary = visualize(
+            loaded.encoder,
+            frames,
+            stage,
+            query=query,
+            scale=scale,
+            device=args.device,
+            gif=not args.no_gif,
+            source=f"{args.source} ({loaded.describe()})",
+        )
+        summary["files"] = {k: str(Path(args.out) / Path(v).name) for k, v in summary["files"].items()}
+        atomic_write_text(stage / "visualize.json", json.dumps(summary, indent=2) + "\n")  # where they will be
     print(said, file=sys.stderr)  # once the maps are drawn: a mistake before stays one line
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def _stopped(out: str, signal_name: str) -> str:
+    """What ``visualize`` says when a signal stops it before its maps are whole (exit 75)."""
+    return (
+        f"{signal_name} received: stopped before the maps were complete; nothing was written to {out}; the same "
+        "command draws them again"
+    )

@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from levjepa.config import check
+from levjepa.config import MAX_SEED, check, check_range
 
 __all__ = ["DataConfig", "SyntheticConfig"]
 
@@ -100,11 +100,15 @@ class SyntheticConfig:
     fashion_mnist_dir: str | None = None  # where to look for Fashion-MNIST's idx files; None: Debian's path
 
     def __post_init__(self) -> None:
-        check(self.size >= 16, f"synthetic.size={self.size}: expected >= 16 pixels")
-        check(self.num_frames >= 2, f"synthetic.num_frames={self.num_frames}: expected >= 2 (motion needs 2 frames)")
-        for name in ("num_train", "num_val", "num_test"):
+        check(16 <= self.size <= 1024, f"synthetic.size={self.size}: expected 16..1024 pixels")
+        check(
+            2 <= self.num_frames <= 1024,
+            f"synthetic.num_frames={self.num_frames}: expected 2..1024 (motion needs 2 frames)",
+        )
+        for name in ("num_train", "num_val", "num_test"):  # every clip is rendered in memory: 1e6 is ~200 GB
             value = getattr(self, name)
-            check(value >= 1, f"synthetic.{name}={value}: expected >= 1")
+            check(1 <= value <= 1_000_000, f"synthetic.{name}={value}: expected 1..1000000 clips")
+        check_range("synthetic.seed", self.seed, 0, MAX_SEED)
         check(0.1 <= self.object_scale <= 0.8, f"synthetic.object_scale={self.object_scale}: expected in [0.1, 0.8]")
         check(0.0 < self.speed <= 0.25, f"synthetic.speed={self.speed}: expected in (0, 0.25]")
         check(0.0 <= self.speed_jitter < 1.0, f"synthetic.speed_jitter={self.speed_jitter}: expected in [0, 1)")
@@ -190,12 +194,13 @@ class DataConfig:
             f"data.samples_per_epoch={self.samples_per_epoch}: expected None or >= 1",
         )
         check(1 <= self.num_frames <= 1024, f"data.num_frames={self.num_frames}: expected 1..1024")
-        check(self.frame_stride >= 1, f"data.frame_stride={self.frame_stride}: expected >= 1")
+        check(1 <= self.frame_stride <= 10_000, f"data.frame_stride={self.frame_stride}: expected 1..10000")
         check(
             self.target_fps is None or self.target_fps > 0,
             f"data.target_fps={self.target_fps}: expected None or > 0",
         )
         check(self.short_side >= 0, f"data.short_side={self.short_side}: expected >= 0 (0 = never resize)")
+        check(self.short_side <= 16384, f"data.short_side={self.short_side}: expected 0..16384 (0 = never resize)")
         check(self.min_side >= 1, f"data.min_side={self.min_side}: expected >= 1")
         check(self.max_side >= self.min_side, f"data.max_side={self.max_side}: expected >= min_side={self.min_side}")
         check(self.num_global >= 1, f"data.num_global={self.num_global}: expected >= 1")
@@ -217,9 +222,12 @@ class DataConfig:
         check(0.0 <= self.hue <= 0.5, f"data.hue={self.hue}: expected in [0, 0.5] (fraction of the hue circle)")
         check(1 <= self.batch_size <= 65536, f"data.batch_size={self.batch_size}: expected 1..65536 clips per rank")
         check(0 <= self.num_workers <= 1024, f"data.num_workers={self.num_workers}: expected 0..1024")
-        check(self.prefetch_factor >= 1, f"data.prefetch_factor={self.prefetch_factor}: expected >= 1")
-        check(self.decode_threads >= 0, f"data.decode_threads={self.decode_threads}: expected >= 0 (0 = auto)")
-        check(self.repeats >= 1, f"data.repeats={self.repeats}: expected >= 1 (clips per decode)")
+        check(1 <= self.prefetch_factor <= 1024, f"data.prefetch_factor={self.prefetch_factor}: expected 1..1024")
+        check(
+            0 <= self.decode_threads <= 1024,
+            f"data.decode_threads={self.decode_threads}: expected 0..1024 (0 = FFmpeg's choice)",
+        )
+        check(1 <= self.repeats <= 65536, f"data.repeats={self.repeats}: expected 1..65536 (clips per decode)")
         check(
             self.batch_size % self.repeats == 0,
             f"data.repeats={self.repeats} does not divide data.batch_size={self.batch_size}: the clips of one "

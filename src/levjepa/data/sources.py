@@ -85,7 +85,7 @@ def items_hash(items: list[MediaItem]) -> str:
     so that a job into the same folder continues only over the same files."""
     h = hashlib.sha1()
     for it in items:
-        h.update(f"{it.path}\t{it.label}\t{it.kind}\n".encode())
+        h.update(f"{it.path}\t{it.label}\t{it.kind}\n".encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 
@@ -219,9 +219,10 @@ def _read_index(path: Path) -> tuple[list[MediaItem], list[str | None]]:
     base = path.parent
     items: list[MediaItem] = []
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise DataError(f"unreadable: index file {path} is not UTF-8 text (is it a video?)") from None
+        data = path.read_bytes()
+        if b"\0" in data[:4096]:
+            raise DataError(f"unreadable: index file {path} is not text (is it a video?)")
+        text = data.decode("utf-8", "surrogateescape")  # a path in any bytes the file system allows (os.fsdecode's)
     except PermissionError as exc:
         raise DataError(f"permission: index file {path} cannot be read ({exc.strerror})") from None
     except FileNotFoundError:

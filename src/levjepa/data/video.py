@@ -41,7 +41,9 @@ A source is a path or a :class:`MemoryFile` (bytes, e.g. a shard member, with a 
 converted on the CPU); :func:`hwaccel_status` says whether it works here.
 
 ``decode_clip`` returns ``uint8 [T, H, W, 3]``; ``decode_all`` returns every (strided) frame with its
-timestamp; ``load_image`` reads a jpg/png as ``uint8 [H, W, 3]``. Writing videos lives in ``encode.py``.
+timestamp; ``load_image`` reads a jpg/png as ``uint8 [H, W, 3]``. Pixels are read at their true range, whatever
+the format stores: 8 or 16 bits, grayscale, palette, limited or full range; transparent pixels show white
+(``_Converter``, ``pil_to_rgb8``). Writing videos lives in ``encode.py``.
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ __all__ = [
     "hwaccel_status",
     "load_image",
     "open_video",
+    "over_white",
+    "pil_to_rgb8",
     "probe_video",
     "resized_shape",
     "stream_fps",
@@ -424,21 +428,39 @@ def _reformatter() -> Any:
     return _local.reformatter
 
 
+def over_white(rgba: np.ndarray) -> np.ndarray:
+    """uint8 RGBA ``[..., 4]`` composited over white, as uint8 RGB ``[..., 3]``: what a transparent pixel shows
+    is the background, never the colour its bytes happen to hold (transformers' ``convert_to_rgb`` does the
+    same for images) [choice: white]."""
+    rgb, alpha = rgba[..., :3].astype(np.uint16), rgba[..., 3:].astype(np.uint16)
+    return ((rgb * alpha + 255 * (255 - alpha) + 127) // 255).astype(np.uint8)
+
+
+def _has_alpha(fmt: Any) -> bool:
+    """Whether frames of PyAV pixel format ``fmt`` may be transparent (an alpha plane, or a palette's alpha)."""
+    return bool(fmt.has_palette) or any(c.is_alpha for c in fmt.components)
+
+
 class _Converter:
-    """Frame → uint8 RGB ndarray at the early-resized size (area filter when scaling down)."""
+    """Frame → uint8 RGB ndarray at the early-resized size (area filter when scaling down). Every pixel format
+    FFmpeg decodes is converted at its true range by FFmpeg's converter (8 to 16 bits, grayscale, limited or
+    full range as the frame says); a format with alpha (``rgba``, ``yuva420p``, a palette) is composited over
+    white (:func:`over_white`)."""
 
     def __init__(self, height: int, width: int, short_side: int | None) -> None:
         self.out_h, self.out_w = resized_shape(height, width, short_side)
         self.resize = (self.out_h, self.out_w) != (height, width)
 
     def __call__(self, frame: Any) -> np.ndarray:
+        alpha = _has_alpha(frame.format)
+        target = "rgba" if alpha else "rgb24"
         if self.resize:
             out = _reformatter().reformat(
-                frame, width=self.out_w, height=self.out_h, format="rgb24", interpolation="AREA"
+                frame, width=self.out_w, height=self.out_h, format=target, interpolation="AREA"
             )
         else:
-            out = _reformatter().reformat(frame, format="rgb24")
-        return out.to_ndarray()
+            out = _reformatter().reformat(frame, format=target)
+        return over_white(out.to_ndarray()) if alpha else out.to_ndarray()
 
 
 # Containers whose stored start time is the first frame's timestamp. Others (AVI above all, where H.264
@@ -737,11 +759,30 @@ def decode_all(
 # ---------------------------------------------------------------------------------------------- images
 
 
+_SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N", "I")  # Pillow's modes of 16-bit grayscale PNGs
+_TRANSPARENT = ("RGBA", "LA", "PA", "RGBa", "La")
+
+
+def pil_to_rgb8(img: Any) -> Any:
+    """A Pillow image of any mode as 8-bit RGB at its true range: 16-bit grayscale scaled by 255 / 65535 (Pillow's
+    own ``convert`` clips it to 255, a 16-bit PNG turning white), transparency composited over white
+    (:func:`over_white`; a palette's or a single colour's too), every other mode (1, L, P, CMYK, YCbCr, 16-bit
+    RGB, which Pillow reads as 8 bits) by Pillow's conversion."""
+    from PIL import Image
+
+    if img.mode in _SIXTEEN_BIT:
+        gray = np.clip((np.asarray(img).astype(np.int64) + 128) // 257, 0, 255).astype(np.uint8)
+        return Image.fromarray(gray).convert("RGB")
+    if img.mode in _TRANSPARENT or "transparency" in img.info:
+        return Image.fromarray(over_white(np.asarray(img.convert("RGBA"))))
+    return img.convert("RGB")
+
+
 def load_image(
     path: Source, *, short_side: int | None = None, min_side: int = 1, max_side: int = 1 << 30
 ) -> torch.Tensor:
-    """Read a jpg/png/... (a path or a :class:`MemoryFile`) as uint8 ``[H, W, 3]`` (RGB), scaled down to
-    ``short_side`` if larger."""
+    """Read a jpg/png/... (a path or a :class:`MemoryFile`) as uint8 ``[H, W, 3]`` (RGB) at its true range
+    (:func:`pil_to_rgb8`: 16-bit, grayscale, palette, transparency), scaled down to ``short_side`` if larger."""
     from PIL import Image, UnidentifiedImageError
 
     if isinstance(path, MemoryFile):
@@ -756,7 +797,7 @@ def load_image(
         with Image.open(target) as img:
             _check_resolution(path, img.width, img.height, min_side, max_side)
             img.draft("RGB", (img.width, img.height))
-            rgb = img.convert("RGB")
+            rgb = pil_to_rgb8(img)
             h, w = resized_shape(rgb.height, rgb.width, short_side)
             if (h, w) != (rgb.height, rgb.width):
                 rgb = rgb.resize((w, h), Image.Resampling.BILINEAR, reducing_gap=2.0)

@@ -214,7 +214,11 @@ def parallel_map(
     if workers <= 1 or len(items) <= 1:
         return _collect(map(fn, items), bar, failed)
     with ProcessPoolExecutor(max_workers=workers, mp_context=start_context(), initializer=initializer()) as pool:
-        return _collect(pool.map(fn, items, chunksize=1), bar, failed)
+        try:
+            return _collect(pool.map(fn, items, chunksize=1), bar, failed)
+        except BaseException:  # a signal, Ctrl-C, an error: the items not started are dropped, not run to the end
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 def _collect(results: Iterable[Any], bar: Progress, failed: Callable[[Any], bool] | None) -> list[Any]:

@@ -595,7 +595,7 @@ def _drop_later_shards(out: Path, layout: str, shards: int) -> None:
     """Delete the files of shards numbered ``shards`` or more (none of this job's; a stopped job's unit)."""
     if layout == "per_video":
         return
-    kinds = ("cls", "mean", "patches", "features", "index", "bad", "frames", "last_mean", "tokens", "scales")
+    kinds = ("cls", "mean", "patches", "features", "index", "bad", "sums", "frames", "last_mean", "tokens", "scales")
     for path in [*out.glob("*-*.npy"), *out.glob("*-*.json"), *out.glob("*-*.jsonl"), *out.glob("*-*.safetensors")]:
         kind, _, number = path.stem.partition("-")
         if kind in kinds and number.isdigit() and int(number) >= shards:

@@ -8,9 +8,10 @@ windows of every file). They share everything below; only what a row is differs.
 **Units.** Rows are written in *units*, each written whole: a shard of a store (``shard_items`` files), a
 shard of an extraction (``shard_rows`` rows), or one file's rows with the ``per_video`` layout. A unit's
 files are written to a temporary name and renamed (``feature_writer.py``), its arrays first, then
-``bad-U.json`` (its unreadable files, only when there are some), then its index; **a unit is done when its
-index file exists** — so a job killed at any point (``kill -9`` included) and started again with the same
-command skips the done units and finishes with the files of an uninterrupted run.
+``bad-U.json`` (its unreadable files, only when there are some), then ``sums-U.json`` (each array file's size
+and CRC-32), then its index; **a unit is done when its index file exists** — so a job killed at any point
+(``kill -9`` included) and started again with the same command skips the done units and finishes with the files
+of an uninterrupted run.
 
 **Files** of a feature set in ``out/`` (``U`` is a unit: ``KKKKK``, the shard number in five digits, or, with
 ``per_video``, the file's output name):
@@ -21,8 +22,8 @@ command skips the done units and finishes with the files of an uninterrupted run
   encoder's function fingerprint, ``levjepa.model.fingerprint.function_fingerprint``), ``patch``, ``items``
   and ``items_sha1`` (number and hash of the files, ``levjepa.data.sources.items_hash``). A job into a
   folder whose manifest differs is refused in one line naming what differs. When every unit is done it
-  also holds ``complete: true``, ``rows``, ``shard_rows`` (each unit's row count, in unit order) and
-  ``bad_files``;
+  also holds ``complete: true``, ``rows``, ``shard_rows`` (each unit's row count, in unit order), ``bad_files``,
+  ``checksums`` (unit -> file -> ``bytes``, ``crc32``) and ``index`` (``index.jsonl``'s size and CRC-32);
 * arrays, by ``layout``: ``npy`` — ``<array>-KKKKK.npy`` per array (plain ``numpy.save`` bytes,
   ``numpy.load(path, mmap_mode="r")`` maps them); ``safetensors`` — ``features-KKKKK.safetensors`` holding
   every array; ``per_video`` — ``<name>.npy`` (one chosen array, ``per_video_array`` in the config, float32)
@@ -37,6 +38,7 @@ command skips the done units and finishes with the files of an uninterrupted run
   file's position in the list of files), then the cutter's fields — a store's ``segment, crop``; an
   extraction's ``kind, window, start_frame, end_frame, start_time, end_time, num_frames, padded``;
 * ``bad-U.json`` — ``[[path, reason], ...]``, the unit's unreadable files (reported and skipped, never fatal);
+* ``sums-U.json`` — ``{file: {bytes, crc32}}`` of the unit's array files, what the manifest gathers;
 * after the last unit: ``index.jsonl`` — every row in order with its place added first: ``row`` (its
   number), ``shard`` (its unit: the shard number, or the ``per_video`` name) and ``offset`` (its row in that
   unit's arrays); ``bad_files.json`` — every unreadable file (``levjepa.data.BadFileReport``).
@@ -45,9 +47,13 @@ command skips the done units and finishes with the files of an uninterrupted run
 ``os.pread`` into a fresh buffer (``.npy`` and ``.safetensors`` alike; nothing stays memory-mapped) — an
 extraction's array its manifest does not hold, or tokens of another codec than the reader expects, refused in
 one line;
-:func:`read_rows` returns its index as dicts. Folders written before this format: a store (``store.json``
-version 1, same files) is read as it is; an extraction (``extract.json``) is refused in one line that says
-to compute it again.
+:func:`read_rows` returns its index as dicts. **Every file is checked** (``feature_check.py``): no unit is written
+with a non-finite row, ``index.jsonl`` is verified when a set is opened and each array file on the first read in
+a process, and a file that changed is named in one line with the way to rebuild it (delete its unit's index and
+run the command again: a complete set missing a unit's index computes that unit again). Folders written before
+this format: a store (``store.json`` version 1, same files) and a set written before checksums are read with
+their sizes and finite values re-verified instead; an extraction (``extract.json``) is refused in one line that
+says to compute it again.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -66,7 +73,16 @@ from torch import Tensor
 from levjepa import distributed
 from levjepa.data import BadFileReport, DataError
 from levjepa.eval.compact import TokenCodec
-from levjepa.eval.feature_writer import save_npy, write_shard
+from levjepa.eval.feature_check import (
+    note_unchecked,
+    rebuild_hint,
+    refuse_nonfinite,
+    sums_file,
+    verify,
+    verify_old,
+    write_sums,
+)
+from levjepa.eval.feature_writer import file_checksum, save_npy, write_shard
 from levjepa.weights import atomic_write_text
 
 __all__ = [
@@ -122,20 +138,25 @@ class Unit:
                 self.arrays.setdefault(name, []).append(t)
 
     def write(self, out: Path, layout: str, per_video_array: str = "mean") -> int:
-        """Write the unit (module doc: arrays, then ``bad-U.json``, then the index, each atomically)."""
+        """Write the unit (module doc: its rows checked for non-finite values, then arrays, ``bad-U.json``,
+        ``sums-U.json`` and the index, each atomically)."""
         tensors = {name: torch.cat(parts) for name, parts in self.arrays.items() if parts}
+        refuse_nonfinite(out, self.name, self.rows, tensors)  # before anything of the unit is written
+        sums: dict[str, dict[str, Any]] = {}
         if layout == "per_video":
             if per_video_array in tensors:
-                save_npy(out / f"{self.name}.npy", tensors[per_video_array].float().numpy())
+                sums[f"{self.name}.npy"] = save_npy(out / f"{self.name}.npy", tensors[per_video_array].float().numpy())
             if "patches" in tensors:
-                save_npy(out / f"{self.name}.patches.npy", tensors["patches"].half().numpy())
+                path = out / f"{self.name}.patches.npy"
+                sums[path.name] = save_npy(path, tensors["patches"].half().numpy())
             for name in EXTRA_ARRAYS:  # the readouts (levjepa.eval.readout), each in its own dtype
                 if name in tensors:
-                    save_npy(out / f"{self.name}.{name}.npy", tensors[name].numpy())
+                    sums[f"{self.name}.{name}.npy"] = save_npy(out / f"{self.name}.{name}.npy", tensors[name].numpy())
         elif tensors:
-            write_shard(out, self.name, tensors, "safetensors" if layout == "safetensors" else "npy")
+            sums = write_shard(out, self.name, tensors, "safetensors" if layout == "safetensors" else "npy")
         if self.bad:
             atomic_write_text(out / f"bad-{self.name}.json", json.dumps(self.bad) + "\n")
+        write_sums(out, self.name, sums)  # the unit's checksums, then its index: a done unit has both
         text = "".join(json.dumps(r) + "\n" for r in self.rows)
         atomic_write_text(unit_index(out, layout, self.name), text)
         return len(self.rows)
@@ -145,8 +166,8 @@ def _unit_files(out: Path, layout: str, unit: str) -> list[Path]:
     """What a unit's arrays and report may have left (the index not included)."""
     if layout == "per_video":
         names = [f"{unit}.npy", f"{unit}.patches.npy", f"bad-{unit}.json", *(f"{unit}.{a}.npy" for a in EXTRA_ARRAYS)]
-        return [out / n for n in names]
-    found = [out / f"bad-{unit}.json", out / f"features-{unit}.safetensors"]
+        return [out / n for n in names] + [sums_file(out, unit)]
+    found = [out / f"bad-{unit}.json", out / f"features-{unit}.safetensors", sums_file(out, unit)]
     found += [p for p in out.glob(f"*-{unit}.npy")]
     return found + [p for p in out.glob(f".*-{unit}.*.tmp")]  # a killed job's half-written temporaries
 
@@ -162,7 +183,8 @@ def outputs(out: Path) -> list[Path]:
     folder: what ``overwrite`` deletes."""
     names = (MANIFEST, _OLD_EXTRACTION, "index.jsonl", "bad_files.json", "labels.json")
     found = [out / n for n in names if (out / n).is_file()]
-    for pattern in ("index-*.jsonl", "bad-*.json", "bad_files-*.json", "features-*.safetensors", "*.npy"):
+    patterns = ("index-*.jsonl", "bad-*.json", "bad_files-*.json", "sums-*.json", "features-*.safetensors", "*.npy")
+    for pattern in patterns:
         found += sorted(out.glob(pattern))
     found += sorted(p for p in out.glob("*.jsonl") if p.with_suffix(".npy").is_file() or p.stat().st_size == 0)
     found += sorted(p for p in out.glob("*.json") if p.with_suffix(".npy").is_file())  # older per-video rows
@@ -233,6 +255,7 @@ def open_for_writing(out: Path, manifest: dict[str, Any], *, overwrite: bool, hi
             refusal = f"{out} holds {why}: {hint}"
     except DataError as err:
         refusal = str(err)
+    reopen = old is not None and old.get("complete") and _parts_missing(out, old)
     distributed.barrier()  # every rank has read the folder before rank 0 changes it
     if refusal is not None:
         if not overwrite:
@@ -241,35 +264,63 @@ def open_for_writing(out: Path, manifest: dict[str, Any], *, overwrite: bool, hi
             for p in outputs(out):
                 p.unlink()
         old = None
-    if old is not None and old.get("complete"):
+    if old is not None and old.get("complete") and not reopen:
         distributed.barrier()
         return old
-    if distributed.is_main() and old is None:
+    if distributed.is_main() and (old is None or reopen):  # reopen: the units deleted are computed again
         atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     distributed.barrier()
     return None
+
+
+def _parts_missing(out: Path, meta: Mapping[str, Any]) -> bool:
+    """Whether a complete set lost its index or a unit's index (deleted to rebuild it: ``feature_check``)."""
+    if "checksums" not in meta:
+        return False
+    layout = meta.get("layout", "npy")
+    return not (out / "index.jsonl").is_file() or any(not unit_done(out, layout, u) for u in meta["checksums"])
+
+
+def _unit_sums(out: Path, layout: str, unit: str) -> dict[str, Any]:
+    """The checksums of a done unit: its ``sums-U.json``, or — a unit an older levjepa wrote before a job was
+    continued — computed from its files now."""
+    path = sums_file(out, unit)
+    if path.is_file():
+        return dict(json.loads(path.read_text()))
+    skip = {sums_file(out, unit).name, f"bad-{unit}.json"}
+    files = [p for p in _unit_files(out, layout, unit) if p.is_file() and p.name not in skip and p.suffix != ".tmp"]
+    return {p.name: file_checksum(p) for p in files}
 
 
 def finish(out: Path, manifest: dict[str, Any], layout: str, units: Iterable[str]) -> dict[str, Any]:
     """Merge the units' indexes into ``index.jsonl`` and their reports into ``bad_files.json``; mark the feature
     set complete (rank 0, once every unit is done). Returns the complete manifest."""
     report = BadFileReport(warn=False)
-    rows, counts = 0, []
+    rows, counts, crc, size = 0, [], 0, 0
+    sums: dict[str, dict[str, Any]] = {}
     tmp = out / "index.jsonl.tmp"
-    with tmp.open("w") as f:
+    with tmp.open("wb") as f:
         for unit in units:
             lines = unit_index(out, layout, unit).read_text().splitlines()
             shard: int | str = int(unit) if layout != "per_video" else unit
             for offset, line in enumerate(lines):
-                f.write(json.dumps({"row": rows + offset, "shard": shard, "offset": offset, **json.loads(line)}) + "\n")
+                row = {"row": rows + offset, "shard": shard, "offset": offset, **json.loads(line)}
+                data = (json.dumps(row) + "\n").encode()
+                f.write(data)
+                crc, size = zlib.crc32(data, crc), size + len(data)
             rows += len(lines)
             counts.append(len(lines))
+            sums[unit] = _unit_sums(out, layout, unit)
             bad = out / f"bad-{unit}.json"
             if bad.is_file():
                 report.extend((p, r) for p, r in json.loads(bad.read_text()))
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, out / "index.jsonl")
     report.write(out / "bad_files.json")
+    index = {"bytes": size, "crc32": f"{crc & 0xFFFFFFFF:08x}"}
     done = {**manifest, "complete": True, "rows": rows, "shard_rows": counts, "bad_files": report.total}
+    done.update(index=index, checksums=sums)  # feature_check: what the reader verifies
     atomic_write_text(out / MANIFEST, json.dumps(done, indent=2) + "\n")
     return done
 
@@ -343,14 +394,12 @@ class FeatureSet:
         self.files: dict[int, str] = {}
         units: dict[Any, int] = {}
         unit_of: list[int] = []
-        with (self.path / "index.jsonl").open() as f:
-            for line in f:
-                r = json.loads(line)
-                unit_of.append(units.setdefault(r["shard"], len(units)))
-                self.files[int(r["item"])] = r["file"]
-                for k, v in r.items():
-                    if k not in ("row", "shard", "file"):
-                        cols.setdefault(k, []).append(v)
+        for r in _index_rows(self.path, self.meta):
+            unit_of.append(units.setdefault(r["shard"], len(units)))
+            self.files[int(r["item"])] = r["file"]
+            for k, v in r.items():
+                if k not in ("row", "shard", "file"):
+                    cols.setdefault(k, []).append(v)
         self.units = [str(u) if isinstance(u, str) else f"{int(u):05d}" for u in units]
         self.unit = np.asarray(unit_of, np.int64)
         self._columns = {k: _column(v) for k, v in cols.items()}
@@ -393,11 +442,22 @@ class FeatureSet:
         return self.path / f"{name}-{unit}.npy", None
 
     def has(self, name: str) -> bool:
-        """Whether the feature set holds array ``name`` (its first unit with rows does)."""
+        """Whether the feature set holds array ``name`` (its first unit with rows does). Only says what is there: a
+        file that fails its check is refused when it is read, never taken for an array the set lacks."""
+        if len(self) == 0:
+            return False
         try:
-            return len(self) > 0 and self._reader(name, int(self.unit[0])) is not None
+            path, st_key = self._file(name, self.units[int(self.unit[0])])
         except DataError:
             return False
+        if not path.is_file() or st_key is None:
+            return path.is_file()
+        try:
+            with path.open("rb") as f:
+                (n,) = struct.unpack("<Q", f.read(8))
+                return st_key in json.loads(f.read(n))
+        except (OSError, ValueError, struct.error):
+            return True  # unreadable: reading it says why
 
     def _reader(self, name: str, u: int) -> _Rows:
         key = (name, u)
@@ -405,8 +465,28 @@ class FeatureSet:
             path, st_key = self._file(name, self.units[u])
             if not path.is_file():
                 raise DataError(f"missing: {path} (were the features computed without {name}? recompute with them)")
-            self._readers[key] = _Rows(path, st_key)
+            self._readers[key] = self._checked(path, st_key, self.units[u])
         return self._readers[key]
+
+    def _checked(self, path: Path, st_key: str | None, unit: str) -> _Rows:
+        """The rows of ``path``, its bytes verified on this process's first read (``feature_check``): against the
+        checksums the set recorded, or — a set written before them — its size and finite values."""
+        sums = self.meta.get("checksums")
+        if sums is not None:
+            recorded = sums.get(unit, {}).get(path.name)
+            hint = rebuild_hint(self.path, unit_index(self.path, self.layout, unit))
+            if recorded is None:
+                raise DataError(f"unreadable: {path} is not among the files {self.path / MANIFEST} records; {hint}")
+            verify(path, recorded, hint)
+            return _Rows(path, st_key)
+        note_unchecked(self.path)
+        hint = f"delete {self.path} and run the command that wrote it again"
+        try:
+            rows = _Rows(path, st_key)
+        except (ValueError, OSError, KeyError, struct.error, UnicodeDecodeError) as err:
+            raise DataError(f"truncated: {path}: its header cannot be read ({err}); {hint}") from None
+        verify_old(path, rows.offset, rows.shape, rows.dtype, hint)
+        return rows
 
     @property
     def arrays(self) -> list[str] | None:
@@ -495,8 +575,27 @@ def _complete_manifest(path: Path) -> dict[str, Any]:
     return meta
 
 
+def _index_rows(path: Path, meta: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
+    """The rows of ``path/index.jsonl``, its CRC-32 checked against the manifest's when it has one (at the end of
+    the file: a changed line is refused before the caller returns)."""
+    index = path / "index.jsonl"
+    crc, size = 0, 0
+    with index.open("rb") as f:
+        for line in f:
+            crc, size = zlib.crc32(line, crc), size + len(line)
+            if line.strip():
+                yield json.loads(line)
+    recorded = meta.get("index")
+    if recorded is not None and (size != recorded["bytes"] or f"{crc & 0xFFFFFFFF:08x}" != recorded["crc32"]):
+        raise DataError(
+            f"unreadable: {index} changed since it was written ({size} bytes, CRC-32 {crc & 0xFFFFFFFF:08x}; "
+            f"recorded {recorded['bytes']}, {recorded['crc32']}); delete it and run the command that wrote {path} "
+            "again (it is made again from the units)"
+        )
+
+
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """The rows of the complete feature set in ``path`` (its ``index.jsonl``: one dict per feature row, in
     row order, with ``row, shard, offset`` and the row's fields; module doc)."""
-    _complete_manifest(Path(path))
-    return [json.loads(line) for line in (Path(path) / "index.jsonl").read_text().splitlines() if line.strip()]
+    meta = _complete_manifest(Path(path))
+    return list(_index_rows(Path(path), meta))

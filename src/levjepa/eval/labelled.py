@@ -5,7 +5,8 @@ labelled files (frozen probes at dataset scale, ``levjepa.eval.dataset_task``; f
 Each split file is an index (``path label``), a Kinetics CSV or a Something-Something v2 JSON
 (``levjepa.eval.protocols.read_labelled``, which also gives the class names when rows are labelled by name;
 TRAIN's names number the classes of VAL and TEST). Checked before any decoding, each in one line naming the
-file: two or three split files; at least two classes in TRAIN; no VAL or TEST label that TRAIN never has (a
+file: two or three split files; a label on every row, a class number >= 0 (no ``-1`` for "unlabelled"); at
+least two classes in TRAIN; no VAL or TEST label that TRAIN never has (a
 probe or classifier cannot learn a class it never saw); with a benchmark's class count, every label in range;
 no file in two splits (paths compared after normalisation). A shared file is refused rather than warned of:
 a probe trained on a VAL file and chosen on it scores it perfectly, and without TEST that score is the number
@@ -64,10 +65,15 @@ def read_task(
     for split, path in names.items():
         splits[split], found = read_labelled(path, video_root=video_root, classes=classes, labels_file=labels_file)
         classes = classes or found
+    for split, items in splits.items():
+        _check_labels(names[split], items)
     top = max(int(it.label or 0) for items in splits.values() for it in items)
     count = num_classes if num_classes is not None else max(2, top + 1)
     if top >= count:
-        raise DataError(f"unreadable: a label {top} is out of range for {what} ({count} classes)")
+        where = next(f"{names[s]} ({it.path})" for s, items in splits.items() for it in items if it.label == top)
+        raise DataError(
+            f"unreadable: label {top} of {where} is out of range for {what}: {count} classes, 0..{count - 1}"
+        )
     seen = {int(it.label or 0) for it in splits["train"]}
     if len(seen) < 2:
         raise DataError(f"unreadable: {names['train']}: every row has the label {seen.pop()}: need >= 2 classes")
@@ -90,6 +96,24 @@ def read_task(
     by_index = {i: n for n, i in (classes or {}).items()}
     counts = {pair: n for pair, (n, _) in shared.items()}
     return LabelledTask(splits, names, tuple(by_index.get(i, str(i)) for i in range(count)), counts)
+
+
+def _check_labels(path: str, items: list[MediaItem]) -> None:
+    """Every row of the split file ``path`` has a label, a class number >= 0: refused in one line otherwise,
+    naming the file, how many rows and the first of them (a row without one would be read as class 0, a -1 would
+    reach the loss after every file was encoded)."""
+    missing = [it for it in items if it.label is None]
+    if missing:
+        raise DataError(
+            f"unreadable: {path}: {len(missing)} of its {len(items)} row(s) have no label (e.g. {missing[0].path}): "
+            "every file of a labelled split needs its class (`path label`)"
+        )
+    negative = [it for it in items if int(it.label or 0) < 0]
+    if negative:
+        raise DataError(
+            f"unreadable: {path}: {len(negative)} row(s) have a negative label (e.g. {negative[0].path} "
+            f"{negative[0].label}): labels are class numbers 0, 1, 2, ...; leave unlabelled files out of the split"
+        )
 
 
 def shared_files(splits: dict[str, list[MediaItem]]) -> dict[str, tuple[int, str]]:

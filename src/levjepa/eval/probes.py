@@ -106,6 +106,7 @@ class ProbeConfig:
         for name in ("epochs", "linear_epochs", "batch_size"):
             check(getattr(self, name) >= 1, f"probe.{name}={getattr(self, name)}: must be >= 1")
         check(self.warmup_epochs >= 0, f"probe.warmup_epochs={self.warmup_epochs}: must be >= 0")
+        check(self.init_std > 0, f"probe.init_std={self.init_std}: must be > 0")
         check(0 <= self.average_last <= 1, f"probe.average_last={self.average_last}: must be in [0, 1]")
         check(self.select in ("acc", "loss"), f"probe.select={self.select!r}: valid choices are acc, loss")
         check(self.schedule in SCHEDULES, f"probe.schedule={self.schedule!r}: valid choices are {', '.join(SCHEDULES)}")

@@ -10,11 +10,12 @@ micro-batches).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_type_hints
 
-from levjepa.config import ConfigError, check, to_dict
+from levjepa.config import MAX_SEED, ConfigError, check, check_range, to_dict
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.data.labelled_stream import Augment
 from levjepa.eval.protocols import PROTOCOLS, parse_slots
@@ -22,11 +23,14 @@ from levjepa.formats.finetuned import HeadStart, Start
 from levjepa.formats.load import LoadedEncoder
 from levjepa.formats.reading import model_views
 from levjepa.model.probe_kinds import kind_names
+from levjepa.train.config import TrainConfig
 from levjepa.train.finetune_recipe import Schedule, StepRecipe
 from levjepa.train.run_dir import check_steps
 from levjepa.weights import CONFIG, read_json
 
 __all__ = ["RESUMABLE", "FinetuneConfig", "check_resume", "check_resume_dir"]
+
+LOGGERS = get_args(get_args(get_type_hints(TrainConfig)["loggers"])[0])  # what train.report.MetricsLogger writes to
 
 # what results.json and best/'s classifier.json record of how the classifier was trained
 RECIPE_KEYS = (
@@ -89,15 +93,43 @@ class FinetuneConfig:
     def __post_init__(self) -> None:
         check(len(self.task) in (2, 3), f"task: expected TRAIN,VAL[,TEST] files, got {list(self.task)}")
         check(self.head in kind_names(), f"head={self.head!r}: valid choices are {', '.join(kind_names())}")
-        check(self.head_depth >= 1 and self.steps >= 1, "head_depth and steps must be >= 1")
-        check(self.batch_size >= 1 and self.micro_batch >= 0, "batch_size >= 1 and micro_batch >= 0")
+        for name in ("head_depth", "steps", "batch_size", "eval_every", "checkpoint_every", "keep_last", "log_every"):
+            check(getattr(self, name) >= 1, f"{name}={getattr(self, name)}: must be >= 1")
+        check(self.max_consecutive_skips >= 1, f"max_consecutive_skips={self.max_consecutive_skips}: must be >= 1")
+        check(self.micro_batch >= 0, f"micro_batch={self.micro_batch}: must be >= 0 (0: batch_size / ranks)")
         check(0 < self.keep_ratio <= 1, f"keep_ratio={self.keep_ratio}: must be in (0, 1]")
         check(0 <= self.drop_path < 1, f"drop_path={self.drop_path}: must be in [0, 1)")
         check(0 <= self.label_smoothing < 1, f"label_smoothing={self.label_smoothing}: must be in [0, 1)")
-        check(self.mixup >= 0 and 0 < self.layer_decay <= 1, "mixup >= 0 and layer_decay in (0, 1]")
-        check(0 < self.crop_scale[0] <= self.crop_scale[1] <= 1, f"crop_scale={self.crop_scale}: 0 < lo <= hi <= 1")
-        for name in ("eval_every", "checkpoint_every", "keep_last", "log_every", "max_consecutive_skips"):
-            check(getattr(self, name) >= 1, f"{name}={getattr(self, name)}: must be >= 1")
+        check(self.mixup >= 0, f"mixup={self.mixup}: must be >= 0 (0: off)")
+        check(0 < self.layer_decay <= 1, f"layer_decay={self.layer_decay}: must be in (0, 1]")
+        check(
+            len(self.crop_scale) == 2 and 0 < self.crop_scale[0] <= self.crop_scale[1] <= 1,
+            f"crop_scale={self.crop_scale}: 0 < lo <= hi <= 1",
+        )
+        check(self.lr > 0, f"lr={self.lr}: must be > 0")
+        check(0 <= self.min_lr <= self.lr, f"min_lr={self.min_lr}: must be in [0, lr = {self.lr}]")
+        check(self.warmup_steps >= 0, f"warmup_steps={self.warmup_steps}: must be >= 0")
+        check(self.weight_decay >= 0, f"weight_decay={self.weight_decay}: must be >= 0")
+        for name in ("beta1", "beta2"):
+            check(0 <= getattr(self, name) < 1, f"{name}={getattr(self, name)}: must be in [0, 1)")
+        check(0 <= self.flip_p <= 1, f"flip_p={self.flip_p}: must be a probability in [0, 1]")
+        check_range("seed", self.seed, 0, MAX_SEED)
+        check(0 <= self.workers <= 1024, f"workers={self.workers}: must be 0..1024 (0: decode in this process)")
+        for name in ("frames", "frame_stride", "size"):
+            value = getattr(self, name)
+            check(value is None or value >= 1, f"{name}={value}: must be >= 1 (or none: the model's)")
+        check(self.fps is None or self.fps > 0, f"fps={self.fps}: must be > 0 (or none: the model's rate)")
+        check(
+            re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device) is not None,
+            f"device={self.device!r}: expected auto, cpu, cuda or cuda:N",
+        )
+        bad = [x for x in self.loggers if x not in LOGGERS]
+        check(not bad, f"loggers={','.join(self.loggers)}: valid choices are {', '.join(LOGGERS)} (or none)")
+        if self.slots is not None:
+            slots = parse_slots(self.slots)
+            check(
+                slots == "vjepa2" or slots >= 1, f"slots={self.slots}: a number of temporal positions >= 1, or vjepa2"
+            )
 
     # each service of the run receives only its own part of the config
     @property

@@ -56,7 +56,7 @@ from transformers.video_processing_utils import VideoProcessorMixin
 
 from levjepa.config import check
 from levjepa.data.eval_clip import ViewSpec, center_square, resize_square, segment_starts
-from levjepa.data.video import clip_indices, frame_step
+from levjepa.data.video import clip_indices, frame_step, pil_to_rgb8
 from levjepa.formats.load import OFFICIAL_PREPROCESSING, Preprocessing
 from levjepa.formats.transformers_config import LeVJEPAConfig
 
@@ -227,7 +227,7 @@ def _items(videos: Any) -> list[str | tuple[Tensor, bool]]:
 def _frame(x: Any) -> Tensor:
     """One frame ``[C, H, W]`` (uint8 or float) of a PIL image or a ``[H, W, C]`` / ``[C, H, W]`` array."""
     if _is_pil(x):
-        x = np.array(x.convert("RGB"))
+        x = np.array(pil_to_rgb8(x))  # 16-bit, palette, transparency at their true range
     return _channels_first(x if isinstance(x, Tensor) else torch.from_numpy(np.array(x)))
 
 

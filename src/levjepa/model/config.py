@@ -65,6 +65,17 @@ __all__ = ["ENCODER_PRESETS", "EncoderConfig", "encoder_config"]
 DROP_MODES = ("uniform", "tube")
 TUBELET_INITS = ("random", "inflate")
 ATTENTIONS = ("block_causal", "bidirectional")
+# every size of the architecture and its largest accepted value (ViT-H's are 1280 / 32 / 16 / 14 / 2)
+_SIZES = {
+    "dim": 1 << 16,
+    "depth": 1024,
+    "heads": 1024,
+    "patch_size": 1024,
+    "tubelet": 256,
+    "in_chans": 64,
+    "proj_hidden": 1 << 20,
+    "proj_dim": 1 << 20,
+}
 
 
 @dataclass(frozen=True)
@@ -95,50 +106,50 @@ class EncoderConfig:
     readout_layers: tuple[int, ...] | None = field(default=None, metadata={OMIT_DEFAULT: True})
 
     def __post_init__(self) -> None:
-        for name in ("dim", "depth", "heads", "patch_size", "tubelet", "in_chans", "proj_hidden", "proj_dim"):
+        for name, high in _SIZES.items():  # upper bounds: a typo's extra zeros fail here, not as an allocation
             value = getattr(self, name)
             check(
-                isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                f"EncoderConfig.{name}={value!r}: expected a positive integer",
+                isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= high,
+                f"model.{name}={value!r}: expected a whole number 1..{high}",
             )
         check(
             self.dim % self.heads == 0,
-            f"EncoderConfig.dim={self.dim} is not divisible by heads={self.heads}: choose heads among the "
+            f"model.dim={self.dim} is not divisible by model.heads={self.heads}: choose heads among the "
             f"divisors of dim, e.g. {', '.join(str(h) for h in range(1, 17) if self.dim % h == 0)}",
         )
         head_dim = self.dim // self.heads
         check(
             head_dim % 2 == 0 and head_dim >= 6,
-            f"EncoderConfig: head dim dim/heads = {self.dim}/{self.heads} = {head_dim}; 3D RoPE needs an even "
+            f"model.dim / model.heads: head dim {self.dim}/{self.heads} = {head_dim}; 3D RoPE needs an even "
             "head dim of at least 6 (one rotated pair per axis t, y, x)",
         )
-        check(self.mlp_ratio > 0, f"EncoderConfig.mlp_ratio={self.mlp_ratio!r}: expected a positive number")
+        check(0 < self.mlp_ratio <= 64, f"model.mlp_ratio={self.mlp_ratio!r}: expected a number in (0, 64]")
         check(
             0.0 <= self.drop_ratio < 1.0,
-            f"EncoderConfig.drop_ratio={self.drop_ratio!r}: expected 0 <= drop_ratio < 1 (0.95 in the paper)",
+            f"model.drop_ratio={self.drop_ratio!r}: expected 0 <= drop_ratio < 1 (0.95 in the paper)",
         )
         check(
             self.drop_mode in DROP_MODES,
-            f"EncoderConfig.drop_mode={self.drop_mode!r}: valid choices are {', '.join(DROP_MODES)}",
+            f"model.drop_mode={self.drop_mode!r}: valid choices are {', '.join(DROP_MODES)}",
         )
         check(
             self.attention in ATTENTIONS,
-            f"EncoderConfig.attention={self.attention!r}: valid choices are {', '.join(ATTENTIONS)}",
+            f"model.attention={self.attention!r}: valid choices are {', '.join(ATTENTIONS)}",
         )
-        check(self.rope_base > 1.0, f"EncoderConfig.rope_base={self.rope_base!r}: expected a number > 1")
+        check(self.rope_base > 1.0, f"model.rope_base={self.rope_base!r}: expected a number > 1")
         check(
             self.tubelet_init in TUBELET_INITS,
-            f"EncoderConfig.tubelet_init={self.tubelet_init!r}: valid choices are {', '.join(TUBELET_INITS)}",
+            f"model.tubelet_init={self.tubelet_init!r}: valid choices are {', '.join(TUBELET_INITS)}",
         )
-        check(self.init_std > 0, f"EncoderConfig.init_std={self.init_std!r}: expected a positive number")
-        check(self.norm_eps > 0, f"EncoderConfig.norm_eps={self.norm_eps!r}: expected a positive number")
+        check(self.init_std > 0, f"model.init_std={self.init_std!r}: expected a positive number")
+        check(self.norm_eps > 0, f"model.norm_eps={self.norm_eps!r}: expected a positive number")
         check(
             self.rope_layout in ROPE_LAYOUTS,
-            f"EncoderConfig.rope_layout={self.rope_layout!r}: valid choices are {', '.join(ROPE_LAYOUTS)}",
+            f"model.rope_layout={self.rope_layout!r}: valid choices are {', '.join(ROPE_LAYOUTS)}",
         )
         check(
             self.init_from is None or (isinstance(self.init_from, str) and self.init_from != ""),
-            f"EncoderConfig.init_from={self.init_from!r}: expected a path (a run, an export, a checkpoint) or none",
+            f"model.init_from={self.init_from!r}: expected a path (a run, an export, a checkpoint) or none",
         )
         layers = normalize_layers(
             self.readout_layers, self.depth, f"EncoderConfig.readout_layers={self.readout_layers}"

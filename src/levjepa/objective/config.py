@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from levjepa.config import check
+from levjepa.config import MAX_SEED, check, check_range
 
 __all__ = ["DEFAULT_LAMBDA", "ObjectiveConfig"]
 
@@ -55,8 +55,10 @@ class ObjectiveConfig:
                     f"objective.lam={self.lam}: {self.name} weighs (1-lam)·pred + lam·reg, so lam must be in "
                     f"[0, 1] (or None for {DEFAULT_LAMBDA[self.name]})",
                 )
-        check(self.num_directions >= 1, f"objective.num_directions={self.num_directions}: must be >= 1")
-        check(self.num_nodes >= 2, f"objective.num_nodes={self.num_nodes}: must be >= 2")
+        check(
+            1 <= self.num_directions <= 1 << 20, f"objective.num_directions={self.num_directions}: must be 1..1048576"
+        )
+        check(2 <= self.num_nodes <= 4096, f"objective.num_nodes={self.num_nodes}: must be 2..4096")
         check(self.t_max > 0.0, f"objective.t_max={self.t_max}: must be > 0")
         check(self.num_global_views >= 1, f"objective.num_global_views={self.num_global_views}: must be >= 1")
         check(
@@ -67,9 +69,12 @@ class ObjectiveConfig:
         )
         check(self.num_clusters >= 1, f"objective.num_clusters={self.num_clusters}: must be >= 1")
         check(self.min_cluster_size >= 2, f"objective.min_cluster_size={self.min_cluster_size}: must be >= 2")
-        check(self.local_directions >= 1, f"objective.local_directions={self.local_directions}: must be >= 1")
+        check(
+            1 <= self.local_directions <= 1 << 20,
+            f"objective.local_directions={self.local_directions}: must be 1..1048576",
+        )
         check(self.kmeans_iters >= 1, f"objective.kmeans_iters={self.kmeans_iters}: must be >= 1")
-        check(self.seed >= 0, f"objective.seed={self.seed}: must be >= 0")
+        check_range("objective.seed", self.seed, 0, MAX_SEED)
 
     @property
     def lam_value(self) -> float:

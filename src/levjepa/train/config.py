@@ -28,10 +28,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from levjepa.config import ConfigError, check, flatten, to_dict
+from levjepa.config import MAX_SEED, ConfigError, check, check_range, flatten, to_dict
 from levjepa.data import DataConfig
 from levjepa.model import EncoderConfig
 from levjepa.objective import ObjectiveConfig
+from levjepa.threads import MAX_THREADS
 
 __all__ = ["RESUMABLE", "OptimConfig", "PretrainConfig", "TrainConfig", "check_resume", "fit_micro_batch"]
 
@@ -66,6 +67,7 @@ class OptimConfig:
         check(self.lr > 0, f"optim.lr must be > 0, got {self.lr}")
         check(self.start_lr >= 0 and self.final_lr >= 0, "optim.start_lr and optim.final_lr must be >= 0")
         check(self.warmup_steps >= 0, f"optim.warmup_steps must be >= 0, got {self.warmup_steps}")
+        check(0 < self.eps <= 1, f"optim.eps must lie in (0, 1], got {self.eps}")
         check(all(0 <= b < 1 for b in self.betas), f"optim.betas must lie in [0, 1), got {self.betas}")
         check(self.weight_decay >= 0, f"optim.weight_decay must be >= 0, got {self.weight_decay}")
         check(
@@ -93,7 +95,9 @@ class TrainConfig:
     log_every: int = 20
     max_consecutive_skips: int = 5  # non-finite steps in a row before the run stops
     seed: int = 0
-    threads: int | None = None  # torch CPU threads (None: torch's default)
+    # torch CPU threads; None: `levjepa pretrain` takes the CPUs free at its start (levjepa.threads), the Python
+    # API the count the process has
+    threads: int | None = None
     eval_at_end: bool = False  # run the built-in benchmark's frozen probes at the end (demo-cpu)
     eval_budget: Literal["demo", "full"] = "demo"
     # where metrics go besides metrics.jsonl and the log lines: TensorBoard event files (skipped with a note when
@@ -113,7 +117,19 @@ class TrainConfig:
         check(self.checkpoint_every > 0, f"train.checkpoint_every must be > 0, got {self.checkpoint_every}")
         check(self.keep_last >= 1, f"train.keep_last must be >= 1, got {self.keep_last}")
         check(self.log_every > 0, f"train.log_every must be > 0, got {self.log_every}")
-        check(self.max_consecutive_skips > 0, "train.max_consecutive_skips must be > 0")
+        check(
+            self.max_consecutive_skips > 0,
+            f"train.max_consecutive_skips must be > 0, got {self.max_consecutive_skips}",
+        )
+        check(
+            self.keep_every is None or self.keep_every >= 1,
+            f"train.keep_every must be >= 1 (or none), got {self.keep_every}",
+        )
+        check_range("train.seed", self.seed, 0, MAX_SEED)
+        check(
+            self.threads is None or 1 <= self.threads <= MAX_THREADS,
+            f"train.threads={self.threads}: expected 1..{MAX_THREADS}, or none (the CPUs free at the start)",
+        )
         check(
             self.accumulation in ("global", "local"),
             f"train.accumulation={self.accumulation!r}: valid choices are global (the loss sees the effective "
