@@ -35,6 +35,7 @@ PRETRAIN_BAD = {
     "model.rope_base": "1",
     "model.init_std": "0",
     "model.norm_eps": "-1e-6",
+    "model.readout_layers": "99",
     "data.sources": "",
     "data.weights": "1,-1",
     "data.samples_per_epoch": "0",
@@ -167,6 +168,8 @@ PROBE_BAD = {
     "init_std": "0",
     "average_last": "2",
     "select": "accuracy",
+    "schedule": "cosine",
+    "final_wd_ratio": "-0.5",
 }
 # keys no range bounds, and where a wrong value is refused in one line instead
 FREE = {

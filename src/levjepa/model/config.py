@@ -152,7 +152,7 @@ class EncoderConfig:
             f"model.init_from={self.init_from!r}: expected a path (a run, an export, a checkpoint) or none",
         )
         layers = normalize_layers(
-            self.readout_layers, self.depth, f"EncoderConfig.readout_layers={self.readout_layers}"
+            self.readout_layers, self.depth, f"model.readout_layers={self.readout_layers}"
         )
         object.__setattr__(self, "readout_layers", layers)  # normalised: the last block alone is None
 
