@@ -100,7 +100,7 @@ def _cases(run: Path, f: dict[str, str], out: str) -> list[tuple[list[str], str]
             "--fps",
         ),
         (["probe", r, "--task", f"index:{f['text']},{f['text']}", "--slots", "16"], "--protocol"),
-        (["classify", r, f["fake_video"], "--top-k", "0"], "--top-k 0"),
+        (["classify", r, f["fake_video"], "--top-k", "0"], "--top-k: '0'"),
     ]
 
 

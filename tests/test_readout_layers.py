@@ -312,7 +312,7 @@ def test_the_plan_counts_the_readouts_wider_channels(tmp_path, index_task):  # n
 
 
 def test_fine_tuning_refuses_an_encoder_read_at_other_blocks(tmp_path):
-    from levjepa.finetune.classifier import Start, start_encoder
+    from levjepa.formats.finetuned import Start, start_encoder
 
     run = make_run_dir(tmp_path, steps=(5,), depth=3)
     assert main(["export", str(run), "--out", str(tmp_path / "e"), "--layers", "1"]) == 0

@@ -136,8 +136,8 @@ def main(args: argparse.Namespace) -> int:
             opset=18 if args.opset is None else args.opset,
             int8=int8,
             layers=args.layers,
-            say=lambda line: print(line, file=sys.stderr, flush=True),
-        )
+            say=lambda line: print(line.replace(str(stage), str(Path(args.out))), file=sys.stderr, flush=True),
+        )  # its lines name each file where it ends up, not where it is staged
     extra = "" if graphs == "none" else f", clip_encoder.{graphs}, stream_step.{graphs}"
     print(
         f"exported {loaded.describe()} -> {args.out}/model.safetensors (+ config.json, preprocessor_config.json, "

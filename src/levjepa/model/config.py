@@ -151,9 +151,7 @@ class EncoderConfig:
             self.init_from is None or (isinstance(self.init_from, str) and self.init_from != ""),
             f"model.init_from={self.init_from!r}: expected a path (a run, an export, a checkpoint) or none",
         )
-        layers = normalize_layers(
-            self.readout_layers, self.depth, f"model.readout_layers={self.readout_layers}"
-        )
+        layers = normalize_layers(self.readout_layers, self.depth, f"model.readout_layers={self.readout_layers}")
         object.__setattr__(self, "readout_layers", layers)  # normalised: the last block alone is None
 
     @property
