@@ -16,7 +16,8 @@ probed with the attentive probe (the demo grid, chosen on val, read on test) fro
 * ``fixed`` — today's store, one centre crop per segment (``--train-views 0``);
 * ``K=k`` — a store of ``k`` augmented views per video (``levjepa probe --train-views k``; the probes read view
   ``epoch mod k``), with every token and with the compact codec ``--codec``;
-* ``online`` — ``levjepa probe --online``: the frozen encoder re-run on a new augmented view every epoch.
+* ``online`` — ``levjepa probe --train-views online`` (the reference protocol): the frozen encoder re-run on a new
+  augmented view every epoch.
 
 Each setting runs exactly as ``levjepa probe --task index:...`` does (``dataset_task`` + ``evaluate``) into a
 fresh features folder, so its encoder forwards (counted at ``levjepa.infer.encode.encode`` as the store and the
@@ -96,9 +97,15 @@ def measure(run: str, index: str, tasks: list[str], ks: list[int], codec: str, s
     torch.set_num_threads(1)
     loaded = load_encoder(run)
     record: dict[str, Any] = {"run": run, "index": index, "codec": codec, "ks": ks, "results": {}}
-    record["transform"] = clip_augment.NAME
-    if out and Path(out).is_file():  # resume: keep what a stopped run measured
-        record["results"] = json.loads(Path(out).read_text())["results"]
+    record.update(transform=clip_augment.NAME, encoder=loaded.describe())
+    if out and Path(out).is_file():  # resume: keep what a stopped run measured, with this encoder only
+        before = json.loads(Path(out).read_text())
+        if before.get("encoder") != record["encoder"] or before.get("transform") != record["transform"]:
+            sys.exit(
+                f"eval_views: {out} holds measurements of {before.get('encoder', 'another encoder')} "
+                f"({before.get('transform')}), not of {record['encoder']}: give another --json"
+            )
+        record["results"] = before["results"]
     for seed in seeds:
         for task in tasks:
             for name, k, tokens, online in settings(ks, codec):
@@ -136,13 +143,14 @@ def _paired(acc: list[float], ref: list[float]) -> tuple[float, float]:
 
 
 def table(record: dict[str, Any]) -> None:
-    """The markdown table of a record (module doc), then the mean over tasks of each setting."""
+    """The markdown table of a record (module doc), then per setting the mean over tasks of its paired difference
+    from online and from fixed, ± the standard error over the seeds of that per-seed mean."""
     print(
         "| task | training views | seeds | test acc % | − online (± SE) | − fixed (± SE) | encoder forwards | seconds |"
     )
     print("|---|---|---|---|---|---|---|---|")
     names = settings(record["ks"], record["codec"])
-    over: dict[str, list[float]] = {}
+    over: dict[str, dict[str, dict[str, list[float]]]] = {}  # setting -> ref -> seed -> the tasks' differences
     for task, by_setting in record["results"].items():
         ref, fixed = by_setting.get("online", {}), by_setting.get("fixed", {})
         for name, *_ in names:
@@ -153,7 +161,11 @@ def table(record: dict[str, Any]) -> None:
             acc = [runs[s]["acc"] for s in seeds]
             diff, se = _paired(acc, [ref[s]["acc"] for s in seeds])
             dfix, sefix = _paired(acc, [fixed[s]["acc"] for s in seeds])
-            over.setdefault(name, []).append(diff)
+            for what, base in (("online", ref), ("fixed", fixed)):
+                for s in seeds:
+                    over.setdefault(name, {}).setdefault(what, {}).setdefault(s, []).append(
+                        runs[s]["acc"] - base[s]["acc"]
+                    )
             fw = sum(runs[s]["forwards"] for s in seeds) / len(seeds)
             sec = sum(runs[s]["s"] for s in seeds) / len(seeds)
             mean = sum(acc) / len(acc)
@@ -161,9 +173,16 @@ def table(record: dict[str, Any]) -> None:
                 f"| {task} | {name} | {len(seeds)} | {mean:.1f} | {diff:+.1f} ± {se:.1f} | {dfix:+.1f} ± {sefix:.1f} | "
                 f"{fw:.0f} | {sec:.0f} |"
             )
-    print("\nmean over tasks of the paired difference from online (points):")
-    for name, diffs in over.items():
-        print(f"- {name}: {sum(diffs) / len(diffs):+.2f} ({len(diffs)} tasks)")
+    print("\nmean over tasks of the paired difference (points; ± SE over seeds of each seed's mean over the tasks):")
+    print("\n| training views | − online | − fixed | tasks | seeds |\n|---|---|---|---|---|")
+    for name, by_ref in over.items():
+        cells = []
+        for what in ("online", "fixed"):
+            per_seed = [sum(d) / len(d) for d in by_ref[what].values()]
+            m, se = _paired(per_seed, [0.0] * len(per_seed))
+            cells.append(f"{m:+.2f} ± {se:.2f}")
+        tasks = max(len(d) for d in by_ref["online"].values())
+        print(f"| {name} | {cells[0]} | {cells[1]} | {tasks} | {len(by_ref['online'])} |")
 
 
 def main() -> None:
