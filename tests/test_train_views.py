@@ -177,3 +177,59 @@ def test_probes_train_from_k_views_with_the_run_seed(setting, tmp_path, monkeypa
     with pytest.raises(ValueError, match="drop --train-views"):
         online = EvalConfig(tasks=(task.name,), probes=("attentive",), online=True)
         task.prepare({"e": loaded.encoder}, online)
+
+
+def _resolved(monkeypatch, argv: list[str]) -> tuple[int, bool]:
+    """What ``levjepa probe ARGV --plan`` hands the library: the task's K and the evaluation's online flag."""
+    import levjepa.commands.probe as cli_probe
+    from levjepa.cli import main
+
+    seen: list[tuple[int, bool]] = []
+
+    class _Said:
+        def text(self) -> str:
+            return ""
+
+    def spy(task, loaded, cfg):  # type: ignore[no-untyped-def]
+        seen.append((task.train_views.train_views, cfg.online))
+        return _Said()
+
+    monkeypatch.setattr(cli_probe, "plan", spy)
+    assert main(["probe", *argv, "--plan", "--workers", "0"]) == 0
+    return seen[0]
+
+
+def test_the_training_views_are_one_named_choice(setting, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """``--train-views online`` is the reference protocol (and ``--online`` its other spelling), ``fixed`` the
+    centre crops (= 0), K a K-view store; a protocol's default is used only when none is given."""
+    files, run, _, _ = setting
+    base = [str(run), "--task", "index:" + ",".join(files), "--size", "16", "--frames", "4"]
+    assert _resolved(monkeypatch, base) == (0, False)
+    assert _resolved(monkeypatch, [*base, "--train-views", "online"]) == (0, True)
+    assert _resolved(monkeypatch, [*base, "--online"]) == (0, True)
+    assert _resolved(monkeypatch, [*base, "--online", "--train-views", "online"]) == (0, True)
+    assert _resolved(monkeypatch, [*base, "--train-views", "fixed"]) == (0, False)
+    assert _resolved(monkeypatch, [*base, "--train-views", "3"]) == (3, False)
+    from levjepa.cli import main
+
+    for bad, said in ((["--online", "--train-views", "2"], "choose one"), (["--train-views", "two"], "online")):
+        assert main(["probe", *base, *bad, "--plan", "--workers", "0"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("levjepa probe: --") and said in err[0], err
+
+
+@pytest.mark.parametrize("default", [0, 2, "online"])
+def test_a_protocols_default_training_views_give_way_to_the_options(setting, monkeypatch, default):  # noqa: F811
+    import dataclasses
+
+    from levjepa.eval import protocols
+
+    files, run, _, _ = setting
+    monkeypatch.setitem(
+        protocols.PROTOCOLS, "in1k", dataclasses.replace(protocols.PROTOCOLS["in1k"], train_views=default)
+    )
+    base = [str(run), "--task", "index:" + ",".join(files), "--protocol", "in1k", "--image-frames", "one"]
+    expected = (0, True) if default == "online" else (default, False)
+    assert _resolved(monkeypatch, base) == expected
+    assert _resolved(monkeypatch, [*base, "--train-views", "fixed"]) == (0, False)
+    assert _resolved(monkeypatch, [*base, "--train-views", "online"]) == (0, True)

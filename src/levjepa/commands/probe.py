@@ -18,6 +18,19 @@ Tasks (``--task``):
   with exit status 75 and one line; the same command continues from the stores and from the probes finished
   before the signal (``levjepa.eval.probe_records``).
 
+**Training views** (index task; ``--train-views``): ``online`` is the reference protocol — V-JEPA's frozen
+evaluation re-runs the frozen encoder every epoch on a new view drawn by its training transform
+(``levjepa.data.clip_augment``: RandAugment ``rand-m7-n4-mstd0.5-inc1``, random resized crop 8–100 %, random
+erasing, no flip, V-JEPA 2's temporal starts); ``K`` keeps K such views per video in the store (epoch e reads view
+e mod K); ``fixed`` one centre crop per segment, encoded once. ``--online`` is ``--train-views online``. The
+default is the protocol's (``levjepa.eval.protocols``), else ``fixed``; the table's caption names the views and
+the transform. ``--seeds N`` trains seeds seed … seed+N−1 in one pass, each its own run (its own initialisation,
+batch order and, with augmented views, its own views), and reports mean ± sd. ``--grid vjepa2`` trains V-JEPA
+2's 20 attentive heads with its schedules and prints its report (the best head on the evaluation split) beside
+levjepa's (the head chosen on val). ``--protocol video-knn --task index:GALLERY,QUERY`` trains nothing: 16
+frames by linspace over each whole video, CLS (``--knn-feature mean``: the token mean), k-NN (k = 20, weights
+``exp(sim / 0.07)``) and nearest-centroid accuracy of the queries (docs/evaluation.md).
+
 ``--weights ema|online|both`` picks the checkpoint's weights (an export holds one set); the table adds
 ``random-init``: the same architecture at random initialisation (``--baseline-seed``), unless
 ``--no-baseline``. ``--probe attentive,linear,knn`` or ``all``; ``--probe-depth 4`` switches the attentive
@@ -55,7 +68,7 @@ from levjepa.eval.harness import Task, evaluate, keep_probes, kept_columns
 from levjepa.eval.kept_probes import check_probe_dir
 from levjepa.eval.plan import plan
 from levjepa.eval.probes import GRIDS, probe_config
-from levjepa.eval.protocols import PROTOCOLS, parse_slots, read_labelled
+from levjepa.eval.protocols import PROTOCOLS, TrainViews, parse_slots, parse_train_views, read_labelled
 from levjepa.eval.result import EvalResult
 from levjepa.eval.synthetic_task import SYNTHETIC_TITLE, TASKS, synthetic_config_for, synthetic_splits
 from levjepa.eval.video_knn import video_knn
@@ -89,6 +102,21 @@ def _check_protocol_options(args: argparse.Namespace) -> None:
             f"{', '.join(given)}: --protocol {args.protocol} sets the size and frames (--slots: temporal positions "
             "per clip), and --slots vjepa2 the sampling too; leave them out, or drop --protocol"
         )
+
+
+def _train_views(args: argparse.Namespace) -> TrainViews:
+    """The probes' training views: ``--train-views``, ``--online`` (its other spelling), else the protocol's."""
+    given = None if args.train_views is None else parse_train_views(args.train_views)
+    if args.online and given not in (None, "online"):
+        raise ConfigError(
+            f"--online and --train-views {args.train_views}: --online is --train-views online (a new view every "
+            "epoch, none stored); choose one"
+        )
+    if args.online:
+        return "online"
+    if given is not None:
+        return given
+    return PROTOCOLS[args.protocol].train_views if args.protocol else 0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,19 +180,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="index task: evaluate splits that share files (refused otherwise: a probe scored on files it trained on)",
     )
     parser.add_argument(
-        "--online",
-        action="store_true",
-        help="index task: no token store; the frozen encoder runs every epoch with train-time augmentation "
-        "(V-JEPA 2's evaluation; for when no store fits)",
-    )
-    parser.add_argument(
         "--train-views",
-        type=int,
         default=None,
-        metavar="K",
-        help="index task: store K augmented views per training video (V-JEPA's train transform) and read one per "
-        "epoch; 0: the fixed centre crops (default: the protocol's, else 0; bench/eval.md)",
+        metavar="online|fixed|K",
+        help="index task: the probes' training views. online: the reference protocol (V-JEPA's frozen evaluation): "
+        "the attentive probe's tokens encoded every epoch from a new view drawn by V-JEPA's training transform "
+        "(RandAugment rand-m7-n4-mstd0.5-inc1, random resized crop 8-100 %%, random erasing, no flip), none stored; "
+        "K: K such views per video kept in the store, epoch e reads view e mod K; fixed (= 0): one centre crop per "
+        "segment, encoded once (cheapest; not the reference protocol). Default: the protocol's, else fixed "
+        "(docs/evaluation.md, bench/eval.md)",
     )
+    parser.add_argument("--online", action="store_true", help="index task: the same as --train-views online")
     parser.add_argument(
         "--plan",
         action="store_true",
@@ -266,11 +292,15 @@ def _main(args: argparse.Namespace) -> int:
     grid = args.grid or (PROTOCOLS[args.protocol].grid if args.protocol and args.budget == "full" else "budget")
     probe_cfg = apply_overrides(probe_config(args.budget, grid=grid, depth=args.probe_depth), args.set)
     bad = None
+    online = False  # --train-views online (or the protocol's default): an index task only
     task: Task
     if args.protocol == "video-knn":
         return _video_knn(args, loaded)
     if args.task.startswith("index:"):
         _check_protocol_options(args)
+        chosen = _train_views(args)
+        online = chosen == "online"  # the reference protocol: no training store of tokens, a view every epoch
+        train_views = chosen if isinstance(chosen, int) else 0
         bad = BadFileReport()
         features = args.features or str(Path(args.out).parent / "features" if args.out else Path("features"))
         views, said = model_views(
@@ -289,7 +319,7 @@ def _main(args: argparse.Namespace) -> int:
             labels_file=args.labels_file,
             batch_size=args.batch_size,
             workers=args.workers,
-            train_views=args.train_views,
+            train_views=train_views,
             features_dir=features,
             bad_files=bad,
             allow_shared=args.allow_shared_files,
@@ -336,7 +366,7 @@ def _main(args: argparse.Namespace) -> int:
         title=title,
         keep_heads="none" if args.no_save else "all" if args.save_all else "best",
         tokens=args.tokens,
-        online=args.online,
+        online=online,
     )
     if args.plan:
         assert isinstance(task, DatasetTask)  # --plan with the built-in benchmark is refused above

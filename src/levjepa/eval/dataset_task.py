@@ -208,8 +208,9 @@ def dataset_task(
     224 px); with a ``protocol``, its views for an encoder of ``tubelet`` frames per token at ``slots`` temporal
     positions, sampled as ``views`` says (``levjepa.eval.protocols``). ``name``: the task's name (default:
     :func:`task_name` of the files). ``train_views``: ``K`` augmented training views per file in the store (0:
-    the fixed centre crops; default: the protocol's ``train_views``, else 0). ``allow_shared``: splits that share
-    files are evaluated (the overlap in ``shared``, stated by the result) instead of refused."""
+    the fixed centre crops; default: the protocol's ``train_views``, else 0; a protocol's ``online`` is no store
+    of augmented views but ``EvalConfig(online=True)``, which ``levjepa probe`` sets from it). ``allow_shared``:
+    splits that share files are evaluated (the overlap in ``shared``, stated by the result) instead of refused."""
     views = views or ViewSpec()
     proto, text = None, ""
     if protocol is not None:
@@ -218,7 +219,8 @@ def dataset_task(
         proto = PROTOCOLS[protocol]
         views = proto.views(tubelet, views, slots)
         text = proto.describe(views, slots, tubelet)
-    k = train_views if train_views is not None else (proto.train_views if proto is not None else 0)
+    default = proto.train_views if proto is not None else 0  # "online" is the evaluation's (EvalConfig.online)
+    k = train_views if train_views is not None else (default if isinstance(default, int) else 0)
     task = read_task(
         paths,
         video_root=video_root,

@@ -71,11 +71,21 @@ from levjepa.data import DataError
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.data.sources import MediaItem, media_kind, read_index_labels
 
-__all__ = ["PROTOCOLS", "SLOTS_DEFAULT", "Protocol", "Slots", "parse_slots", "read_labelled"]
+__all__ = [
+    "PROTOCOLS",
+    "SLOTS_DEFAULT",
+    "Protocol",
+    "Slots",
+    "TrainViews",
+    "parse_slots",
+    "parse_train_views",
+    "read_labelled",
+]
 
 
 Slots = int | Literal["vjepa2"]
 SLOTS_DEFAULT = 8  # the paper's matched evaluation: 8 temporal positions
+TrainViews = int | Literal["online"]  # K augmented views per file in a store (0: fixed centre crops), or online
 
 
 @dataclass(frozen=True)
@@ -91,7 +101,7 @@ class Protocol:
     images: bool  # the dataset is images, evaluated as clips of a repeated frame
     source: str  # where the settings come from
     vjepa2_stride: int = 4  # V-JEPA 2's frame_step, with its 16 frames per clip
-    train_views: int = 0  # augmented training views per file in the store (0: fixed centre crops; bench/eval.md)
+    train_views: TrainViews = 0  # the probes' training views by default (module doc; bench/eval.md)
     grid: str = "budget"  # the attentive grid with --budget full: vjepa2 (its config's 20 heads) or the budget's
 
     def views(self, tubelet: int, sampling: ViewSpec, slots: Slots = SLOTS_DEFAULT) -> ViewSpec:
@@ -133,6 +143,21 @@ def parse_slots(text: str | int | None) -> Slots:
     if text == "vjepa2":
         return "vjepa2"
     raise ConfigError(f"--slots {text!r}: a number of temporal positions (8, the paper's; 16) or vjepa2")
+
+
+def parse_train_views(text: str | int) -> TrainViews:
+    """``--train-views``: ``online`` (the reference protocol: a new augmented view every epoch), ``fixed`` or 0
+    (one centre crop per segment), or ``K`` augmented views per file kept in the store."""
+    if isinstance(text, int) or str(text).isdigit():
+        return int(text)
+    if text == "fixed":
+        return 0
+    if text == "online":
+        return "online"
+    raise ConfigError(
+        f"--train-views {text!r}: online (the reference protocol), fixed (centre crops), or a number K of "
+        "augmented views per video kept in the store"
+    )
 
 
 def _find_videos(root: Path) -> dict[str, str]:
