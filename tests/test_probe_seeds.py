@@ -74,6 +74,9 @@ def test_caption_states_seeds_codec_and_views() -> None:
     table = EvalResult(["enc"], ["t"], ["linear"], {"enc": {"t": {"linear": res}}}, {"t": 33.3}, info)
     cap = table.caption()
     assert "2 probe seeds" in cap and "tokens int8" in cap and "training views: fixed centre crops" in cap
+    task = {**info, "train_views": "fixed centre crops"}  # a labelled index's probes: not the reference protocol
+    cap = EvalResult(["enc"], ["t"], ["linear"], {"enc": {"t": {"linear": res}}}, {"t": 33.3}, task).caption()
+    assert "fixed centre crops (levjepa's cheap protocol, not the reference's augmented views" in cap
     mean = sum(res.seed_reported) / 2
     assert f"{mean:.1f} ± " in table.table()
     info2 = {**info, "seeds": 1, "train_views": "4 augmented views"}

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import levjepa.eval.feature_set as feature_set
+from levjepa.data import clip_augment
 from levjepa.data.clip_augment import train_transform
 from levjepa.data.eval_clip import ViewSpec, load_train_views, train_key
 from levjepa.data.sources import parse_index
@@ -170,6 +171,9 @@ def test_probes_train_from_k_views_with_the_run_seed(setting, tmp_path, monkeypa
     monkeypatch.setattr(StoreSource, "set_epoch", spy)
     result = evaluate({"e": loaded.encoder}, task, cfg)
     assert result is not None and result.info["train_views"] == "2 augmented views per video"
+    cap = result.caption()  # the views, their transform, and that they are not the reference protocol's draws
+    assert "2 augmented views per video reused over the epochs" in cap and clip_augment.DESCRIPTION in cap
+    assert "(attentive: 2 lr × 2 wd heads, 3 epochs" in cap and "1 probe seed (4)" in cap
     assert seen == [0, 1, 2]  # the trainer calls it at the start of every epoch
     train = FeatureStore(task.stores["e"]["train"])
     assert train.config["train_views"] == 2 and train.config["view_seed"] == 4

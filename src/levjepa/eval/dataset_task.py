@@ -33,7 +33,7 @@ import torch
 
 from levjepa import distributed
 from levjepa.config import check
-from levjepa.data import BadFileReport, DataError, MediaItem
+from levjepa.data import BadFileReport, DataError, MediaItem, clip_augment
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.compact import FULL
 from levjepa.eval.config import EvalConfig
@@ -178,6 +178,7 @@ class DatasetTask:
             "protocol": None if self.protocol is None else self.protocol_text,
             "views": self.test_views.views.fields(),
             "train_views": self.train_views_text(),
+            **({"train_transform": clip_augment.NAME} if self.online or self.train_views.train_views else {}),
             "feature_stores": {n: {s: str(p) for s, p in st.items()} for n, st in self.stores.items()},
             "torch_threads": torch.get_num_threads(),
             **({"shared_files": dict(self.shared)} if self.shared else {}),
