@@ -55,6 +55,7 @@ import functools
 import json
 import sys
 from pathlib import Path
+from typing import Literal
 
 from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
@@ -149,7 +150,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "whole video, k-NN (k 20) and nearest-centroid accuracy, nothing trained (docs/evaluation.md)",
     )
     parser.add_argument(
-        "--knn-feature", choices=("cls", "mean"), default="cls", help="--protocol video-knn: CLS or the token mean"
+        "--knn-feature",
+        choices=("cls", "mean"),
+        default=None,
+        help="--protocol video-knn: the feature its k-NN and centroids read, CLS (default) or the mean of the tokens",
     )
     parser.add_argument("--video-root", default=None, help="index task: folder of the videos of a K400 CSV / SSv2 JSON")
     parser.add_argument("--labels-file", default=None, help="index task: SSv2's something-something-v2-labels.json")
@@ -242,6 +246,10 @@ def _check_options(args: argparse.Namespace) -> None:
         given += [o for o, v in (("--save-all", args.save_all), ("--overwrite", args.overwrite)) if v]
         if given:
             raise ConfigError(f"{', '.join(given)}: --plan prints the plan and stops, writing nothing; drop them")
+    if args.knn_feature is not None and args.protocol != "video-knn":
+        raise ConfigError(
+            f"--knn-feature {args.knn_feature}: with --protocol video-knn only (the kNN probe of a task reads CLS)"
+        )
     if args.overwrite and args.no_save and not args.out:
         raise ConfigError("--overwrite replaces --out and kept probes, and there are neither: drop it")
 
@@ -383,6 +391,10 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
+# options --protocol video-knn would leave unread (None when not given)
+_KNN_IGNORES = ("grid", "frames", "frame_stride", "fps", "slots", "features", "name", "image_frames", "cache")
+
+
 def _video_knn(args: argparse.Namespace, loaded: dict[str, LoadedEncoder]) -> int:
     """``--protocol video-knn``: the public real-video kNN protocol (``levjepa.eval.video_knn``) of every column."""
     files = args.task[len("index:") :].split(",") if args.task.startswith("index:") else []
@@ -392,17 +404,27 @@ def _video_knn(args: argparse.Namespace, loaded: dict[str, LoadedEncoder]) -> in
         )
     if args.plan or args.online or args.train_views is not None:
         raise ConfigError("--protocol video-knn trains nothing: drop --plan, --online and --train-views")
+    ignored = [f"--{k.replace('_', '-')}" for k in _KNN_IGNORES if getattr(args, k) is not None]
+    ignored += [o for o, v in (("--seeds", args.seeds != 1), ("--tokens", args.tokens != "full")) if v]
+    if ignored:
+        raise ConfigError(
+            f"{', '.join(ignored)}: --protocol video-knn reads 16 frames by linspace over each whole video at the "
+            "model's size (--size), its CLS or token mean, with no probe, grid, seed or store; drop them"
+        )
     gallery, names = read_labelled(files[0], video_root=args.video_root)
     queries, _ = read_labelled(files[1], video_root=args.video_root, classes=names)
     out = {}
     for name, le in loaded.items():
         size = args.size or model_preprocessing(le).size  # the model's preprocessing, unless --size
-        res = video_knn(le.encoder, gallery, queries, size=size, feature=args.knn_feature, device=args.device)
+        feature: Literal["cls", "mean"] = "mean" if args.knn_feature == "mean" else "cls"
+        res = video_knn(le.encoder, gallery, queries, size=size, feature=feature, device=args.device)
         print(res.table(name))
         out[name] = res.to_json()
-    if args.out:
+    if args.out:  # "accuracy" and "results", as every probe result (--overwrite recognises it as one)
+        accuracy = {name: {"knn": r["knn"], "centroid": r["centroid"]} for name, r in out.items()}
+        result = {"protocol": "video-knn", "accuracy": accuracy, "results": out}
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"protocol": "video-knn", "accuracy": out}, indent=2) + "\n")
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {args.out}")
     return 0
 
