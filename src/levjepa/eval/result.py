@@ -89,9 +89,9 @@ class EvalResult:
         """The probes' training views and which protocol they make: the reference (V-JEPA's frozen evaluation:
         a new augmented view every epoch), its transform on K stored views, or levjepa's fixed centre crops."""
         i = self.info
-        views = i.get("train_views", "fixed centre crops")
-        if "train_views" not in i:  # the built-in benchmark: its in-memory clips
-            return views
+        if "train_views" not in i:  # clips in memory (the built-in benchmark): encoded as they are, once
+            return "the clips as given, one fixed view each (no training transform)"
+        views = i["train_views"]
         if i.get("train_transform") is None:
             return f"{views} (levjepa's cheap protocol, not the reference's augmented views: --train-views online)"
         what = (
