@@ -2,7 +2,7 @@
 "The reference training transform (issue 65)"; before it, "Augmented views from a store (issue 53)").
 
     python bench/eval_views.py --run RUN --index DIR [--tasks appearance,...] [--ks 1,2,4] [--codec tpool3-int4g32]
-        [--seeds 0-9] [--json OUT.json]
+        [--seeds 0-9] [--json OUT.json] [--only fixed,K=4] [--crop-scale 0.3,1]
     python bench/eval_views.py --table A.json[,B.json]
 
 The augmented views are V-JEPA's frozen-evaluation training transform (``levjepa.data.clip_augment``: RandAugment,
@@ -13,7 +13,7 @@ one, so ``nohup python bench/eval_views.py ... --json OUT.json &`` can be killed
 Every index task under ``DIR`` (``DIR/TASK/{train,val,test}.txt``, ``python bench/eval_tasks.py --out DIR``) is
 probed with the attentive probe (the demo grid, chosen on val, read on test) from the training views of:
 
-* ``fixed`` — today's store, one centre crop per segment (``--train-views 0``);
+* ``fixed`` — the store of one centre crop per segment (``--train-views fixed``);
 * ``K=k`` — a store of ``k`` augmented views per video (``levjepa probe --train-views k``; the probes read view
   ``epoch mod k``), with every token and with the compact codec ``--codec``;
 * ``online`` — ``levjepa probe --train-views online`` (the reference protocol): the frozen encoder re-run on a new
@@ -26,7 +26,9 @@ CPU thread) are the whole cost. The probe seed is also the views' seed. The seed
 stopped early leaves every setting with the same seeds; ``--json`` keeps each seed as it finishes and
 ``--table`` merges files (runs of other seeds or tasks in other processes). The table: per task and setting, the
 mean test accuracy, the mean paired difference from ``online`` ± its standard error (the seeds' standard deviation
-of the difference / √seeds), the forwards and the seconds (means over seeds).
+of the difference / √seeds), the forwards and the seconds (means over seeds). A JSON of another encoder or
+transform is refused, never resumed into. ``--only`` runs some of the settings; ``--crop-scale LO,HI`` is an
+ablation, the same transform with another random-resized-crop scale (the JSON's ``transform`` says which).
 """
 
 from __future__ import annotations
@@ -87,7 +89,17 @@ def run_one(loaded: Any, folder: Path, k: int, tokens: str, online: bool, seed: 
     return {"acc": float(res.results["ema"][task.name]["attentive"].reported), "forwards": count[0], "s": seconds}
 
 
-def measure(run: str, index: str, tasks: list[str], ks: list[int], codec: str, seeds: list[int], out: str | None):
+def measure(
+    run: str,
+    index: str,
+    tasks: list[str],
+    ks: list[int],
+    codec: str,
+    seeds: list[int],
+    out: str | None,
+    only: list[str] | None = None,
+    crop_scale: tuple[float, float] | None = None,
+) -> dict[str, Any]:
     sys.path.insert(0, str(SRC))
     import torch
 
@@ -97,7 +109,11 @@ def measure(run: str, index: str, tasks: list[str], ks: list[int], codec: str, s
     torch.set_num_threads(1)
     loaded = load_encoder(run)
     record: dict[str, Any] = {"run": run, "index": index, "codec": codec, "ks": ks, "results": {}}
-    record.update(transform=clip_augment.NAME, encoder=loaded.describe())
+    transform = clip_augment.NAME
+    if crop_scale is not None and crop_scale != clip_augment.CROP_SCALE:  # an ablation: another crop scale
+        clip_augment.CROP_SCALE = crop_scale  # read at each draw, in this process (workers=0)
+        transform += f" with crop scale {crop_scale[0]:g}-{crop_scale[1]:g}"
+    record.update(transform=transform, encoder=loaded.describe())
     if out and Path(out).is_file():  # resume: keep what a stopped run measured, with this encoder only
         before = json.loads(Path(out).read_text())
         if before.get("encoder") != record["encoder"] or before.get("transform") != record["transform"]:
@@ -109,6 +125,8 @@ def measure(run: str, index: str, tasks: list[str], ks: list[int], codec: str, s
     for seed in seeds:
         for task in tasks:
             for name, k, tokens, online in settings(ks, codec):
+                if only and name not in only:
+                    continue
                 done = record["results"].get(task, {}).get(name, {})
                 if str(seed) in done:
                     continue
@@ -155,14 +173,14 @@ def table(record: dict[str, Any]) -> None:
         ref, fixed = by_setting.get("online", {}), by_setting.get("fixed", {})
         for name, *_ in names:
             runs = by_setting.get(name, {})
-            seeds = sorted((s for s in runs if s in ref and s in fixed), key=int)
+            seeds = sorted((s for s in runs if s in fixed and (s in ref or not ref)), key=int)
             if not seeds:
                 continue
             acc = [runs[s]["acc"] for s in seeds]
-            diff, se = _paired(acc, [ref[s]["acc"] for s in seeds])
+            diff, se = _paired(acc, [ref[s]["acc"] for s in seeds]) if ref else (math.nan, math.nan)
             dfix, sefix = _paired(acc, [fixed[s]["acc"] for s in seeds])
             for what, base in (("online", ref), ("fixed", fixed)):
-                for s in seeds:
+                for s in seeds if base else []:
                     over.setdefault(name, {}).setdefault(what, {}).setdefault(s, []).append(
                         runs[s]["acc"] - base[s]["acc"]
                     )
@@ -178,11 +196,11 @@ def table(record: dict[str, Any]) -> None:
     for name, by_ref in over.items():
         cells = []
         for what in ("online", "fixed"):
-            per_seed = [sum(d) / len(d) for d in by_ref[what].values()]
-            m, se = _paired(per_seed, [0.0] * len(per_seed))
+            per_seed = [sum(d) / len(d) for d in by_ref.get(what, {}).values()]
+            m, se = _paired(per_seed, [0.0] * len(per_seed)) if per_seed else (math.nan, math.nan)
             cells.append(f"{m:+.2f} ± {se:.2f}")
-        tasks = max(len(d) for d in by_ref["online"].values())
-        print(f"| {name} | {cells[0]} | {cells[1]} | {tasks} | {len(by_ref['online'])} |")
+        tasks = max(len(d) for d in by_ref["fixed"].values())
+        print(f"| {name} | {cells[0]} | {cells[1]} | {tasks} | {len(by_ref['fixed'])} |")
 
 
 def main() -> None:
@@ -194,6 +212,12 @@ def main() -> None:
     ap.add_argument("--codec", default="tpool3-int4g32")
     ap.add_argument("--seeds", default="0-9", help="a list (0,1,2) or a range (0-9)")
     ap.add_argument("--json", default=None, help="keep the measurements here, seed by seed")
+    ap.add_argument("--only", default=None, help="these settings only (comma-separated names: fixed,K=4,online)")
+    ap.add_argument(
+        "--crop-scale",
+        default=None,
+        help="an ablation: the transform with this crop scale (LO,HI; the reference's is 0.08,1)",
+    )
     ap.add_argument("--table", default=None, help="print the table of these JSON files (comma-separated)")
     args = ap.parse_args()
     if args.table:
@@ -202,7 +226,12 @@ def main() -> None:
     ks = [int(k) for k in args.ks.split(",")]
     lo, _, hi = args.seeds.partition("-")
     seeds = list(range(int(lo), int(hi) + 1)) if hi else [int(s) for s in args.seeds.split(",")]
-    table(measure(args.run, args.index, args.tasks.split(","), ks, args.codec, seeds, args.json))
+    only = args.only.split(",") if args.only else None
+    crop = None
+    if args.crop_scale:
+        lo, hi = (float(x) for x in args.crop_scale.split(","))
+        crop = (lo, hi)
+    table(measure(args.run, args.index, args.tasks.split(","), ks, args.codec, seeds, args.json, only, crop))
 
 
 if __name__ == "__main__":
