@@ -125,12 +125,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--task", default="appearance,motion,arrow", help="appearance,motion,arrow (any) or index:TRAIN,VAL[,TEST]"
     )
-    parser.add_argument("--weights", choices=("ema", "online", "both"), default="ema")
+    parser.add_argument(
+        "--weights",
+        choices=("ema", "online", "both"),
+        default="ema",
+        help="the checkpoint's weights: the EMA copy, the trained (online) weights, or both as two columns (not the "
+        "training views: --train-views online)",
+    )
     parser.add_argument("--probe", default="all", help="attentive,linear,knn (any) or all")
     parser.add_argument(
         "--probe-depth", type=int, choices=(1, 4), default=1, help="attentive blocks: 1 paper, 4 V-JEPA 2"
     )
-    parser.add_argument("--budget", choices=("demo", "full"), default="demo")
+    parser.add_argument(
+        "--budget",
+        choices=("demo", "full"),
+        default="demo",
+        help="the probes' grid and epochs: demo (attentive 2 lr x 2 wd heads, 20 epochs, chosen by val loss; the "
+        "built-in benchmark's small splits) or full (V-JEPA 2's 5 lr x 4 wd values, 20 epochs, chosen by val accuracy)",
+    )
     parser.add_argument(
         "--grid",
         choices=GRIDS,
@@ -204,8 +216,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tokens",
         default="full",
         help="what the attentive probe reads of the tokens: full (float16), or a compact store: pool2 (2×2 spatial "
-        "pooling), tpool2 (2 temporal slots averaged), last (the last temporal slot), int8 or int4 (8- or 4-bit "
-        "tokens), joined by '-', e.g. pool2-int8 (bench/eval.md)",
+        "pooling), tpool2 / tpool3 (2 or 3 temporal slots averaged), last (the last temporal slot), int8, int4 or "
+        "int4g32 (8- or 4-bit tokens; g32: a scale per 32 channels), joined by '-': tpool3-int4g32 is the one "
+        "recommended (docs/evaluation.md); a store's codec, so not with --train-views online",
     )
     add_image_frames_argument(parser, "repeat (index task)")
     parser.add_argument("--batch-size", type=int, default=8, help="clips per encoder forward")
