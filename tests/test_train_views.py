@@ -237,3 +237,31 @@ def test_a_protocols_default_training_views_give_way_to_the_options(setting, mon
     assert _resolved(monkeypatch, base) == expected
     assert _resolved(monkeypatch, [*base, "--train-views", "fixed"]) == (0, False)
     assert _resolved(monkeypatch, [*base, "--train-views", "online"]) == (0, True)
+
+
+def test_the_video_protocols_train_as_the_reference_by_default(setting, monkeypatch, capsys):  # noqa: F811
+    """``--protocol ssv2`` (k400, diving48) is V-JEPA's frozen evaluation: online views of its transform unless
+    told otherwise; a store's codec without a store is one line naming the way out."""
+    files, run, _, _ = setting
+    base = [str(run), "--task", "index:" + ",".join(files), "--slots", "2"]
+    for name in ("ssv2", "k400", "diving48"):
+        assert _resolved(monkeypatch, [*base, "--protocol", name]) == (0, True)
+    assert _resolved(monkeypatch, [*base, "--protocol", "in1k", "--image-frames", "one"]) == (0, False)
+    assert _resolved(monkeypatch, [*base, "--protocol", "ssv2", "--train-views", "4", "--tokens", "int8"]) == (4, False)
+    from levjepa.cli import main
+
+    assert main(["probe", *base, "--protocol", "ssv2", "--tokens", "int8", "--plan", "--workers", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--tokens int8" in err[0] and "--train-views K" in err[0], err
+
+
+def test_an_online_caption_says_which_probes_read_the_online_views():
+    from levjepa.eval.result import EvalResult
+
+    info = {"train_views": "augmented every epoch (online)", "train_transform": clip_augment.NAME, "online": True}
+    both = EvalResult(["e"], ["t"], ["attentive", "linear"], {}, {}, info).caption()
+    assert "the reference protocol (" + clip_augment.DESCRIPTION + "); the other probes: fixed centre crops" in both
+    alone = EvalResult(["e"], ["t"], ["attentive"], {}, {}, info).caption()
+    assert "the other probes" not in alone
+    linear = {"train_views": "fixed centre crops", "online": True}  # online asked for, no probe reads tokens
+    assert "online views are the attentive's" in EvalResult(["e"], ["t"], ["linear"], {}, {}, linear).caption()

@@ -321,6 +321,12 @@ def _main(args: argparse.Namespace) -> int:
         _check_protocol_options(args)
         chosen = _train_views(args)
         online = chosen == "online"  # the reference protocol: no training store of tokens, a view every epoch
+        if online and args.tokens != "full" and not args.online and args.train_views is None:
+            raise ConfigError(
+                f"--tokens {args.tokens}: a store's codec, and --protocol {args.protocol} trains online by default "
+                "(the reference protocol: a new view every epoch, no token stored); add --train-views K to store K "
+                "views of its transform in that codec, or --train-views fixed for the centre crops"
+            )
         train_views = chosen if isinstance(chosen, int) else 0
         bad = BadFileReport()
         features = args.features or str(Path(args.out).parent / "features" if args.out else Path("features"))

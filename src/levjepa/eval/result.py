@@ -93,6 +93,10 @@ class EvalResult:
             return "the clips as given, one fixed view each (no training transform)"
         views = i["train_views"]
         if i.get("train_transform") is None:
+            if i.get("online"):  # online views feed the attentive probe; no probe of this table reads tokens
+                return (
+                    f"{views} (the probes here read CLS or the mean, from the store; online views are the attentive's)"
+                )
             return f"{views} (levjepa's cheap protocol, not the reference's augmented views: --train-views online)"
         what = (
             "the reference protocol"
@@ -100,7 +104,8 @@ class EvalResult:
             else "reused over the epochs: the reference transform, where the reference protocol draws a view an epoch"
         )
         described = clip_augment.DESCRIPTION if i["train_transform"] == clip_augment.NAME else i["train_transform"]
-        return f"{views} {what} ({described})"
+        others = "" if not i.get("online") or self.probes == ["attentive"] else "; the other probes: fixed centre crops"
+        return f"{views} {what} ({described}){others}"
 
     def _recipe(self) -> str:
         """How the attentive probes trained, where the table has them: epochs and the rule val chose by."""
