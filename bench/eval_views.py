@@ -2,7 +2,7 @@
 "The reference training transform (issue 65)"; before it, "Augmented views from a store (issue 53)").
 
     python bench/eval_views.py --run RUN --index DIR [--tasks appearance,...] [--ks 1,2,4] [--codec tpool3-int4g32]
-        [--seeds 0-9] [--json OUT.json]
+        [--seeds 0-9] [--json OUT.json] [--only fixed,K=4] [--crop-scale 0.3,1]
     python bench/eval_views.py --table A.json[,B.json]
 
 The augmented views are V-JEPA's frozen-evaluation training transform (``levjepa.data.clip_augment``: RandAugment,
@@ -13,10 +13,11 @@ one, so ``nohup python bench/eval_views.py ... --json OUT.json &`` can be killed
 Every index task under ``DIR`` (``DIR/TASK/{train,val,test}.txt``, ``python bench/eval_tasks.py --out DIR``) is
 probed with the attentive probe (the demo grid, chosen on val, read on test) from the training views of:
 
-* ``fixed`` — today's store, one centre crop per segment (``--train-views 0``);
+* ``fixed`` — the store of one centre crop per segment (``--train-views fixed``);
 * ``K=k`` — a store of ``k`` augmented views per video (``levjepa probe --train-views k``; the probes read view
   ``epoch mod k``), with every token and with the compact codec ``--codec``;
-* ``online`` — ``levjepa probe --online``: the frozen encoder re-run on a new augmented view every epoch.
+* ``online`` — ``levjepa probe --train-views online`` (the reference protocol): the frozen encoder re-run on a new
+  augmented view every epoch.
 
 Each setting runs exactly as ``levjepa probe --task index:...`` does (``dataset_task`` + ``evaluate``) into a
 fresh features folder, so its encoder forwards (counted at ``levjepa.infer.encode.encode`` as the store and the
@@ -25,7 +26,9 @@ CPU thread) are the whole cost. The probe seed is also the views' seed. The seed
 stopped early leaves every setting with the same seeds; ``--json`` keeps each seed as it finishes and
 ``--table`` merges files (runs of other seeds or tasks in other processes). The table: per task and setting, the
 mean test accuracy, the mean paired difference from ``online`` ± its standard error (the seeds' standard deviation
-of the difference / √seeds), the forwards and the seconds (means over seeds).
+of the difference / √seeds), the forwards and the seconds (means over seeds). A JSON of another encoder or
+transform is refused, never resumed into. ``--only`` runs some of the settings; ``--crop-scale LO,HI`` is an
+ablation, the same transform with another random-resized-crop scale (the JSON's ``transform`` says which).
 """
 
 from __future__ import annotations
@@ -86,7 +89,17 @@ def run_one(loaded: Any, folder: Path, k: int, tokens: str, online: bool, seed: 
     return {"acc": float(res.results["ema"][task.name]["attentive"].reported), "forwards": count[0], "s": seconds}
 
 
-def measure(run: str, index: str, tasks: list[str], ks: list[int], codec: str, seeds: list[int], out: str | None):
+def measure(
+    run: str,
+    index: str,
+    tasks: list[str],
+    ks: list[int],
+    codec: str,
+    seeds: list[int],
+    out: str | None,
+    only: list[str] | None = None,
+    crop_scale: tuple[float, float] | None = None,
+) -> dict[str, Any]:
     sys.path.insert(0, str(SRC))
     import torch
 
@@ -96,12 +109,24 @@ def measure(run: str, index: str, tasks: list[str], ks: list[int], codec: str, s
     torch.set_num_threads(1)
     loaded = load_encoder(run)
     record: dict[str, Any] = {"run": run, "index": index, "codec": codec, "ks": ks, "results": {}}
-    record["transform"] = clip_augment.NAME
-    if out and Path(out).is_file():  # resume: keep what a stopped run measured
-        record["results"] = json.loads(Path(out).read_text())["results"]
+    transform = clip_augment.NAME
+    if crop_scale is not None and crop_scale != clip_augment.CROP_SCALE:  # an ablation: another crop scale
+        clip_augment.CROP_SCALE = crop_scale  # read at each draw, in this process (workers=0)
+        transform += f" with crop scale {crop_scale[0]:g}-{crop_scale[1]:g}"
+    record.update(transform=transform, encoder=loaded.describe())
+    if out and Path(out).is_file():  # resume: keep what a stopped run measured, with this encoder only
+        before = json.loads(Path(out).read_text())
+        if before.get("encoder") != record["encoder"] or before.get("transform") != record["transform"]:
+            sys.exit(
+                f"eval_views: {out} holds measurements of {before.get('encoder', 'another encoder')} "
+                f"({before.get('transform')}), not of {record['encoder']}: give another --json"
+            )
+        record["results"] = before["results"]
     for seed in seeds:
         for task in tasks:
             for name, k, tokens, online in settings(ks, codec):
+                if only and name not in only:
+                    continue
                 done = record["results"].get(task, {}).get(name, {})
                 if str(seed) in done:
                     continue
@@ -136,24 +161,29 @@ def _paired(acc: list[float], ref: list[float]) -> tuple[float, float]:
 
 
 def table(record: dict[str, Any]) -> None:
-    """The markdown table of a record (module doc), then the mean over tasks of each setting."""
+    """The markdown table of a record (module doc), then per setting the mean over tasks of its paired difference
+    from online and from fixed, ± the standard error over the seeds of that per-seed mean."""
     print(
         "| task | training views | seeds | test acc % | − online (± SE) | − fixed (± SE) | encoder forwards | seconds |"
     )
     print("|---|---|---|---|---|---|---|---|")
     names = settings(record["ks"], record["codec"])
-    over: dict[str, list[float]] = {}
+    over: dict[str, dict[str, dict[str, list[float]]]] = {}  # setting -> ref -> seed -> the tasks' differences
     for task, by_setting in record["results"].items():
         ref, fixed = by_setting.get("online", {}), by_setting.get("fixed", {})
         for name, *_ in names:
             runs = by_setting.get(name, {})
-            seeds = sorted((s for s in runs if s in ref and s in fixed), key=int)
+            seeds = sorted((s for s in runs if s in fixed and (s in ref or not ref)), key=int)
             if not seeds:
                 continue
             acc = [runs[s]["acc"] for s in seeds]
-            diff, se = _paired(acc, [ref[s]["acc"] for s in seeds])
+            diff, se = _paired(acc, [ref[s]["acc"] for s in seeds]) if ref else (math.nan, math.nan)
             dfix, sefix = _paired(acc, [fixed[s]["acc"] for s in seeds])
-            over.setdefault(name, []).append(diff)
+            for what, base in (("online", ref), ("fixed", fixed)):
+                for s in seeds if base else []:
+                    over.setdefault(name, {}).setdefault(what, {}).setdefault(s, []).append(
+                        runs[s]["acc"] - base[s]["acc"]
+                    )
             fw = sum(runs[s]["forwards"] for s in seeds) / len(seeds)
             sec = sum(runs[s]["s"] for s in seeds) / len(seeds)
             mean = sum(acc) / len(acc)
@@ -161,9 +191,16 @@ def table(record: dict[str, Any]) -> None:
                 f"| {task} | {name} | {len(seeds)} | {mean:.1f} | {diff:+.1f} ± {se:.1f} | {dfix:+.1f} ± {sefix:.1f} | "
                 f"{fw:.0f} | {sec:.0f} |"
             )
-    print("\nmean over tasks of the paired difference from online (points):")
-    for name, diffs in over.items():
-        print(f"- {name}: {sum(diffs) / len(diffs):+.2f} ({len(diffs)} tasks)")
+    print("\nmean over tasks of the paired difference (points; ± SE over seeds of each seed's mean over the tasks):")
+    print("\n| training views | − online | − fixed | tasks | seeds |\n|---|---|---|---|---|")
+    for name, by_ref in over.items():
+        cells = []
+        for what in ("online", "fixed"):
+            per_seed = [sum(d) / len(d) for d in by_ref.get(what, {}).values()]
+            m, se = _paired(per_seed, [0.0] * len(per_seed)) if per_seed else (math.nan, math.nan)
+            cells.append(f"{m:+.2f} ± {se:.2f}")
+        tasks = max(len(d) for d in by_ref["fixed"].values())
+        print(f"| {name} | {cells[0]} | {cells[1]} | {tasks} | {len(by_ref['fixed'])} |")
 
 
 def main() -> None:
@@ -175,6 +212,12 @@ def main() -> None:
     ap.add_argument("--codec", default="tpool3-int4g32")
     ap.add_argument("--seeds", default="0-9", help="a list (0,1,2) or a range (0-9)")
     ap.add_argument("--json", default=None, help="keep the measurements here, seed by seed")
+    ap.add_argument("--only", default=None, help="these settings only (comma-separated names: fixed,K=4,online)")
+    ap.add_argument(
+        "--crop-scale",
+        default=None,
+        help="an ablation: the transform with this crop scale (LO,HI; the reference's is 0.08,1)",
+    )
     ap.add_argument("--table", default=None, help="print the table of these JSON files (comma-separated)")
     args = ap.parse_args()
     if args.table:
@@ -183,7 +226,12 @@ def main() -> None:
     ks = [int(k) for k in args.ks.split(",")]
     lo, _, hi = args.seeds.partition("-")
     seeds = list(range(int(lo), int(hi) + 1)) if hi else [int(s) for s in args.seeds.split(",")]
-    table(measure(args.run, args.index, args.tasks.split(","), ks, args.codec, seeds, args.json))
+    only = args.only.split(",") if args.only else None
+    crop = None
+    if args.crop_scale:
+        lo, hi = (float(x) for x in args.crop_scale.split(","))
+        crop = (lo, hi)
+    table(measure(args.run, args.index, args.tasks.split(","), ks, args.codec, seeds, args.json, only, crop))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import pytest
 import levjepa.eval.feature_store as feature_store
 import levjepa.eval.online as online
 from levjepa.cli import main
+from levjepa.data import clip_augment
 from levjepa.eval.config import EvalConfig
 from levjepa.eval.dataset_task import dataset_task
 from levjepa.eval.harness import evaluate
@@ -67,6 +68,10 @@ def test_online_encodes_every_epoch_and_stores_no_token(setting, tmp_path, monke
     said = plan(task, loaded, cfg)
     result = evaluate({"e": loaded.encoder}, task, cfg)
     assert result is not None and "online" in result.caption()
+    cap = result.caption()  # the protocol by name, its transform, the seeds and the grid
+    assert "augmented every epoch (online) the reference protocol (" + clip_augment.DESCRIPTION in cap
+    assert ("1 probe seed (0)" if seeds == 1 else "2 probe seeds 0…1 (one pass, each its own init, batch order and "
+            "training views") in cap and "levjepa's grid and schedule" in cap  # fmt: skip
     # every epoch for training views (each seed reads its own batches), once for val and test
     assert sum(seen) == seeds * 3 * 12 + 6 + 9
     assert sum(s.forwards for s in said.splits) == sum(seen) + 12 + 6 + 9  # + the store of CLS and mean

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import levjepa.eval.feature_set as feature_set
+from levjepa.data import clip_augment
 from levjepa.data.clip_augment import train_transform
 from levjepa.data.eval_clip import ViewSpec, load_train_views, train_key
 from levjepa.data.sources import parse_index
@@ -170,6 +171,9 @@ def test_probes_train_from_k_views_with_the_run_seed(setting, tmp_path, monkeypa
     monkeypatch.setattr(StoreSource, "set_epoch", spy)
     result = evaluate({"e": loaded.encoder}, task, cfg)
     assert result is not None and result.info["train_views"] == "2 augmented views per video"
+    cap = result.caption()  # the views, their transform, and that they are not the reference protocol's draws
+    assert "2 augmented views per video reused over the epochs" in cap and clip_augment.DESCRIPTION in cap
+    assert "(attentive: 2 lr × 2 wd heads, 3 epochs" in cap and "1 probe seed (4)" in cap
     assert seen == [0, 1, 2]  # the trainer calls it at the start of every epoch
     train = FeatureStore(task.stores["e"]["train"])
     assert train.config["train_views"] == 2 and train.config["view_seed"] == 4
@@ -177,3 +181,87 @@ def test_probes_train_from_k_views_with_the_run_seed(setting, tmp_path, monkeypa
     with pytest.raises(ValueError, match="drop --train-views"):
         online = EvalConfig(tasks=(task.name,), probes=("attentive",), online=True)
         task.prepare({"e": loaded.encoder}, online)
+
+
+def _resolved(monkeypatch, argv: list[str]) -> tuple[int, bool]:
+    """What ``levjepa probe ARGV --plan`` hands the library: the task's K and the evaluation's online flag."""
+    import levjepa.commands.probe as cli_probe
+    from levjepa.cli import main
+
+    seen: list[tuple[int, bool]] = []
+
+    class _Said:
+        def text(self) -> str:
+            return ""
+
+    def spy(task, loaded, cfg):  # type: ignore[no-untyped-def]
+        seen.append((task.train_views.train_views, cfg.online))
+        return _Said()
+
+    monkeypatch.setattr(cli_probe, "plan", spy)
+    assert main(["probe", *argv, "--plan", "--workers", "0"]) == 0
+    return seen[0]
+
+
+def test_the_training_views_are_one_named_choice(setting, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """``--train-views online`` is the reference protocol (and ``--online`` its other spelling), ``fixed`` the
+    centre crops (= 0), K a K-view store; a protocol's default is used only when none is given."""
+    files, run, _, _ = setting
+    base = [str(run), "--task", "index:" + ",".join(files), "--size", "16", "--frames", "4"]
+    assert _resolved(monkeypatch, base) == (0, False)
+    assert _resolved(monkeypatch, [*base, "--train-views", "online"]) == (0, True)
+    assert _resolved(monkeypatch, [*base, "--online"]) == (0, True)
+    assert _resolved(monkeypatch, [*base, "--online", "--train-views", "online"]) == (0, True)
+    assert _resolved(monkeypatch, [*base, "--train-views", "fixed"]) == (0, False)
+    assert _resolved(monkeypatch, [*base, "--train-views", "3"]) == (3, False)
+    from levjepa.cli import main
+
+    for bad, said in ((["--online", "--train-views", "2"], "choose one"), (["--train-views", "two"], "online")):
+        assert main(["probe", *base, *bad, "--plan", "--workers", "0"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("levjepa probe: --") and said in err[0], err
+
+
+@pytest.mark.parametrize("default", [0, 2, "online"])
+def test_a_protocols_default_training_views_give_way_to_the_options(setting, monkeypatch, default):  # noqa: F811
+    import dataclasses
+
+    from levjepa.eval import protocols
+
+    files, run, _, _ = setting
+    monkeypatch.setitem(
+        protocols.PROTOCOLS, "in1k", dataclasses.replace(protocols.PROTOCOLS["in1k"], train_views=default)
+    )
+    base = [str(run), "--task", "index:" + ",".join(files), "--protocol", "in1k", "--image-frames", "one"]
+    expected = (0, True) if default == "online" else (default, False)
+    assert _resolved(monkeypatch, base) == expected
+    assert _resolved(monkeypatch, [*base, "--train-views", "fixed"]) == (0, False)
+    assert _resolved(monkeypatch, [*base, "--train-views", "online"]) == (0, True)
+
+
+def test_the_video_protocols_train_as_the_reference_by_default(setting, monkeypatch, capsys):  # noqa: F811
+    """``--protocol ssv2`` (k400, diving48) is V-JEPA's frozen evaluation: online views of its transform unless
+    told otherwise; a store's codec without a store is one line naming the way out."""
+    files, run, _, _ = setting
+    base = [str(run), "--task", "index:" + ",".join(files), "--slots", "2"]
+    for name in ("ssv2", "k400", "diving48"):
+        assert _resolved(monkeypatch, [*base, "--protocol", name]) == (0, True)
+    assert _resolved(monkeypatch, [*base, "--protocol", "in1k", "--image-frames", "one"]) == (0, False)
+    assert _resolved(monkeypatch, [*base, "--protocol", "ssv2", "--train-views", "4", "--tokens", "int8"]) == (4, False)
+    from levjepa.cli import main
+
+    assert main(["probe", *base, "--protocol", "ssv2", "--tokens", "int8", "--plan", "--workers", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--tokens int8" in err[0] and "--train-views K" in err[0], err
+
+
+def test_an_online_caption_says_which_probes_read_the_online_views():
+    from levjepa.eval.result import EvalResult
+
+    info = {"train_views": "augmented every epoch (online)", "train_transform": clip_augment.NAME, "online": True}
+    both = EvalResult(["e"], ["t"], ["attentive", "linear"], {}, {}, info).caption()
+    assert "the reference protocol (" + clip_augment.DESCRIPTION + "); the other probes: fixed centre crops" in both
+    alone = EvalResult(["e"], ["t"], ["attentive"], {}, {}, info).caption()
+    assert "the other probes" not in alone
+    linear = {"train_views": "fixed centre crops", "online": True}  # online asked for, no probe reads tokens
+    assert "online views are the attentive's" in EvalResult(["e"], ["t"], ["linear"], {}, {}, linear).caption()

@@ -64,3 +64,35 @@ def test_the_protocol_reads_the_linspace_frames(tmp_path, one_thread):
     feats = _features(enc, items, 16, "cls", "cpu")
     torch.testing.assert_close(feats[1:2], direct)
     assert 0 <= res.knn <= 100 and 0 <= res.centroid <= 100
+
+
+def test_the_command_writes_a_result_it_can_replace_and_refuses_what_it_would_not_read(tmp_path, capsys, one_thread):
+    """``probe --protocol video-knn`` prints its table and writes ``accuracy`` and ``results`` (a rerun with
+    ``--overwrite`` recognises its own file); an option it would leave unread is one line, never ignored."""
+    import json
+
+    from levjepa.cli import main
+    from test_classify import write_index
+    from test_export import make_run_dir
+
+    media = tmp_path / "media"
+    gallery, queries = write_index(media, "train", 6, 0), write_index(media, "val", 4, 1)
+    run = make_run_dir(tmp_path, steps=(5,))
+    base = ["probe", str(run), "--task", f"index:{gallery},{queries}", "--protocol", "video-knn", "--no-baseline"]
+    base += ["--no-save", "--size", "16"]
+    out = tmp_path / "r.json"
+    assert main([*base, "--out", str(out)]) == 0
+    assert "Video kNN protocol" in capsys.readouterr().out
+    first = json.loads(out.read_text())
+    assert set(first["accuracy"]["pretrained-ema"]) == {"knn", "centroid"}
+    assert first["results"]["pretrained-ema"]["feature"] == "cls" and first["results"]["pretrained-ema"]["queries"] == 4
+    assert main([*base, "--out", str(out), "--overwrite", "--knn-feature", "mean"]) == 0
+    assert json.loads(out.read_text())["results"]["pretrained-ema"]["feature"] == "mean"
+    capsys.readouterr()
+    for bad in (["--frames", "8"], ["--seeds", "3"], ["--grid", "vjepa2"], ["--tokens", "int8"], ["--online"]):
+        assert main([*base, *bad]) == 2, bad
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("levjepa probe: ") and bad[0] in err[0] and "video-knn" in err[0]
+    task = ["probe", str(run), "--task", f"index:{gallery},{queries}", "--no-save", "--knn-feature", "mean"]
+    assert main(task) == 2
+    assert "with --protocol video-knn only" in capsys.readouterr().err

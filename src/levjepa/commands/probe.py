@@ -18,6 +18,19 @@ Tasks (``--task``):
   with exit status 75 and one line; the same command continues from the stores and from the probes finished
   before the signal (``levjepa.eval.probe_records``).
 
+**Training views** (index task; ``--train-views``): ``online`` is the reference protocol — V-JEPA's frozen
+evaluation re-runs the frozen encoder every epoch on a new view drawn by its training transform
+(``levjepa.data.clip_augment``: RandAugment ``rand-m7-n4-mstd0.5-inc1``, random resized crop 8–100 %, random
+erasing, no flip, V-JEPA 2's temporal starts); ``K`` keeps K such views per video in the store (epoch e reads view
+e mod K); ``fixed`` one centre crop per segment, encoded once. ``--online`` is ``--train-views online``. The
+default is the protocol's (``levjepa.eval.protocols``), else ``fixed``; the table's caption names the views and
+the transform. ``--seeds N`` trains seeds seed … seed+N−1 in one pass, each its own run (its own initialisation,
+batch order and, with augmented views, its own views), and reports mean ± sd. ``--grid vjepa2`` trains V-JEPA
+2's 20 attentive heads with its schedules and prints its report (the best head on the evaluation split) beside
+levjepa's (the head chosen on val). ``--protocol video-knn --task index:GALLERY,QUERY`` trains nothing: 16
+frames by linspace over each whole video, CLS (``--knn-feature mean``: the token mean), k-NN (k = 20, weights
+``exp(sim / 0.07)``) and nearest-centroid accuracy of the queries (docs/evaluation.md).
+
 ``--weights ema|online|both`` picks the checkpoint's weights (an export holds one set); the table adds
 ``random-init``: the same architecture at random initialisation (``--baseline-seed``), unless
 ``--no-baseline``. ``--layers`` reads other blocks than the last, every column alike (``5,11,17,23``: concatenated
@@ -44,6 +57,7 @@ import functools
 import json
 import sys
 from pathlib import Path
+from typing import Literal
 
 from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
@@ -58,7 +72,7 @@ from levjepa.eval.harness import Task, evaluate, keep_probes, kept_columns
 from levjepa.eval.kept_probes import check_probe_dir
 from levjepa.eval.plan import plan
 from levjepa.eval.probes import GRIDS, probe_config
-from levjepa.eval.protocols import PROTOCOLS, parse_slots, read_labelled
+from levjepa.eval.protocols import PROTOCOLS, TrainViews, parse_slots, parse_train_views, read_labelled
 from levjepa.eval.result import EvalResult
 from levjepa.eval.synthetic_task import SYNTHETIC_TITLE, TASKS, synthetic_config_for, synthetic_splits
 from levjepa.eval.video_knn import video_knn
@@ -95,17 +109,44 @@ def _check_protocol_options(args: argparse.Namespace) -> None:
         )
 
 
+def _train_views(args: argparse.Namespace) -> TrainViews:
+    """The probes' training views: ``--train-views``, ``--online`` (its other spelling), else the protocol's."""
+    given = None if args.train_views is None else parse_train_views(args.train_views)
+    if args.online and given not in (None, "online"):
+        raise ConfigError(
+            f"--online and --train-views {args.train_views}: --online is --train-views online (a new view every "
+            "epoch, none stored); choose one"
+        )
+    if args.online:
+        return "online"
+    if given is not None:
+        return given
+    return PROTOCOLS[args.protocol].train_views if args.protocol else 0
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="run directory, checkpoint or export")
     parser.add_argument(
         "--task", default="appearance,motion,arrow", help="appearance,motion,arrow (any) or index:TRAIN,VAL[,TEST]"
     )
-    parser.add_argument("--weights", choices=("ema", "online", "both"), default="ema")
+    parser.add_argument(
+        "--weights",
+        choices=("ema", "online", "both"),
+        default="ema",
+        help="the checkpoint's weights: the EMA copy, the trained (online) weights, or both as two columns (not the "
+        "training views: --train-views online)",
+    )
     parser.add_argument("--probe", default="all", help="attentive,linear,knn (any) or all")
     parser.add_argument(
         "--probe-depth", type=int, choices=(1, 4), default=1, help="attentive blocks: 1 paper, 4 V-JEPA 2"
     )
-    parser.add_argument("--budget", choices=("demo", "full"), default="demo")
+    parser.add_argument(
+        "--budget",
+        choices=("demo", "full"),
+        default="demo",
+        help="the probes' grid and epochs: demo (attentive 2 lr x 2 wd heads, 20 epochs, chosen by val loss; the "
+        "built-in benchmark's small splits) or full (V-JEPA 2's 5 lr x 4 wd values, 20 epochs, chosen by val accuracy)",
+    )
     parser.add_argument(
         "--grid",
         choices=GRIDS,
@@ -125,7 +166,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "whole video, k-NN (k 20) and nearest-centroid accuracy, nothing trained (docs/evaluation.md)",
     )
     parser.add_argument(
-        "--knn-feature", choices=("cls", "mean"), default="cls", help="--protocol video-knn: CLS or the token mean"
+        "--knn-feature",
+        choices=("cls", "mean"),
+        default=None,
+        help="--protocol video-knn: the feature its k-NN and centroids read, CLS (default) or the mean of the tokens",
     )
     parser.add_argument("--video-root", default=None, help="index task: folder of the videos of a K400 CSV / SSv2 JSON")
     parser.add_argument("--labels-file", default=None, help="index task: SSv2's something-something-v2-labels.json")
@@ -156,19 +200,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="index task: evaluate splits that share files (refused otherwise: a probe scored on files it trained on)",
     )
     parser.add_argument(
-        "--online",
-        action="store_true",
-        help="index task: no token store; the frozen encoder runs every epoch with train-time augmentation "
-        "(V-JEPA 2's evaluation; for when no store fits)",
-    )
-    parser.add_argument(
         "--train-views",
-        type=int,
         default=None,
-        metavar="K",
-        help="index task: store K augmented views per training video (V-JEPA's train transform) and read one per "
-        "epoch; 0: the fixed centre crops (default: the protocol's, else 0; bench/eval.md)",
+        metavar="online|fixed|K",
+        help="index task: the probes' training views. online: the reference protocol (V-JEPA's frozen evaluation): "
+        "the attentive probe's tokens encoded every epoch from a new view drawn by V-JEPA's training transform "
+        "(RandAugment rand-m7-n4-mstd0.5-inc1, random resized crop 8-100 %%, random erasing, no flip), none stored; "
+        "K: K such views per video kept in the store, epoch e reads view e mod K; fixed (= 0): one centre crop per "
+        "segment, encoded once (cheapest; not the reference protocol). Default: the protocol's, else fixed "
+        "(docs/evaluation.md, bench/eval.md)",
     )
+    parser.add_argument("--online", action="store_true", help="index task: the same as --train-views online")
     parser.add_argument(
         "--plan",
         action="store_true",
@@ -178,8 +220,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tokens",
         default="full",
         help="what the attentive probe reads of the tokens: full (float16), or a compact store: pool2 (2×2 spatial "
-        "pooling), tpool2 (2 temporal slots averaged), last (the last temporal slot), int8 or int4 (8- or 4-bit "
-        "tokens), joined by '-', e.g. pool2-int8 (bench/eval.md)",
+        "pooling), tpool2 / tpool3 (2 or 3 temporal slots averaged), last (the last temporal slot), int8, int4 or "
+        "int4g32 (8- or 4-bit tokens; g32: a scale per 32 channels), joined by '-': tpool3-int4g32 is the one "
+        "recommended (docs/evaluation.md); a store's codec, so not with --train-views online",
     )
     add_image_frames_argument(parser, "repeat (index task)")
     add_layers_argument(parser)
@@ -221,6 +264,10 @@ def _check_options(args: argparse.Namespace) -> None:
         given += [o for o, v in (("--save-all", args.save_all), ("--overwrite", args.overwrite)) if v]
         if given:
             raise ConfigError(f"{', '.join(given)}: --plan prints the plan and stops, writing nothing; drop them")
+    if args.knn_feature is not None and args.protocol != "video-knn":
+        raise ConfigError(
+            f"--knn-feature {args.knn_feature}: with --protocol video-knn only (the kNN probe of a task reads CLS)"
+        )
     if args.overwrite and args.no_save and not args.out:
         raise ConfigError("--overwrite replaces --out and kept probes, and there are neither: drop it")
 
@@ -280,11 +327,21 @@ def _main(args: argparse.Namespace) -> int:
     grid = args.grid or (PROTOCOLS[args.protocol].grid if args.protocol and args.budget == "full" else "budget")
     probe_cfg = apply_overrides(probe_config(args.budget, grid=grid, depth=args.probe_depth), args.set)
     bad = None
+    online = False  # --train-views online (or the protocol's default): an index task only
     task: Task
     if args.protocol == "video-knn":
         return _video_knn(args, loaded)
     if args.task.startswith("index:"):
         _check_protocol_options(args)
+        chosen = _train_views(args)
+        online = chosen == "online"  # the reference protocol: no training store of tokens, a view every epoch
+        if online and args.tokens != "full" and not args.online and args.train_views is None:
+            raise ConfigError(
+                f"--tokens {args.tokens}: a store's codec, and --protocol {args.protocol} trains online by default "
+                "(the reference protocol: a new view every epoch, no token stored); add --train-views K to store K "
+                "views of its transform in that codec, or --train-views fixed for the centre crops"
+            )
+        train_views = chosen if isinstance(chosen, int) else 0
         bad = BadFileReport()
         features = _features_dir(args)
         views, said = model_views(
@@ -303,7 +360,7 @@ def _main(args: argparse.Namespace) -> int:
             labels_file=args.labels_file,
             batch_size=args.batch_size,
             workers=args.workers,
-            train_views=args.train_views,
+            train_views=train_views,
             features_dir=features,
             bad_files=bad,
             allow_shared=args.allow_shared_files,
@@ -350,7 +407,7 @@ def _main(args: argparse.Namespace) -> int:
         title=title + _readout_title(first),
         keep_heads="none" if args.no_save else "all" if args.save_all else "best",
         tokens=args.tokens,
-        online=args.online,
+        online=online,
     )
     if args.plan:
         assert isinstance(task, DatasetTask)  # --plan with the built-in benchmark is refused above
@@ -367,6 +424,10 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
+# options --protocol video-knn would leave unread (None when not given)
+_KNN_IGNORES = ("grid", "frames", "frame_stride", "fps", "slots", "features", "name", "image_frames", "cache")
+
+
 def _video_knn(args: argparse.Namespace, loaded: dict[str, LoadedEncoder]) -> int:
     """``--protocol video-knn``: the public real-video kNN protocol (``levjepa.eval.video_knn``) of every column."""
     files = args.task[len("index:") :].split(",") if args.task.startswith("index:") else []
@@ -376,17 +437,27 @@ def _video_knn(args: argparse.Namespace, loaded: dict[str, LoadedEncoder]) -> in
         )
     if args.plan or args.online or args.train_views is not None:
         raise ConfigError("--protocol video-knn trains nothing: drop --plan, --online and --train-views")
+    ignored = [f"--{k.replace('_', '-')}" for k in _KNN_IGNORES if getattr(args, k) is not None]
+    ignored += [o for o, v in (("--seeds", args.seeds != 1), ("--tokens", args.tokens != "full")) if v]
+    if ignored:
+        raise ConfigError(
+            f"{', '.join(ignored)}: --protocol video-knn reads 16 frames by linspace over each whole video at the "
+            "model's size (--size), its CLS or token mean, with no probe, grid, seed or store; drop them"
+        )
     gallery, names = read_labelled(files[0], video_root=args.video_root)
     queries, _ = read_labelled(files[1], video_root=args.video_root, classes=names)
     out = {}
     for name, le in loaded.items():
         size = args.size or model_preprocessing(le).size  # the model's preprocessing, unless --size
-        res = video_knn(le.encoder, gallery, queries, size=size, feature=args.knn_feature, device=args.device)
+        feature: Literal["cls", "mean"] = "mean" if args.knn_feature == "mean" else "cls"
+        res = video_knn(le.encoder, gallery, queries, size=size, feature=feature, device=args.device)
         print(res.table(name))
         out[name] = res.to_json()
-    if args.out:
+    if args.out:  # "accuracy" and "results", as every probe result (--overwrite recognises it as one)
+        accuracy = {name: {"knn": r["knn"], "centroid": r["centroid"]} for name, r in out.items()}
+        result = {"protocol": "video-knn", "accuracy": accuracy, "results": out}
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"protocol": "video-knn", "accuracy": out}, indent=2) + "\n")
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {args.out}")
     return 0
 

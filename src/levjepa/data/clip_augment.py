@@ -58,6 +58,7 @@ from levjepa.rng import make_generator
 
 __all__ = [
     "CROP_ASPECT",
+    "DESCRIPTION",
     "CROP_SCALE",
     "ERASE_ASPECT",
     "ERASE_P",
@@ -77,6 +78,10 @@ __all__ = [
 ]
 
 NAME = "vjepa-frozen-eval"  # the transform's name, in a store's settings and the tables' captions
+DESCRIPTION = (  # what the tables' captions say of it
+    "V-JEPA's frozen-evaluation training transform: RandAugment rand-m7-n4-mstd0.5-inc1, random resized crop "
+    "8-100 % at 3/4-4/3, random erasing p 0.25, no flip, V-JEPA 2's temporal starts"
+)
 CROP_SCALE = (0.08, 1.0)  # random resized crop: share of the area
 CROP_ASPECT = (3 / 4, 4 / 3)  # and its aspect ratio (width / height), log-uniform
 ERASE_P = 0.25  # random erasing: probability of one box

@@ -33,7 +33,7 @@ import torch
 
 from levjepa import distributed
 from levjepa.config import check
-from levjepa.data import BadFileReport, DataError, MediaItem
+from levjepa.data import BadFileReport, DataError, MediaItem, clip_augment
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.compact import FULL
 from levjepa.eval.config import EvalConfig
@@ -178,6 +178,7 @@ class DatasetTask:
             "protocol": None if self.protocol is None else self.protocol_text,
             "views": self.test_views.views.fields(),
             "train_views": self.train_views_text(),
+            **({"train_transform": clip_augment.NAME} if self.online or self.train_views.train_views else {}),
             "feature_stores": {n: {s: str(p) for s, p in st.items()} for n, st in self.stores.items()},
             "torch_threads": torch.get_num_threads(),
             **({"shared_files": dict(self.shared)} if self.shared else {}),
@@ -208,8 +209,9 @@ def dataset_task(
     224 px); with a ``protocol``, its views for an encoder of ``tubelet`` frames per token at ``slots`` temporal
     positions, sampled as ``views`` says (``levjepa.eval.protocols``). ``name``: the task's name (default:
     :func:`task_name` of the files). ``train_views``: ``K`` augmented training views per file in the store (0:
-    the fixed centre crops; default: the protocol's ``train_views``, else 0). ``allow_shared``: splits that share
-    files are evaluated (the overlap in ``shared``, stated by the result) instead of refused."""
+    the fixed centre crops; default: the protocol's ``train_views``, else 0; a protocol's ``online`` is no store
+    of augmented views but ``EvalConfig(online=True)``, which ``levjepa probe`` sets from it). ``allow_shared``:
+    splits that share files are evaluated (the overlap in ``shared``, stated by the result) instead of refused."""
     views = views or ViewSpec()
     proto, text = None, ""
     if protocol is not None:
@@ -218,7 +220,8 @@ def dataset_task(
         proto = PROTOCOLS[protocol]
         views = proto.views(tubelet, views, slots)
         text = proto.describe(views, slots, tubelet)
-    k = train_views if train_views is not None else (proto.train_views if proto is not None else 0)
+    default = proto.train_views if proto is not None else 0  # "online" is the evaluation's (EvalConfig.online)
+    k = train_views if train_views is not None else (default if isinstance(default, int) else 0)
     task = read_task(
         paths,
         video_root=video_root,

@@ -38,8 +38,19 @@ Every evaluation table states the protocol and its slots (:meth:`Protocol.descri
 labelled: levjepa's (the head chosen on val, read on test) and V-JEPA 2's report (the best head on the evaluation
 split itself). ``diving48`` and ``in1k`` keep the budget's grid (V-JEPA 2's Diving-48 config trains 3 heads for 100
 epochs, its IN1K config another 20-head grid, lr 5e-4 … 2e-3 × wd 5e-4 … 8e-3 with 5 warm-up epochs: not
-reproduced); ``probe --grid vjepa2`` asks for it anywhere. ``train_views`` is each protocol's training views by
-default (``bench/eval.md``, "The reference training transform").
+reproduced); ``probe --grid vjepa2`` asks for it anywhere.
+
+**Training views** (``train_views``, ``probe --train-views online|fixed|K``). ``ssv2``, ``k400`` and ``diving48``
+train by default as V-JEPA's and V-JEPA 2's frozen evaluation does, the **reference protocol**: ``online``, the
+frozen encoder re-run every epoch on a new view drawn by their training transform (``levjepa.data.clip_augment``),
+the attentive probe's tokens never stored — so a number under their name is the number their code makes, at its
+cost (``probe --plan`` counts it; ``--train-views K`` keeps K such views in a store, ``fixed`` one centre crop, each
+a cheaper protocol the table's caption names). ``in1k`` keeps the fixed centre crop: V-JEPA 2's image evaluation
+trains with another transform (timm's AutoAugment ``original`` policy, a flip, random erasing per pixel), not
+implemented here, so no default of ours would be its protocol. Without a protocol the default is ``fixed``. The
+measurement behind these defaults — fixed views, K-view stores and online on four kinds of task, paired seeds —
+and why it does not carry over to 256-px video: ``bench/eval.md``, "The reference training transform (issue 65)",
+and docs/evaluation.md.
 
 Every preset reads the usual ``path label`` index files (V-JEPA's CSV: space-separated, no header) and
 the official label files (:func:`read_labelled`):
@@ -71,11 +82,21 @@ from levjepa.data import DataError
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.data.sources import MediaItem, media_kind, read_index_labels
 
-__all__ = ["PROTOCOLS", "SLOTS_DEFAULT", "Protocol", "Slots", "parse_slots", "read_labelled"]
+__all__ = [
+    "PROTOCOLS",
+    "SLOTS_DEFAULT",
+    "Protocol",
+    "Slots",
+    "TrainViews",
+    "parse_slots",
+    "parse_train_views",
+    "read_labelled",
+]
 
 
 Slots = int | Literal["vjepa2"]
 SLOTS_DEFAULT = 8  # the paper's matched evaluation: 8 temporal positions
+TrainViews = int | Literal["online"]  # K augmented views per file in a store (0: fixed centre crops), or online
 
 
 @dataclass(frozen=True)
@@ -91,7 +112,7 @@ class Protocol:
     images: bool  # the dataset is images, evaluated as clips of a repeated frame
     source: str  # where the settings come from
     vjepa2_stride: int = 4  # V-JEPA 2's frame_step, with its 16 frames per clip
-    train_views: int = 0  # augmented training views per file in the store (0: fixed centre crops; bench/eval.md)
+    train_views: TrainViews = 0  # the probes' training views by default (module doc; bench/eval.md)
     grid: str = "budget"  # the attentive grid with --budget full: vjepa2 (its config's 20 heads) or the budget's
 
     def views(self, tubelet: int, sampling: ViewSpec, slots: Slots = SLOTS_DEFAULT) -> ViewSpec:
@@ -117,9 +138,15 @@ class Protocol:
 
 
 PROTOCOLS: dict[str, Protocol] = {
-    "ssv2": Protocol("ssv2", 256, 2, 3, 174, False, "V-JEPA 2 configs/eval/vitl/ssv2.yaml", grid="vjepa2"),
-    "k400": Protocol("k400", 256, 8, 3, 400, False, "V-JEPA 2 configs/eval/vitl/k400.yaml", grid="vjepa2"),
-    "diving48": Protocol("diving48", 256, 8, 3, 48, False, "V-JEPA 2 paper; K400's sampling (our choice)"),
+    "ssv2": Protocol(
+        "ssv2", 256, 2, 3, 174, False, "V-JEPA 2 configs/eval/vitl/ssv2.yaml", train_views="online", grid="vjepa2"
+    ),
+    "k400": Protocol(
+        "k400", 256, 8, 3, 400, False, "V-JEPA 2 configs/eval/vitl/k400.yaml", train_views="online", grid="vjepa2"
+    ),
+    "diving48": Protocol(
+        "diving48", 256, 8, 3, 48, False, "V-JEPA 2 paper; K400's sampling (our choice)", train_views="online"
+    ),
     "in1k": Protocol("in1k", 224, 1, 1, 1000, True, "LeVJEPA paper's matched evaluation; V-JEPA: 16 repeats", 1),
 }
 
@@ -133,6 +160,21 @@ def parse_slots(text: str | int | None) -> Slots:
     if text == "vjepa2":
         return "vjepa2"
     raise ConfigError(f"--slots {text!r}: a number of temporal positions (8, the paper's; 16) or vjepa2")
+
+
+def parse_train_views(text: str | int) -> TrainViews:
+    """``--train-views``: ``online`` (the reference protocol: a new augmented view every epoch), ``fixed`` or 0
+    (one centre crop per segment), or ``K`` augmented views per file kept in the store."""
+    if isinstance(text, int) or str(text).isdigit():
+        return int(text)
+    if text == "fixed":
+        return 0
+    if text == "online":
+        return "online"
+    raise ConfigError(
+        f"--train-views {text!r}: online (the reference protocol), fixed (centre crops), or a number K of "
+        "augmented views per video kept in the store"
+    )
 
 
 def _find_videos(root: Path) -> dict[str, str]:

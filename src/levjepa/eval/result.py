@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from levjepa.data import clip_augment
 from levjepa.eval.config import PROBE_LABELS
 from levjepa.eval.knn import KnnResult
 from levjepa.eval.trainer import GridResult
@@ -55,16 +56,18 @@ class EvalResult:
         if "attentive" in self.probes and tokens != "full":
             stored = f"; the attentive probe reads {tokens} tokens (a compact store)"
         if "attentive" in self.probes and i.get("online"):
-            stored = "; the attentive probe's tokens encoded every epoch with train-time augmentation (online)"
+            stored = "; the attentive probe's tokens encoded every epoch (online, none stored)"
         shared = i.get("shared_files") or {}
         if shared:  # --allow-shared-files: the splits share files, and the caption says so
             pairs = ", ".join(f"{pair} {n}" for pair, n in shared.items())
             stored += f"; SPLITS SHARE FILES ({pairs}): the reported accuracy is optimistic"
-        seeds = int(i.get("seeds", 1))
+        seeds, seed = int(i.get("seeds", 1)), i.get("seed", 0)
+        own = "init, batch order and training views" if i.get("train_transform") else "init and batch order"
         seeds_text = (
-            "1 probe seed"
+            f"1 probe seed ({seed})"
             if seeds == 1
-            else f"mean ± sd over {seeds} probe seeds (one pass, each its own init and batch order; kNN has no seed)"
+            else f"mean ± sd over {seeds} probe seeds {seed}…{int(seed) + seeds - 1} (one pass, each its own {own}; "
+            "kNN has no seed)"
         )
         grid = ""
         if i.get("grid") == "vjepa2":
@@ -73,12 +76,36 @@ class EvalResult:
                 f" val, read on {split.split(' ')[0]}) and V-JEPA 2's report (the best head on {split.split(' ')[0]}"
                 " itself, optimistic)"
             )
+        elif "attentive" in self.probes:
+            grid = "; levjepa's grid and schedule (V-JEPA 2's: --grid vjepa2)"
         return (
             f"Frozen-encoder accuracy (%) on {split} of the probe chosen on val — {i.get('title', 'benchmark')}; "
             f"image source: {i.get('image_source')}; clips {i.get('clip')}; train/val/test {sizes} clips; "
             f"budget {i.get('budget')}{self._recipe()}; {seeds_text}; tokens {tokens}{stored}; training views: "
-            f"{i.get('train_views', 'fixed centre crops')}{grid}; chance = the majority class's share of that split."
+            f"{self._views()}{grid}; chance = the majority class's share of that split."
         )
+
+    def _views(self) -> str:
+        """The probes' training views and which protocol they make: the reference (V-JEPA's frozen evaluation:
+        a new augmented view every epoch), its transform on K stored views, or levjepa's fixed centre crops."""
+        i = self.info
+        if "train_views" not in i:  # clips in memory (the built-in benchmark): encoded as they are, once
+            return "the clips as given, one fixed view each (no training transform)"
+        views = i["train_views"]
+        if i.get("train_transform") is None:
+            if i.get("online"):  # online views feed the attentive probe; no probe of this table reads tokens
+                return (
+                    f"{views} (the probes here read CLS or the mean, from the store; online views are the attentive's)"
+                )
+            return f"{views} (levjepa's cheap protocol, not the reference's augmented views: --train-views online)"
+        what = (
+            "the reference protocol"
+            if i.get("online")
+            else "reused over the epochs: the reference transform, where the reference protocol draws a view an epoch"
+        )
+        described = clip_augment.DESCRIPTION if i["train_transform"] == clip_augment.NAME else i["train_transform"]
+        others = "" if not i.get("online") or self.probes == ["attentive"] else "; the other probes: fixed centre crops"
+        return f"{views} {what} ({described}){others}"
 
     def _recipe(self) -> str:
         """How the attentive probes trained, where the table has them: epochs and the rule val chose by."""
@@ -86,7 +113,8 @@ class EvalResult:
         if "attentive" not in self.probes or not p:
             return ""
         rule = "loss" if p.get("select") == "loss" else "accuracy"
-        return f" (attentive: {p.get('epochs')} epochs, chosen by val {rule})"
+        heads = f"{len(p.get('lrs', ()))} lr × {len(p.get('weight_decays', ()))} wd heads, "
+        return f" (attentive: {heads}{p.get('epochs')} epochs, chosen by val {rule})"
 
     def table(self) -> str:
         head = ["task", "probe", *self.encoders, "chance"]
