@@ -5,6 +5,7 @@ close and is smaller, and what cannot be exported or streamed is one line with e
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -47,16 +48,30 @@ def test_onnx_graphs_carry_their_contract_in_metadata_props(exported):
     assert "slot" not in ort.InferenceSession(str(out / "clip_encoder.onnx")).get_modelmeta().custom_metadata_map
 
 
-def test_export_onnx_says_a_line_before_and_after_each_graph(tmp_path, capsys):
+def test_export_onnx_says_a_line_before_and_after_each_graph_and_opset_18_writes_unfused_equal_graphs(tmp_path, capsys):
     run = make_run_dir(tmp_path)
-    assert (
-        main(["export", str(run), "--out", str(tmp_path / "x"), "--format", "onnx", "--window", "2", "--size", "16"])
-        == 0
-    )
+    args = ["export", str(run), "--out", str(tmp_path / "x"), "--format", "onnx", "--window", "2", "--size", "16"]
+    assert main([*args, "--opset", "18"]) == 0
     err = capsys.readouterr().err.splitlines()
     said = [line.split()[0:2] for line in err if line.startswith(("exporting", "wrote"))]
     assert said == [["exporting", "clip_encoder.onnx"], ["wrote", str(tmp_path / "x" / "clip_encoder.onnx")],
                     ["exporting", "stream_step.onnx"], ["wrote", str(tmp_path / "x" / "stream_step.onnx")]]  # fmt: skip
+    # opset 18 (runtimes without the Attention op): MatMul / Softmax, the same function
+    session = ort.InferenceSession(str(tmp_path / "x" / "clip_encoder.onnx"))
+    assert (
+        "Attention" not in _ops(tmp_path / "x" / "clip_encoder.onnx") and _ops(tmp_path / "x" / STREAM_ONNX)["Softmax"]
+    )
+    x = _video(5, frames=6, batch=2)
+    cls, patches = session.run(None, {"pixel_values": x.numpy()})
+    with torch.no_grad():
+        want = load_encoder(run).encoder.forward_features(x)
+    assert np.abs(cls - want.cls.numpy()).max() < 1e-4 and np.abs(patches - want.patches.numpy()).max() < 1e-4
+
+
+def _ops(path: Path) -> Counter:
+    import onnx
+
+    return Counter(n.op_type for n in onnx.load(str(path)).graph.node)
 
 
 def _video(seed: int, frames: int = 10, batch: int = 1) -> torch.Tensor:
@@ -64,10 +79,14 @@ def _video(seed: int, frames: int = 10, batch: int = 1) -> torch.Tensor:
 
 
 def test_onnx_clip_encoder_equals_pytorch_with_dynamic_batch_and_geometry(exported):
+    """The default graph (opset 23) computes each block's block-causal attention as a loop over temporal slots
+    of fused, unmasked Attention ops (levjepa.formats.frame_attention): no [L, L] mask, the same function."""
     run, out = exported
     enc = load_encoder(run).encoder
+    ops = _ops(out / "clip_encoder.onnx")
+    assert ops["Loop"] == enc.cfg.depth and ops["Attention"] == enc.cfg.depth and not ops["Softmax"]  # + CLS's
     session = ort.InferenceSession(str(out / "clip_encoder.onnx"))
-    for shape in ((1, 3, 4, 16, 16), (3, 3, 6, 24, 16)):  # batch, frames, height and width all change
+    for shape in ((1, 3, 4, 16, 16), (3, 3, 6, 24, 16), (2, 3, 1, 8, 32)):  # batch, frames, height, width change
         x = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
         cls, patches = session.run(None, {"pixel_values": x.numpy()})
         with torch.no_grad():
@@ -79,6 +98,8 @@ def test_onnx_clip_encoder_equals_pytorch_with_dynamic_batch_and_geometry(export
 def test_onnx_streaming_step_frame_by_frame_equals_levjepa_stream_and_the_windowed_forward(exported):
     run, out = exported
     enc = load_encoder(run).encoder
+    ops = _ops(out / STREAM_ONNX)
+    assert ops["Attention"] == 2 * enc.cfg.depth and not ops["Softmax"]  # fused: the patches' pass and CLS's
     video = _video(1)
     stream, reference = OnnxStream(out), StreamingEncoder(enc, window=WINDOW)
     for i in range(video.shape[2]):

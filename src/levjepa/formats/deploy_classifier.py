@@ -210,7 +210,8 @@ def export_classifier_onnx(
         key = name.removesuffix(".onnx")
         write_graph(graph, args, out / name, inputs=inputs, outputs=outputs, dims=graph_dims, dc=dc,
                     external=external, metadata=_metadata(rec, key, record[key], record, preprocessing), feeds=feeds,
-                    say=say or (lambda line: None))  # fmt: skip
+                    say=say or (lambda line: None),
+                    frames=(c.tubelet, c.patch_size) if name == CLASSIFIER_ONNX else None)  # fmt: skip
     return record
 
 
