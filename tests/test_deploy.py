@@ -17,6 +17,7 @@ from levjepa.cli import main
 from levjepa.data import write_video
 from levjepa.formats.deploy import STREAM_ONNX, OnnxStream
 from levjepa.formats.export import export_encoder
+from levjepa.formats.frame_attention import frame_attention, frame_loop_pays
 from levjepa.formats.load import load_encoder
 from levjepa.infer.stream import StreamingEncoder
 from test_export import make_run_dir
@@ -78,15 +79,26 @@ def _video(seed: int, frames: int = 10, batch: int = 1) -> torch.Tensor:
     return torch.randn(batch, 3, frames, SIZE, SIZE, generator=torch.Generator().manual_seed(seed))
 
 
-def test_onnx_clip_encoder_equals_pytorch_with_dynamic_batch_and_geometry(exported):
-    """The default graph (opset 23) computes each block's block-causal attention as a loop over temporal slots
-    of fused, unmasked Attention ops (levjepa.formats.frame_attention): no [L, L] mask, the same function."""
+@pytest.mark.parametrize("frame_loop", [False, True])
+def test_onnx_clip_encoder_equals_pytorch_with_dynamic_batch_and_geometry(exported, tmp_path, frame_loop):
+    """The default graph (opset 23) has one fused Attention op per block, under the dense block-causal mask at the
+    export's 4 tokens a frame; with frames of more tokens the writer makes each a loop over temporal slots of
+    unmasked Attention ops (levjepa.formats.frame_attention): both the same function as PyTorch."""
+    import onnx
+
     run, out = exported
     enc = load_encoder(run).encoder
-    ops = _ops(out / "clip_encoder.onnx")
-    assert ops["Loop"] == enc.cfg.depth and ops["Attention"] == enc.cfg.depth and not ops["Softmax"]  # + CLS's
-    session = ort.InferenceSession(str(out / "clip_encoder.onnx"))
-    for shape in ((1, 3, 4, 16, 16), (3, 3, 6, 24, 16), (2, 3, 1, 8, 32)):  # batch, frames, height, width change
+    path = out / "clip_encoder.onnx"
+    assert not frame_loop_pays(SIZE, SIZE, enc.cfg.patch_size) and frame_loop_pays(32, 32, enc.cfg.patch_size)
+    if frame_loop:
+        model = onnx.load(str(path))
+        assert frame_attention(model, input_name="pixel_values", tubelet=1, patch=enc.cfg.patch_size) == enc.cfg.depth
+        onnx.save(model, str(tmp_path / "loop.onnx"))
+        path = tmp_path / "loop.onnx"
+    ops = _ops(path)
+    assert ops["Attention"] == enc.cfg.depth and not ops["Softmax"] and ops["Loop"] == enc.cfg.depth * frame_loop
+    session = ort.InferenceSession(str(path))
+    for shape in ((1, 3, 4, 16, 16), (3, 3, 6, 24, 16), (2, 3, 1, 8, 32), (1, 3, 3, 32, 32)):  # all dimensions vary
         x = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
         cls, patches = session.run(None, {"pixel_values": x.numpy()})
         with torch.no_grad():

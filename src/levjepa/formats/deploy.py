@@ -51,7 +51,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from levjepa.formats.frame_attention import frame_attention
+from levjepa.formats.frame_attention import frame_attention, frame_loop_pays
 from levjepa.formats.quantize import Feeds, Int8Config, int8_record, int8_warning, quantize_graph
 from levjepa.model import VideoEncoder
 from levjepa.model.attention import TokenMeta, build_attn_mask
@@ -68,6 +68,7 @@ __all__ = [
     "StreamStep",
     "export_onnx",
     "export_pt2",
+    "frame_loop",
     "initial_cache",
     "onnx_metadata",
     "OnnxStream",
@@ -290,7 +291,7 @@ def export_onnx(
     ):  # fmt: skip
         write_graph(graph, args, out / name, inputs=inputs, outputs=outputs, dims=dims, dc=dc, external=external,
                     metadata=onnx_metadata(record, name, preprocessing), feeds=feeds, say=tell,
-                    frames=(enc.cfg.tubelet, enc.cfg.patch_size) if name == CLIP_ONNX else None)  # fmt: skip
+                    frames=frame_loop(enc, dc) if name == CLIP_ONNX else None)  # fmt: skip
     return record
 
 
@@ -328,6 +329,13 @@ def write_graph(
     _write_metadata(path, metadata)
     size = sum(f.stat().st_size for f in path.parent.glob(path.name + "*")) / 2**20
     say(f"wrote {path} ({size:.1f} MiB, {time.perf_counter() - start:.0f} s)")
+
+
+def frame_loop(encoder: VideoEncoder, dc: DeployConfig) -> tuple[int, int] | None:
+    """``write_graph``'s ``frames`` for a clip graph of ``encoder`` at ``dc``'s frame size: ``(tubelet, patch)``
+    where the loop over slots pays (``frame_attention.frame_loop_pays``), else None (the dense masked op)."""
+    c = encoder.cfg
+    return (c.tubelet, c.patch_size) if frame_loop_pays(dc.height, dc.width, c.patch_size) else None
 
 
 def _rewrite(path: Path, change: Callable[[Any], object]) -> None:

@@ -21,13 +21,27 @@ and frame sizes), still dynamic in batch, frames and size, with the score FLOPs 
 spans. It applies to graphs of the encoder's full forward only (no sliding window, nothing dropped): what the
 clip graphs are. The streaming step needs no rewrite: its queries are one slot, its mask one row of validity.
 Needs opset 23 (the ONNX ``Attention`` op; with older opsets the exporter writes MatMul/Softmax, left as is).
+
+**When it pays** (:func:`frame_loop_pays`): the loop costs a few kernel calls per slot and layer, the dense form
+computes the future's scores. Frames of at least :data:`MIN_TOKENS_PER_SLOT` tokens (16 patches: 64-px frames of
+16-px patches, 32-px frames of 8-px ones) get the loop; smaller frames (the demo encoder's 4 tokens a slot) keep
+the dense masked op, which is faster there (``bench/deploy_attention.py`` measures both, ``bench/deploy.md``). The
+writer decides at the export's frame size (``deploy.frame_loop``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["frame_attention"]
+__all__ = ["MIN_TOKENS_PER_SLOT", "frame_attention", "frame_loop_pays"]
+
+MIN_TOKENS_PER_SLOT = 16  # measured: bench/deploy_attention.py, bench/deploy.md
+
+
+def frame_loop_pays(height: int, width: int, patch: int) -> bool:
+    """Whether frames of ``height × width`` pixels (``patch``-px patches) have enough tokens a slot for the loop
+    over slots to beat the dense masked attention (module doc)."""
+    return (height // patch) * (width // patch) >= MIN_TOKENS_PER_SLOT
 
 
 def frame_attention(model: Any, *, input_name: str, tubelet: int, patch: int) -> int:
