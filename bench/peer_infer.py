@@ -22,9 +22,13 @@ process runs with ``MALLOC_MMAP_THRESHOLD_=65536`` so that every large buffer is
 freed, and one side's freed memory cannot hide the next side's peak.
 
 A setting's ms/clip is the fastest call of each side (the least disturbed on a shared machine), its peak the
-largest; the ratio is reference ms / levjepa ms. With ``--threads 1`` the same table by process CPU time
-follows: the compute of each call, which other processes on a shared machine disturb far less than its wall
-time. Results and the commands that made them: ``bench/encoder.md``
+largest; the ratio is reference ms / levjepa ms. Rate: the matrix-product FLOPs each side computes
+(``levjepa.tools.flops.encoder_flops``; the reference every attention score under its mask, levjepa the
+block-causal ones only, ``(S + 1) / 2S`` of them) over its time, and that rate as a share of this machine's
+**sgemm peak**, measured in the same process (the best of ``torch.mm`` on 2048² float32 matrices, ``--threads``
+threads). The first line printed names the CPU (``levjepa.infer.cpu``). With ``--threads 1`` the same table by
+process CPU time follows: the compute of each call, which other processes on a shared machine disturb far less
+than its wall time. Results and the commands that made them: ``bench/encoder.md``
 (Clip inference beside the reference).
 """
 
@@ -48,7 +52,9 @@ from safetensors.torch import save_file
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from levjepa.formats.official import Overrides, read_official
+from levjepa.infer.cpu import cpu_info
 from levjepa.model import VideoEncoder, attention
+from levjepa.tools.flops import encoder_flops
 
 FACTORIES = {"vit-tiny": "vit_tiny", "vit-small": "vit_small", "vit-base": "vit_base", "vit-large": "vit_large"}
 SIZE, PATCH = 224, 16
@@ -120,6 +126,8 @@ def worker(ref_path: str, model: str, frames: int, batch: int, rounds: int, dens
     if dense:
         sides["levjepa-dense"] = run_dense
     res: dict[str, Any] = {"model": model, "frames": frames, "batch": batch, "threads": torch.get_num_threads()}
+    res["gflop"] = side_gflop(ours.cfg, frames, sides)
+    res["sgemm_gflops"] = sgemm_peak()
     res |= {"ms": {}, "cpu_ms": {}, "peak_mib": {}, "diff": {}}
     with torch.inference_mode():
         want = official(clip)  # the warm-up of the reference, and the check
@@ -140,6 +148,29 @@ def worker(ref_path: str, model: str, frames: int, batch: int, rounds: int, dens
     return res
 
 
+def sgemm_peak(n: int = 2048, reps: int = 10) -> float:
+    """This machine's float32 matrix-product rate (GFLOP/s) at the process's thread count: the best of ``reps``
+    products of ``n × n`` matrices (module docstring)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best / 1e9
+
+
+def side_gflop(cfg: Any, frames: int, sides: dict[str, Any]) -> dict[str, float]:
+    """GFLOP per clip each side computes (module docstring): dense attention for the reference and levjepa's dense
+    path, block-causal spans for levjepa."""
+    terms = encoder_flops(cfg, frames, SIZE)
+    dense = sum(terms.values()) / 1e9
+    slots = frames // cfg.tubelet
+    spans = (sum(terms.values()) - terms["attention"] * (1 - (slots + 1) / (2 * slots))) / 1e9
+    return {name: spans if name == "levjepa" else dense for name in sides}
+
+
 def _run_worker(args: argparse.Namespace, model: str, frames: int) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--worker", model, str(frames), "--reference", args.reference]
     cmd += ["--threads", str(args.threads), "--rounds", str(args.rounds), "--batch", str(args.batch)]
@@ -158,6 +189,7 @@ def table(rows: list[dict[str, Any]], key: str = "ms") -> str:
     unit = "ms/clip" if key == "ms" else "CPU ms/clip"
     cols = [f"reference {unit}"] + [f"{s} {unit}" for s in sides] + [f"reference / {s}" for s in sides]
     cols += ["peak added, reference MiB"] + [f"{s} MiB" for s in sides] + [f"max abs diff, {s}" for s in sides]
+    cols += [f"{s} GFLOP/s (% of sgemm peak)" for s in ["reference", *sides]] + ["sgemm peak GFLOP/s"]
     out = ["| model, clip | " + " | ".join(cols) + " |", "|" + " --- |" * (len(cols) + 1)]
     for row in rows:
         b = row["batch"]
@@ -167,6 +199,11 @@ def table(rows: list[dict[str, Any]], key: str = "ms") -> str:
         cells += [f"**{ms['reference'] / ms[s]:.2f}×**" for s in sides]
         cells += [f"{peak['reference']:.0f}"] + [f"{peak[s]:.0f}" for s in sides]
         cells += [f"{row['diff'][s]:.1e}" for s in sides]
+        peak_rate = row["sgemm_gflops"]
+        for s in ["reference", *sides]:
+            rate = row["gflop"][s] / (ms[s] / 1e3)
+            cells.append(f"{rate:.0f} ({100 * rate / peak_rate:.0f} %)")
+        cells.append(f"{peak_rate:.0f}")
         label = f"{row['model']}, {b} × {row['frames']}×{SIZE}² ({1 + row['frames'] * (SIZE // PATCH) ** 2} tokens)"
         out.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(out)
@@ -185,6 +222,8 @@ def main() -> None:
     ap.add_argument("--worker", nargs=2, metavar=("MODEL", "FRAMES"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if not args.worker:
+        print(f"CPU: {cpu_info().describe()}; torch {torch.__version__}; {args.threads} thread(s)")
     if args.worker:
         model, frames = args.worker
         print(json.dumps(worker(args.reference, model, int(frames), args.batch, args.rounds, args.dense)))

@@ -5,6 +5,7 @@ close and is smaller, and what cannot be exported or streamed is one line with e
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from levjepa.cli import main
 from levjepa.data import write_video
 from levjepa.formats.deploy import STREAM_ONNX, OnnxStream
 from levjepa.formats.export import export_encoder
+from levjepa.formats.frame_attention import frame_attention, frame_loop_pays
 from levjepa.formats.load import load_encoder
 from levjepa.infer.stream import StreamingEncoder
 from test_export import make_run_dir
@@ -47,27 +49,56 @@ def test_onnx_graphs_carry_their_contract_in_metadata_props(exported):
     assert "slot" not in ort.InferenceSession(str(out / "clip_encoder.onnx")).get_modelmeta().custom_metadata_map
 
 
-def test_export_onnx_says_a_line_before_and_after_each_graph(tmp_path, capsys):
+def test_export_onnx_says_a_line_before_and_after_each_graph_and_opset_18_writes_unfused_equal_graphs(tmp_path, capsys):
     run = make_run_dir(tmp_path)
-    assert (
-        main(["export", str(run), "--out", str(tmp_path / "x"), "--format", "onnx", "--window", "2", "--size", "16"])
-        == 0
-    )
+    args = ["export", str(run), "--out", str(tmp_path / "x"), "--format", "onnx", "--window", "2", "--size", "16"]
+    assert main([*args, "--opset", "18"]) == 0
     err = capsys.readouterr().err.splitlines()
     said = [line.split()[0:2] for line in err if line.startswith(("exporting", "wrote"))]
     assert said == [["exporting", "clip_encoder.onnx"], ["wrote", str(tmp_path / "x" / "clip_encoder.onnx")],
                     ["exporting", "stream_step.onnx"], ["wrote", str(tmp_path / "x" / "stream_step.onnx")]]  # fmt: skip
+    # opset 18 (runtimes without the Attention op): MatMul / Softmax, the same function
+    session = ort.InferenceSession(str(tmp_path / "x" / "clip_encoder.onnx"))
+    assert (
+        "Attention" not in _ops(tmp_path / "x" / "clip_encoder.onnx") and _ops(tmp_path / "x" / STREAM_ONNX)["Softmax"]
+    )
+    x = _video(5, frames=6, batch=2)
+    cls, patches = session.run(None, {"pixel_values": x.numpy()})
+    with torch.no_grad():
+        want = load_encoder(run).encoder.forward_features(x)
+    assert np.abs(cls - want.cls.numpy()).max() < 1e-4 and np.abs(patches - want.patches.numpy()).max() < 1e-4
+
+
+def _ops(path: Path) -> Counter:
+    import onnx
+
+    return Counter(n.op_type for n in onnx.load(str(path)).graph.node)
 
 
 def _video(seed: int, frames: int = 10, batch: int = 1) -> torch.Tensor:
     return torch.randn(batch, 3, frames, SIZE, SIZE, generator=torch.Generator().manual_seed(seed))
 
 
-def test_onnx_clip_encoder_equals_pytorch_with_dynamic_batch_and_geometry(exported):
+@pytest.mark.parametrize("frame_loop", [False, True])
+def test_onnx_clip_encoder_equals_pytorch_with_dynamic_batch_and_geometry(exported, tmp_path, frame_loop):
+    """The default graph (opset 23) has one fused Attention op per block, under the dense block-causal mask at the
+    export's 4 tokens a frame; with frames of more tokens the writer makes each a loop over temporal slots of
+    unmasked Attention ops (levjepa.formats.frame_attention): both the same function as PyTorch."""
+    import onnx
+
     run, out = exported
     enc = load_encoder(run).encoder
-    session = ort.InferenceSession(str(out / "clip_encoder.onnx"))
-    for shape in ((1, 3, 4, 16, 16), (3, 3, 6, 24, 16)):  # batch, frames, height and width all change
+    path = out / "clip_encoder.onnx"
+    assert not frame_loop_pays(SIZE, SIZE, enc.cfg.patch_size) and frame_loop_pays(32, 32, enc.cfg.patch_size)
+    if frame_loop:
+        model = onnx.load(str(path))
+        assert frame_attention(model, input_name="pixel_values", tubelet=1, patch=enc.cfg.patch_size) == enc.cfg.depth
+        onnx.save(model, str(tmp_path / "loop.onnx"))
+        path = tmp_path / "loop.onnx"
+    ops = _ops(path)
+    assert ops["Attention"] == enc.cfg.depth and not ops["Softmax"] and ops["Loop"] == enc.cfg.depth * frame_loop
+    session = ort.InferenceSession(str(path))
+    for shape in ((1, 3, 4, 16, 16), (3, 3, 6, 24, 16), (2, 3, 1, 8, 32), (1, 3, 3, 32, 32)):  # all dimensions vary
         x = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
         cls, patches = session.run(None, {"pixel_values": x.numpy()})
         with torch.no_grad():
@@ -79,6 +110,8 @@ def test_onnx_clip_encoder_equals_pytorch_with_dynamic_batch_and_geometry(export
 def test_onnx_streaming_step_frame_by_frame_equals_levjepa_stream_and_the_windowed_forward(exported):
     run, out = exported
     enc = load_encoder(run).encoder
+    ops = _ops(out / STREAM_ONNX)
+    assert ops["Attention"] == 2 * enc.cfg.depth and not ops["Softmax"]  # fused: the patches' pass and CLS's
     video = _video(1)
     stream, reference = OnnxStream(out), StreamingEncoder(enc, window=WINDOW)
     for i in range(video.shape[2]):

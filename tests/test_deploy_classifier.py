@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,8 @@ from levjepa.eval.protocols import PROTOCOLS
 from levjepa.formats.classifier import load_classifier
 from levjepa.formats.deploy import OnnxStream
 from levjepa.formats.deploy_classifier import CLASSIFIER_ONNX, OnnxClassifier
-from levjepa.formats.quantize import Int8Config, calibration_clips, int8_record, quantize_graph
+from levjepa.formats.frame_attention import frame_attention
+from levjepa.formats.quantize import Int8Config, calibration_clips, int8_record, node_scope, quantize_graph
 from levjepa.model.classifier import view_inputs
 from test_classify import TINY, write_index
 from test_export import make_run_dir
@@ -89,6 +91,30 @@ def test_classify_with_the_onnx_backend_gives_the_pytorch_labels_on_the_test_ind
     assert "onnx" in capsys.readouterr().err
     assert main(["classify", str(kept["probes"]["linear"]), str(kept["index"][2]), "--backend", "onnx"]) == 2
     assert "no classifier graph here" in capsys.readouterr().err
+
+
+def test_the_frame_loop_rewrites_the_encoders_attention_and_leaves_the_heads(kept, tmp_path):
+    """levjepa.formats.frame_attention on the attentive classifier graph (written with the dense mask at these
+    4-token frames): the encoder's attention becomes loops over slots, the head's cross-attention is left as it
+    was, and the logits are still the PyTorch classifier's."""
+    import onnx
+
+    clf = load_classifier(kept["probes"]["attentive"])
+    model = onnx.load(str(kept["exported"]("attentive") / CLASSIFIER_ONNX))
+
+    def head_ops() -> Counter:
+        return Counter(n.op_type for n in model.graph.node if node_scope(n).startswith(("head", "model.head")))
+
+    before, depth = head_ops(), clf.model.encoder.cfg.depth
+    assert frame_attention(model, input_name="pixel_values", tubelet=1, patch=8) == depth
+    assert Counter(n.op_type for n in model.graph.node)["Loop"] == depth
+    assert head_ops() == before and before["MatMul"] > 0  # the head's attention and layers, as they were
+    onnx.save(model, str(tmp_path / "loop.onnx"))
+    views = torch.randn(2, 2, 3, 3, 6, 16, 16, generator=torch.Generator().manual_seed(3))
+    logits, _ = ort.InferenceSession(str(tmp_path / "loop.onnx")).run(None, {"pixel_values": views.numpy()})
+    with torch.no_grad():
+        want = clf.model(views.flatten(0, 2), segments=2, crops=3).view(2, 3, -1)
+    assert np.abs(logits - want.numpy()).max() < 1e-4
 
 
 def test_a_calibrated_int8_classifier_gives_the_fp32_labels(kept, tmp_path, capsys):

@@ -28,6 +28,7 @@ from levjepa.commands._layers import add_layers_argument
 from levjepa.commands._outputs import claim_folder, staged_folder
 from levjepa.config import ConfigError
 from levjepa.formats.card import AUTO_HINT
+from levjepa.formats.deploy import DEFAULT_OPSET
 from levjepa.formats.export import export_encoder
 from levjepa.formats.hub import push_to_hub
 from levjepa.formats.quantize import KEEP_FLOAT_PARTS, Int8Config
@@ -91,7 +92,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     deploy.add_argument("--window", type=int, default=None, help="streaming window in frames (default: clip length)")
     deploy.add_argument("--size", type=int, default=None, help="frame side in pixels (default: the clip size)")
-    deploy.add_argument("--opset", type=int, default=None, help="ONNX opset (default: 18)")
+    deploy.add_argument(
+        "--opset",
+        type=int,
+        default=None,
+        help=f"ONNX opset (default: {DEFAULT_OPSET}: fused attention, onnxruntime >= 1.23; 18: MatMul/Softmax)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -133,7 +139,7 @@ def main(args: argparse.Namespace) -> int:
             size=args.size,
             dtype=args.dtype,
             quantize=args.quantize,
-            opset=18 if args.opset is None else args.opset,
+            opset=DEFAULT_OPSET if args.opset is None else args.opset,
             int8=int8,
             layers=args.layers,
             say=lambda line: print(line.replace(str(stage), str(Path(args.out))), file=sys.stderr, flush=True),

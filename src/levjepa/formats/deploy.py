@@ -31,7 +31,11 @@ attention only: with bidirectional attention a frame's features depend on the fu
 runtimes run few ops in fp16). ``quantize="int8"`` quantizes every graph written (``levjepa.formats.quantize``):
 dynamically (int8 weights, activations quantized per call), or, with calibration clips, statically
 (``DeployConfig.int8``: activation ranges measured once on the user's clips).
-The graphs are traced with ``torch.export`` (``strict=False``) and written with ``torch.onnx.export``.
+The graphs are traced with ``torch.export`` (``strict=False``) and written with ``torch.onnx.export``, at opset 23
+by default: every attention is one fused ``Attention`` op (``attention.attend`` takes SDPA while exporting), and
+the clip graphs compute their block-causal attention frame by frame as PyTorch does
+(``levjepa.formats.frame_attention``), so the graphs run at PyTorch's speed (``bench/deploy.md``). The streaming
+step's CLS pass reads the keys and values its patch pass assembled (one concatenation per layer, not two).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from levjepa.formats.frame_attention import frame_attention, frame_loop_pays
 from levjepa.formats.quantize import Feeds, Int8Config, int8_record, int8_warning, quantize_graph
 from levjepa.model import VideoEncoder
 from levjepa.model.attention import TokenMeta, build_attn_mask
@@ -55,6 +60,7 @@ from levjepa.weights import WeightsError
 
 __all__ = [
     "CLIP_ONNX",
+    "DEFAULT_OPSET",
     "STREAM_ONNX",
     "ClipEncoder",
     "check_deploy",
@@ -62,6 +68,7 @@ __all__ = [
     "StreamStep",
     "export_onnx",
     "export_pt2",
+    "frame_loop",
     "initial_cache",
     "onnx_metadata",
     "OnnxStream",
@@ -76,6 +83,8 @@ CLIP_ONNX, STREAM_ONNX = "clip_encoder.onnx", "stream_step.onnx"
 CLIP_PT2, STREAM_PT2 = "clip_encoder.pt2", "stream_step.pt2"
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 MIN_OPSET, MAX_OPSET = 18, 23  # what torch.onnx's exporter writes / what the onnx package knows here
+# 23: attention as one fused ``Attention`` op (onnxruntime >= 1.23 runs it on the CPU); 18 writes MatMul/Softmax
+DEFAULT_OPSET = 23
 
 
 @dataclass(frozen=True)
@@ -87,7 +96,7 @@ class DeployConfig:
     width: int = 224
     dtype: Literal["fp32", "fp16"] = "fp32"
     quantize: Literal["none", "int8"] = "none"
-    opset: int = 18
+    opset: int = DEFAULT_OPSET
     int8: Int8Config = field(default_factory=Int8Config)  # with quantize="int8": dynamic, or static on clips
 
 
@@ -146,14 +155,13 @@ class StreamStep(nn.Module):
         mask = _mask(patch_meta, past_meta.cat(patch_meta), self.slots)  # [1, 1, P, Lc + P]
         mask = mask & torch.cat([valid, torch.ones(p, dtype=torch.bool, device=dev)])
         rope = enc.rope(positions[:1])
-        new_k, new_v = [], []
+        window_k, window_v = [], []  # per layer: the window's keys and values, the old slots then the new one
         for i, blk in enumerate(enc.blocks):
 
             def with_cache(k: Tensor, v: Tensor, i: int = i) -> tuple[Tensor, Tensor]:
-                keys, values = torch.cat([cache_k[i], k], dim=2), torch.cat([cache_v[i], v], dim=2)
-                new_k.append(keys[:, :, p:])
-                new_v.append(values[:, :, p:])
-                return keys, values
+                window_k.append(torch.cat([cache_k[i], k], dim=2))
+                window_v.append(torch.cat([cache_v[i], v], dim=2))
+                return window_k[i], window_v[i]
 
             x = blk(x, rope, mask, with_cache)
         patches = enc.norm(x)
@@ -169,12 +177,11 @@ class StreamStep(nn.Module):
         for i, blk in enumerate(enc.blocks):
 
             def read_cache(k: Tensor, v: Tensor, i: int = i) -> tuple[Tensor, Tensor]:
-                full_k = torch.cat([cache_k[i], new_k[i][:, :, -p:]], dim=2)  # the old slots, then the new one
-                full_v = torch.cat([cache_v[i], new_v[i][:, :, -p:]], dim=2)
-                return torch.cat([full_k, k], dim=2), torch.cat([full_v, v], dim=2)
+                return torch.cat([window_k[i], k], dim=2), torch.cat([window_v[i], v], dim=2)
 
             cls_x = blk(cls_x, cls_rope, cls_mask, read_cache)
-        return enc.norm(cls_x)[:, 0], patches, torch.stack(new_k), torch.stack(new_v)
+        new_k, new_v = torch.stack(window_k)[:, :, :, p:], torch.stack(window_v)[:, :, :, p:]  # the oldest slot out
+        return enc.norm(cls_x)[:, 0], patches, new_k, new_v
 
 
 def _mask(q: TokenMeta, k: TokenMeta, window: int | None) -> Tensor:
@@ -283,7 +290,8 @@ def export_onnx(
          None if clips is None else lambda: stream_feeds(step, clips, ["frames", "slot", "cache_k", "cache_v"])),
     ):  # fmt: skip
         write_graph(graph, args, out / name, inputs=inputs, outputs=outputs, dims=dims, dc=dc, external=external,
-                    metadata=onnx_metadata(record, name, preprocessing), feeds=feeds, say=tell)  # fmt: skip
+                    metadata=onnx_metadata(record, name, preprocessing), feeds=feeds, say=tell,
+                    frames=frame_loop(enc, dc) if name == CLIP_ONNX else None)  # fmt: skip
     return record
 
 
@@ -300,9 +308,12 @@ def write_graph(
     metadata: Mapping[str, str],
     feeds: Feeds | None = None,
     say: Callable[[str], None] = lambda line: None,
+    frames: tuple[int, int] | None = None,
 ) -> None:
     """Trace ``module`` on ``args`` (``torch.export``), write it to ``path`` (``torch.onnx``), quantize it as
-    ``dc`` says (``feeds``: its calibration inputs for static int8) and write ``metadata`` into it."""
+    ``dc`` says (``feeds``: its calibration inputs for static int8) and write ``metadata`` into it. ``frames``:
+    ``(tubelet, patch)`` of a clip graph, whose first input is whole frames: its block-causal attention is
+    written as a loop over temporal slots (``levjepa.formats.frame_attention``; opset 23)."""
     q = f", int8 {dc.int8.method}" if dc.quantize == "int8" else ""
     say(f"exporting {path.name} ({dc.dtype}{q}, opset {dc.opset}) ...")
     start = time.perf_counter()
@@ -310,11 +321,30 @@ def write_graph(
         program = torch.export.export(module, args, dynamic_shapes=dims, strict=False)
         torch.onnx.export(program, args, str(path), input_names=inputs, output_names=outputs,
                           opset_version=dc.opset, dynamo=True, external_data=external)  # fmt: skip
+        if frames is not None and dc.opset >= 23:
+            _rewrite(path, lambda model: frame_attention(model, input_name=inputs[0], tubelet=frames[0],
+                                                         patch=frames[1]))  # fmt: skip
         if dc.quantize == "int8":
             quantize_graph(path, dc.int8, feeds if dc.int8.method == "static" else None)
     _write_metadata(path, metadata)
     size = sum(f.stat().st_size for f in path.parent.glob(path.name + "*")) / 2**20
     say(f"wrote {path} ({size:.1f} MiB, {time.perf_counter() - start:.0f} s)")
+
+
+def frame_loop(encoder: VideoEncoder, dc: DeployConfig) -> tuple[int, int] | None:
+    """``write_graph``'s ``frames`` for a clip graph of ``encoder`` at ``dc``'s frame size: ``(tubelet, patch)``
+    where the loop over slots pays (``frame_attention.frame_loop_pays``), else None (the dense masked op)."""
+    c = encoder.cfg
+    return (c.tubelet, c.patch_size) if frame_loop_pays(dc.height, dc.width, c.patch_size) else None
+
+
+def _rewrite(path: Path, change: Callable[[Any], object]) -> None:
+    """Load the ONNX graph at ``path`` (its external tensors left where they are), ``change`` it, save it."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    change(model)
+    onnx.save(model, str(path))
 
 
 def stream_feeds(step: nn.Module, clips: Tensor, inputs: list[str]) -> Iterator[dict[str, Any]]:
@@ -373,13 +403,12 @@ def onnx_metadata(record: Mapping[str, Any], name: str, preprocessing: Mapping[s
 
 
 def _write_metadata(path: Path, meta: Mapping[str, str]) -> None:
-    import onnx
+    def write(model: Any) -> None:
+        del model.metadata_props[:]
+        for key, value in meta.items():
+            model.metadata_props.add(key=key, value=value)
 
-    model = onnx.load(str(path), load_external_data=False)  # external tensors stay where they are
-    del model.metadata_props[:]
-    for key, value in meta.items():
-        model.metadata_props.add(key=key, value=value)
-    onnx.save(model, str(path))
+    _rewrite(path, write)
 
 
 def export_pt2(encoder: VideoEncoder, out: str | Path, dc: DeployConfig) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from levjepa.formats.deploy import (
     DTYPES,
     DeployConfig,
     StreamStep,
+    frame_loop,
     read_deploy,
     stream_feeds,
     warn_int8,
@@ -210,7 +211,8 @@ def export_classifier_onnx(
         key = name.removesuffix(".onnx")
         write_graph(graph, args, out / name, inputs=inputs, outputs=outputs, dims=graph_dims, dc=dc,
                     external=external, metadata=_metadata(rec, key, record[key], record, preprocessing), feeds=feeds,
-                    say=say or (lambda line: None))  # fmt: skip
+                    say=say or (lambda line: None),
+                    frames=frame_loop(model.encoder, dc) if name == CLASSIFIER_ONNX else None)  # fmt: skip
     return record
 
 

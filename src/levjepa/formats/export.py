@@ -54,7 +54,7 @@ from levjepa.formats.classifier import (
     read_head,
     write_classifier,
 )
-from levjepa.formats.deploy import DeployConfig, check_deploy, export_onnx, export_pt2
+from levjepa.formats.deploy import DEFAULT_OPSET, DeployConfig, check_deploy, export_onnx, export_pt2
 from levjepa.formats.deploy_classifier import export_classifier_onnx
 from levjepa.formats.load import (
     HUB_FORMAT,
@@ -433,7 +433,7 @@ def export_encoder(
     size: int | None = None,
     dtype: Literal["fp32", "fp16"] = "fp32",
     quantize: Literal["none", "int8"] = "none",
-    opset: int = 18,
+    opset: int = DEFAULT_OPSET,
     int8: Int8Config | None = None,
     layers: str | None = None,
     say: Callable[[str], None] | None = None,

@@ -32,7 +32,8 @@ they come from (the exporter records each node's module path):
 
     patch_embed   the tubelet embedding (raw pixels in)
     attention     the two activation × activation products of every attention (q·kᵀ and softmax·v), whose
-                  inputs have the widest and least regular ranges of the network
+                  inputs have the widest and least regular ranges of the network (graphs of opset 23 compute
+                  attention as one fused ``Attention`` op, which stays float whatever this says)
     last_block    the last transformer block (its outputs are the features probes read)
     head          a classifier's head
 
@@ -62,6 +63,7 @@ __all__ = [
     "float_nodes",
     "int8_record",
     "int8_warning",
+    "node_scope",
     "quantize_graph",
 ]
 
@@ -174,7 +176,7 @@ def float_nodes(model: Any, parts: Iterable[str]) -> list[str]:
     (module doc), read from the module path the exporter records in each node's ``metadata_props``."""
     parts = set(parts)
     initializers = {t.name for t in model.graph.initializer}
-    scopes = {n.name: _scope(n) for n in model.graph.node}
+    scopes = {n.name: node_scope(n) for n in model.graph.node}
     blocks = [int(s.split("encoder.blocks.")[1].split(".")[0]) for s in scopes.values() if "encoder.blocks." in s]
     last = max(blocks, default=-1)
     out = []
@@ -184,7 +186,7 @@ def float_nodes(model: Any, parts: Iterable[str]) -> list[str]:
         weightless = node.op_type == "MatMul" and not any(i in initializers for i in node.input)
         if (
             ("patch_embed" in parts and "patch_embed" in module)
-            or ("attention" in parts and (weightless or node.op_type == "Softmax") and ".attn" in module)
+            or ("attention" in parts and (weightless or node.op_type in ("Softmax", "Attention")) and ".attn" in module)
             or ("last_block" in parts and last >= 0 and any(m in module + "." for m in last_modules))
             or ("head" in parts and (module == "head" or module.startswith(("head.", "model.head"))))
         ):
@@ -192,7 +194,7 @@ def float_nodes(model: Any, parts: Iterable[str]) -> list[str]:
     return out
 
 
-def _scope(node: Any) -> str:
+def node_scope(node: Any) -> str:
     """The innermost module path of a node (``encoder.blocks.3.attn``), '' when the exporter recorded none."""
     for prop in node.metadata_props:
         if prop.key == "pkg.torch.onnx.name_scopes":
@@ -244,7 +246,9 @@ def quantize_graph(path: Path, cfg: Int8Config, feeds: Feeds | None = None) -> N
         exclude = float_nodes(onnx.load(str(tmp), load_external_data=False), cfg.keep_float)
         quant_pre_process(str(tmp), str(folded), skip_symbolic_shape=True)
         if cfg.method == "dynamic":
-            quantize_dynamic(str(folded), str(path), weight_type=QuantType.QInt8, reduce_range=cfg.reduce_range)
+            # the weight products only: the quantizer would take opset 23's Attention for its contrib namesake
+            quantize_dynamic(str(folded), str(path), weight_type=QuantType.QInt8, reduce_range=cfg.reduce_range,
+                             op_types_to_quantize=["MatMul", "Gemm"])  # fmt: skip
             return
         assert feeds is not None
         method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,

@@ -156,6 +156,9 @@ def attn_bias(attn_mask: Tensor | None, like: Tensor) -> Tensor | None:
 SHORT_KEYS = 192
 
 
+_exporting = getattr(torch.compiler, "is_exporting", lambda: False)  # torch >= 2.6; 2.5 exports the short path
+
+
 def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None) -> Tensor:
     """``softmax(q·kᵀ/√hd + attn_mask)·v`` over ``[B, h, L, hd]`` queries, keys and values; ``attn_mask`` as
     for ``F.scaled_dot_product_attention`` (boolean or additive, broadcast over batch and heads, or ``None``).
@@ -164,8 +167,11 @@ def attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None) -> Tensor:
     :data:`SHORT_KEYS` keys and no boolean mask — the kept tokens of a training step (ρ = 0.95: 158 and 30)
     and the demo's views — where the explicit two matmuls and softmax are the same function computed faster
     than the fused kernel's blocked loop, at the cost of keeping the ``[B, h, L, L_k]`` probabilities (small
-    at these lengths) for the backward pass. ``tests/test_attention.py`` holds the two paths equal."""
-    short = q.device.type == "cpu" and q.dtype == torch.float32 and k.shape[-2] <= SHORT_KEYS
+    at these lengths) for the backward pass. ``tests/test_attention.py`` holds the two paths equal. While
+    ``torch.export`` traces (the deployment graphs), always SDPA: an exported graph serves every length, and
+    SDPA is what the ONNX exporter writes as one fused ``Attention`` op (opset 23)."""
+    cpu32 = q.device.type == "cpu" and q.dtype == torch.float32 and not _exporting()
+    short = cpu32 and k.shape[-2] <= SHORT_KEYS
     if not short or (attn_mask is not None and attn_mask.dtype == torch.bool):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
     scores = torch.matmul(q, k.transpose(-2, -1)).mul_(q.shape[-1] ** -0.5)  # in place: autograd keeps q, k
