@@ -33,6 +33,7 @@ from levjepa.config import apply_overrides
 from levjepa.eval import EvalConfig, evaluate_benchmark
 from levjepa.eval.synthetic_task import TASKS
 from levjepa.formats.load import load_encoder, random_encoder
+from levjepa.infer.cpu import cpu_info
 from levjepa.presets import preset
 from levjepa.train.loop import pretrain
 
@@ -155,6 +156,7 @@ def main() -> int:
     p.add_argument("--table", action="store_true")
     p.add_argument("overrides", nargs="*", help="applied to demo-cpu before every row's own overrides")
     args = p.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.table:
         table(args.out)

@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from levjepa.config import apply_overrides
 from levjepa.data.loader import ViewBatch
 from levjepa.data.views import sample_photometric
+from levjepa.infer.cpu import cpu_info
 from levjepa.model.tokens import sample_keep_idx
 from levjepa.objective import build_objective
 from levjepa.presets import preset
@@ -253,6 +254,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: steadier timings)")
     parser.add_argument("--drop", action="store_true", help="only the keep-index drawing cost")
     args = parser.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     torch.set_num_threads(args.threads)
     if args.drop:
         print(json.dumps({"device": args.device, "threads": args.threads, **drop_cost(args.device)}, indent=1))

@@ -23,6 +23,7 @@ from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from levjepa.infer.cpu import cpu_info
 from levjepa.model import attention
 
 # (clips, heads, tokens, head dim, what it is)
@@ -65,6 +66,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=8)
     args = ap.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     torch.set_num_threads(args.threads)
     print(f"{args.threads} thread(s); attend() takes the explicit path up to {attention.SHORT_KEYS} keys")
     print("| shape [B, h, L, hd] | what | SDPA ms | explicit ms | SDPA ÷ explicit | attend() |")

@@ -53,6 +53,7 @@ from levjepa.data.prepare import PrepareOptions, prepare_file
 from levjepa.data.shards import pack
 from levjepa.data.sources import MediaItem
 from levjepa.data.video import probe_video
+from levjepa.infer.cpu import cpu_info
 
 
 def write_source(path: Path, seconds: float = 10.0, fps: int = 30, width: int = 1280, height: int = 720) -> None:
@@ -171,6 +172,7 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated configuration names (default: all)")
     parser.add_argument("--real", type=Path, default=None, help="a folder of real videos to use instead")
     args = parser.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     torch.set_num_threads(1)  # one DataLoader worker = one thread
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     folders = prepare_inputs(args.workdir, args.real)

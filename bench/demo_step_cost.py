@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from levjepa.config import apply_overrides
 from levjepa.data.loader import PretrainLoader
+from levjepa.infer.cpu import cpu_info
 from levjepa.objective import build_objective
 from levjepa.presets import preset
 from levjepa.rng import sample_keys
@@ -56,6 +57,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=4)
     args = p.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     torch.set_num_threads(args.threads)
     steps = {}
     for spec in args.variants:

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from levjepa.config import apply_overrides
 from levjepa.eval import EvalConfig, evaluate_benchmark
+from levjepa.infer.cpu import cpu_info
 from levjepa.presets import preset
 from levjepa.train.loop import build_models, pretrain
 from levjepa.weights import load_tensors, prefixed
@@ -178,6 +179,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=None, help="torch threads per variant (CPU)")
     p.add_argument("--smoke", action="store_true", help="tiny model and data on the CPU: checks the script")
     args = p.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     names = args.only or (GPU_SET if args.device == "cuda" else list(VARIANTS))
     if args.jobs > 1:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 
 import numpy as np
 import onnxruntime as ort
 
 from deploy_int8 import session_options
+from levjepa.infer.cpu import cpu_info
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     shape = tuple(int(v) for v in args.shape.split(","))
     dirs = dict(g.split("=", 1) for g in args.graphs)
     opts = session_options(args.threads)

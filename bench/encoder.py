@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from levjepa.infer import StreamingEncoder
+from levjepa.infer.cpu import cpu_info
 from levjepa.model import VideoEncoder, encoder_config
 from levjepa.tools.flops import training_flops_per_clip
 
@@ -141,6 +142,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=5, help="timed rounds; each number is the minimum")
     parser.add_argument("--out", default=None, help="write the numbers as JSON here")
     args = parser.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} threads, preset {args.preset}")
     print("1. training step (1 x 16x224² + 4 x 16x96² views), fwd+bwd per clip vs drop ratio")

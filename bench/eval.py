@@ -24,6 +24,7 @@ import torch
 from levjepa.data import SyntheticConfig
 from levjepa.eval import EvalConfig, compute_features, evaluate_benchmark
 from levjepa.formats import random_encoder
+from levjepa.infer.cpu import cpu_info
 from levjepa.model import encoder_config
 
 
@@ -35,6 +36,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--clip-timing", action="store_true", help="only time the frozen forward per clip")
     args = ap.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     cfg = encoder_config(args.preset)
     if args.clip_timing:
         enc = random_encoder(cfg, seed=0).encoder

@@ -301,6 +301,9 @@ def main() -> None:
     ap.add_argument("--table", default=None, help="tasks: print the table of --json files (a,b: merged) and exit")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    from levjepa.infer.cpu import cpu_info
+
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     import torch
 
     if args.table:

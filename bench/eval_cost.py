@@ -153,6 +153,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--accuracy", default="", help="codec=text,... : a column of measured accuracy differences")
     args = ap.parse_args()
+    from levjepa.infer.cpu import cpu_info
+
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     codecs = args.codecs.split(",")
     accuracy = dict(item.split("=", 1) for item in args.accuracy.split(",") if item)
     kept = [TokenCodec.parse(c).kept(_grid(ds["size"])) for c in [*codecs, "full"] for ds in DATASETS.values()]

@@ -135,6 +135,9 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=16)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    from levjepa.infer.cpu import cpu_info
+
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     if args.mode == "memory":
         args.clips = args.clips or "1000,5000,20000"
         memory(args)

@@ -220,6 +220,9 @@ def main() -> None:
     )
     ap.add_argument("--table", default=None, help="print the table of these JSON files (comma-separated)")
     args = ap.parse_args()
+    from levjepa.infer.cpu import cpu_info
+
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     if args.table:
         table(merge(args.table.split(",")))
         return

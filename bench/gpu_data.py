@@ -33,6 +33,7 @@ import torch
 
 from levjepa.data.loader import FrameBatch, ViewBatch
 from levjepa.data.views import apply_photometric, cut_view, normalize, sample_photometric
+from levjepa.infer.cpu import cpu_info
 
 
 def make_batch(b: int, v: int, t: int, seed: int) -> ViewBatch:
@@ -70,6 +71,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", help="cuda (default), or cpu for a dry run")
     parser.add_argument("--budget-s", type=float, default=30.0, help="skip the sections that would not fit")
     args = parser.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     t_start = time.perf_counter()
     dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():

@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 
 from levjepa.formats.deploy import CLIP_ONNX, STREAM_ONNX, DeployConfig, StreamStep, export_onnx, initial_cache
+from levjepa.infer.cpu import cpu_info
 from levjepa.model import VideoEncoder, encoder_config
 
 
@@ -39,6 +41,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--budget-s", type=float, default=30)
     args = ap.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict = {"torch": torch.__version__}
     path = args.out / "gpu_deploy.json"

@@ -42,6 +42,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from levjepa.infer import StreamingEncoder
+from levjepa.infer.cpu import cpu_info
 from levjepa.model import EncoderConfig, VideoEncoder, encoder_config
 from levjepa.tools.flops import training_flops_per_clip
 
@@ -156,6 +157,7 @@ def main() -> int:
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile section (minutes on CPU)")
     parser.add_argument("--budget-s", type=float, default=200.0, help="skip sections that would start after this")
     args = parser.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -46,6 +46,9 @@ def main() -> None:
     ap.add_argument("--preset", default="vit-base")
     ap.add_argument("--size", type=int, default=224)
     args = ap.parse_args()
+    from levjepa.infer.cpu import cpu_info
+
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     start = time.perf_counter()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from levjepa.config import apply_overrides
+from levjepa.infer.cpu import cpu_info
 from levjepa.model import attention
 from levjepa.objective import build_objective
 from levjepa.presets import preset
@@ -267,6 +268,7 @@ def main() -> None:
     ap.add_argument("--only", help="comma-separated row names")
     ap.add_argument("--smoke", action="store_true", help="the code paths at tiny sizes, on whatever device there is")
     args = ap.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     if not args.reference or not Path(args.reference).is_file():
         raise SystemExit("gpu_peer.py: --reference PATH/TO/module.py (or $REFERENCE) must name the reference code")
     args.out.mkdir(parents=True, exist_ok=True)

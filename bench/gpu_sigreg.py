@@ -37,6 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from levjepa.infer.cpu import cpu_info
 from levjepa.objective import ObjectiveConfig, build_objective, draw_directions, sigreg
 
 K = 256
@@ -192,6 +193,7 @@ def main() -> int:
     p.add_argument("--budget-s", type=float, default=TIME_BUDGET_S, help="after this, time only the triton rows")
     p.add_argument("--dry-run", action="store_true", help="CPU, Triton interpreter, tiny shapes: checks the script")
     args = p.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     global DEVICE, SHAPES

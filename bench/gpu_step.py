@@ -39,6 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from levjepa.config import apply_overrides
+from levjepa.infer.cpu import cpu_info
 from levjepa.objective import build_objective
 from levjepa.presets import preset
 from levjepa.rng import sample_keys
@@ -152,6 +153,7 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny sizes: check the script")
     ap.add_argument("--budget-s", type=float, default=80.0)
     args = ap.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     device = "cpu" if args.smoke else "cuda"
     batch, iters = (4, 1) if args.smoke else (128, 20)

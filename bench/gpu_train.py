@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from levjepa.config import apply_overrides
 from levjepa.data.loader import ViewBatch
 from levjepa.data.views import sample_photometric
+from levjepa.infer.cpu import cpu_info
 from levjepa.objective import build_objective
 from levjepa.presets import preset
 from levjepa.rng import sample_keys
@@ -186,6 +187,7 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=230.0)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU: checks the script runs")
     args = parser.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     global DEVICE
     DEVICE = "cpu" if args.smoke else "cuda"
     args.out.mkdir(parents=True, exist_ok=True)

@@ -68,6 +68,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from levjepa.config import apply_overrides
+from levjepa.infer.cpu import cpu_info
 from levjepa.objective import build_objective
 from levjepa.presets import preset
 from levjepa.rng import sample_keys
@@ -342,6 +343,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="write the rows as JSON here")
     ap.add_argument("--worker", nargs=2, metavar=("IMPL", "SETTING"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     torch.set_num_threads(args.threads)
     if args.worker:
         print(json.dumps(worker(*args.worker, args.steps, args.reference)))

@@ -65,6 +65,9 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
+    from levjepa.infer.cpu import cpu_info
+
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     sys.path.insert(0, str(SRC))
     sys.path.insert(0, str(Path(__file__).parent))
     import torch

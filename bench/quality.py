@@ -56,6 +56,7 @@ from levjepa.eval import EvalConfig, evaluate_benchmark
 from levjepa.eval.config import PROBE_LABELS, PROBES
 from levjepa.eval.synthetic_task import TASKS
 from levjepa.formats.load import load_encoder
+from levjepa.infer.cpu import cpu_info
 from levjepa.presets import DEMO_MARGIN, DEMO_TARGETS, demo_misses, preset
 from levjepa.rng import make_generator
 from levjepa.train.loop import build_models, pretrain
@@ -393,6 +394,7 @@ def main() -> int:
     f.add_argument("--threads", type=int, default=None)
     f.add_argument("--out", type=Path, default=None, help="also write DIR/factors.json")
     args = p.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     if args.cmd == "spread":
         return 1 if spread(args.dirs) else 0
     if args.cmd == "table":

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from levjepa.data import SyntheticConfig
 from levjepa.data.synthetic import _hsv, load_image_pool
 from levjepa.data.views import normalize
+from levjepa.infer.cpu import cpu_info
 from levjepa.model import VideoEncoder, encoder_config
 from levjepa.rng import make_generator
 
@@ -89,6 +90,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--rungs", default="centred,position,grey,dark")
     args = p.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     torch.set_num_threads(1)
     print("| rung | steps | final loss | test accuracy % | CPU s |")
     print("| --- | ---: | ---: | ---: | ---: |")

@@ -43,6 +43,7 @@ from levjepa.data.prepare import PrepareOptions, prepare_folder
 from levjepa.eval import EvalConfig, evaluate
 from levjepa.eval.clips_task import LabelledSplits
 from levjepa.formats.load import load_encoder, random_encoder
+from levjepa.infer.cpu import cpu_info
 from levjepa.presets import preset
 from levjepa.train.loop import pretrain
 
@@ -108,6 +109,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("overrides", nargs="*", help="more config overrides for the pretraining run")
     args = p.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     videos = sorted(v for v in args.videos.iterdir() if v.is_file()) if args.videos else fetch(args.out / "videos")
     names = args.held_out.split(",")

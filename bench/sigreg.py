@@ -28,6 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from levjepa.infer.cpu import cpu_info
 from levjepa.objective import draw_directions, sigreg
 
 IMPLS = ("reference", "chunked")
@@ -85,6 +86,7 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
     p.add_argument("--memory-worker", nargs=4, metavar=("IMPL", "N", "M", "K"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     torch.set_num_threads(args.threads)
     if args.memory_worker:
         impl, n, m, k = args.memory_worker

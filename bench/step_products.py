@@ -33,6 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from levjepa.infer.cpu import cpu_info
 from levjepa.model import EncoderConfig, encoder_config
 from levjepa.model.tokens import num_kept
 from peer_step import FRAMES, GLOBAL, LOCAL, NUM_LOCAL  # the views of the step this script takes apart
@@ -83,6 +84,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=30)
     args = ap.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cfg = encoder_config(args.model)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import sys
 import tempfile
 import time
 import zlib
@@ -24,6 +25,7 @@ import torch
 
 import levjepa.eval.feature_check as feature_check
 from levjepa.eval.feature_set import FeatureSet, Unit, finish
+from levjepa.infer.cpu import cpu_info
 
 
 def _unit(k: int, rows: int, dim: int, tokens: int) -> Unit:
@@ -49,6 +51,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=196)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as root:
         out = Path(root)

@@ -60,6 +60,9 @@ def main() -> None:
     import numpy as np
 
     from levjepa.data import write_video
+    from levjepa.infer.cpu import cpu_info
+
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
 
     work = Path(tempfile.mkdtemp(prefix="store_start_"))
     rng = np.random.default_rng(0)

@@ -25,6 +25,8 @@ import time
 
 import torch
 
+from levjepa.infer.cpu import cpu_info
+
 
 def _spin(stop: multiprocessing.synchronize.Event) -> None:
     x = 0
@@ -58,6 +60,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--clips", type=int, default=160, help="train clips (val and test: a quarter each)")
     args = p.parse_args()
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     default = torch.get_num_threads() if "OMP_NUM_THREADS" not in os.environ else os.cpu_count()
     settings = {"train.threads=1": "1", f"torch's default ({default})": str(default), "none (the rule)": None}
     stop = multiprocessing.Event()

@@ -12,6 +12,7 @@ transformers' AutoModel) and reports the difference to the source encoder (0 = b
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from safetensors.torch import load_file, save_file
 import levjepa
 from levjepa.formats.export import write_export
 from levjepa.formats.official import Overrides, read_official
+from levjepa.infer.cpu import cpu_info
 from levjepa.model import VideoEncoder, encoder_config
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "official"
@@ -81,6 +83,7 @@ def _automodel(path: Path):
 
 
 def main() -> None:
+    print(f"CPU: {cpu_info().describe()}", file=sys.stderr, flush=True)
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
