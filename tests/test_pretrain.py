@@ -252,7 +252,8 @@ def test_the_command_ends_the_demo_with_probes_of_the_run_it_wrote(tmp_path, cap
 
     recipe = written["info"]["probe_config"]
     assert {k: recipe[k] for k in DEMO_PROBE} == DEMO_PROBE != {k: getattr(probe_config("demo"), k) for k in DEMO_PROBE}
-    assert f"budget demo (attentive: {DEMO_PROBE['epochs']} epochs, chosen by val accuracy)" in err
+    heads = f"{len(recipe['lrs'])} lr × {len(recipe['weight_decays'])} wd heads"
+    assert f"budget demo (attentive: {heads}, {DEMO_PROBE['epochs']} epochs, chosen by val accuracy)" in err
     cfg = tiny_config(*overrides)
     direct = {
         columns[0]: load_encoder(run, weights="ema").encoder,
