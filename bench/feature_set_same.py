@@ -57,8 +57,8 @@ def write(out: Path, media: Path) -> None:
 
     from levjepa.data.eval_clip import ViewSpec
     from levjepa.data.sources import parse_index
-    from levjepa.eval.extract import ExtractConfig, extract
-    from levjepa.eval.feature_store import StoreConfig, build_store
+    from levjepa.features.extract import ExtractConfig, extract
+    from levjepa.features.store import StoreConfig, build_store
     from levjepa.formats.load import random_encoder
     from levjepa.model import encoder_config
 

@@ -22,7 +22,8 @@ from dist_utils import run_gloo
 from levjepa.data import normalize, write_video
 from levjepa.data.eval_clip import ViewSpec, load_eval_clip, load_eval_views
 from levjepa.data.sources import parse_index
-from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
+from levjepa.features.feature_set import FeatureSet
+from levjepa.features.store import StoreConfig, build_store
 from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
 
@@ -81,7 +82,7 @@ def test_rows_are_the_encoders_features_of_each_view(index, tmp_path, one_thread
     assert res.bad_files == 2 and res.files == len(items) - 2 and res.rows == 6 * res.files
     bad = json.loads((tmp_path / "s" / "bad_files.json").read_text())
     assert {Path(f["path"]).name for f in bad["files"]} == {"broken.mp4", "missing.mp4"}
-    store = FeatureStore(tmp_path / "s")
+    store = FeatureSet(tmp_path / "s")
     assert len(store) == res.rows
     # every item's rows: segment-major, 3 crops each; pick some rows out of order and check them
     rows = np.array([len(store) - 1, 0, 7, 13])
@@ -136,10 +137,10 @@ def test_two_gloo_ranks_write_the_same_files_as_one_process(index, tmp_path, one
 SCRIPT = """
 import sys, time, torch
 torch.set_num_threads(1)
-import levjepa.eval.feature_set as fs
+import levjepa.features.feature_set as fs
 from levjepa.data.sources import parse_index
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.eval.feature_store import StoreConfig, build_store
+from levjepa.features.store import StoreConfig, build_store
 if len(sys.argv) > 3:  # hold still once shard 1 is written, until the test kills the job: the cut is exact
     write = fs.atomic_write_text
     def write_then_hold(path, *args, **kwargs):
@@ -180,5 +181,5 @@ def test_kill_9_then_the_same_command_gives_the_same_files(index, tmp_path):
     (tmp_path / "cut" / f".tokens-{todo[-1]:05d}.npy.k9x2.tmp").write_bytes(b"half a shard")
     assert _run(index, tmp_path / "cut").wait(timeout=300) == 0
     assert _digest(tmp_path / "cut") == _digest(tmp_path / "full")
-    store = FeatureStore(tmp_path / "cut")
+    store = FeatureSet(tmp_path / "cut")
     assert store.meta["shard_rows"] == [12, 6, 12, 12, 12, 12, 0] and len(store) == 66  # 6 views per good file

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import levjepa.commands.pretrain as cli_pretrain
-import levjepa.eval.extract as extract_module
+import levjepa.features.extract as extract_module
 import levjepa.train.loop as train_loop
 from levjepa.cli import main
 from levjepa.train.preemption import REQUEUE_EXIT
@@ -189,7 +189,7 @@ def test_a_signal_stops_probe_in_one_line_and_the_same_command_continues_from_it
 ):
     """``probe`` stopped after its first feature store: exit 75 and one line saying what is kept; run again, it
     reuses that store, builds the rest and gives the numbers of an uninterrupted evaluation."""
-    import levjepa.eval.feature_store as store_module
+    import levjepa.features.store as store_module
     from test_classify import write_index
 
     media = tmp_path / "media"

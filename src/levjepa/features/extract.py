@@ -1,6 +1,6 @@
 """Feature extraction for a folder or index of videos and images: CLS, mean-pooled and optionally patch
 features per time window — the *extract* row cutter of the one feature-set format
-(``levjepa.eval.feature_set``: the manifest ``store.json``, the index, the layouts, the done rule and the
+(``levjepa.features.feature_set``: the manifest ``store.json``, the index, the layouts, the done rule and the
 reader are described there, and shared with the probes' feature stores).
 
 **Rows.** How frames are taken is a ``levjepa.data.eval_clip.ViewSpec`` (``ExtractConfig.views``: ``frames``
@@ -26,7 +26,7 @@ memory at that size (about 10 minutes of 15 fps video at stride 2 and 224 px ≈
 readout width, ``len(layers) · dim`` with readout layers, ``EncoderConfig.readout_layers``, which the manifest
 then records as ``readout_layers``); with ``patches``,
 every patch token [R, T'·h·w, D] in float16, in time-major (t, y, x) order. With ``readout``
-(``levjepa.eval.readout``: their definitions), ``frames`` [R, T', D] (each slot's patch tokens averaged),
+(``levjepa.features.readout``: their definitions), ``frames`` [R, T', D] (each slot's patch tokens averaged),
 ``last_mean`` [R, D] (the last slot's) and a token codec's ``tokens`` (+ ``scales``): CLS and the patch tokens
 as a compact store of that codec keeps them (``last``, ``pool2``, ``int8``, ...); the default extraction
 computes exactly what it always did. Windows are batched across
@@ -52,7 +52,7 @@ Then the feature set's ``index-KKKKK.jsonl`` / ``<name>.jsonl`` per unit, ``inde
 ``row, shard, offset``), ``bad_files.json`` (a bad file is reported and skipped, never fatal — but a source
 of which no file could be read is an error), ``store.json``, and ``labels.json`` (the class name -> label
 map when an index file labels its rows by name). Read them back with :func:`read_rows` (the rows) and
-``levjepa.eval.feature_set.FeatureSet`` (any rows of any array).
+``levjepa.features.feature_set.FeatureSet`` (any rows of any array).
 
 **Run again into the same output.** ``store.json`` records from the start the encoder's function fingerprint,
 the layout, every setting that changes a feature (all of :class:`ExtractConfig` but ``workers`` and
@@ -94,9 +94,18 @@ from levjepa.data.eval_clip import ViewSpec, load_eval_clip, load_eval_video
 from levjepa.data.progress import Progress
 from levjepa.data.sources import MediaItem, items_hash, media_kind, read_index_labels
 from levjepa.data.workers import safe_map
-from levjepa.eval.compact import grid_of
-from levjepa.eval.feature_set import VERSION, Layout, Unit, clear_unit, finish, open_for_writing, read_rows, unit_done
-from levjepa.eval.readout import Readout
+from levjepa.features.compact import grid_of
+from levjepa.features.feature_set import (
+    VERSION,
+    Layout,
+    Unit,
+    clear_unit,
+    finish,
+    open_for_writing,
+    read_rows,
+    unit_done,
+)
+from levjepa.features.readout import Readout
 from levjepa.infer.encode import encode, frozen, precision
 from levjepa.infer.stream import StreamingEncoder
 from levjepa.model.fingerprint import function_fingerprint
@@ -108,13 +117,10 @@ __all__ = [
     "ExtractConfig",
     "ExtractResult",
     "extract",
-    "read_index",
     "read_rows",
     "video_names",
     "window_starts",
 ]
-
-read_index = read_rows  # the name extraction's reader had: kept for existing imports
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,7 @@ class ExtractConfig:
     views: ViewSpec = field(default_factory=ViewSpec)  # frames per window, frame_stride or fps, size, image_frames
     stride: int = 8  # frames between window starts
     patches: bool = False  # also store every patch token (float16)
-    readout: Readout = field(default_factory=Readout)  # per-slot, last-slot and codec readouts (eval/readout.py)
+    readout: Readout = field(default_factory=Readout)  # per-slot, last-slot and codec readouts (features/readout.py)
     batch_size: int = 8  # windows per forward pass
     stream: bool = False  # use the KV-cache StreamingEncoder instead of independent windows
     format: Layout = "safetensors"  # the feature set's layout: shards of rows, or one file per video
@@ -230,7 +236,7 @@ def _resume(out: Path, layout: str) -> _Resume:
 
 
 class _Writer:
-    """Extraction's rows into the feature set's units (``levjepa.eval.feature_set.Unit``): shards of
+    """Extraction's rows into the feature set's units (``levjepa.features.feature_set.Unit``): shards of
     ``shard_rows`` rows, or with ``per_video`` one unit per file; :meth:`flush` writes the current unit."""
 
     def __init__(self, out: Path, cfg: ExtractConfig, resume: _Resume | None = None) -> None:
@@ -475,7 +481,7 @@ def _list_items(sources: list[str]) -> tuple[list[MediaItem], dict[str, int] | N
 
 
 def _manifest(encoder: VideoEncoder, cfg: ExtractConfig, items: list[MediaItem]) -> dict[str, Any]:
-    """The feature set's manifest of a job (``levjepa.eval.feature_set``): what its features depend on."""
+    """The feature set's manifest of a job (``levjepa.features.feature_set``): what its features depend on."""
     manifest = {
         "version": VERSION,
         "cutter": "extract",

@@ -1,5 +1,5 @@
 """Frozen features of a whole labelled dataset, computed in a stream and stored on disk in shards: the *store*
-row cutter of the one feature-set format (``levjepa.eval.feature_set``: manifest, index, layouts, done rule,
+row cutter of the one feature-set format (``levjepa.features.feature_set``: manifest, index, layouts, done rule,
 reader).
 
 This is the dataset-scale path of ``levjepa probe --task index:...`` / ``--protocol``: nothing holds a split
@@ -37,14 +37,14 @@ shard, so a shard's bytes depend only on its items and the encoder — not on th
 
 **Arrays**: ``cls-KKKKK.npy`` float32 [n, D] (CLS token), ``mean-KKKKK.npy`` float32 [n, D] (mean of the patch
 tokens), ``tokens-KKKKK.npy`` float16 [n, 1+L, D] (CLS then every patch token, time-major) when ``tokens`` —
-or, with a compact ``codec`` (``levjepa.eval.compact``: ``pool2``, ``int8``, ...), the tokens it keeps,
+or, with a compact ``codec`` (``levjepa.features.compact``: ``pool2``, ``int8``, ...), the tokens it keeps,
 int8 ones (int4: uint8, two a byte) with ``scales-KKKKK.npy``.
 
 **Restart.** Shards whose index exists are skipped, so a job killed at any point (``kill -9`` included)
 and started again with the same command finishes with the same files as an uninterrupted run; a restart
 with different settings, encoder or items is refused (delete the folder or choose another).
 
-**Reading back**: :class:`FeatureStore` (``levjepa.eval.feature_set.FeatureSet``) reads any rows of any array
+**Reading back**: ``levjepa.features.feature_set.FeatureSet`` reads any rows of any array
 with ``os.pread`` into a fresh buffer (no memory map stays resident), which is how the probes train from disk
 (``levjepa.eval.source.StoreSource``).
 
@@ -73,15 +73,13 @@ from levjepa.data.eval_clip import ViewSpec, load_train_views, train_key
 from levjepa.data.progress import Progress
 from levjepa.data.sources import items_hash
 from levjepa.data.workers import safe_map
-from levjepa.eval.compact import FULL, TokenCodec, grid_of
-from levjepa.eval.feature_set import VERSION, FeatureSet, Unit, clear_unit, finish, open_for_writing, unit_done
+from levjepa.features.compact import FULL, TokenCodec, grid_of
+from levjepa.features.feature_set import VERSION, FeatureSet, Unit, clear_unit, finish, open_for_writing, unit_done
 from levjepa.infer.encode import encode
 from levjepa.model.fingerprint import function_fingerprint
 from levjepa.model.vit import VideoEncoder
 
-__all__ = ["FeatureStore", "StoreConfig", "StoreResult", "build_store"]
-
-FeatureStore = FeatureSet  # a store is a feature set: the one reader
+__all__ = ["StoreConfig", "StoreResult", "build_store"]
 
 
 @dataclass(frozen=True)
@@ -90,7 +88,7 @@ class StoreConfig:
 
     views: ViewSpec = field(default_factory=ViewSpec)
     tokens: bool = True  # store the tokens the attentive probe reads
-    codec: TokenCodec = FULL  # what of them: every token in float16, or a compact form (eval/compact.py)
+    codec: TokenCodec = FULL  # what of them: every token in float16, or a compact form (features/compact.py)
     batch_size: int = 8  # views per encoder forward
     workers: int = 2  # decoding processes (0: decode in this process)
     shard_items: int = 256  # files per shard
