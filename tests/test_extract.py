@@ -17,7 +17,8 @@ from PIL import Image
 from levjepa.commands import extract as cli_extract
 from levjepa.data import decode_clip, normalize, write_video
 from levjepa.data.eval_clip import ViewSpec, center_square
-from levjepa.features.extract import ExtractConfig, extract, read_rows, window_starts
+from levjepa.features.extract import ExtractConfig, extract, window_starts
+from levjepa.features.feature_set import read_rows
 from levjepa.formats.export import export_encoder
 from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config

@@ -14,8 +14,8 @@ import torch
 from levjepa.data import DataError
 from levjepa.data.eval_clip import ViewSpec, load_eval_clip
 from levjepa.data.sources import parse_index
-from levjepa.features.extract import extract, read_rows
-from levjepa.features.feature_set import FeatureSet
+from levjepa.features.extract import extract
+from levjepa.features.feature_set import FeatureSet, read_rows
 from levjepa.features.store import StoreConfig, build_store
 from levjepa.formats.load import random_encoder
 from levjepa.infer.encode import encode

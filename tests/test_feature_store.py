@@ -22,6 +22,7 @@ from dist_utils import run_gloo
 from levjepa.data import normalize, write_video
 from levjepa.data.eval_clip import ViewSpec, load_eval_clip, load_eval_views
 from levjepa.data.sources import parse_index
+from levjepa.features.extract import ExtractConfig
 from levjepa.features.feature_set import FeatureSet
 from levjepa.features.store import StoreConfig, build_store
 from levjepa.formats.load import random_encoder
@@ -183,3 +184,28 @@ def test_kill_9_then_the_same_command_gives_the_same_files(index, tmp_path):
     assert _digest(tmp_path / "cut") == _digest(tmp_path / "full")
     store = FeatureSet(tmp_path / "cut")
     assert store.meta["shard_rows"] == [12, 6, 12, 12, 12, 12, 0] and len(store) == 66  # 6 views per good file
+
+
+def test_the_views_record_spells_every_manifest_as_the_folders_written_before_it():
+    """``ViewSpec.record`` is the one spelling of the views in a manifest (issue 67); the settings below are what
+    the two hand-spelled manifests wrote before it (printed by the code at a396bdd), so a store keeps its name (a
+    hash of its settings) and an extraction folder is continued, not refused as another setting."""
+    store = {
+        "frames": 16,
+        "frame_stride": 4,
+        "size": 224,
+        "segments": 2,
+        "crops": 3,
+        "tokens": True,
+        "shard_items": 256,
+    }
+    assert StoreConfig(ViewSpec(224, 16, 4, segments=2, crops=3)).storage() == store
+    rated = StoreConfig(ViewSpec(64, 8, 2, fps=7.5, image_frames=2), train_views=2).storage()
+    assert rated == {
+        **{"frames": 8, "frame_stride": 2, "size": 64, "segments": 1, "crops": 1, "tokens": True, "shard_items": 256},
+        **{"fps": 7.5, "image_frames": 2, "train_views": 2, "view_seed": 0, "train_transform": "vjepa-frozen-eval"},
+    }
+    windows = {"frames": 8, "frame_stride": 2, "fps": None, "size": 16, "stride": 4, "patches": False, "stream": False}
+    assert ExtractConfig(ViewSpec(16, 8, 2), stride=4).storage() == {**windows, "shard_rows": 4096}
+    per_video = ExtractConfig(ViewSpec(16, 8, 2, fps=5.0, image_frames=2), stride=4, format="per_video").storage()
+    assert per_video == {**windows, "fps": 5.0, "per_video_array": "mean", "image_frames": 2}

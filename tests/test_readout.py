@@ -17,8 +17,8 @@ from levjepa.config import ConfigError
 from levjepa.data import DataError, decode_clip, normalize
 from levjepa.data.eval_clip import ViewSpec, center_square
 from levjepa.features.compact import TokenCodec
-from levjepa.features.extract import ExtractConfig, extract, read_rows
-from levjepa.features.feature_set import FeatureSet
+from levjepa.features.extract import ExtractConfig, extract
+from levjepa.features.feature_set import FeatureSet, read_rows
 from levjepa.features.readout import Readout
 from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config

@@ -327,6 +327,18 @@ class ViewSpec:
             del out["image_frames"]
         return out
 
+    def record(self, *, windows: bool = False) -> dict[str, Any]:
+        """What a feature set's manifest records of the views (``levjepa.features``): the fields, ``fps`` and
+        ``image_frames`` only when set — or, for extraction's windows (one segment, one crop: not recorded),
+        ``frames, frame_stride, fps, size`` (and ``image_frames`` when set). Either way every folder written before
+        keeps its manifest, so it is reused, and a store its name."""
+        out = self.fields()
+        if windows:
+            return {k: out[k] for k in ("frames", "frame_stride", "fps", "size", "image_frames") if k in out}
+        if self.fps is None:
+            del out["fps"]
+        return out
+
     def load(self, path: str, patch: int, kind: Literal["video", "image"] | None = None) -> Tensor:
         """The views of the file at ``path``: uint8 ``[segments · crops, C, T, S, S]`` (``S`` a multiple of
         ``patch``), ready for an encoder. Raises what decoding raises (``DataError``, PyAV's errors)."""

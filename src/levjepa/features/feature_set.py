@@ -3,7 +3,7 @@ three layouts, the rule for what is done, and the one reader.
 
 Two row cutters write feature sets: the dataset-scale store of the probes (``store.py``, cutter
 ``store``: ``segments × crops`` views per file) and extraction (``extract.py``, cutter ``extract``: time
-windows of every file). They share everything below; only what a row is differs.
+windows of every file). They share everything below and one fill job (``fill.py``); only what a row is differs.
 
 **Units.** Rows are written in *units*, each written whole: a shard of a store (``shard_items`` files), a
 shard of an extraction (``shard_rows`` rows), or one file's rows with the ``per_video`` layout. A unit's
