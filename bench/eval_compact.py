@@ -5,7 +5,7 @@
     python bench/eval_compact.py tasks --run RUN --index DIR [--codecs ...] [--seeds 0-19] [--json OUT.json]
 
 ``benchmark``: the built-in benchmark's three tasks (the demo budget, the run's own clips), the attentive probe
-only, once per codec (``levjepa.eval.compact``) with the same probe seed, in memory — where the tokens are
+only, once per codec (``levjepa.features.compact``) with the same probe seed, in memory — where the tokens are
 what a store of that codec would keep. ``index``: an index task of small video files (``DIR/train.txt``,
 ``DIR/val.txt``, ``DIR/test.txt``, e.g. ``python bench/finetune.py index --run RUN --out DIR``), through feature
 stores on disk, as ``levjepa probe --task index: --tokens CODEC`` reads it; the bytes are the stores' own.
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from levjepa.eval.compact import TokenCodec
+    from levjepa.features.compact import TokenCodec
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 DEFAULT_CODECS = "full,int8,pool2,pool2-int8,pool4,pool4-int8,tpool2-pool2-int8"
@@ -58,9 +58,9 @@ def _grid(loaded, size: int, frames: int) -> tuple[int, int, int]:  # type: igno
 
 
 def benchmark(run: str, codecs: list[str], seeds: list[int]) -> None:
-    from levjepa.eval.compact import TokenCodec
     from levjepa.eval.config import EvalConfig
     from levjepa.eval.synthetic_task import evaluate_benchmark, synthetic_config_for
+    from levjepa.features.compact import TokenCodec
     from levjepa.formats.load import load_encoder
 
     loaded = load_encoder(run)
@@ -123,7 +123,7 @@ def _asym4(reduce: TokenCodec, tokens: Tensor, grid: tuple[int, int, int]) -> Te
 
 def _codec(name: str):  # type: ignore[no-untyped-def]
     """(roundtrip(tokens, grid), bytes_per_view(grid, dim)) of a codec name, the ``asym4`` prototype included."""
-    from levjepa.eval.compact import TokenCodec
+    from levjepa.features.compact import TokenCodec
 
     if name.split("-")[-1] == "asym4":
         reduce = TokenCodec.parse("-".join(name.split("-")[:-1]) or "full")
@@ -135,7 +135,7 @@ def _codec(name: str):  # type: ignore[no-untyped-def]
 def _quantisation_error(name: str, tokens: Tensor, grid: tuple[int, int, int]) -> float:
     """What the bits lose: ‖codec(x) − pooled(x)‖ / ‖pooled(x)‖ over the tokens (pooled: the codec's slots and
     pooling in float, no rounding), so pooling itself does not count."""
-    from levjepa.eval.compact import TokenCodec
+    from levjepa.features.compact import TokenCodec
 
     pooled = "-".join(p for p in name.split("-") if p.startswith(("pool", "tpool")) or p == "last") or "full"
     ref = TokenCodec.parse(pooled).reduce(tokens, grid).float()
@@ -146,8 +146,8 @@ def _task_tokens(loaded, views, folder: Path, batch: int = 50):  # type: ignore[
     """split -> (tokens float16 [N, 1 + L, D], mean, cls, labels) of the index task in ``folder``, and the grid."""
     import torch
 
-    from levjepa.eval.compact import grid_of
     from levjepa.eval.labelled import read_task
+    from levjepa.features.compact import grid_of
     from levjepa.infer.encode import encode
 
     task = read_task([folder / f"{s}.txt" for s in ("train", "val", "test")])

@@ -96,7 +96,7 @@ def _hours(s: float) -> str:
 def table(measured: dict[str, dict[str, float]], codecs: list[str], epochs: int, accuracy: dict[str, str]) -> None:
     """Two tables: disk per clip and in all for every codec (and the measured accuracy row), then encoder
     passes and time for a store against online."""
-    from levjepa.eval.compact import FULL, TokenCodec
+    from levjepa.features.compact import FULL, TokenCodec
 
     small = codecs[-1] if len(codecs) > 1 else codecs[0]
     print("Disk: bytes per clip (train and eval views, every array) and the whole benchmark, per store\n")
@@ -142,7 +142,7 @@ def table(measured: dict[str, dict[str, float]], codecs: list[str], epochs: int,
 
 def main() -> None:
     sys.path.insert(0, str(SRC))
-    from levjepa.eval.compact import TokenCodec
+    from levjepa.features.compact import TokenCodec
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="vit-tiny,vit-base,vit-large")

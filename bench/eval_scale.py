@@ -99,7 +99,7 @@ def speed(args: argparse.Namespace) -> None:
 
     from levjepa.data import MediaItem, write_video
     from levjepa.data.eval_clip import ViewSpec
-    from levjepa.eval.feature_store import StoreConfig, build_store
+    from levjepa.features.store import StoreConfig, build_store
     from levjepa.formats.load import random_encoder
     from levjepa.model import encoder_config
 

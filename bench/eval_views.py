@@ -55,8 +55,8 @@ def settings(ks: list[int], codec: str) -> list[tuple[str, int, str, bool]]:
 
 def run_one(loaded: Any, folder: Path, k: int, tokens: str, online: bool, seed: int) -> dict[str, float]:
     """One setting of one task and seed: test accuracy (%), encoder forwards and seconds."""
-    import levjepa.eval.feature_store as feature_store
     import levjepa.eval.online as online_mod
+    import levjepa.features.store as feature_store
     from levjepa.eval.config import EvalConfig
     from levjepa.eval.dataset_task import dataset_task
     from levjepa.eval.harness import evaluate

@@ -7,6 +7,7 @@ Write with each checkout, then compare (bench/eval.md, "One feature-set format (
     PYTHONPATH=src python bench/feature_set_same.py write /tmp/fs/after /tmp/fs/media
     PYTHONPATH=/tmp/before/src python bench/feature_set_same.py write /tmp/fs/before /tmp/fs/media
     PYTHONPATH=src python bench/feature_set_same.py compare /tmp/fs/before /tmp/fs/after
+    python bench/feature_set_same.py digest /tmp/fs/after  # one sha256 per folder (arrays and index rows)
 
 ``write`` makes a few small videos and an image in MEDIA (once: both checkouts read the same files), a
 feature store of them (2 segments × 3
@@ -57,8 +58,13 @@ def write(out: Path, media: Path) -> None:
 
     from levjepa.data.eval_clip import ViewSpec
     from levjepa.data.sources import parse_index
-    from levjepa.eval.extract import ExtractConfig, extract
-    from levjepa.eval.feature_store import StoreConfig, build_store
+
+    try:
+        from levjepa.features.extract import ExtractConfig, extract
+        from levjepa.features.store import StoreConfig, build_store
+    except ImportError:  # a checkout before levjepa.features (issue 67): the same code in eval/
+        from levjepa.eval.extract import ExtractConfig, extract  # type: ignore[no-redef]
+        from levjepa.eval.feature_store import StoreConfig, build_store  # type: ignore[no-redef]
     from levjepa.formats.load import random_encoder
     from levjepa.model import encoder_config
 
@@ -148,8 +154,27 @@ def compare(before: Path, after: Path) -> int:
     return failed
 
 
+def digest(root: Path) -> str:
+    """One sha256 per folder and over all of them: every array (name, dtype, shape, bytes) and every index row
+    (``store.json`` left out: it holds no feature, and its key order is free)."""
+    import hashlib
+
+    total = hashlib.sha256()
+    for name in ("store", "safetensors", "npy", "stream", "per_video"):
+        h = hashlib.sha256()
+        for key, a in sorted(_arrays(root / name).items()):
+            h.update(f"{key}:{a.dtype}:{a.shape}".encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+        h.update((root / name / "index.jsonl").read_bytes())
+        print(f"{name:11s} {h.hexdigest()}")
+        total.update(h.digest())
+    return total.hexdigest()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "write":
         write(Path(sys.argv[2]), Path(sys.argv[3]))
+    elif sys.argv[1] == "digest":
+        print(f"all         {digest(Path(sys.argv[2]))}")
     else:
         sys.exit(compare(Path(sys.argv[2]), Path(sys.argv[3])))

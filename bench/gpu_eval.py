@@ -61,10 +61,11 @@ def main() -> None:
 
     from levjepa.data import MediaItem
     from levjepa.data.eval_clip import ViewSpec
-    from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
     from levjepa.eval.probes import probe_config
     from levjepa.eval.source import StoreSource
     from levjepa.eval.trainer import train_probes
+    from levjepa.features.feature_set import FeatureSet
+    from levjepa.features.store import StoreConfig, build_store
     from levjepa.formats.load import random_encoder
     from levjepa.model import encoder_config
     from levjepa.rng import make_generator
@@ -97,7 +98,7 @@ def main() -> None:
         disk_mb_per_clip=sum(f.stat().st_size for f in (work / "store").iterdir()) / 2**20 / max(1, res.rows),
     )
     save()
-    store = StoreSource(FeatureStore(work / "store"))
+    store = StoreSource(FeatureSet(work / "store"))
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()

@@ -74,7 +74,7 @@ def _bytes(n: float) -> str:
 
 def main() -> None:
     sys.path.insert(0, str(SRC))
-    from levjepa.eval.compact import TokenCodec
+    from levjepa.features.compact import TokenCodec
     from levjepa.model import encoder_config
     from levjepa.tools.flops import encoder_flops
 

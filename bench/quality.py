@@ -231,7 +231,7 @@ def _factor_targets(cfg, split: str, n: int) -> dict[str, torch.Tensor]:
 
 
 def _cls(encoder: nn.Module, clips: torch.Tensor) -> torch.Tensor:
-    from levjepa.eval.features import compute_features
+    from levjepa.features.cache import compute_features
 
     return compute_features(encoder, clips, batch_size=50, keep_tokens=False).cls
 

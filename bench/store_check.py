@@ -1,4 +1,4 @@
-"""What a feature set's checks cost (``levjepa.eval.feature_check``): the non-finite check and the CRC-32 when a
+"""What a feature set's checks cost (``levjepa.features.check``): the non-finite check and the CRC-32 when a
 unit is written, the verification on the first read in a process, beside the work they guard, in one run.
 
 A store of ``--units`` units of ``--rows`` rows is written with ``Unit.write`` (``cls``, ``mean`` float32 [n, D];
@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import levjepa.eval.feature_check as feature_check
-from levjepa.eval.feature_set import FeatureSet, Unit, finish
+import levjepa.features.check as feature_check
+from levjepa.features.feature_set import FeatureSet, Unit, finish
 from levjepa.infer.cpu import cpu_info
 
 

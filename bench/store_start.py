@@ -30,7 +30,7 @@ torch.set_num_threads(1)
 from levjepa.data import MediaItem
 from levjepa.data import workers
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.eval.feature_store import StoreConfig, build_store
+from levjepa.features.store import StoreConfig, build_store
 from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
 

@@ -14,8 +14,8 @@ from levjepa.config import apply_overrides
 from levjepa.data import SyntheticConfig
 from levjepa.data.eval_clip import as_clip
 from levjepa.eval import EvalConfig, evaluate_benchmark
-from levjepa.eval.features import cached_features, compute_features
 from levjepa.eval.probes import probe_config
+from levjepa.features.cache import cached_features, compute_features
 from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
 from levjepa.weights import weights_fingerprint

@@ -1,4 +1,4 @@
-"""Compact token stores (issue 45, ``levjepa.eval.compact``): what a codec keeps, that the store on disk, the
+"""Compact token stores (issue 45, ``levjepa.features.compact``): what a codec keeps, that the store on disk, the
 features in memory and a kept probe at inference read the same numbers, and the bytes it saves."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from levjepa.cli import main
 from levjepa.config import ConfigError
 from levjepa.data import MediaItem
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.eval.compact import FULL, TokenCodec, grid_of, rotation
-from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
+from levjepa.features.compact import FULL, TokenCodec, grid_of, rotation
+from levjepa.features.feature_set import FeatureSet
+from levjepa.features.store import StoreConfig, build_store
 from levjepa.infer.encode import encode
 from levjepa.model import encoder_config
 from levjepa.model.vit import VideoEncoder
@@ -105,7 +106,7 @@ def test_a_compact_store_holds_what_the_codec_keeps_of_the_in_memory_tokens(tmp_
     views = ViewSpec(size=32, frames=4, frame_stride=1)
     codec = TokenCodec.parse(name)
     res = build_store(enc, items, tmp_path / "s", StoreConfig(views, codec=codec, workers=0))
-    store = FeatureStore(tmp_path / "s")
+    store = FeatureSet(tmp_path / "s")
     assert store.config["token_codec"] == name
     got = store.read("tokens", np.arange(res.rows))
     clips = torch.cat([views.load(it.path, enc.cfg.patch_size) for it in items])
@@ -270,7 +271,7 @@ def test_a_rotated_store_on_disk_is_read_back_by_restore(tmp_path):
     views = ViewSpec(size=32, frames=4, frame_stride=1)
     codec = TokenCodec.parse("tpool2-rot-int4g16")
     res = build_store(enc, items, tmp_path / "s", StoreConfig(views, codec=codec, workers=0))
-    assert FeatureStore(tmp_path / "s").config["token_codec"] == codec.name
+    assert FeatureSet(tmp_path / "s").config["token_codec"] == codec.name
     q, scales = (np.load(next((tmp_path / "s").glob(f"{a}-*.npy"))) for a in ("tokens", "scales"))  # one shard
     clips = torch.cat([views.load(it.path, enc.cfg.patch_size) for it in items])
     mem = encode(enc, clips, "cpu")
@@ -281,7 +282,7 @@ def test_a_rotated_store_on_disk_is_read_back_by_restore(tmp_path):
 
 
 def test_the_store_reader_reads_a_rotated_store_as_the_in_memory_round_trip(tmp_path):
-    """``FeatureStore.read("tokens")`` of a ``rot`` store gives what the probe trained in memory reads
+    """``FeatureSet.read("tokens")`` of a ``rot`` store gives what the probe trained in memory reads
     (``codec.roundtrip``): the reader restores the rotation instead of refusing the arrays."""
     from levjepa.data import write_video
 
@@ -295,7 +296,7 @@ def test_the_store_reader_reads_a_rotated_store_as_the_in_memory_round_trip(tmp_
     views = ViewSpec(size=32, frames=4, frame_stride=1)
     codec = TokenCodec.parse("tpool2-rot-int4g16")
     build_store(enc, items, tmp_path / "s", StoreConfig(views, codec=codec, workers=0))
-    store = FeatureStore(tmp_path / "s")
+    store = FeatureSet(tmp_path / "s")
     got = store.read("tokens", np.arange(len(store)))
     clips = torch.cat([views.load(it.path, enc.cfg.patch_size) for it in items])
     mem = encode(enc, clips, "cpu")

@@ -152,7 +152,7 @@ def test_a_folder_is_walked_once_per_real_file_and_one_line_says_how_many_paths_
 def test_data_check_and_extract_count_each_real_file_once(tmp_path, capsys):
     from levjepa.cli import main
     from levjepa.data.eval_clip import ViewSpec
-    from levjepa.eval.extract import ExtractConfig, extract
+    from levjepa.features.extract import ExtractConfig, extract
     from levjepa.formats.load import random_encoder
     from levjepa.model import encoder_config
 

@@ -14,11 +14,11 @@ import numpy as np
 import torch
 
 from levjepa.eval.config import PROBE_INPUTS
-from levjepa.eval.feature_store import FeatureStore
 from levjepa.eval.knn import knn_from_sources
 from levjepa.eval.probes import probe_config
 from levjepa.eval.source import StoreSource, samples
 from levjepa.eval.trainer import GridResult, train_probe_grid, train_probes
+from levjepa.features.feature_set import FeatureSet
 from levjepa.rng import make_generator
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -27,7 +27,7 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 def write_store(
     path: Path, tokens: np.ndarray, labels: np.ndarray, *, segments: int = 1, crops: int = 1, shard_items: int = 500
 ) -> Path:
-    """A feature store in the documented format (``levjepa.eval.feature_store``) from token arrays
+    """A feature store in the documented format (``levjepa.features.store``) from token arrays
     [files · segments · crops, 1+L, D] (rows of a file consecutive, segment-major)."""
     path.mkdir(parents=True)
     views = segments * crops
@@ -92,9 +92,9 @@ def test_from_disk_equals_the_in_memory_grid_exactly(tmp_path, one_thread):
     cfg = probe_config("demo", epochs=3, linear_epochs=3, batch_size=16)
     for kind in ("attentive", "linear"):
         disk = probe_from_stores(
-            kind, cfg, FeatureStore(train), FeatureStore(val), num_classes=3, generator=make_generator("t", 0)
+            kind, cfg, FeatureSet(train), FeatureSet(val), num_classes=3, generator=make_generator("t", 0)
         )
-        st, sv = FeatureStore(train), FeatureStore(val)
+        st, sv = FeatureSet(train), FeatureSet(val)
         if kind == "attentive":
             inp = (
                 torch.from_numpy(st.read("tokens", np.arange(96))),
@@ -119,7 +119,7 @@ def test_views_are_grouped_per_file_and_averaged(tmp_path, one_thread):
     """2 segments × 3 crops: 3 samples per file, each reading both segments; accuracy counts files."""
     x, y = _features(20 * 6, 2)
     yf = y[::6]
-    store = FeatureStore(write_store(tmp_path / "s", x, yf, segments=2, crops=3))
+    store = FeatureSet(write_store(tmp_path / "s", x, yf, segments=2, crops=3))
     smp = samples(store)
     assert len(smp) == 60 and smp.rows.shape == (60, 2)
     assert smp.rows[4].tolist() == [7, 10]  # file 1, crop 1: segment 0 row 6+1, segment 1 row 6+3+1
@@ -135,12 +135,12 @@ def test_views_are_grouped_per_file_and_averaged(tmp_path, one_thread):
 SCRIPT = """
 import sys, torch
 torch.set_num_threads(1)
-from levjepa.eval.feature_store import FeatureStore
+from levjepa.features.feature_set import FeatureSet
 from levjepa.eval.probes import probe_config
 from levjepa.eval.source import StoreSource
 from levjepa.eval.trainer import train_probes
 from levjepa.rng import make_generator
-train, val = StoreSource(FeatureStore(sys.argv[1])), StoreSource(FeatureStore(sys.argv[2]))
+train, val = StoreSource(FeatureSet(sys.argv[1])), StoreSource(FeatureSet(sys.argv[2]))
 cfg = probe_config("demo", epochs=1, linear_epochs=1, batch_size=32)
 res = train_probes("attentive", cfg, "tokens", train, val, classes={"labels": 3}, generator=make_generator("m", 0))
 res = res["labels"]

@@ -17,7 +17,8 @@ from PIL import Image
 from levjepa.commands import extract as cli_extract
 from levjepa.data import decode_clip, normalize, write_video
 from levjepa.data.eval_clip import ViewSpec, center_square
-from levjepa.eval.extract import ExtractConfig, extract, read_rows, window_starts
+from levjepa.features.extract import ExtractConfig, extract, window_starts
+from levjepa.features.feature_set import read_rows
 from levjepa.formats.export import export_encoder
 from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
@@ -188,7 +189,7 @@ def killed_while_writing(out, *lost):
 
 def test_per_video_names_stay_unique():
     from levjepa.data.sources import MediaItem
-    from levjepa.eval.extract import video_names
+    from levjepa.features.extract import video_names
 
     items = [
         MediaItem("/d/x/clip.mp4", None, "video"),

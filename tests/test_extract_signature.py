@@ -15,8 +15,8 @@ import torch
 
 from levjepa.cli import main
 from levjepa.data import DataError
-from levjepa.eval.extract import extract, read_index
-from levjepa.eval.feature_set import FeatureSet, read_rows
+from levjepa.features.extract import extract
+from levjepa.features.feature_set import FeatureSet, read_rows
 from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
 from levjepa.model.fingerprint import function_fingerprint
@@ -96,7 +96,7 @@ def test_an_older_extraction_is_refused_in_one_line_never_misread(media, tmp_pat
     out = tmp_path / "old"
     _old_extraction(out, media)
     before = _files(out)
-    for read in (FeatureSet, read_rows, read_index):
+    for read in (FeatureSet, read_rows):
         with pytest.raises(DataError) as err:
             read(out)
         line = str(err.value)
@@ -174,9 +174,9 @@ def test_shards_continue_only_over_the_same_list_of_files(media, tmp_path):
 KILL_SCRIPT = """
 import sys, time, warnings, torch
 torch.set_num_threads(1)
-import levjepa.eval.feature_set as fs
+import levjepa.features.feature_set as fs
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.eval.extract import ExtractConfig, extract
+from levjepa.features.extract import ExtractConfig, extract
 if len(sys.argv) > 3:  # hold still once shard 1 is written, until the test kills the job: the cut is exact
     write = fs.atomic_write_text
     def write_then_hold(path, *args, **kwargs):

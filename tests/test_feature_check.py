@@ -1,4 +1,4 @@
-"""A feature set checks itself (``levjepa.eval.feature_check``): every file a unit writes is recorded with its size
+"""A feature set checks itself (``levjepa.features.check``): every file a unit writes is recorded with its size
 and CRC-32 and verified on the first read in a process; a changed byte, a truncation, a changed index or a
 non-finite row is named in one line with the way to rebuild it, and the rebuild it names gives back the same
 set; a unit with a non-finite row is never written; a set written before checksums is re-verified (sizes,
@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-import levjepa.eval.feature_check as feature_check
+import levjepa.features.check as feature_check
 from levjepa.data import DataError
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.data.sources import parse_index
-from levjepa.eval.extract import extract
-from levjepa.eval.feature_set import FeatureSet, Unit
-from levjepa.eval.feature_store import StoreConfig, build_store
-from levjepa.eval.feature_writer import file_checksum
+from levjepa.features.extract import extract
+from levjepa.features.feature_set import FeatureSet, Unit
+from levjepa.features.store import StoreConfig, build_store
+from levjepa.features.writer import file_checksum
 from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
 from test_extract import _video, windows

@@ -1,4 +1,4 @@
-"""The one feature-set format (``levjepa.eval.feature_set``): extraction's rows are the frozen forward's features of
+"""The one feature-set format (``levjepa.features.feature_set``): extraction's rows are the frozen forward's features of
 their windows, the one reader reads every layout alike, and a store written before the format (``store.json``
 version 1) is read and reused as it is, or refused in one line when it cannot be."""
 
@@ -14,9 +14,9 @@ import torch
 from levjepa.data import DataError
 from levjepa.data.eval_clip import ViewSpec, load_eval_clip
 from levjepa.data.sources import parse_index
-from levjepa.eval.extract import extract, read_rows
-from levjepa.eval.feature_set import FeatureSet
-from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
+from levjepa.features.extract import extract
+from levjepa.features.feature_set import FeatureSet, read_rows
+from levjepa.features.store import StoreConfig, build_store
 from levjepa.formats.load import random_encoder
 from levjepa.infer.encode import encode
 from levjepa.model import encoder_config
@@ -90,7 +90,7 @@ def test_a_store_of_the_older_format_is_read_and_reused_as_it_is(tmp_path, one_t
     again = build_store(enc, items, tmp_path / "old", cfg)  # the same settings: nothing recomputed or rewritten
     assert again.shards_done == 0 and again.rows == meta["rows"] == 8
     assert {p.name: p.read_bytes() for p in (tmp_path / "old").iterdir()} == before
-    old, new = FeatureStore(tmp_path / "old"), FeatureSet(tmp_path / "new")
+    old, new = FeatureSet(tmp_path / "old"), FeatureSet(tmp_path / "new")
     assert old.cutter == "store" and old.layout == "npy" and old.meta["version"] == 1
     rows = np.arange(len(new))[::-1]
     for name in ("cls", "mean", "tokens"):

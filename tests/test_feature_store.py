@@ -22,7 +22,9 @@ from dist_utils import run_gloo
 from levjepa.data import normalize, write_video
 from levjepa.data.eval_clip import ViewSpec, load_eval_clip, load_eval_views
 from levjepa.data.sources import parse_index
-from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
+from levjepa.features.extract import ExtractConfig
+from levjepa.features.feature_set import FeatureSet
+from levjepa.features.store import StoreConfig, build_store
 from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
 
@@ -81,7 +83,7 @@ def test_rows_are_the_encoders_features_of_each_view(index, tmp_path, one_thread
     assert res.bad_files == 2 and res.files == len(items) - 2 and res.rows == 6 * res.files
     bad = json.loads((tmp_path / "s" / "bad_files.json").read_text())
     assert {Path(f["path"]).name for f in bad["files"]} == {"broken.mp4", "missing.mp4"}
-    store = FeatureStore(tmp_path / "s")
+    store = FeatureSet(tmp_path / "s")
     assert len(store) == res.rows
     # every item's rows: segment-major, 3 crops each; pick some rows out of order and check them
     rows = np.array([len(store) - 1, 0, 7, 13])
@@ -136,10 +138,10 @@ def test_two_gloo_ranks_write_the_same_files_as_one_process(index, tmp_path, one
 SCRIPT = """
 import sys, time, torch
 torch.set_num_threads(1)
-import levjepa.eval.feature_set as fs
+import levjepa.features.feature_set as fs
 from levjepa.data.sources import parse_index
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.eval.feature_store import StoreConfig, build_store
+from levjepa.features.store import StoreConfig, build_store
 if len(sys.argv) > 3:  # hold still once shard 1 is written, until the test kills the job: the cut is exact
     write = fs.atomic_write_text
     def write_then_hold(path, *args, **kwargs):
@@ -180,5 +182,30 @@ def test_kill_9_then_the_same_command_gives_the_same_files(index, tmp_path):
     (tmp_path / "cut" / f".tokens-{todo[-1]:05d}.npy.k9x2.tmp").write_bytes(b"half a shard")
     assert _run(index, tmp_path / "cut").wait(timeout=300) == 0
     assert _digest(tmp_path / "cut") == _digest(tmp_path / "full")
-    store = FeatureStore(tmp_path / "cut")
+    store = FeatureSet(tmp_path / "cut")
     assert store.meta["shard_rows"] == [12, 6, 12, 12, 12, 12, 0] and len(store) == 66  # 6 views per good file
+
+
+def test_the_views_record_spells_every_manifest_as_the_folders_written_before_it():
+    """``ViewSpec.record`` is the one spelling of the views in a manifest (issue 67); the settings below are what
+    the two hand-spelled manifests wrote before it (printed by the code at a396bdd), so a store keeps its name (a
+    hash of its settings) and an extraction folder is continued, not refused as another setting."""
+    store = {
+        "frames": 16,
+        "frame_stride": 4,
+        "size": 224,
+        "segments": 2,
+        "crops": 3,
+        "tokens": True,
+        "shard_items": 256,
+    }
+    assert StoreConfig(ViewSpec(224, 16, 4, segments=2, crops=3)).storage() == store
+    rated = StoreConfig(ViewSpec(64, 8, 2, fps=7.5, image_frames=2), train_views=2).storage()
+    assert rated == {
+        **{"frames": 8, "frame_stride": 2, "size": 64, "segments": 1, "crops": 1, "tokens": True, "shard_items": 256},
+        **{"fps": 7.5, "image_frames": 2, "train_views": 2, "view_seed": 0, "train_transform": "vjepa-frozen-eval"},
+    }
+    windows = {"frames": 8, "frame_stride": 2, "fps": None, "size": 16, "stride": 4, "patches": False, "stream": False}
+    assert ExtractConfig(ViewSpec(16, 8, 2), stride=4).storage() == {**windows, "shard_rows": 4096}
+    per_video = ExtractConfig(ViewSpec(16, 8, 2, fps=5.0, image_frames=2), stride=4, format="per_video").storage()
+    assert per_video == {**windows, "fps": 5.0, "per_video_array": "mean", "image_frames": 2}

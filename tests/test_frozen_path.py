@@ -15,8 +15,9 @@ import torch
 from levjepa.data import DataError, MediaItem, normalize, write_video
 from levjepa.data.eval_clip import ViewSpec, load_eval_views
 from levjepa.data.workers import safe_map
-from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
-from levjepa.eval.features import compute_features
+from levjepa.features.cache import compute_features
+from levjepa.features.feature_set import FeatureSet
+from levjepa.features.store import StoreConfig, build_store
 from levjepa.infer.encode import encode
 from levjepa.model import encoder_config
 from levjepa.model.fingerprint import function_fingerprint
@@ -92,7 +93,7 @@ def test_memory_and_store_features_are_the_same_numbers(tmp_path):
     views = ViewSpec(size=16, frames=4, frame_stride=2, segments=2, crops=3)
     enc = _encoder()
     build_store(enc, items, tmp_path / "store", StoreConfig(views, batch_size=4, workers=0))
-    store = FeatureStore(tmp_path / "store")
+    store = FeatureSet(tmp_path / "store")
     clips = torch.cat([views.load(it.path, enc.cfg.patch_size) for it in items])  # [files·6, C, T, S, S]
     mem = compute_features(enc, clips, batch_size=5)
     rows = np.arange(len(store))

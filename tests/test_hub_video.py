@@ -24,7 +24,7 @@ from transformers.models.auto.video_processing_auto import AutoVideoProcessor
 from levjepa.cli import main
 from levjepa.data.eval_clip import ViewSpec, center_square
 from levjepa.data.views import normalize
-from levjepa.eval.feature_set import read_rows
+from levjepa.features.feature_set import read_rows
 from levjepa.formats.classifier import ClassifierRecord, load_classifier, read_classifier, write_classifier
 from levjepa.formats.export import export_encoder
 from levjepa.formats.load import load_encoder

@@ -17,9 +17,9 @@ from PIL import Image
 from levjepa.commands import main as cli_main
 from levjepa.data import DataError, decode_clip, load_image
 from levjepa.data.sources import list_media, parse_index
-from levjepa.eval.extract import extract
-from levjepa.eval.feature_set import read_rows
 from levjepa.eval.labelled import read_task
+from levjepa.features.extract import extract
+from levjepa.features.feature_set import read_rows
 from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
 from test_extract import _video, windows

@@ -38,6 +38,9 @@ LAYERS: dict[str, int] = {
     "levjepa.infer": 2,
     # weights in and out: levjepa runs and exports, the official checkpoints, the hub layout
     "levjepa.formats": 3,
+    # frozen features on disk (the feature-set format, stores, extraction, codecs, readouts), beside the weights
+    # formats and read by eval: neither imports the other
+    "levjepa.features": 3,
     # frozen evaluation; named pretraining presets
     "levjepa.eval": 4,
     "levjepa.presets": 4,

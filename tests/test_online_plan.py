@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import levjepa.eval.feature_store as feature_store
 import levjepa.eval.online as online
+import levjepa.features.store as feature_store
 from levjepa.cli import main
 from levjepa.data import clip_augment
 from levjepa.eval.config import EvalConfig

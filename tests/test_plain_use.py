@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import levjepa.commands.pretrain as cli_pretrain
-import levjepa.eval.extract as extract_module
+import levjepa.features.fill as fill_module
 import levjepa.train.loop as train_loop
 from levjepa.cli import main
 from levjepa.train.preemption import REQUEUE_EXIT
@@ -44,7 +44,7 @@ def test_sigterm_stops_extract_in_one_line_and_the_same_command_ends_as_an_unint
     args = ["extract", str(run), str(media), "--window", "4", "--stride", "4", "--size", "16", "--workers", "0"]
     args += ["--shard-rows", "5", "--no-progress"]
     assert main([*args, "--out", str(tmp_path / "whole")]) == 0
-    real = extract_module._Writer.flush
+    real = fill_module.RowUnits.end
     flushes = []
 
     def stopped_after_two_shards(self):
@@ -53,13 +53,13 @@ def test_sigterm_stops_extract_in_one_line_and_the_same_command_ends_as_an_unint
         if len(flushes) == 2:
             os.kill(os.getpid(), signal.SIGTERM)  # a scheduler's pre-emption, mid-job
 
-    monkeypatch.setattr(extract_module._Writer, "flush", stopped_after_two_shards)
+    monkeypatch.setattr(fill_module.RowUnits, "end", stopped_after_two_shards)
     capsys.readouterr()
     assert main([*args, "--out", str(tmp_path / "cut")]) == REQUEUE_EXIT
     said = _lines(capsys)
     assert said[-1].startswith("levjepa extract: SIGTERM received: stopped with 10 row(s) written")
     assert "the same command continues" in said[-1]
-    monkeypatch.setattr(extract_module._Writer, "flush", real)
+    monkeypatch.setattr(fill_module.RowUnits, "end", real)
     assert main([*args, "--out", str(tmp_path / "cut")]) == 0
     whole = sorted(p.name for p in (tmp_path / "whole").iterdir())
     assert sorted(p.name for p in (tmp_path / "cut").iterdir()) == whole
@@ -189,7 +189,7 @@ def test_a_signal_stops_probe_in_one_line_and_the_same_command_continues_from_it
 ):
     """``probe`` stopped after its first feature store: exit 75 and one line saying what is kept; run again, it
     reuses that store, builds the rest and gives the numbers of an uninterrupted evaluation."""
-    import levjepa.eval.feature_store as store_module
+    import levjepa.features.feature_set as store_module
     from test_classify import write_index
 
     media = tmp_path / "media"

@@ -100,7 +100,7 @@ def test_demo_budget_chooses_by_validation_loss() -> None:
 def test_with_augmented_views_a_seed_block_is_its_seed_alone(setting, tmp_path, monkeypatch, mode, one_thread):  # noqa: F811
     # issue 65: block s draws its views from seed + s (a K-view store per seed, or its own online draws), so
     # `--seed 1 --seeds 2`'s block 1 is `--seed 2` alone, bit for bit, and --plan counts the stores it builds
-    import levjepa.eval.feature_store as feature_store
+    import levjepa.features.store as feature_store
 
     files, _, loaded, views = setting
     seen: list[int] = []

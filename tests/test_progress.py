@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from levjepa.data.progress import Progress
-from levjepa.eval.features import compute_features
+from levjepa.features.cache import compute_features
 from levjepa.model import VideoEncoder, encoder_config
 
 

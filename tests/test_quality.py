@@ -18,9 +18,9 @@ from levjepa.data import DataConfig, PretrainLoader, SyntheticConfig
 from levjepa.data.synthetic import _split_images, _trajectory, load_image_pool, load_split, sample_params
 from levjepa.data.views import rgb_to_hsv
 from levjepa.eval.config import PROBES, EvalConfig
-from levjepa.eval.features import Features
 from levjepa.eval.harness import probe_sources
 from levjepa.eval.source import MemorySource
+from levjepa.features.cache import Features
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = SyntheticConfig(size=32, num_frames=8, num_train=64, num_val=16, num_test=16, image_source="digits")

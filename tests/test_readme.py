@@ -156,7 +156,7 @@ def test_the_feature_reading_block_reads_what_extract_and_probe_wrote(tiny, tmp_
         assert main(["extract", run, videos, "--out", str(tmp_path / "DIR"), "--format", "npy", "--patch", *small]) == 0
         from levjepa.data import list_media
         from levjepa.data.eval_clip import ViewSpec
-        from levjepa.eval.feature_store import StoreConfig, build_store
+        from levjepa.features.store import StoreConfig, build_store
         from levjepa.formats.load import load_encoder
 
         encoder = load_encoder(run).encoder

@@ -1,4 +1,4 @@
-"""Extraction's readouts (``levjepa.eval.readout``): each equals its definition — on a known tensor, and through
+"""Extraction's readouts (``levjepa.features.readout``): each equals its definition — on a known tensor, and through
 ``extract`` in every layout against the encoder's own output reduced by hand —; images read as one frame or
 repeated give the documented shapes; the manifest records the readout, a default extraction's manifest is the
 one it always was, and a reader asking for a readout the manifest does not hold is refused in one line."""
@@ -16,10 +16,10 @@ from PIL import Image
 from levjepa.config import ConfigError
 from levjepa.data import DataError, decode_clip, normalize
 from levjepa.data.eval_clip import ViewSpec, center_square
-from levjepa.eval.compact import TokenCodec
-from levjepa.eval.extract import ExtractConfig, extract, read_rows
-from levjepa.eval.feature_set import FeatureSet
-from levjepa.eval.readout import Readout
+from levjepa.features.compact import TokenCodec
+from levjepa.features.extract import ExtractConfig, extract
+from levjepa.features.feature_set import FeatureSet, read_rows
+from levjepa.features.readout import Readout
 from levjepa.formats.load import random_encoder
 from levjepa.model import encoder_config
 from test_extract import _video

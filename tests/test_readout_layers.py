@@ -19,7 +19,7 @@ import torch
 from levjepa.cli import main
 from levjepa.config import ConfigError, to_dict
 from levjepa.data.eval_clip import load_eval_video
-from levjepa.eval.extract import read_rows
+from levjepa.features.feature_set import read_rows
 from levjepa.formats.classifier import check_encoder, load_classifier, read_classifier
 from levjepa.formats.load import load_encoder
 from levjepa.infer import StreamingEncoder

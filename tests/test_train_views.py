@@ -12,18 +12,19 @@ import numpy as np
 import pytest
 import torch
 
-import levjepa.eval.feature_set as feature_set
+import levjepa.features.feature_set as feature_set
 from levjepa.data import clip_augment
 from levjepa.data.clip_augment import train_transform
 from levjepa.data.eval_clip import ViewSpec, load_train_views, train_key
 from levjepa.data.sources import parse_index
 from levjepa.eval.config import EvalConfig
 from levjepa.eval.dataset_task import dataset_task
-from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
 from levjepa.eval.harness import evaluate
 from levjepa.eval.online import _views
 from levjepa.eval.probes import probe_config
 from levjepa.eval.source import StoreSource
+from levjepa.features.feature_set import FeatureSet
+from levjepa.features.store import StoreConfig, build_store
 from levjepa.infer.encode import encode
 from test_feature_store import _digest, _encoder, make_media
 from test_online_plan import setting  # noqa: F401  (a fixture)
@@ -52,7 +53,7 @@ def test_store_rows_are_the_transform_of_the_decoded_file(index, tmp_path, one_t
     items = parse_index(index)
     res = build_store(enc, items, tmp_path / "s", CFG)
     assert res.rows == K * VIEWS.segments * res.files
-    store = FeatureStore(tmp_path / "s")
+    store = FeatureSet(tmp_path / "s")
     assert store.config["train_views"] == K and store.config["view_seed"] == 7
     view = store.column("view")
     assert list(view[: 2 * K]) == [0, 0, 1, 1, 2, 2] and list(store.segment[: 2 * K]) == [0, 1] * K
@@ -73,7 +74,7 @@ def test_a_k_view_store_is_deterministic_per_seed_and_recorded(index, tmp_path, 
     build_store(_encoder(), items, tmp_path / "b", StoreConfig(**{**CFG.__dict__, "batch_size": 2}))
     assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
     build_store(_encoder(), items, tmp_path / "c", StoreConfig(**{**CFG.__dict__, "view_seed": 8}))
-    a, c = FeatureStore(tmp_path / "a"), FeatureStore(tmp_path / "c")
+    a, c = FeatureSet(tmp_path / "a"), FeatureSet(tmp_path / "c")
     rows = np.arange(len(a))
     assert not np.array_equal(a.read("tokens", rows), c.read("tokens", rows))
     with pytest.raises(ValueError, match="view_seed 7 -> 8"):
@@ -109,7 +110,7 @@ def test_online_and_store_views_are_one_transform(index, tmp_path, one_thread):
     enc = _encoder()
     items = parse_index(index)[:3]
     build_store(enc, items, tmp_path / "s", CFG)
-    store = FeatureStore(tmp_path / "s")
+    store = FeatureSet(tmp_path / "s")
     for item in range(3):
         for epoch in range(K):
             live = _views(VIEWS, 8, True, 7, epoch, (items[item].path, items[item].kind, item, 0))
@@ -123,7 +124,7 @@ def test_online_and_store_views_are_one_transform(index, tmp_path, one_thread):
 
 def test_set_epoch_reads_view_epoch_mod_k(index, tmp_path, one_thread):
     build_store(_encoder(), parse_index(index), tmp_path / "s", CFG)
-    src = StoreSource(FeatureStore(tmp_path / "s"))
+    src = StoreSource(FeatureSet(tmp_path / "s"))
     view = src.store.column("view")
     idx = torch.tensor([3, 0, 5])
     first = src.read("tokens", idx)
@@ -154,7 +155,7 @@ def test_k_absent_writes_the_store_it_always_did(index, tmp_path, one_thread):
     build_store(_encoder(), parse_index(index), tmp_path / "s", fixed)
     rows = [json.loads(line) for line in (tmp_path / "s" / "index-00000.jsonl").read_text().splitlines()]
     assert all(list(r) == ["file", "label", "item", "segment", "crop"] for r in rows)
-    assert StoreSource(FeatureStore(tmp_path / "s")).info()["train_views"] == "fixed centre crops"
+    assert StoreSource(FeatureSet(tmp_path / "s")).info()["train_views"] == "fixed centre crops"
 
 
 def test_probes_train_from_k_views_with_the_run_seed(setting, tmp_path, monkeypatch):  # noqa: F811
@@ -175,9 +176,9 @@ def test_probes_train_from_k_views_with_the_run_seed(setting, tmp_path, monkeypa
     assert "2 augmented views per video reused over the epochs" in cap and clip_augment.DESCRIPTION in cap
     assert "(attentive: 2 lr × 2 wd heads, 3 epochs" in cap and "1 probe seed (4)" in cap
     assert seen == [0, 1, 2]  # the trainer calls it at the start of every epoch
-    train = FeatureStore(task.stores["e"]["train"])
+    train = FeatureSet(task.stores["e"]["train"])
     assert train.config["train_views"] == 2 and train.config["view_seed"] == 4
-    assert FeatureStore(task.stores["e"]["val"]).config.get("train_views") is None  # test views: unchanged
+    assert FeatureSet(task.stores["e"]["val"]).config.get("train_views") is None  # test views: unchanged
     with pytest.raises(ValueError, match="drop --train-views"):
         online = EvalConfig(tasks=(task.name,), probes=("attentive",), online=True)
         task.prepare({"e": loaded.encoder}, online)

@@ -36,8 +36,8 @@ from levjepa.commands._outputs import claim_file
 from levjepa.config import ConfigError
 from levjepa.data import BadFileReport, DataError
 from levjepa.data.badfiles import bad_file_line
-from levjepa.eval.compact import TokenCodec
 from levjepa.eval.predict import Prediction, accuracy, classifier_items, predict
+from levjepa.features.compact import TokenCodec
 from levjepa.formats.classifier import load_classifier, read_classifier
 from levjepa.formats.deploy_classifier import OnnxClassifier
 from levjepa.model import EncoderConfig

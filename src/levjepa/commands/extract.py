@@ -1,7 +1,7 @@
 """``levjepa extract CKPT SOURCE [SOURCE ...] --out DIR``: CLS / mean-pooled / patch features per time window.
 
 SOURCE: a folder of videos and images (recursive), a V-JEPA index file (``path label`` rows), or single
-files. See ``levjepa.eval.extract`` for the windows and ``levjepa.eval.feature_set`` for the output files
+files. See ``levjepa.features.extract`` for the windows and ``levjepa.features.feature_set`` for the output files
 (one feature-set format, shared with the probes' feature stores) and the index. ``--format per_video``
 writes one ``<video>.npy`` ``[windows, D]`` per video (temporal-action-detection layout), resumes a killed
 job, and splits the videos over ``torchrun`` ranks. Run again into the same ``--out``, a job continues only
@@ -9,7 +9,7 @@ features of the same encoder and settings, and refuses others in one line (``--o
 first). ``--device auto`` (default) uses the GPU when there is one, under bf16 autocast. The window, the
 frame size and the sampling default to the model's own (its frames, size and stride or rate,
 ``levjepa.formats.reading``); the command says which it used. ``--readout frames,last`` and ``--tokens CODEC``
-add per-frame, last-slot and compact-token readouts (``levjepa.eval.readout``); ``--image-frames one`` reads an
+add per-frame, last-slot and compact-token readouts (``levjepa.features.readout``); ``--image-frames one`` reads an
 image as one temporal slot instead of repeating it to the window. ``--layers`` reads other blocks than the last
 (``5,11,17,23``: concatenated on channels, V-JEPA 2.1's hierarchical readout; ``levjepa.model.readout_layers``):
 every array then has ``len(layers) · D`` channels, and ``store.json`` records the blocks.
@@ -26,8 +26,8 @@ from levjepa.commands._layers import add_layers_argument, with_layers
 from levjepa.commands._numbers import positive, whole
 from levjepa.commands._outputs import claim_folder
 from levjepa.config import ConfigError
-from levjepa.eval.extract import ExtractConfig, extract
-from levjepa.eval.readout import READOUTS, Readout
+from levjepa.features.extract import ExtractConfig, extract
+from levjepa.features.readout import READOUTS, Readout
 from levjepa.formats.load import LoadedEncoder, load_encoder
 from levjepa.formats.reading import model_views
 
@@ -68,14 +68,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--readout",
         default=None,
         help=f"also store pooled readouts, comma-separated: {', '.join(READOUTS)} — frames: [T', D] each temporal "
-        "slot's patch tokens averaged; last: [D] the last slot's (levjepa.eval.readout)",
+        "slot's patch tokens averaged; last: [D] the last slot's (levjepa.features.readout)",
     )
     parser.add_argument(
         "--tokens",
         default=None,
         help="also store CLS + the patch tokens as a compact store keeps them: last (the last temporal slot), "
         "pool2 / pool<k> (k×k spatial pooling), tpool<k>, int8, int4g32, joined by '-' (pool2-last, "
-        "tpool3-int4g32); the probes' codecs (levjepa.eval.compact)",
+        "tpool3-int4g32); the probes' codecs (levjepa.features.compact)",
     )
     add_image_frames_argument(parser)
     add_layers_argument(parser)

@@ -20,14 +20,14 @@ model and the frame twice for a tubelet-2 one, whose patch embedding needs two).
   3/4–4/3 resized to the evaluation square, random erasing of one box through time with p = 0.25; no flip), every
   draw from the generators of one :class:`~levjepa.data.clip_augment.ViewKey` ``(seed, item, view)``, so a view
   never depends on workers, ranks or a restart. The probe stores' K augmented views
-  (``levjepa.eval.feature_store``) and the online probes (``levjepa.eval.online``) both call it; test views stay
+  (``levjepa.features.store``) and the online probes (``levjepa.eval.online``) both call it; test views stay
   the centre crops above;
 * :func:`load_eval_video` — every kept frame of a whole video (``frame_stride`` or ``target_fps``) with
   their timestamps, for extraction and streaming, which cut their own windows.
 
 :class:`ViewSpec` is the one typed statement of "how a labelled file becomes the views a frozen readout
 sees" (frames, stride, size, segments, crops): a benchmark protocol holds one (``levjepa.eval.protocols``),
-a feature store is computed with one (``levjepa.eval.feature_store``), a classifier records the one its
+a feature store is computed with one (``levjepa.features.store``), a classifier records the one its
 scores were measured with (``levjepa.formats.classifier``) and fine-tuning evaluates with one.
 
 Videos are scaled down to about ``size`` inside FFmpeg (``short_side``) before the exact resize, so a 4K
@@ -325,6 +325,18 @@ class ViewSpec:
         out = dataclasses.asdict(self)
         if self.image_frames is None:
             del out["image_frames"]
+        return out
+
+    def record(self, *, windows: bool = False) -> dict[str, Any]:
+        """What a feature set's manifest records of the views (``levjepa.features``): the fields, ``fps`` and
+        ``image_frames`` only when set — or, for extraction's windows (one segment, one crop: not recorded),
+        ``frames, frame_stride, fps, size`` (and ``image_frames`` when set). Either way every folder written before
+        keeps its manifest, so it is reused, and a store its name."""
+        out = self.fields()
+        if windows:
+            return {k: out[k] for k in ("frames", "frame_stride", "fps", "size", "image_frames") if k in out}
+        if self.fps is None:
+            del out["fps"]
         return out
 
     def load(self, path: str, patch: int, kind: Literal["video", "image"] | None = None) -> Tensor:

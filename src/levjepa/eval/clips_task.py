@@ -1,6 +1,6 @@
 """A task of labelled clips held in memory: the built-in benchmark's splits, or any clips a script cut.
 
-For each encoder the features of the train / val (/ test) clips are computed **once** (``features.py``:
+For each encoder the features of the train / val (/ test) clips are computed **once** (``levjepa.features.cache``:
 frozen, ``eval()``, no dropping; cached on disk under ``EvalConfig.cache_dir``, keyed by the weights and
 :attr:`LabelledSplits.key`) and every probe of every label set reads them (``levjepa.eval.harness``); with a
 compact ``EvalConfig.tokens`` codec the attentive probe reads the tokens as a compact store keeps them.
@@ -15,8 +15,8 @@ from typing import Any
 from torch import Tensor
 
 from levjepa.eval.config import EvalConfig
-from levjepa.eval.features import cached_features
 from levjepa.eval.source import FeatureSource, MemorySource
+from levjepa.features.cache import cached_features
 from levjepa.model.vit import VideoEncoder
 
 __all__ = ["LabelledSplits"]

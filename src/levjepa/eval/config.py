@@ -11,7 +11,7 @@ directly and which attends every patch with relative positions, can. Reporting b
 which one carries a task.
 
 What is evaluated and how — tasks, probes, budget, probe config, seed, device, batch size, feature cache, what
-the attentive probe reads of the tokens (``tokens``: every token, or a compact store, ``levjepa.eval.compact``) —
+the attentive probe reads of the tokens (``tokens``: every token, or a compact store, ``levjepa.features.compact``) —
 is one frozen :class:`EvalConfig`, passed unchanged from ``levjepa.eval.harness.evaluate`` down to the probes.
 """
 
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from levjepa.config import check
-from levjepa.eval.compact import TokenCodec
 from levjepa.eval.probes import ProbeConfig, probe_config
+from levjepa.features.compact import TokenCodec
 from levjepa.model.probe_kinds import ProbeSpec, probe_specs
 
 __all__ = [
@@ -95,7 +95,7 @@ class EvalConfig:
     progress: bool = False
     title: str = ""  # what the table's caption calls the evaluation
     keep_heads: Literal["none", "best", "all"] = "none"  # results also hold the chosen (or every) probe's weights
-    tokens: str = "full"  # what the attentive probe reads of the tokens: full or a compact codec (eval/compact.py)
+    tokens: str = "full"  # what the attentive probe reads of the tokens: full or a compact codec (features/compact.py)
     online: bool = False  # labelled files: tokens encoded on the fly every epoch, no token store (eval/online.py)
     seeds: int = 1  # probe seeds seed..seed+seeds-1 in one pass, each its own run; mean ± sd reported
 

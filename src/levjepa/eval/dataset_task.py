@@ -2,14 +2,14 @@
 (optionally ``--protocol ssv2 | k400 | in1k | diving48``).
 
 For each encoder and split, the split's features are computed once into a feature store on disk
-(``levjepa.eval.feature_store``: worker-process decoding, bad files reported and skipped, sharded across
+(``levjepa.features.store``: worker-process decoding, bad files reported and skipped, sharded across
 ``torchrun`` ranks, resumable), named by the encoder's function fingerprint and the data (split file,
 settings) so that a second call reuses them. The probes then train from those stores in bounded memory
 (``levjepa.eval.source``, ``levjepa.eval.trainer``). Training features use the protocol's ``segments`` with
 one centre crop; validation and test use its ``segments × crops`` views, averaged per file. Without a protocol, one
 centre clip of ``frames`` frames at ``frame_stride`` per file. With ``train_views = K > 0`` (``probe
 --train-views K``) the training store holds instead ``K`` augmented views per file, drawn with the run's seed
-(``levjepa.eval.feature_store``), and each epoch of the probes reads one of them (``levjepa.eval.source``);
+(``levjepa.features.store``), and each epoch of the probes reads one of them (``levjepa.eval.source``);
 ``--online`` draws a new one every epoch from the same transform and stores no token. With ``--seeds N`` seed
 block ``s`` reads views drawn with seed ``seed + s`` (N K-view stores; online, its own draws), so each block is
 the run ``--seed seed+s`` makes alone.
@@ -35,14 +35,15 @@ from levjepa import distributed
 from levjepa.config import check
 from levjepa.data import BadFileReport, DataError, MediaItem, clip_augment
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.eval.compact import FULL
 from levjepa.eval.config import EvalConfig
-from levjepa.eval.feature_store import FeatureStore, StoreConfig, build_store
 from levjepa.eval.labelled import read_task
 from levjepa.eval.online import OnlineSource
 from levjepa.eval.probe_records import RECORDS, ProbeRecords
 from levjepa.eval.protocols import PROTOCOLS, SLOTS_DEFAULT, Protocol, Slots
 from levjepa.eval.source import FeatureSource, SeedSources, StoreSource
+from levjepa.features.compact import FULL
+from levjepa.features.feature_set import FeatureSet
+from levjepa.features.store import StoreConfig, build_store
 from levjepa.model.fingerprint import function_fingerprint
 from levjepa.model.vit import VideoEncoder
 
@@ -131,10 +132,10 @@ class DatasetTask:
             for p in self.stores[name].values():
                 self.bad_files.extend(BadFileReport.read(p / "bad_files.json").files.items())  # warns once per file
         sources: dict[str, FeatureSource] = {
-            s: StoreSource(FeatureStore(p), task=self.name) for s, p in self.stores[name].items()
+            s: StoreSource(FeatureSet(p), task=self.name) for s, p in self.stores[name].items()
         }
         if self.seed_stores.get(name):  # K-view stores of seeds 1..N-1: each seed block reads its own
-            more = [StoreSource(FeatureStore(p), task=self.name) for p in self.seed_stores[name]]
+            more = [StoreSource(FeatureSet(p), task=self.name) for p in self.seed_stores[name]]
             sources["train"] = SeedSources([sources["train"], *more])
         if cfg.online and cfg.reads_tokens:
             for s, src in sources.items():

@@ -49,7 +49,7 @@ def save_probes(
     """Write every kept probe of ``encoder_name``'s column (see the module doc); returns the chosen probes'
     directories. ``labels``: task -> class names; ``encoder_source``: where ``classify`` reads the encoder;
     ``files``: split -> file of a labelled task (recorded, :func:`check_probe_dir` compares them); ``tokens``:
-    the token codec the attentive probe was trained on (``levjepa.eval.compact``), which ``classify`` applies."""
+    the token codec the attentive probe was trained on (``levjepa.features.compact``), which ``classify`` applies."""
     fingerprint = function_fingerprint(loaded.encoder)
     written = []
     for task, probes in result.results[encoder_name].items():

@@ -9,7 +9,7 @@ frozen-evaluation train transform, ``levjepa.data.eval_clip.load_train_views`` (
 V-JEPA 2's temporal starts per segment, RandAugment, a random resized crop of 8–100 % of the area at aspect
 3/4–4/3 and random erasing, the same for all frames of a segment, no flip), epoch ``e`` drawing view ``k = e``
 from ``train_key(seed, item, e)`` — the very views a store of ``K ≥ epochs`` augmented views holds
-(``levjepa.eval.feature_store``) — and encoded by
+(``levjepa.features.store``) — and encoded by
 the one frozen forward (``levjepa.infer.encode``) when the trainer asks for them. Validation and test views
 are the protocol's, unaugmented. The small inputs (``mean``,
 ``cls``, for the linear probes and kNN) still come from a store without tokens.

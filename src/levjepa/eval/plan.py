@@ -3,7 +3,7 @@
 For a labelled task (``levjepa.eval.dataset_task``) and an encoder, :func:`plan` counts, per split, the files,
 the views per file and the store's rows, the disk they take — ``cls`` and ``mean`` (float32, ``2 · D · 4`` bytes
 a row, ``D`` the encoder's readout width: ``len(layers) · dim`` with ``--layers``) and, for the attentive
-probe, the tokens as the store keeps them (``levjepa.eval.compact``: ``1 + L``
+probe, the tokens as the store keeps them (``levjepa.features.compact``: ``1 + L``
 tokens of ``2 · D`` bytes in float16, fewer and smaller in a compact store; none online) — and the encoder's
 forwards: one per view for a store (``K`` per training segment with ``--train-views K``, each file decoded
 ``K`` times, and with ``--seeds N`` a K-view store per seed: ``N · K``); online, every epoch of the attentive probe
@@ -25,10 +25,10 @@ import torch
 from levjepa.data import MediaItem
 from levjepa.data.badfiles import is_bad_file
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.eval.compact import FULL, TokenCodec
 from levjepa.eval.config import EvalConfig
 from levjepa.eval.dataset_task import DatasetTask
 from levjepa.eval.probes import build_probe_grid
+from levjepa.features.compact import FULL, TokenCodec
 from levjepa.formats.load import LoadedEncoder
 from levjepa.infer.encode import encode
 from levjepa.model import EncoderConfig

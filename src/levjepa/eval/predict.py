@@ -29,7 +29,7 @@ from levjepa.data import BadFileReport, DataError, MediaItem, list_media
 from levjepa.data.eval_clip import ViewSpec, load_eval_video
 from levjepa.data.sources import media_kind, read_index_labels
 from levjepa.data.workers import safe_map
-from levjepa.eval.compact import FULL, TokenCodec, grid_of
+from levjepa.features.compact import FULL, TokenCodec, grid_of
 from levjepa.formats.deploy_classifier import OnnxClassifier
 from levjepa.infer.encode import encode
 from levjepa.model.classifier import VideoClassifier

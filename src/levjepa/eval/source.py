@@ -6,9 +6,9 @@ float16), ``mean`` [D] (the patch tokens averaged) and ``cls`` [D]. The probe tr
 (``levjepa.eval.trainer``) and kNN (``levjepa.eval.knn``) see nothing else, so the same loop trains from
 either source.
 
-* :class:`MemorySource` — features computed once into memory (``levjepa.eval.features``): one sample per
+* :class:`MemorySource` — features computed once into memory (``levjepa.features.cache``): one sample per
   clip, one view.
-* :class:`StoreSource` — a feature store on disk (``levjepa.eval.feature_store``) read batch by batch with
+* :class:`StoreSource` — a feature store on disk (``levjepa.features.store``) read batch by batch with
   ``pread``, so memory does not grow with the number of clips. A sample is one (file, crop): the rows of its
   ``segments`` clips for that crop. Its tokens are those of all its segments concatenated
   ``[segments · (1+L), D]`` (V-JEPA 2's multi-clip evaluation concatenates the clips' tokens); its ``mean``
@@ -17,7 +17,7 @@ either source.
   kNN reads each file's CLS averaged over every view.
 
   **Augmented training views.** A store of ``K`` augmented views per file (``train_views`` in its settings,
-  rows with a ``view`` field; ``levjepa.eval.feature_store``) has one sample per file whose rows change with the
+  rows with a ``view`` field; ``levjepa.features.store``) has one sample per file whose rows change with the
   epoch: :meth:`FeatureSource.set_epoch` (called by the trainer at the start of every epoch) makes epoch ``e``
   read view ``e mod K`` of every file. Chosen over a per-file offset or a seeded draw because then a store of
   ``K ≥ epochs`` views gives, epoch for epoch, the very pixels ``probe --online`` draws (both take view ``k =
@@ -37,7 +37,7 @@ Re-running the encoder instead costs, per 10k clips and 20 epochs, 200k decodes 
 time a grid is trained; stored tokens are computed once and shared by every probe, grid and seed. The
 deviation from V-JEPA 2's protocol this implies: its training clips are random-resized-crop augmented each
 epoch; a store's are its fixed views. Two other sources cover what a store cannot: a compact store keeps
-fewer or smaller tokens (``levjepa.eval.compact``, ``probe --tokens``), and
+fewer or smaller tokens (``levjepa.features.compact``, ``probe --tokens``), and
 :class:`levjepa.eval.online.OnlineSource` runs the encoder every epoch with that augmentation (``probe
 --online``: V-JEPA 2's protocol, no token stored).
 """
@@ -53,7 +53,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from levjepa.eval.feature_store import FeatureStore
+from levjepa.features.feature_set import FeatureSet
 
 __all__ = ["FeatureSource", "MemorySource", "Samples", "SeedSources", "StoreSource", "samples"]
 
@@ -177,12 +177,12 @@ class Samples:
         return len(self.labels)
 
 
-def train_views(store: FeatureStore) -> int:
+def train_views(store: FeatureSet) -> int:
     """``K``, the augmented views per file of ``store`` (0: its fixed views)."""
     return int(store.config.get("train_views", 0))
 
 
-def samples(store: FeatureStore) -> Samples:
+def samples(store: FeatureSet) -> Samples:
     """One sample per (file, crop) of ``store`` (see the module doc)."""
     segments, crops, k = int(store.config["segments"]), int(store.config["crops"]), max(1, train_views(store))
     first = np.nonzero((store.segment == 0) & (store.crop == 0))[0][::k]  # first row of each file
@@ -206,7 +206,7 @@ def samples(store: FeatureStore) -> Samples:
 class StoreSource(FeatureSource):
     """The samples of a complete feature store, labelled with task ``task`` (see the module doc)."""
 
-    def __init__(self, store: FeatureStore, task: str = "labels", batch_rows: int = 4096):
+    def __init__(self, store: FeatureSet, task: str = "labels", batch_rows: int = 4096):
         self.store, self.name = store, str(store.path)
         self.smp = samples(store)
         self.crops = int(store.config["crops"])

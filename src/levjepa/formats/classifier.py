@@ -75,7 +75,7 @@ class ClassifierRecord:
     encoder_fingerprint: str
     trained: dict[str, Any] = field(default_factory=dict)
     format: str = CLASSIFIER_FORMAT
-    tokens: str = "full"  # what the head reads of the tokens: every one, or a compact store's (eval/compact.py)
+    tokens: str = "full"  # what the head reads of the tokens: every one, or a compact store's (features/compact.py)
     # the encoder's blocks the head reads, concatenated on channels (EncoderConfig.readout_layers; None: the last,
     # left out of classifier.json: a record as it was before readout layers)
     readout_layers: tuple[int, ...] | None = field(default=None, metadata={OMIT_DEFAULT: True})

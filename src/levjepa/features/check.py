@@ -3,7 +3,7 @@
 **Written** (:func:`refuse_nonfinite`). Before a unit reaches the disk every float array of it is checked for
 NaN and ±inf (an encoder that diverged, float16 tokens past 65504): such a unit is refused in one line naming
 the array and the source files of its bad rows, and nothing of it is written. Each file the unit writes comes
-with its size and CRC-32 (``feature_writer.checksum``), recorded in ``sums-U.json`` beside it and, when the set
+with its size and CRC-32 (``writer.file_checksum``), recorded in ``sums-U.json`` beside it and, when the set
 is complete, in the manifest (``checksums``: unit -> file -> size and CRC; ``index``: ``index.jsonl``'s).
 
 **Read** (:func:`verify`). The reader (``feature_set.FeatureSet``) checks ``index.jsonl`` when it opens a set
@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from levjepa.data import DataError
-from levjepa.eval.feature_writer import file_checksum
+from levjepa.features.writer import file_checksum
 
 __all__ = [
     "nonfinite_rows",

@@ -1,6 +1,6 @@
 """Feature extraction for a folder or index of videos and images: CLS, mean-pooled and optionally patch
 features per time window — the *extract* row cutter of the one feature-set format
-(``levjepa.eval.feature_set``: the manifest ``store.json``, the index, the layouts, the done rule and the
+(``levjepa.features.feature_set``: the manifest ``store.json``, the index, the layouts, the done rule and the
 reader are described there, and shared with the probes' feature stores).
 
 **Rows.** How frames are taken is a ``levjepa.data.eval_clip.ViewSpec`` (``ExtractConfig.views``: ``frames``
@@ -26,7 +26,7 @@ memory at that size (about 10 minutes of 15 fps video at stride 2 and 224 px ≈
 readout width, ``len(layers) · dim`` with readout layers, ``EncoderConfig.readout_layers``, which the manifest
 then records as ``readout_layers``); with ``patches``,
 every patch token [R, T'·h·w, D] in float16, in time-major (t, y, x) order. With ``readout``
-(``levjepa.eval.readout``: their definitions), ``frames`` [R, T', D] (each slot's patch tokens averaged),
+(``levjepa.features.readout``: their definitions), ``frames`` [R, T', D] (each slot's patch tokens averaged),
 ``last_mean`` [R, D] (the last slot's) and a token codec's ``tokens`` (+ ``scales``): CLS and the patch tokens
 as a compact store of that codec keeps them (``last``, ``pool2``, ``int8``, ...); the default extraction
 computes exactly what it always did. Windows are batched across
@@ -38,10 +38,9 @@ history, never recomputing the past. The first row of a video equals the windowe
 because their tokens also saw (through earlier layers) frames before the window. Both modes' rows go through
 the same writer.
 
-**Decoding** runs in ``workers`` worker processes (``levjepa.data.workers.safe_map``), two files ahead per
-worker; the encoder runs on ``device`` (``auto``: the GPU when there is one) through the one frozen forward,
-``levjepa.infer.encode.encode`` (bf16 autocast on CUDA, float32 on the CPU; the streaming rows under the same
-precision rule).
+**The job** is the one fill job (``levjepa.features.fill``): decoding in ``workers`` processes, the encoder on
+``device`` (``auto``: the GPU when there is one) through the one frozen forward, ``levjepa.infer.encode.encode``
+(the streaming rows under the same precision rule).
 
 **Output** (``out/``, layout ``format``): ``safetensors`` — ``features-KKKKK.safetensors`` (tensors ``cls``,
 ``mean``, ``patches``), shards of ``shard_rows`` rows; ``npy`` — ``cls-KKKKK.npy`` / ``mean-…`` /
@@ -51,23 +50,16 @@ precision rule).
 Then the feature set's ``index-KKKKK.jsonl`` / ``<name>.jsonl`` per unit, ``index.jsonl`` (every row, with
 ``row, shard, offset``), ``bad_files.json`` (a bad file is reported and skipped, never fatal — but a source
 of which no file could be read is an error), ``store.json``, and ``labels.json`` (the class name -> label
-map when an index file labels its rows by name). Read them back with :func:`read_rows` (the rows) and
-``levjepa.eval.feature_set.FeatureSet`` (any rows of any array).
+map when an index file labels its rows by name). Read them back with ``levjepa.features.feature_set``: ``read_rows``
+(the rows) and ``FeatureSet`` (any rows of any array).
 
-**Run again into the same output.** ``store.json`` records from the start the encoder's function fingerprint,
-the layout, every setting that changes a feature (all of :class:`ExtractConfig` but ``workers`` and
-``batch_size``; ``image_frames`` and the readout only when set, so that a default job's manifest, and the
-folders it wrote, stay what they were) and the list of files (its hash). A job into a folder continues only
-the same job: the units whose index exists are kept (a shard; with ``per_video``, a file), and the job goes on
-from there — the shards from the file the last kept row came from (its rows already kept are computed again
-and not written twice) — so a job killed at any point (``kill -9`` included) and run again ends with the files
-of an uninterrupted run. Anything else — another encoder, setting or list of files, or features of an older
-levjepa (``extract.json``) — is refused in one line naming what differs, unless ``overwrite=True`` deletes the
-old features first. A folder never mixes two encoders or two settings.
-
-**Stopping.** A SIGTERM or SIGUSR1 (a scheduler's pre-emption) stops the job at once with one line (what was
-written, and that the same command continues it) and ``levjepa extract`` exits with status 75 (requeue); every
-file written is complete (atomic writes), and a run again continues as above.
+**Run again into the same output.** ``store.json`` records the encoder's function fingerprint, the layout, every
+setting that changes a feature (all of :class:`ExtractConfig` but ``workers`` and ``batch_size``) and the list of
+files (its hash). A job into a folder continues only the same job (the fill job's resume rules: done units kept,
+a killed job ends with the files of an uninterrupted run); anything else — another encoder, setting or list of
+files, or features of an older levjepa (``extract.json``) — is refused in one line naming what differs, unless
+``overwrite=True`` deletes the old features first. **Stopping**: a SIGTERM or SIGUSR1 stops the job at once with
+one line, and ``levjepa extract`` exits with status 75 (requeue); a run again continues.
 
 **Progress.** A bar on a terminal; otherwise (a SLURM ``.out`` file) one line every 30 s and at the end:
 ``extract: 120/1000 files  3400 rows  4.1 files/s  eta 3m34s``.
@@ -91,30 +83,23 @@ from levjepa import distributed
 from levjepa.config import check, to_dict
 from levjepa.data import DataError, list_media, normalize
 from levjepa.data.eval_clip import ViewSpec, load_eval_clip, load_eval_video
-from levjepa.data.progress import Progress
-from levjepa.data.sources import MediaItem, items_hash, media_kind, read_index_labels
-from levjepa.data.workers import safe_map
-from levjepa.eval.compact import grid_of
-from levjepa.eval.feature_set import VERSION, Layout, Unit, clear_unit, finish, open_for_writing, read_rows, unit_done
-from levjepa.eval.readout import Readout
+from levjepa.data.sources import MediaItem, media_kind, read_index_labels
+from levjepa.features.compact import grid_of
+from levjepa.features.feature_set import Layout
+from levjepa.features.fill import FileUnits, Row, RowUnits, fill, manifest
+from levjepa.features.readout import Readout
 from levjepa.infer.encode import encode, frozen, precision
 from levjepa.infer.stream import StreamingEncoder
-from levjepa.model.fingerprint import function_fingerprint
 from levjepa.model.vit import VideoEncoder
-from levjepa.train.preemption import stop_now_on_signals
 from levjepa.weights import atomic_write_text
 
 __all__ = [
     "ExtractConfig",
     "ExtractResult",
     "extract",
-    "read_index",
-    "read_rows",
     "video_names",
     "window_starts",
 ]
-
-read_index = read_rows  # the name extraction's reader had: kept for existing imports
 
 
 @dataclass(frozen=True)
@@ -125,7 +110,7 @@ class ExtractConfig:
     views: ViewSpec = field(default_factory=ViewSpec)  # frames per window, frame_stride or fps, size, image_frames
     stride: int = 8  # frames between window starts
     patches: bool = False  # also store every patch token (float16)
-    readout: Readout = field(default_factory=Readout)  # per-slot, last-slot and codec readouts (eval/readout.py)
+    readout: Readout = field(default_factory=Readout)  # per-slot, last-slot and codec readouts (features/readout.py)
     batch_size: int = 8  # windows per forward pass
     stream: bool = False  # use the KV-cache StreamingEncoder instead of independent windows
     format: Layout = "safetensors"  # the feature set's layout: shards of rows, or one file per video
@@ -159,18 +144,15 @@ class ExtractConfig:
         return self.views.frames
 
     def storage(self) -> dict[str, Any]:
-        """The settings that change a stored byte (the manifest's ``config``): all but ``workers`` and
-        ``batch_size`` (per-row results do not depend on the batch on the CPU)."""
-        v = self.views
-        out: dict[str, Any] = {"frames": v.frames, "frame_stride": v.frame_stride, "fps": v.fps, "size": v.size}
+        """The settings that change a stored byte (the manifest's ``config``): the views (``ViewSpec.record``) and
+        all the rest but ``workers`` and ``batch_size`` (per-row results do not depend on the batch on the CPU)."""
+        out = self.views.record(windows=True)
         out.update(stride=self.stride, patches=self.patches, stream=self.stream)
         if self.format == "per_video":
             out["per_video_array"] = self.per_video_feature
         else:
             out["shard_rows"] = self.shard_rows
-        if v.image_frames is not None:  # the rest only when asked for: a default job's manifest is unchanged
-            out["image_frames"] = v.image_frames
-        out.update(self.readout.storage())
+        out.update(self.readout.storage())  # only when asked for: a default job's manifest is unchanged
         return out
 
     def arrays(self) -> list[str]:
@@ -201,72 +183,6 @@ class ExtractResult:
     seconds: float
     out_dir: str
     info: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class _Resume:
-    """What earlier jobs of the same manifest left of the shard layouts: the done shards (a prefix: one process
-    writes them in order), their rows, the rows of each item they hold, the files they reported."""
-
-    shards: int = 0
-    rows: int = 0
-    per_item: dict[int, int] = field(default_factory=dict)
-    last: int = 0  # the last item with rows in them (possibly only some of its rows)
-    bad: set[str] = field(default_factory=set)
-
-
-def _resume(out: Path, layout: str) -> _Resume:
-    done = _Resume()
-    while unit_done(out, layout, f"{done.shards:05d}"):
-        unit = f"{done.shards:05d}"
-        for line in (out / f"index-{unit}.jsonl").read_text().splitlines():
-            item = int(json.loads(line)["item"])
-            done.per_item[item] = done.per_item.get(item, 0) + 1
-            done.rows, done.last = done.rows + 1, item
-        if (out / f"bad-{unit}.json").is_file():
-            done.bad.update(p for p, _ in json.loads((out / f"bad-{unit}.json").read_text()))
-        done.shards += 1
-    return done
-
-
-class _Writer:
-    """Extraction's rows into the feature set's units (``levjepa.eval.feature_set.Unit``): shards of
-    ``shard_rows`` rows, or with ``per_video`` one unit per file; :meth:`flush` writes the current unit."""
-
-    def __init__(self, out: Path, cfg: ExtractConfig, resume: _Resume | None = None) -> None:
-        self.out, self.cfg = out, cfg
-        resume = resume or _Resume()
-        self.k, self.rows = resume.shards, resume.rows
-        self.skip = dict(resume.per_item)  # rows of an item an earlier job wrote: computed again, not written twice
-        self.unit = Unit(f"{self.k:05d}")
-
-    def add(self, rows: list[dict[str, Any]], arrays: dict[str, Tensor]) -> None:
-        """``rows`` and their arrays ``[len(rows), ...]`` (``ExtractConfig.arrays``)."""
-        for i, row in enumerate(rows):
-            if self.skip.get(row["item"], 0) > 0:
-                self.skip[row["item"]] -= 1
-                continue
-            self.unit.add([row], {name: t[i : i + 1] for name, t in arrays.items()})
-            if self.cfg.format != "per_video" and len(self.unit) == self.cfg.shard_rows:
-                self.flush()
-
-    def bad(self, path: str, reason: str) -> None:
-        self.unit.bad.append((path, reason))
-
-    def flush(self) -> None:
-        """Write the current unit (a shard: when it has rows or reports), and start the next."""
-        unit = self.unit
-        if self.cfg.format == "per_video" or len(unit) or unit.bad:
-            unit.write(self.out, self.cfg.format, self.cfg.per_video_feature)
-            self.rows += len(unit)
-            self.k += 1
-        self.unit = Unit(f"{self.k:05d}")
-
-    def file_done(self, name: str) -> None:
-        """With ``per_video``: the file's rows (or its report) are whole: its unit ``name`` is written."""
-        if self.cfg.format == "per_video":
-            self.unit.name = name
-            self.flush()
 
 
 def video_names(items: list[MediaItem]) -> list[str]:
@@ -347,42 +263,6 @@ def _stream_rows(
         yield meta, stream.cls()[0].float().cpu(), patches.float().mean(0).cpu(), patches.float().cpu()
 
 
-class _Batcher:
-    """Windows of any number of files, encoded ``batch_size`` at a time by the frozen encoder (nothing dropped)
-    and handed to the writer in the order they came."""
-
-    def __init__(self, encoder: VideoEncoder, writer: _Writer, cfg: ExtractConfig, device: str) -> None:
-        self.encoder, self.writer, self.cfg, self.device = encoder, writer, cfg, device
-        self.pending: list[tuple[dict[str, Any], Tensor]] = []
-
-    def add(self, meta: dict[str, Any], clip: Tensor) -> None:
-        """One window: its index fields and uint8 frames ``[T, S, S, 3]`` (a one-frame image: encoded in a batch
-        of its own length)."""
-        clip = _pad_time(clip, self.encoder.cfg.tubelet)
-        if self.pending and self.pending[0][1].shape != clip.shape:
-            self.flush()
-        self.pending.append((meta, clip))
-        if len(self.pending) == self.cfg.batch_size:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        metas = [m for m, _ in self.pending]
-        clips = torch.stack([c for _, c in self.pending]).permute(0, 4, 1, 2, 3)  # [B, C, T, S, S]
-        cfg = self.cfg
-        if cfg.readout.default:  # the default extraction, byte for byte as it always was
-            enc = encode(self.encoder, clips, self.device, tokens=cfg.patches)
-            arrays = {"cls": enc.cls, "mean": enc.mean, **({"patches": enc.patches} if cfg.patches else {})}
-        else:  # float32 tokens for the pooled readouts; the same float16 patches as the default's
-            enc = encode(self.encoder, clips, self.device, token_dtype=torch.float32)
-            assert enc.tokens is not None
-            arrays = {"cls": enc.cls, "mean": enc.mean, **({"patches": enc.patches.half()} if cfg.patches else {})}
-            arrays.update(cfg.readout.compute(enc.tokens, grid_of(enc.positions)))
-        self.writer.add(metas, arrays)
-        self.pending.clear()
-
-
 def _load(items: list[MediaItem], cfg: ExtractConfig, patch: int, i: int) -> tuple[Tensor, Tensor, float]:
     """``(frames uint8 [N, S, S, 3], timestamps [N], source fps)`` of file ``i``, through the evaluation
     transform (in a decoding worker); an image is ``window`` copies of itself (``views.image_frames``: that
@@ -397,36 +277,51 @@ def _load(items: list[MediaItem], cfg: ExtractConfig, patch: int, i: int) -> tup
     return video.frames, video.timestamps, video.source_fps
 
 
-def _add_rows(
-    items: list[MediaItem],
-    i: int,
-    frames: Tensor,
-    timestamps: Tensor,
-    fps: float,
-    cfg: ExtractConfig,
-    batcher: _Batcher,
-) -> None:
-    """Every row of loaded file ``i``: its windows to the batcher, or (``stream``) the streaming encoder's rows
-    straight to the writer."""
-    item = items[i]
-    base = {"file": item.path, "label": item.label, "item": i, "kind": item.kind}
-    if item.kind == "image":
-        batcher.add({**base, **_window_meta(0, 0, 0, [0], torch.zeros(1), cfg.views.image_length, False)}, frames)
-    elif cfg.stream:
-        batcher.flush()  # an image's row before this video's: rows stay in the order of the files
-        for meta, cls, mean, patches in _stream_rows(batcher.encoder, frames, timestamps, fps, cfg, batcher.device):
-            arrays = {"cls": cls[None], "mean": mean[None]}
-            if cfg.patches:
-                arrays["patches"] = patches[None].half()
-            if not cfg.readout.default:
-                t = cfg.window // batcher.encoder.cfg.tubelet
-                side = round((len(patches) // t) ** 0.5)  # square frames (the evaluation transform)
-                tokens = torch.cat([cls[None], patches])[None]
-                arrays.update(cfg.readout.compute(tokens, (t, side, side)))
-            batcher.writer.add([{**base, **meta}], arrays)
-    else:
-        for meta, clip in _video_windows(frames, timestamps, fps, cfg):
-            batcher.add({**base, **meta}, clip)
+class _WindowRows:
+    """Extraction's row cutter (``levjepa.features.fill.Cutter``): file × window, or the streaming encoder's rows
+    (computed here, straight to the units); the frozen forward, then the readouts."""
+
+    def __init__(self, encoder: VideoEncoder, cfg: ExtractConfig, items: list[MediaItem], device: str) -> None:
+        self.encoder, self.cfg, self.items, self.device = encoder, cfg, items, device
+
+    def rows(self, i: int, loaded: tuple[Tensor, Tensor, float]) -> Iterator[Row]:
+        """Every row of loaded file ``i``: a window (uint8 ``[T, S, S, 3]``; a one-frame image is encoded in a
+        batch of its own length) or, with ``stream``, a row's arrays."""
+        frames, timestamps, fps = loaded
+        item, cfg, tau = self.items[i], self.cfg, self.encoder.cfg.tubelet
+        base = {"file": item.path, "label": item.label, "item": i, "kind": item.kind}
+        if item.kind == "image":
+            meta = _window_meta(0, 0, 0, [0], torch.zeros(1), cfg.views.image_length, False)
+            yield {**base, **meta}, _pad_time(frames, tau)
+        elif cfg.stream:
+            with frozen(self.encoder):  # the streaming rows run the encoder outside encode()
+                for meta, cls, mean, patches in _stream_rows(self.encoder, frames, timestamps, fps, cfg, self.device):
+                    yield {**base, **meta}, self._stream_arrays(cls, mean, patches)
+        else:
+            for meta, clip in _video_windows(frames, timestamps, fps, cfg):
+                yield {**base, **meta}, _pad_time(clip, tau)
+
+    def _stream_arrays(self, cls: Tensor, mean: Tensor, patches: Tensor) -> dict[str, Tensor]:
+        cfg = self.cfg
+        arrays = {"cls": cls[None], "mean": mean[None]}
+        if cfg.patches:
+            arrays["patches"] = patches[None].half()
+        if not cfg.readout.default:
+            t = cfg.window // self.encoder.cfg.tubelet
+            side = round((len(patches) // t) ** 0.5)  # square frames (the evaluation transform)
+            arrays.update(cfg.readout.compute(torch.cat([cls[None], patches])[None], (t, side, side)))
+        return arrays
+
+    def forward(self, clips: Tensor) -> dict[str, Tensor]:
+        """Windows ``[B, T, S, S, 3]`` through the frozen forward (nothing dropped) into the rows' arrays."""
+        x, cfg = clips.permute(0, 4, 1, 2, 3), self.cfg  # [B, C, T, S, S]
+        if cfg.readout.default:  # the default extraction, byte for byte as it always was
+            enc = encode(self.encoder, x, self.device, tokens=cfg.patches)
+            return {"cls": enc.cls, "mean": enc.mean, **({"patches": enc.patches} if cfg.patches else {})}
+        enc = encode(self.encoder, x, self.device, token_dtype=torch.float32)  # float32 tokens for the readouts
+        assert enc.tokens is not None
+        arrays = {"cls": enc.cls, "mean": enc.mean, **({"patches": enc.patches.half()} if cfg.patches else {})}
+        return arrays | cfg.readout.compute(enc.tokens, grid_of(enc.positions))
 
 
 def _check_encoder(encoder: VideoEncoder, cfg: ExtractConfig) -> None:
@@ -474,23 +369,6 @@ def _list_items(sources: list[str]) -> tuple[list[MediaItem], dict[str, int] | N
     return items, classes
 
 
-def _manifest(encoder: VideoEncoder, cfg: ExtractConfig, items: list[MediaItem]) -> dict[str, Any]:
-    """The feature set's manifest of a job (``levjepa.eval.feature_set``): what its features depend on."""
-    manifest = {
-        "version": VERSION,
-        "cutter": "extract",
-        "layout": cfg.format,
-        "config": cfg.storage(),
-        "encoder": function_fingerprint(encoder),
-        "patch": encoder.cfg.patch_size,
-        "items": len(items),
-        "items_sha1": items_hash(items),
-    }
-    if encoder.cfg.readout_layers is not None:  # said only when not the last block: a default manifest is unchanged
-        manifest["readout_layers"] = list(encoder.cfg.readout_layers)
-    return manifest
-
-
 def _shard_names(cfg: ExtractConfig, counts: list[int]) -> list[str]:
     """What the result says was written: the shard files, or the per-video names' pattern."""
     if cfg.format == "per_video":
@@ -524,58 +402,31 @@ def extract(
         raise DataError(f"missing: extract found no video or image in {source!r}")
     _check_encoder(encoder, cfg)
     _check_lengths(items, cfg, encoder.cfg.tubelet)
-    per_video = cfg.format == "per_video"
-    rank, world = distributed.rank(), distributed.world_size()
-    if world > 1 and not per_video:
+    units: FileUnits | RowUnits
+    if cfg.format == "per_video":  # one unit per file, split over ranks
+        units = FileUnits(out, "per_video", len(items), 1, video_names(items), cfg.per_video_feature)
+    elif distributed.world_size() > 1:
         raise ValueError("extract under torchrun: use --format per_video (one file per video, split over ranks)")
-    manifest = _manifest(encoder, cfg, items)
-    hint = "choose another --out, or pass --overwrite to delete them and extract again"
-    done = open_for_writing(out, manifest, overwrite=overwrite, hint=hint)
-    if classes and rank == 0:
-        atomic_write_text(out / "labels.json", json.dumps(classes, indent=2) + "\n")
-    names = video_names(items) if per_video else []
-    if done is not None:
-        order: list[int] = []
-        writer = _Writer(out, cfg)
-    elif per_video:
-        order = [i for i in range(rank, len(items), world) if not unit_done(out, "per_video", names[i])]
-        for i in order:
-            clear_unit(out, "per_video", names[i])
-        writer = _Writer(out, cfg)
     else:
-        resume = _resume(out, cfg.format)
-        clear_unit(out, cfg.format, f"{resume.shards:05d}")  # what a stopped job left of the shard it was writing
-        order = [i for i in range(resume.last, len(items)) if items[i].path not in resume.bad]
-        writer = _Writer(out, cfg, resume)
-    batcher = _Batcher(encoder, writer, cfg, device)
-    report_progress = Progress(len(order), "extract", "file", show=progress and rank == 0)
-    load = functools.partial(_load, items, cfg, encoder.cfg.patch_size)
-    stopped = functools.partial(_stopped_line, out, writer)
-    with stop_now_on_signals(stopped):
-        for i, loaded, reason in safe_map(load, order, cfg.workers):
-            if loaded is None:
-                batcher.flush()  # rows before the report: a shard holds the reports of the files it passed
-                writer.bad(items[i].path, reason)
-            else:
-                frames, timestamps, fps = loaded
-                with frozen(encoder):  # the streaming rows run the encoder outside encode()
-                    _add_rows(items, i, frames, timestamps, fps, cfg, batcher)
-            if per_video:
-                batcher.flush()
-                writer.file_done(names[i])
-            report_progress.update(1, f"{writer.rows} rows")
-        batcher.flush()
-        if not per_video:
-            writer.flush()
-    report_progress.close(f"{writer.rows} rows")
-    distributed.barrier()
-    if rank == 0 and done is None:
-        units = names if per_video else [f"{k:05d}" for k in range(writer.k)]
-        _drop_later_shards(out, cfg.format, writer.k)
-        done = finish(out, manifest, cfg.format, units)
-    distributed.barrier()
-    record = done if done is not None else json.loads((out / "store.json").read_text())
-    if rank == 0 and record["bad_files"] == len(items):
+        units = RowUnits(out, cfg.format, items, cfg.shard_rows)
+    record = fill(
+        out,
+        manifest("extract", cfg.format, cfg.storage(), encoder, items),
+        items,
+        functools.partial(_load, items, cfg, encoder.cfg.patch_size),
+        _WindowRows(encoder, cfg, items, device),
+        units,
+        batch_size=cfg.batch_size,
+        workers=cfg.workers,
+        overwrite=overwrite,
+        hint="choose another --out, or pass --overwrite to delete them and extract again",
+        progress=progress,
+        desc="extract",
+        stoppable=True,
+    )
+    if distributed.rank() == 0 and classes:
+        atomic_write_text(out / "labels.json", json.dumps(classes, indent=2) + "\n")
+    if distributed.rank() == 0 and record["bad_files"] == len(items):
         raise DataError(
             f"unreadable: none of the {len(items)} file(s) of {source!r} could be read (reasons in "
             f"{out / 'bad_files.json'}); check the paths and `levjepa data check SOURCE`"
@@ -588,23 +439,4 @@ def extract(
         seconds=time.perf_counter() - start,
         out_dir=str(out),
         info={"config": to_dict(cfg), "device": device},
-    )
-
-
-def _drop_later_shards(out: Path, layout: str, shards: int) -> None:
-    """Delete the files of shards numbered ``shards`` or more (none of this job's; a stopped job's unit)."""
-    if layout == "per_video":
-        return
-    kinds = ("cls", "mean", "patches", "features", "index", "bad", "sums", "frames", "last_mean", "tokens", "scales")
-    for path in [*out.glob("*-*.npy"), *out.glob("*-*.json"), *out.glob("*-*.jsonl"), *out.glob("*-*.safetensors")]:
-        kind, _, number = path.stem.partition("-")
-        if kind in kinds and number.isdigit() and int(number) >= shards:
-            path.unlink()
-
-
-def _stopped_line(out: Path, writer: _Writer, signal_name: str) -> str:
-    """What ``extract`` says when a signal stops it (``levjepa.train.preemption.stop_now_on_signals``)."""
-    return (
-        f"{signal_name} received: stopped with {writer.rows} row(s) written to {out}; every file written is "
-        "complete, and the same command continues where this one stopped"
     )

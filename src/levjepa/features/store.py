@@ -1,5 +1,5 @@
 """Frozen features of a whole labelled dataset, computed in a stream and stored on disk in shards: the *store*
-row cutter of the one feature-set format (``levjepa.eval.feature_set``: manifest, index, layouts, done rule,
+row cutter of the one feature-set format (``levjepa.features.feature_set``: manifest, index, layouts, done rule,
 reader).
 
 This is the dataset-scale path of ``levjepa probe --task index:...`` / ``--protocol``: nothing holds a split
@@ -9,8 +9,7 @@ shard of features; the dataset's size only changes how many shards are written.
 **Rows.** Each file is cut into the views of ``StoreConfig.views`` (a ``levjepa.data.eval_clip.ViewSpec``:
 ``segments`` clips of ``frames`` frames at ``frame_stride`` spread over the video × ``crops`` square crops,
 at short side ``size``); one row per view, the rows of a file consecutive and segment-major, with the index
-fields ``file, label, item, segment, crop``. Decoding runs in ``workers`` worker processes
-(``levjepa.data.workers.safe_map``).
+fields ``file, label, item, segment, crop``.
 
 **Augmented training views** (``StoreConfig.train_views = K > 0``, ``probe --train-views K``): instead of its
 centre crop, each file gets ``K`` augmented views — view ``k`` is ``levjepa.data.eval_clip.load_train_views``
@@ -23,28 +22,17 @@ codec like any row; ``train_views``, ``view_seed`` and the transform's name are 
 field, same settings). The probe trainer reads one view per file and epoch
 (``levjepa.eval.source.StoreSource.set_epoch``).
 
-A file that cannot be read (``DataError``, a decoder error) is reported (``bad-KKKKK.json``, then
-``bad_files.json``, with the reason) and skipped, never fatal; it contributes no row.
-
-**The encoder** runs the one frozen forward, ``levjepa.infer.encode.encode`` (``eval()``, ``inference_mode``,
-nothing dropped, its precision rule: bf16 autocast on CUDA, float32 elsewhere), so a store holds exactly the
-features the in-memory path computes.
-
-**Shards and ranks.** The layout is ``npy``. Item ``i`` of the list belongs to shard ``i // shard_items``;
-under ``torchrun`` shard ``k`` is computed by rank ``k mod world_size``. A forward batch never crosses a
-shard, so a shard's bytes depend only on its items and the encoder — not on the rank count
-(``tests/test_feature_store.py``: 2 gloo ranks give the same files as 1 process).
+**The job** is the one fill job (``levjepa.features.fill``): files decoded in ``workers`` processes, a bad file
+reported and skipped, the one frozen forward (``levjepa.infer.encode.encode``: the features the in-memory path
+computes), units of ``shard_items`` files (layout ``npy``; shard ``k`` on rank ``k mod world_size``, its bytes
+independent of the rank count: ``tests/test_feature_store.py``), done units skipped on a restart.
 
 **Arrays**: ``cls-KKKKK.npy`` float32 [n, D] (CLS token), ``mean-KKKKK.npy`` float32 [n, D] (mean of the patch
 tokens), ``tokens-KKKKK.npy`` float16 [n, 1+L, D] (CLS then every patch token, time-major) when ``tokens`` —
-or, with a compact ``codec`` (``levjepa.eval.compact``: ``pool2``, ``int8``, ...), the tokens it keeps,
+or, with a compact ``codec`` (``levjepa.features.compact``: ``pool2``, ``int8``, ...), the tokens it keeps,
 int8 ones (int4: uint8, two a byte) with ``scales-KKKKK.npy``.
 
-**Restart.** Shards whose index exists are skipped, so a job killed at any point (``kill -9`` included)
-and started again with the same command finishes with the same files as an uninterrupted run; a restart
-with different settings, encoder or items is refused (delete the folder or choose another).
-
-**Reading back**: :class:`FeatureStore` (``levjepa.eval.feature_set.FeatureSet``) reads any rows of any array
+**Reading back**: ``levjepa.features.feature_set.FeatureSet`` reads any rows of any array
 with ``os.pread`` into a fresh buffer (no memory map stays resident), which is how the probes train from disk
 (``levjepa.eval.source.StoreSource``).
 
@@ -57,8 +45,8 @@ plus the probe, whatever the number of clips.
 from __future__ import annotations
 
 import functools
-import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,18 +58,12 @@ from levjepa import distributed
 from levjepa.config import check
 from levjepa.data import DataError, MediaItem, clip_augment
 from levjepa.data.eval_clip import ViewSpec, load_train_views, train_key
-from levjepa.data.progress import Progress
-from levjepa.data.sources import items_hash
-from levjepa.data.workers import safe_map
-from levjepa.eval.compact import FULL, TokenCodec, grid_of
-from levjepa.eval.feature_set import VERSION, FeatureSet, Unit, clear_unit, finish, open_for_writing, unit_done
+from levjepa.features.compact import FULL, TokenCodec, grid_of
+from levjepa.features.fill import FileUnits, Row, fill, manifest
 from levjepa.infer.encode import encode
-from levjepa.model.fingerprint import function_fingerprint
 from levjepa.model.vit import VideoEncoder
 
-__all__ = ["FeatureStore", "StoreConfig", "StoreResult", "build_store"]
-
-FeatureStore = FeatureSet  # a store is a feature set: the one reader
+__all__ = ["StoreConfig", "StoreResult", "build_store"]
 
 
 @dataclass(frozen=True)
@@ -90,7 +72,7 @@ class StoreConfig:
 
     views: ViewSpec = field(default_factory=ViewSpec)
     tokens: bool = True  # store the tokens the attentive probe reads
-    codec: TokenCodec = FULL  # what of them: every token in float16, or a compact form (eval/compact.py)
+    codec: TokenCodec = FULL  # what of them: every token in float16, or a compact form (features/compact.py)
     batch_size: int = 8  # views per encoder forward
     workers: int = 2  # decoding processes (0: decode in this process)
     shard_items: int = 256  # files per shard
@@ -111,21 +93,9 @@ class StoreConfig:
         """The settings that determine the stored bytes: the views, ``tokens`` and ``shard_items`` — not
         ``workers`` and ``batch_size``, which may change between a kill and a restart (a batch never crosses a
         shard, and per-row results do not depend on the batch on the CPU; on CUDA keep the batch size for
-        bit-identical files). Keys in the order ``store.json`` has always written them."""
-        v = self.views
-        out: dict[str, Any] = {
-            "frames": v.frames,
-            "frame_stride": v.frame_stride,
-            "size": v.size,
-            "segments": v.segments,
-            "crops": v.crops,
-            "tokens": self.tokens,
-            "shard_items": self.shard_items,
-        }
-        if v.fps is not None:  # a rate: written only when set, so a store computed before rates is reused
-            out["fps"] = v.fps
-        if v.image_frames is not None:  # likewise images read as fewer frames than the clip's
-            out["image_frames"] = v.image_frames
+        bit-identical files). The views are ``ViewSpec.record`` (its unset options left out, so a store computed
+        before them keeps its name)."""
+        out: dict[str, Any] = {**self.views.record(), "tokens": self.tokens, "shard_items": self.shard_items}
         if self.tokens and not self.codec.lossless:  # likewise a compact form of the tokens
             out["token_codec"] = self.codec.name
         if self.train_views:  # augmented views: only then, so a fixed store keeps its settings and name
@@ -156,6 +126,36 @@ def _views(items: list[MediaItem], views: ViewSpec, patch: int, train_views: int
     return views.load(items[i].path, patch, items[i].kind)
 
 
+@dataclass
+class _ViewRows:
+    """The store's row cutter (``levjepa.features.fill.Cutter``): file × segment × crop, or K training views ×
+    segment; the frozen forward, then the codec's form of the tokens."""
+
+    encoder: VideoEncoder
+    cfg: StoreConfig
+    items: list[MediaItem]
+    device: str
+
+    def rows(self, i: int, views: Tensor) -> Iterator[Row]:
+        it, spec = self.items[i], self.cfg.views
+        for v in range(len(views)):
+            if self.cfg.train_views:
+                view, seg = divmod(v, spec.segments)
+                row = {"file": it.path, "label": it.label, "item": i, "view": view, "segment": seg, "crop": 0}
+            else:
+                seg, crop = divmod(v, spec.crops)
+                row = {"file": it.path, "label": it.label, "item": i, "segment": seg, "crop": crop}
+            yield row, views[v]
+
+    def forward(self, clips: Tensor) -> dict[str, Tensor | None]:
+        enc = encode(self.encoder, clips, self.device, tokens=self.cfg.tokens)
+        feats: dict[str, Tensor | None] = {"cls": enc.cls, "mean": enc.mean}
+        if enc.tokens is not None:
+            codec = self.cfg.codec
+            feats.update(codec.encode(codec.reduce(enc.tokens, grid_of(enc.positions))))
+        return feats
+
+
 def build_store(
     encoder: VideoEncoder,
     items: list[MediaItem],
@@ -179,76 +179,29 @@ def build_store(
         )
     device = distributed.resolve_device(device)
     out = Path(out_dir)
-    manifest = {
-        "version": VERSION,
-        "cutter": "store",
-        "layout": "npy",
-        "config": cfg.storage(),
-        "encoder": function_fingerprint(encoder),
-        "patch": encoder.cfg.patch_size,
-        "items": len(items),
-        "items_sha1": items_hash(items),
-    }
-    if encoder.cfg.readout_layers is not None:  # said only when not the last block: a default manifest is unchanged
-        manifest["readout_layers"] = list(encoder.cfg.readout_layers)
-    done = open_for_writing(out, manifest, overwrite=False, hint="delete it or choose another folder")
-    rank, world = distributed.rank(), distributed.world_size()
-    n_shards = math.ceil(len(items) / cfg.shard_items)
-    mine = [k for k in range(rank, n_shards, world)]
-    todo = [] if done is not None else [k for k in mine if not unit_done(out, "npy", f"{k:05d}")]
-    for k in todo:  # what a killed job left of this rank's shards still to do (atomic writes never finished)
-        clear_unit(out, "npy", f"{k:05d}")
-    shards = {k: Unit(f"{k:05d}") for k in todo}
-    remaining = {k: min(cfg.shard_items, len(items) - k * cfg.shard_items) for k in todo}
-    order = [i for k in todo for i in range(k * cfg.shard_items, k * cfg.shard_items + remaining[k])]
-    bar = Progress(len(order), desc, "file", show=progress and rank == 0)
-    pending: list[tuple[dict[str, Any], Tensor]] = []  # (row, one view) of the current shard
-
-    def run(shard: Unit) -> None:
-        while pending:
-            chunk, pending[:] = pending[: cfg.batch_size], pending[cfg.batch_size :]
-            enc = encode(encoder, torch.stack([v for _, v in chunk]), device, tokens=cfg.tokens)
-            feats: dict[str, Tensor | None] = {"cls": enc.cls, "mean": enc.mean}
-            if enc.tokens is not None:
-                feats.update(cfg.codec.encode(cfg.codec.reduce(enc.tokens, grid_of(enc.positions))))
-            shard.add([m for m, _ in chunk], feats)
-
-    load = functools.partial(_views, items, cfg.views, encoder.cfg.patch_size, cfg.train_views, cfg.view_seed)
-    for i, views, reason in safe_map(load, order, cfg.workers):
-        k = i // cfg.shard_items
-        shard = shards[k]
-        it = items[i]
-        if views is None:
-            shard.bad.append((it.path, reason))
-        else:
-            for v in range(len(views)):
-                seg, crop = divmod(v, cfg.views.crops)
-                row = {"file": it.path, "label": it.label, "item": i, "segment": seg, "crop": crop}
-                if cfg.train_views:
-                    view, seg = divmod(v, cfg.views.segments)
-                    row = {"file": it.path, "label": it.label, "item": i, "view": view, "segment": seg, "crop": 0}
-                pending.append((row, views[v]))
-                if len(pending) >= cfg.batch_size:
-                    run(shard)
-        remaining[k] -= 1
-        if remaining[k] == 0:
-            run(shard)
-            shard.write(out, "npy")
-            del shards[k]
-        bar.update(1)
-    bar.close()
-    distributed.barrier()
-    if rank == 0 and done is None:
-        done = finish(out, manifest, "npy", [f"{k:05d}" for k in range(n_shards)])
-    distributed.barrier()
-    store = done if done is not None else FeatureSet(out).meta
+    units = FileUnits(out, "npy", len(items), cfg.shard_items)
+    load = functools.partial(_views, items, spec, encoder.cfg.patch_size, cfg.train_views, cfg.view_seed)
+    meta = manifest("store", "npy", cfg.storage(), encoder, items)
+    cutter = _ViewRows(encoder, cfg, items, device)
+    store = fill(
+        out,
+        meta,
+        items,
+        load,
+        cutter,
+        units,
+        batch_size=cfg.batch_size,
+        workers=cfg.workers,
+        progress=progress,
+        desc=desc,
+    )
     return StoreResult(
         out_dir=str(out),
         rows=store["rows"],
         files=len(items) - store["bad_files"],
         bad_files=store["bad_files"],
-        shards_done=len(todo),
-        shards_skipped=len(mine) - len(todo),
+        shards_done=units.computed,
+        shards_skipped=units.skipped,
         seconds=time.perf_counter() - start,
-        info={"device": device, "rank": rank, "world_size": world},
+        info={"device": device, "rank": distributed.rank(), "world_size": distributed.world_size()},
     )

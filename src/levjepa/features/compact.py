@@ -3,7 +3,7 @@
 A feature store keeps, for the attentive probe, every output token of every view in float16: ``(1 + L) · D · 2``
 bytes per view (ViT-B, 16×224², L = 3136 per-frame patches: 4.8 MB; the ImageNet train set at ViT-L with 16
 repeats: ~8 TB). A :class:`TokenCodec` says what is kept instead, and every path that gives the attentive probe
-its tokens applies the same codec — feature stores on disk (``levjepa.eval.feature_store``), features in memory
+its tokens applies the same codec — feature stores on disk (``levjepa.features.store``), features in memory
 (``levjepa.eval.clips_task``), and a kept probe at inference (``levjepa.eval.predict``, which reads the codec
 from the classifier's record) — so a probe is deployed on the numbers it was trained on:
 

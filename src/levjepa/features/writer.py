@@ -1,7 +1,7 @@
 """The one way features reach the disk: arrays written atomically through ``levjepa.weights``' writers, each with
 the checksum of the bytes written.
 
-Feature sets (``feature_set.py``: the stores of ``feature_store.py`` and extraction's, ``extract.py``) write
+Feature sets (``feature_set.py``: the stores of ``store.py`` and extraction's, ``extract.py``) write
 here: a ``.npy`` array (:func:`save_npy`, plain ``numpy.save`` bytes, so ``numpy.load(path, mmap_mode="r")``
 maps it) or a shard of several named arrays (:func:`write_shard`: one ``.npy`` per array, or one
 ``.safetensors`` file). Every file goes to a temporary name, is synced and renamed

@@ -13,12 +13,12 @@ block's channels; its groups of 32 channels stay inside a block when ``dim`` is 
   ``cls``: CLS attends every patch token of the window, which are exactly the tokens of the frames up to and
   including the last slot (the CLS a streaming reader reads after the last slot; ``levjepa.infer.stream``).
   Its tokens are the ``last`` token codec below;
-* ``tokens`` — a token codec (``levjepa.eval.compact.TokenCodec``, the probes' compact stores' code, one
+* ``tokens`` — a token codec (``levjepa.features.compact.TokenCodec``, the probes' compact stores' code, one
   implementation): CLS then the patch tokens reduced and stored as the codec says, ``[kept, D]`` —
   ``last`` (the last slot's ``h·w`` tokens), ``pool2`` / ``pool<k>`` (``k × k`` spatial average pooling:
   14 × 14 → 7 × 7 at ``k = 2``), ``tpool<k>``, ``int8``, ``int4g32``, joined (``pool2-last``,
   ``tpool3-int4g32``). The arrays are the codec's ``tokens`` (float16, or int8 / packed int4) and ``scales``;
-  ``levjepa.eval.feature_set.FeatureSet.read("tokens", rows)`` returns them as float16 (restored, a ``rot``
+  ``levjepa.features.feature_set.FeatureSet.read("tokens", rows)`` returns them as float16 (restored, a ``rot``
   codec's rotation undone). The codec reduces the float16 tokens a feature store keeps, so an extraction's
   tokens are the bytes a compact store of the same codec holds for the same view.
 
@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from levjepa.config import ConfigError, check
-from levjepa.eval.compact import TokenCodec
+from levjepa.features.compact import TokenCodec
 
 __all__ = ["READOUTS", "Readout"]
 

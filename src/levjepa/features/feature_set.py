@@ -1,13 +1,13 @@
 """One on-disk format for frozen features: a *feature set* — the manifest, the rows' index, the arrays in one of
 three layouts, the rule for what is done, and the one reader.
 
-Two row cutters write feature sets: the dataset-scale store of the probes (``feature_store.py``, cutter
+Two row cutters write feature sets: the dataset-scale store of the probes (``store.py``, cutter
 ``store``: ``segments × crops`` views per file) and extraction (``extract.py``, cutter ``extract``: time
-windows of every file). They share everything below; only what a row is differs.
+windows of every file). They share everything below and one fill job (``fill.py``); only what a row is differs.
 
 **Units.** Rows are written in *units*, each written whole: a shard of a store (``shard_items`` files), a
 shard of an extraction (``shard_rows`` rows), or one file's rows with the ``per_video`` layout. A unit's
-files are written to a temporary name and renamed (``feature_writer.py``), its arrays first, then
+files are written to a temporary name and renamed (``writer.py``), its arrays first, then
 ``bad-U.json`` (its unreadable files, only when there are some), then ``sums-U.json`` (each array file's size
 and CRC-32), then its index; **a unit is done when its index file exists** — so a job killed at any point
 (``kill -9`` included) and started again with the same command skips the done units and finishes with the files
@@ -30,8 +30,8 @@ of an uninterrupted run.
   and ``<name>.<array>.npy`` for each other array (``<name>.patches.npy`` float16, ``<name>.frames.npy``,
   ...). Arrays: ``cls`` [n, D] and ``mean`` [n, D] float32 always; a store's ``tokens`` [n, 1+L, D] float16
   (CLS then the patch tokens, time-major) or a compact store's tokens with ``scales``
-  (``levjepa.eval.compact``); an extraction's ``patches`` [n, L, D] float16 and its readouts
-  (``levjepa.eval.readout``, recorded in the config as ``readout`` and ``token_codec``): ``frames`` [n, T', D],
+  (``levjepa.features.compact``); an extraction's ``patches`` [n, L, D] float16 and its readouts
+  (``levjepa.features.readout``, recorded in the config as ``readout`` and ``token_codec``): ``frames`` [n, T', D],
   ``last_mean`` [n, D], a codec's ``tokens`` [n, kept, D] and ``scales``;
 * ``index-KKKKK.jsonl`` (``<name>.jsonl`` with ``per_video``) — the unit's rows, one JSON object per row:
   the core fields every row has, ``file`` (the source file), ``label`` (an int or null), ``item`` (the
@@ -47,7 +47,7 @@ of an uninterrupted run.
 ``os.pread`` into a fresh buffer (``.npy`` and ``.safetensors`` alike; nothing stays memory-mapped) — an
 extraction's array its manifest does not hold, or tokens of another codec than the reader expects, refused in
 one line;
-:func:`read_rows` returns its index as dicts. **Every file is checked** (``feature_check.py``): no unit is written
+:func:`read_rows` returns its index as dicts. **Every file is checked** (``check.py``): no unit is written
 with a non-finite row, ``index.jsonl`` is verified when a set is opened and each array file on the first read in
 a process, and a file that changed is named in one line with the way to rebuild it (delete its unit's index and
 run the command again: a complete set missing a unit's index computes that unit again). Folders written before
@@ -72,8 +72,7 @@ from torch import Tensor
 
 from levjepa import distributed
 from levjepa.data import BadFileReport, DataError
-from levjepa.eval.compact import TokenCodec
-from levjepa.eval.feature_check import (
+from levjepa.features.check import (
     note_unchecked,
     rebuild_hint,
     refuse_nonfinite,
@@ -82,7 +81,8 @@ from levjepa.eval.feature_check import (
     verify_old,
     write_sums,
 )
-from levjepa.eval.feature_writer import file_checksum, save_npy, write_shard
+from levjepa.features.compact import TokenCodec
+from levjepa.features.writer import file_checksum, save_npy, write_shard
 from levjepa.weights import atomic_write_text
 
 __all__ = [
@@ -104,7 +104,7 @@ VERSION = 2  # 1: stores before extraction shared the format (same files, no cut
 LAYOUTS = ("npy", "safetensors", "per_video")
 Layout = Literal["npy", "safetensors", "per_video"]
 CORE_FIELDS = ("file", "label", "item")
-EXTRA_ARRAYS = ("frames", "last_mean", "tokens", "scales")  # an extraction's readouts (levjepa.eval.readout)
+EXTRA_ARRAYS = ("frames", "last_mean", "tokens", "scales")  # an extraction's readouts (levjepa.features.readout)
 _PLACE = ("row", "shard", "offset")  # what index.jsonl adds before a unit's rows
 _OLD_EXTRACTION = "extract.json"
 
@@ -149,7 +149,7 @@ class Unit:
             if "patches" in tensors:
                 path = out / f"{self.name}.patches.npy"
                 sums[path.name] = save_npy(path, tensors["patches"].half().numpy())
-            for name in EXTRA_ARRAYS:  # the readouts (levjepa.eval.readout), each in its own dtype
+            for name in EXTRA_ARRAYS:  # the readouts (levjepa.features.readout), each in its own dtype
                 if name in tensors:
                     sums[f"{self.name}.{name}.npy"] = save_npy(out / f"{self.name}.{name}.npy", tensors[name].numpy())
         elif tensors:
@@ -274,7 +274,7 @@ def open_for_writing(out: Path, manifest: dict[str, Any], *, overwrite: bool, hi
 
 
 def _parts_missing(out: Path, meta: Mapping[str, Any]) -> bool:
-    """Whether a complete set lost its index or a unit's index (deleted to rebuild it: ``feature_check``)."""
+    """Whether a complete set lost its index or a unit's index (deleted to rebuild it: ``check.py``)."""
     if "checksums" not in meta:
         return False
     layout = meta.get("layout", "npy")
@@ -320,7 +320,7 @@ def finish(out: Path, manifest: dict[str, Any], layout: str, units: Iterable[str
     report.write(out / "bad_files.json")
     index = {"bytes": size, "crc32": f"{crc & 0xFFFFFFFF:08x}"}
     done = {**manifest, "complete": True, "rows": rows, "shard_rows": counts, "bad_files": report.total}
-    done.update(index=index, checksums=sums)  # feature_check: what the reader verifies
+    done.update(index=index, checksums=sums)  # check.py: what the reader verifies
     atomic_write_text(out / MANIFEST, json.dumps(done, indent=2) + "\n")
     return done
 
@@ -469,7 +469,7 @@ class FeatureSet:
         return self._readers[key]
 
     def _checked(self, path: Path, st_key: str | None, unit: str) -> _Rows:
-        """The rows of ``path``, its bytes verified on this process's first read (``feature_check``): against the
+        """The rows of ``path``, its bytes verified on this process's first read (``check.py``): against the
         checksums the set recorded, or — a set written before them — its size and finite values."""
         sums = self.meta.get("checksums")
         if sums is not None:
@@ -490,7 +490,7 @@ class FeatureSet:
 
     @property
     def arrays(self) -> list[str] | None:
-        """The arrays an extraction's manifest says it holds (``levjepa.eval.extract.ExtractConfig.arrays``);
+        """The arrays an extraction's manifest says it holds (``levjepa.features.extract.ExtractConfig.arrays``);
         None for a probes' store (its files say)."""
         if self.cutter != "extract":
             return None
