@@ -244,7 +244,7 @@ def test_a_frames_first_pixel_values_is_read_as_frames_first_and_the_ambiguous_s
 
 def _finetuned(root: Path, run: Path, kind: str = "attentive") -> Path:
     """A fine-tuned classifier's folder as ``levjepa finetune`` writes ``best/`` (``BestExport.save``: the
-    encoder in the hub layout, classifier.json, head.safetensors) with a random head."""
+    encoder and its head in the hub layout, classifier.json) with a random head."""
     loaded = load_encoder(run)
     labels = ("walk", "run", "jump")
     head_cfg = HeadConfig(kind=kind, input="tokens" if kind == "attentive" else "mean", dim=loaded.config.dim,

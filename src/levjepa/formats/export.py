@@ -22,11 +22,12 @@ An export is a directory ``huggingface_hub`` and its users recognise, holding no
     DIR/projector.safetensors    only when asked (``--with-projector``) or imported: the training projector,
                                  for continued pretraining (``model.init_from=DIR``)
 
-A fine-tuned classifier's export adds ``classifier.json`` + ``head.safetensors`` (``levjepa classify``), ``head``
-and ``id2label`` in ``config.json`` and a classifier's card. ``levjepa export --push-to-hub ORG/NAME``
-publishes with huggingface_hub (``levjepa.formats.hub.push_to_hub``). ``levjepa.load(DIR)``,
-``levjepa.from_pretrained(DIR)`` and, with transformers installed, ``AutoModel.from_pretrained(DIR)`` read it
-back; exports written before this layout (``encoder.safetensors`` + ``MODEL_CARD.md``) still load.
+A fine-tuned classifier's export adds ``classifier.json`` (``levjepa classify``), ``head`` and ``id2label`` in
+``config.json`` and a classifier's card; its head's weights are written once, in ``model.safetensors``. ``levjepa
+export --push-to-hub ORG/NAME`` publishes with huggingface_hub (``levjepa.formats.hub.push_to_hub``).
+``levjepa.load(DIR)``, ``levjepa.from_pretrained(DIR)`` and, with transformers installed,
+``AutoModel.from_pretrained(DIR)`` read it back; exports written before this layout (``encoder.safetensors`` +
+``MODEL_CARD.md``) still load.
 
 The EMA (Polyak) weights — a weighted average of the online weights the run trained — are exported by
 default, as the papers evaluate them; the command prints which copy it exported.
@@ -200,9 +201,10 @@ def write_export(
     started from came from. A ``classifier`` (its record and ``head_state``) makes the export a
     classifier's: ``encoder.*`` and ``head.*`` in ``model.safetensors`` (the names of the transformers model),
     ``head`` and ``id2label`` in ``config.json`` (what ``AutoModelForVideoClassification`` reads),
-    ``classifier.json`` + ``head.safetensors`` (what ``levjepa classify`` reads) and a classifier's card; its
-    preprocessing (so both processors, and the pipeline's ``num_frames``) takes the frames, size and sampling of
-    the views its scores were measured with (``ClassifierRecord.protocol``), as ``levjepa classify`` cuts them."""
+    ``classifier.json`` (what ``levjepa classify`` reads, its head from ``model.safetensors``) and a classifier's
+    card; its preprocessing (so both processors, and the pipeline's ``num_frames``) takes the frames, size and
+    sampling of the views its scores were measured with (``ClassifierRecord.protocol``), as ``levjepa classify``
+    cuts them."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise WeightsError(f"{out}: exists and is not a directory; choose another --out")
@@ -243,8 +245,8 @@ def write_export(
     save_tensors(out / HUB_WEIGHTS, tensors, meta)
     if projector_state is not None:
         save_tensors(out / PROJECTOR_WEIGHTS, projector_state, {"format": "pt", "levjepa_format": HUB_FORMAT})
-    if classifier is not None and head_state is not None:
-        write_classifier(out, classifier, head_state)
+    if classifier is not None:  # its head is in model.safetensors
+        write_classifier(out, classifier)
     write_json(out / CONFIG, record)
     write_json(out / PREPROCESSOR, preprocessor_config(pre))
     write_json(out / VIDEO_PREPROCESSOR, video_processor_config(pre, config.patch_size))

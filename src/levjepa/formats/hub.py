@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from levjepa.config import from_dict
-from levjepa.formats.classifier import head_module
+from levjepa.formats.classifier import export_head_state, head_module
 from levjepa.formats.load import (
     LoadedEncoder,
     Preprocessing,
@@ -51,7 +51,7 @@ from levjepa.formats.outputs import LeVJEPAClassifierOutput, LeVJEPAOutput, hub_
 from levjepa.model import EncoderConfig, VideoEncoder
 from levjepa.model.classifier import HeadConfig
 from levjepa.model.readout_layers import layers_text
-from levjepa.weights import CONFIG, HUB_WEIGHTS, WeightsError, load_tensors, prefixed
+from levjepa.weights import CONFIG, HUB_WEIGHTS, WeightsError
 
 __all__ = [
     "ClassifierConfig",
@@ -166,10 +166,7 @@ def _classifier_head(folder: Path, data: dict[str, Any]) -> tuple[HeadConfig, nn
     labels = {int(i): str(n) for i, n in (data.get("id2label") or {}).items()}
     if sorted(labels) != list(range(head_cfg.num_classes)):
         raise WeightsError(f"{where}: id2label names {len(labels)} classes, the head has {head_cfg.num_classes}")
-    state = prefixed(load_tensors(folder / HUB_WEIGHTS)[0], "head.")
-    if not state:
-        raise WeightsError(f"{folder / HUB_WEIGHTS}: a classifier's config without its head's weights (head.*)")
-    head = head_module(head_cfg, state, folder / HUB_WEIGHTS)
+    head = head_module(head_cfg, export_head_state(folder), folder / HUB_WEIGHTS)
     return head_cfg, freeze(head), labels
 
 
