@@ -29,20 +29,12 @@ from levjepa.commands._outputs import claim_folder, staged_folder
 from levjepa.config import ConfigError
 from levjepa.formats.card import AUTO_HINT
 from levjepa.formats.deploy import DEFAULT_OPSET
-from levjepa.formats.export import export_encoder
+from levjepa.formats.export import EXPORT_FILES, export_encoder
 from levjepa.formats.hub import push_to_hub
 from levjepa.formats.quantize import KEEP_FLOAT_PARTS, Int8Config
 from levjepa.train.preemption import stop_now_on_signals
 
 __all__ = ["add_arguments", "main"]
-
-# what an export writes (levjepa.formats.export, .deploy): a folder of no kind holding one of them is refused
-EXPORT_FILES = (
-    *("model.safetensors", "config.json", "preprocessor_config.json", "video_preprocessor_config.json"),
-    *("README.md", "projector.safetensors", "classifier.json", "head.safetensors"),
-    *(f"{graph}.{fmt}" for graph in ("clip_encoder", "stream_step") for fmt in ("onnx", "pt2")),
-    *("classifier.onnx", "stream_classifier.onnx"),
-)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

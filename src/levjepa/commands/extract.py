@@ -27,9 +27,11 @@ from levjepa.commands._numbers import positive, whole
 from levjepa.commands._outputs import claim_folder
 from levjepa.config import ConfigError
 from levjepa.eval.extract import ExtractConfig, extract
+from levjepa.eval.feature_set import INDEX, MANIFEST
 from levjepa.eval.readout import READOUTS, Readout
 from levjepa.formats.load import LoadedEncoder, load_encoder
 from levjepa.formats.reading import model_views
+from levjepa.weights import BAD_FILES
 
 __all__ = ["add_arguments", "main"]
 
@@ -148,7 +150,7 @@ def _run(args: argparse.Namespace, device: str, main: bool) -> int:
             f"writes (not --format {args.format}); drop it or give --format per_video"
         )
     args.per_video_feature = args.per_video_feature or ExtractConfig().per_video_feature
-    claim_folder(args.out, "--out", "features", writes=("index.jsonl", "store.json", "bad_files.json"), resumes=True)
+    claim_folder(args.out, "--out", "features", writes=(INDEX, MANIFEST, BAD_FILES), resumes=True)
     loaded = with_layers(load_encoder(args.checkpoint, weights=args.weights, device=device), args.layers)
     cfg, said = _config(args, loaded)
     if main:

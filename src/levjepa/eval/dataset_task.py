@@ -45,6 +45,7 @@ from levjepa.eval.protocols import PROTOCOLS, SLOTS_DEFAULT, Protocol, Slots
 from levjepa.eval.source import FeatureSource, SeedSources, StoreSource
 from levjepa.model.fingerprint import function_fingerprint
 from levjepa.model.vit import VideoEncoder
+from levjepa.weights import BAD_FILES
 
 __all__ = ["DatasetTask", "dataset_task", "task_name"]
 
@@ -129,7 +130,7 @@ class DatasetTask:
     def sources(self, name: str, encoder: VideoEncoder, cfg: EvalConfig) -> dict[str, FeatureSource]:
         if self.bad_files is not None:
             for p in self.stores[name].values():
-                self.bad_files.extend(BadFileReport.read(p / "bad_files.json").files.items())  # warns once per file
+                self.bad_files.extend(BadFileReport.read(p / BAD_FILES).files.items())  # warns once per file
         sources: dict[str, FeatureSource] = {
             s: StoreSource(FeatureStore(p), task=self.name) for s, p in self.stores[name].items()
         }

@@ -70,7 +70,7 @@ from levjepa.train.lifecycle import Lifecycle, due
 from levjepa.train.optim import step_unless_nonfinite
 from levjepa.train.report import MetricsLogger, Progress
 from levjepa.train.run_dir import run_directory, write_run_info
-from levjepa.weights import CONFIG, read_json, write_json
+from levjepa.weights import BAD_FILES, CONFIG, read_json, write_json
 
 __all__ = ["FinetuneResult", "finetune", "resume_config", "train_step"]
 
@@ -282,7 +282,7 @@ def _finish(
         write_json(out / RESULTS, result)
         print(json.dumps(result), file=sys.stderr)
         if stream.bad.total:
-            stream.bad.write(out / "bad_files.json")
+            stream.bad.write(out / BAD_FILES)
     return FinetuneResult(out, best.step, best.val, test, cfg.steps)
 
 

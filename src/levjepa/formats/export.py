@@ -46,6 +46,8 @@ import torch
 from levjepa.config import to_dict
 from levjepa.formats.card import CITATION, card_facts, render_card
 from levjepa.formats.classifier import (
+    CLASSIFIER,
+    HEAD_WEIGHTS,
     ClassifierRecord,
     LoadedClassifier,
     id2label,
@@ -55,8 +57,18 @@ from levjepa.formats.classifier import (
     read_head,
     write_classifier,
 )
-from levjepa.formats.deploy import DEFAULT_OPSET, DeployConfig, check_deploy, export_onnx, export_pt2
-from levjepa.formats.deploy_classifier import export_classifier_onnx
+from levjepa.formats.deploy import (
+    CLIP_ONNX,
+    CLIP_PT2,
+    DEFAULT_OPSET,
+    STREAM_ONNX,
+    STREAM_PT2,
+    DeployConfig,
+    check_deploy,
+    export_onnx,
+    export_pt2,
+)
+from levjepa.formats.deploy_classifier import CLASSIFIER_ONNX, STREAM_CLASSIFIER_ONNX, export_classifier_onnx
 from levjepa.formats.load import (
     HUB_FORMAT,
     OFFICIAL_SUFFIXES,
@@ -93,10 +105,13 @@ from levjepa.weights import (
 
 __all__ = [
     "CITATION",
+    "EXPORT_FILES",
+    "MODEL_TYPE",
     "README",
     "Preprocessing",
     "export_encoder",
     "export_license",
+    "is_export_record",
     "preprocessor_config",
     "preprocessing_of",
     "video_processor_config",
@@ -106,6 +121,19 @@ __all__ = [
 ]
 
 README = "README.md"
+MODEL_TYPE = "levjepa"  # config.json's model_type: what transformers and levjepa.commands._outputs tell an export by
+# every name an export writes (the graphs: formats.deploy, .deploy_classifier; head.safetensors: a classifier's
+# export written before its head went into model.safetensors): what levjepa export claims, and replaces
+EXPORT_FILES = (
+    *(HUB_WEIGHTS, CONFIG, PREPROCESSOR, VIDEO_PREPROCESSOR, README, PROJECTOR_WEIGHTS, CLASSIFIER, HEAD_WEIGHTS),
+    *(CLIP_ONNX, STREAM_ONNX, CLIP_PT2, STREAM_PT2, CLASSIFIER_ONNX, STREAM_CLASSIFIER_ONNX),
+)
+
+
+def is_export_record(config: Mapping[str, Any]) -> bool:
+    """``config.json`` as an export holds it (:func:`write_export`; ``exported_at``: written before the
+    ``model_type``)."""
+    return config.get("model_type") == MODEL_TYPE or "exported_at" in config
 
 
 def _hf_aliases(config: EncoderConfig, pre: Preprocessing) -> dict[str, Any]:
@@ -217,7 +245,7 @@ def write_export(
         pre = dataclasses.replace(pre, size=v.size, frames=v.frames, frame_stride=v.frame_stride, fps=v.fps)
     exported_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     record: dict[str, Any] = {
-        "model_type": "levjepa",
+        "model_type": MODEL_TYPE,
         "architectures": ["LeVJEPAForVideoClassification" if classifier else "LeVJEPAModel"],
         "format": HUB_FORMAT,
         "levjepa_version": __version__,
