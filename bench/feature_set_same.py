@@ -59,7 +59,7 @@ def write(out: Path, media: Path) -> None:
     from levjepa.data.sources import parse_index
     from levjepa.eval.extract import ExtractConfig, extract
     from levjepa.eval.feature_store import StoreConfig, build_store
-    from levjepa.formats.load import random_encoder
+    from levjepa.formats.reading.load import random_encoder
     from levjepa.model import encoder_config
 
     torch.set_num_threads(1)

@@ -18,7 +18,14 @@ from pathlib import Path
 
 import torch
 
-from levjepa.formats.deploy import CLIP_ONNX, STREAM_ONNX, DeployConfig, StreamStep, export_onnx, initial_cache
+from levjepa.formats.deployment.graphs import (
+    CLIP_ONNX,
+    STREAM_ONNX,
+    DeployConfig,
+    StreamStep,
+    export_onnx,
+    initial_cache,
+)
 from levjepa.model import VideoEncoder, encoder_config
 
 

@@ -62,7 +62,7 @@ def main() -> None:
     from levjepa.eval.probes import probe_config
     from levjepa.eval.source import StoreSource
     from levjepa.eval.trainer import train_probes
-    from levjepa.formats.load import random_encoder
+    from levjepa.formats.reading.load import random_encoder
     from levjepa.model import encoder_config
     from levjepa.rng import make_generator
 

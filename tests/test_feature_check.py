@@ -21,7 +21,7 @@ from levjepa.eval.extract import extract
 from levjepa.eval.feature_set import FeatureSet, Unit
 from levjepa.eval.feature_store import StoreConfig, build_store
 from levjepa.eval.feature_writer import file_checksum
-from levjepa.formats.load import random_encoder
+from levjepa.formats.reading.load import random_encoder
 from levjepa.model import encoder_config
 from test_extract import _video, windows
 from test_feature_store import make_media

@@ -15,8 +15,8 @@ import torch
 import levjepa.finetune.loop as ft_loop
 from levjepa.cli import main
 from levjepa.finetune.config import FinetuneConfig
-from levjepa.formats.classifier import load_classifier
-from levjepa.formats.load import load_encoder
+from levjepa.formats.reading.classifier import load_classifier
+from levjepa.formats.reading.load import load_encoder
 from levjepa.model import encoder_config
 from levjepa.model.classifier import HeadConfig, VideoClassifier
 from levjepa.model.vit import VideoEncoder

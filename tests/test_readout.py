@@ -20,7 +20,7 @@ from levjepa.eval.compact import TokenCodec
 from levjepa.eval.extract import ExtractConfig, extract, read_rows
 from levjepa.eval.feature_set import FeatureSet
 from levjepa.eval.readout import Readout
-from levjepa.formats.load import random_encoder
+from levjepa.formats.reading.load import random_encoder
 from levjepa.model import encoder_config
 from test_extract import _video
 

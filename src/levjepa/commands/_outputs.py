@@ -41,8 +41,8 @@ from typing import Any
 from levjepa.data.prepare import REPORT
 from levjepa.data.shards import INDEX_NAME
 from levjepa.eval.feature_set import MANIFEST, OLD_MANIFEST
-from levjepa.formats.classifier import CLASSIFIER, is_classifier
-from levjepa.formats.export import is_export_record
+from levjepa.formats.reading.classifier import CLASSIFIER, is_classifier
+from levjepa.formats.writing.export import is_export_record
 from levjepa.tools.visualize import SUMMARY
 from levjepa.weights import CHECKPOINTS, CONFIG, METRICS, make_temp_dir
 

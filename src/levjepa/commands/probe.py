@@ -76,9 +76,9 @@ from levjepa.eval.protocols import PROTOCOLS, TrainViews, parse_slots, parse_tra
 from levjepa.eval.result import EvalResult
 from levjepa.eval.synthetic_task import SYNTHETIC_TITLE, TASKS, synthetic_config_for, synthetic_splits
 from levjepa.eval.video_knn import video_knn
-from levjepa.formats.classifier import is_classifier
-from levjepa.formats.load import LoadedEncoder, load_encoder, random_like
-from levjepa.formats.reading import model_preprocessing, model_views
+from levjepa.formats.reading.classifier import is_classifier
+from levjepa.formats.reading.load import LoadedEncoder, load_encoder, random_like
+from levjepa.formats.reading.views import model_preprocessing, model_views
 from levjepa.model.readout_layers import layers_text
 from levjepa.train.preemption import StopSignals, stop_now_on_signals
 from levjepa.weights import BAD_FILES

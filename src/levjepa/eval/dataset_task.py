@@ -206,7 +206,7 @@ def dataset_task(
     allow_shared: bool = False,
 ) -> DatasetTask:
     """Read the split files (``levjepa.eval.labelled.read_task``). ``views``: how a file is cut (what the reader
-    resolved from the model, ``levjepa.formats.reading``; default one centre clip of 16 frames at stride 2,
+    resolved from the model, ``levjepa.formats.reading.views``; default one centre clip of 16 frames at stride 2,
     224 px); with a ``protocol``, its views for an encoder of ``tubelet`` frames per token at ``slots`` temporal
     positions, sampled as ``views`` says (``levjepa.eval.protocols``). ``name``: the task's name (default:
     :func:`task_name` of the files). ``train_views``: ``K`` augmented training views per file in the store (0:

@@ -15,16 +15,16 @@ were written before), and :func:`load_classifier` reads the encoder at those blo
 encoder whose function fingerprint (``levjepa.model.fingerprint``: its weights and the config that says what they
 compute) differs from the one the head was trained on (a record written before function fingerprints is checked
 against the weights). A fine-tuned classifier changed its encoder, so the encoder is in ``DIR`` too, in the hub
-layout (``model.safetensors`` + ``config.json`` with ``id2label`` / ``label2id``, ``levjepa.formats.export``),
+layout (``model.safetensors`` + ``config.json`` with ``id2label`` / ``label2id``, ``levjepa.formats.writing.export``),
 and its head is written once, as the ``head.*`` tensors of that ``model.safetensors`` (the names transformers'
 ``save_pretrained`` writes; no ``head.safetensors``; an export written before, which holds both, reads the
 same): ``levjepa.load(DIR)`` reads it as a plain encoder, and ``levjepa export DIR`` writes it again with its head.
 
 This module is the one reader and writer of a classifier's head: :func:`write_classifier` writes it (kept probes,
-``levjepa.formats.export`` for a fine-tuned classifier), :func:`read_head` reads it back (``load_classifier``
+``levjepa.formats.writing.export`` for a fine-tuned classifier), :func:`read_head` reads it back (``load_classifier``
 for ``levjepa classify``, fine-tuning's ``head_from``), :func:`head_module` turns head weights into the module
 (:func:`export_head_state` reads the ``head.*`` tensors of a classifier export's ``model.safetensors``, for
-``read_head`` and ``levjepa.formats.hub`` alike), and
+``read_head`` and ``levjepa.formats.transformers.hub`` alike), and
 :func:`check_encoder` is the one compatibility check of a head and an encoder.
 """
 
@@ -40,7 +40,7 @@ from torch import nn
 
 from levjepa.config import OMIT_DEFAULT, ConfigError, from_dict, to_dict
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.formats.load import LoadedEncoder, load_encoder
+from levjepa.formats.reading.load import LoadedEncoder, load_encoder
 from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
 from levjepa.model.fingerprint import matches
 from levjepa.weights import HUB_WEIGHTS, WeightsError, load_tensors, prefixed, read_json, save_tensors, write_json
@@ -99,7 +99,7 @@ def write_classifier(
 ) -> Path:
     """Write ``classifier.json`` into ``out`` (created), and ``head.safetensors`` for a kept probe's
     ``head_state``; ``None``: the head is in ``out``'s ``model.safetensors`` (a classifier export, whose
-    encoder is there too: ``levjepa.formats.export`` writes both)."""
+    encoder is there too: ``levjepa.formats.writing.export`` writes both)."""
     out = Path(out)
     if (head_state is None) != (record.encoder_source == "."):
         raise ValueError("write_classifier: a kept probe's head goes to head.safetensors, an export's to its weights")
