@@ -206,7 +206,7 @@ def test_a_bad_calibration_file_is_named_and_counted_like_everywhere_else(tmp_pa
     assert f"bad file skipped: {corrupt}" in capsys.readouterr().err
     (tmp_path / "only.txt").write_text("a2.mp4 0\n")
     (tmp_path / "a2.mp4").write_bytes(corrupt.read_bytes())
-    with pytest.raises(WeightsError, match=r"no readable clip .*\(1 bad: 1 truncated\)"):
+    with pytest.raises(WeightsError, match=r"no readable clip .*\(1 bad: 1 truncated; first .*a2.mp4\)"):
         calibration_clips(str(tmp_path / "only.txt"), 4, frames=4, size=16, patch=8)
 
 

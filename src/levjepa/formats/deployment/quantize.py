@@ -177,7 +177,8 @@ def calibration_clips(
     finally:
         stream.close()
     if not clips:
-        skipped = f" ({report.total} bad: {report.counts_text()})" if report.total else ""
+        first = next(iter(report.files), None)
+        skipped = f" ({report.total} bad: {report.counts_text()}; first {first})" if first else ""
         raise WeightsError(f"--calibrate {source}: no readable clip of {frames} frames at {size} px in it{skipped}")
     return torch.stack(clips)
 

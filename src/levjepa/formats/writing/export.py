@@ -44,7 +44,7 @@ from typing import Any, Literal
 import torch
 
 from levjepa.config import to_dict
-from levjepa.data import BadFileReport
+from levjepa.data.badfiles import SHOWN, BadFileReport, bad_file_line
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.formats.deployment.classifier_graphs import CLASSIFIER_ONNX, STREAM_CLASSIFIER_ONNX, export_classifier_onnx
 from levjepa.formats.deployment.graphs import (
@@ -463,12 +463,14 @@ def _calibration(
     if deploy.quantize != "int8" or deploy.int8.method != "static":
         return None
     assert deploy.int8.calibration is not None  # check_deploy: static int8 names its clips
-    bad = BadFileReport()
+    bad = BadFileReport(warn=False)  # its lines said once the clips are read: a refusal stays one line
     clips = calibration_clips(
         deploy.int8.calibration, deploy.int8.clips, frames=deploy.window, size=deploy.height, patch=patch,
         frame_stride=pre.frame_stride, fps=pre.fps, seed=deploy.int8.seed, bad=bad,
     )  # fmt: skip
     if say is not None:
+        for path, reason in list(bad.files.items())[:SHOWN]:
+            say(bad_file_line(path, reason))
         skipped = f" ({bad.total} bad file(s) skipped: {bad.counts_text()})" if bad.total else ""
         say(f"calibrating int8 on {len(clips)} clip(s) of {deploy.int8.calibration}{skipped}")
     return clips
