@@ -523,21 +523,7 @@ def export_encoder(
         views = read_classifier(source).protocol
     if views is not None:
         pre = _measured_with(pre, views)
-    deploy = None
-    if graphs != "none":
-        side = pre.size if size is None else size
-        deploy = DeployConfig(
-            pre.frames if window is None else window, side, side, dtype, quantize, opset, int8 or Int8Config()
-        )
-        if loaded.config.readout_layers is not None:
-            raise WeightsError(
-                f"--format {graphs}: the deployment graphs compute the last block's readout, not "
-                f"{layers_text(loaded.config.readout_layers, loaded.config.depth)}; export the graphs without "
-                "--layers (from an encoder read at its last block)"
-            )
-        check_deploy(loaded.encoder, deploy)  # before anything is written
-    elif (window, size, dtype, quantize, int8) != (None, None, "fp32", "none", None):
-        raise WeightsError("window, size, dtype and quantize shape the deployment graphs: export with --format onnx")
+    deploy = _deploy_config(graphs, loaded, pre, window, size, dtype, quantize, opset, int8)
     clips = _calibration(deploy, loaded.encoder.cfg.patch_size, pre, say) if deploy is not None else None
     run_dir = Path(loaded.run_dir) if loaded.run_dir else None
     probe = run_dir / PROBE_RESULTS if run_dir else None
@@ -558,15 +544,48 @@ def export_encoder(
         projector_state=projector,
         classifier=None if head is None else (head[0], head[1].state_dict()),
     )
-    if graphs == "onnx" and deploy is not None:
-        record = export_onnx(loaded.encoder, out, deploy, preprocessing=pre.record(), say=say, calibration=clips)
-        if head is not None:
-            model = VideoClassifier(loaded.encoder, head[0].head, head[1]).eval()
-            record = export_classifier_onnx(model, head[0], out, deploy, record, preprocessing=pre.record(), say=say,
-                                            calibration=clips)  # fmt: skip
-    elif graphs == "pt2" and deploy is not None:
-        record = export_pt2(loaded.encoder, out, deploy)
     if deploy is not None:
-        path = Path(out) / CONFIG
-        write_json(path, {**read_json(path), "deploy": record})
+        _write_graphs(graphs, Path(out), loaded, deploy, head, pre, clips, say)
     return loaded
+
+
+def _deploy_config(
+    graphs: str, loaded: LoadedEncoder, pre: Preprocessing, window: int | None, size: int | None,
+    dtype: Literal["fp32", "fp16"], quantize: Literal["none", "int8"], opset: int, int8: Int8Config | None,
+) -> DeployConfig | None:  # fmt: skip
+    """The deployment graphs asked for (``None``: none), checked before anything is written."""
+    if graphs == "none":
+        if (window, size, dtype, quantize, int8) != (None, None, "fp32", "none", None):
+            raise WeightsError(
+                "window, size, dtype and quantize shape the deployment graphs: export with --format onnx"
+            )
+        return None
+    side = pre.size if size is None else size
+    deploy = DeployConfig(
+        pre.frames if window is None else window, side, side, dtype, quantize, opset, int8 or Int8Config()
+    )
+    if loaded.config.readout_layers is not None:
+        raise WeightsError(
+            f"--format {graphs}: the deployment graphs compute the last block's readout, not "
+            f"{layers_text(loaded.config.readout_layers, loaded.config.depth)}; export the graphs without "
+            "--layers (from an encoder read at its last block)"
+        )
+    check_deploy(loaded.encoder, deploy)
+    return deploy
+
+
+def _write_graphs(
+    graphs: str, out: Path, loaded: LoadedEncoder, deploy: DeployConfig,
+    head: tuple[ClassifierRecord, torch.nn.Module] | None, pre: Preprocessing, clips: torch.Tensor | None,
+    say: Callable[[str], None] | None,
+) -> None:  # fmt: skip
+    """The deployment graphs beside the export (a classifier's too, in ONNX), recorded in its ``config.json``."""
+    if graphs == "pt2":
+        record = export_pt2(loaded.encoder, out, deploy)
+    else:
+        record = export_onnx(loaded.encoder, out, deploy, preprocessing=pre.record(), say=say, calibration=clips)
+    if head is not None and graphs == "onnx":
+        model = VideoClassifier(loaded.encoder, head[0].head, head[1]).eval()
+        record = export_classifier_onnx(model, head[0], out, deploy, record, preprocessing=pre.record(), say=say,
+                                        calibration=clips)  # fmt: skip
+    write_json(out / CONFIG, {**read_json(out / CONFIG), "deploy": record})
