@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from levjepa.config import apply_overrides
 from levjepa.eval import EvalConfig, evaluate_benchmark
 from levjepa.eval.synthetic_task import TASKS
-from levjepa.formats.load import load_encoder, random_encoder
+from levjepa.formats.reading.load import load_encoder, random_encoder
 from levjepa.infer.cpu import cpu_info
 from levjepa.presets import preset
 from levjepa.train.loop import pretrain

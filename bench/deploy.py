@@ -35,9 +35,10 @@ import onnxruntime as ort
 import torch
 
 from deploy_int8 import session_options
-from levjepa.formats.deploy import CLIP_ONNX, DEFAULT_OPSET, STREAM_ONNX, DeployConfig, OnnxStream, export_onnx
-from levjepa.formats.load import load_encoder
-from levjepa.formats.quantize import Int8Config, calibration_clips
+from levjepa.formats.deployment.graphs import CLIP_ONNX, DEFAULT_OPSET, STREAM_ONNX, DeployConfig, export_onnx
+from levjepa.formats.deployment.quantize import Int8Config, calibration_clips
+from levjepa.formats.deployment.runner import OnnxStream
+from levjepa.formats.reading.load import load_encoder
 from levjepa.infer.cpu import cpu_info
 from levjepa.infer.stream import StreamingEncoder
 from levjepa.model import VideoEncoder, encoder_config

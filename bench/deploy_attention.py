@@ -1,6 +1,6 @@
 """Block-causal attention of whole frames in onnxruntime: one dense masked ``Attention`` op against the loop over
-temporal slots that ``levjepa.formats.frame_attention`` writes, per tokens a slot (bench/deploy.md, "Attention in
-the graphs"). It sets ``frame_attention.MIN_TOKENS_PER_SLOT``.
+temporal slots that ``levjepa.formats.deployment.frame_attention`` writes, per tokens a slot (bench/deploy.md,
+"Attention in the graphs"). It sets ``frame_attention.MIN_TOKENS_PER_SLOT``.
 
     python bench/deploy_attention.py [--threads 1] [--reps 20]
 
@@ -24,7 +24,7 @@ import torch
 from onnx import TensorProto
 from onnx import helper as h
 
-from levjepa.formats.frame_attention import frame_attention
+from levjepa.formats.deployment.frame_attention import frame_attention
 from levjepa.infer.cpu import cpu_info
 from levjepa.model.attention import TokenMeta, build_attn_mask
 

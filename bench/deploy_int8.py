@@ -1,5 +1,5 @@
-"""Which int8 keeps the demo's accuracy and pays in speed: every choice of ``levjepa.formats.quantize`` measured
-side by side on a trained run (bench/deploy.md, "Calibrated int8").
+"""Which int8 keeps the demo's accuracy and pays in speed: every choice of ``levjepa.formats.deployment.quantize``
+measured side by side on a trained run (bench/deploy.md, "Calibrated int8").
 
     python bench/deploy_int8.py --run RUN --out DIR --calibrate /work/runs/eval_tasks/appearance/train.txt
     python bench/deploy_int8.py --run RUN --out DIR --smoke      # two variants, one probe seed: does it run
@@ -32,9 +32,10 @@ from pathlib import Path
 import torch
 
 from levjepa.eval import EvalConfig, evaluate_benchmark
-from levjepa.formats.deploy import CLIP_ONNX, STREAM_ONNX, DeployConfig, OnnxStream, export_onnx
-from levjepa.formats.load import load_encoder, read_run_config
-from levjepa.formats.quantize import Int8Config, calibration_clips
+from levjepa.formats.deployment.graphs import CLIP_ONNX, STREAM_ONNX, DeployConfig, export_onnx
+from levjepa.formats.deployment.quantize import Int8Config, calibration_clips
+from levjepa.formats.deployment.runner import OnnxStream
+from levjepa.formats.reading.load import load_encoder, read_run_config
 from levjepa.infer.cpu import cpu_info
 from levjepa.model import EncoderOutput
 from levjepa.weights import CONFIG, write_json

@@ -61,7 +61,7 @@ def benchmark(run: str, codecs: list[str], seeds: list[int]) -> None:
     from levjepa.eval.config import EvalConfig
     from levjepa.eval.synthetic_task import evaluate_benchmark, synthetic_config_for
     from levjepa.features.compact import TokenCodec
-    from levjepa.formats.load import load_encoder
+    from levjepa.formats.reading.load import load_encoder
 
     loaded = load_encoder(run)
     syn = synthetic_config_for(loaded.run_config)
@@ -85,8 +85,8 @@ def index(run: str, folder: str, codecs: list[str], seeds: list[int]) -> None:
     from levjepa.eval.config import EvalConfig
     from levjepa.eval.dataset_task import dataset_task
     from levjepa.eval.harness import evaluate
-    from levjepa.formats.load import load_encoder
-    from levjepa.formats.reading import model_views
+    from levjepa.formats.reading.load import load_encoder
+    from levjepa.formats.reading.views import model_views
 
     loaded = load_encoder(run)
     views, _ = model_views(loaded)
@@ -171,8 +171,8 @@ def tasks(run: str, folder: str, codecs: list[str], seeds: list[int], keep: str 
     from levjepa.eval.config import EvalConfig
     from levjepa.eval.harness import probe_sources
     from levjepa.eval.source import MemorySource
-    from levjepa.formats.load import load_encoder
-    from levjepa.formats.reading import model_views
+    from levjepa.formats.reading.load import load_encoder
+    from levjepa.formats.reading.views import model_views
 
     loaded = load_encoder(run)
     views, _ = model_views(loaded)

@@ -56,7 +56,7 @@ def measure(model: str, threads: int, kept: list[int]) -> dict[str, float]:
     import torch
 
     from levjepa.eval.probes import build_probe_grid, probe_config
-    from levjepa.formats.load import random_encoder
+    from levjepa.formats.reading.load import random_encoder
     from levjepa.infer.encode import encode
     from levjepa.model import encoder_config
 

@@ -37,7 +37,7 @@ from levjepa.eval.config import EvalConfig
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.dataset_task import dataset_task
 from levjepa.eval.harness import evaluate
-from levjepa.formats.load import random_encoder
+from levjepa.formats.reading.load import random_encoder
 from levjepa.eval.probes import probe_config
 from levjepa.model import encoder_config
 t0 = time.perf_counter()
@@ -100,7 +100,7 @@ def speed(args: argparse.Namespace) -> None:
     from levjepa.data import MediaItem, write_video
     from levjepa.data.eval_clip import ViewSpec
     from levjepa.features.store import StoreConfig, build_store
-    from levjepa.formats.load import random_encoder
+    from levjepa.formats.reading.load import random_encoder
     from levjepa.model import encoder_config
 
     torch.set_num_threads(1)

@@ -60,7 +60,7 @@ def run_one(loaded: Any, folder: Path, k: int, tokens: str, online: bool, seed: 
     from levjepa.eval.config import EvalConfig
     from levjepa.eval.dataset_task import dataset_task
     from levjepa.eval.harness import evaluate
-    from levjepa.formats.reading import model_views
+    from levjepa.formats.reading.views import model_views
 
     views, _ = model_views(loaded)
     count = [0]
@@ -104,7 +104,7 @@ def measure(
     import torch
 
     from levjepa.data import clip_augment
-    from levjepa.formats.load import load_encoder
+    from levjepa.formats.reading.load import load_encoder
 
     torch.set_num_threads(1)
     loaded = load_encoder(run)

@@ -63,9 +63,9 @@ def write(out: Path, media: Path) -> None:
         from levjepa.features.extract import ExtractConfig, extract
         from levjepa.features.store import StoreConfig, build_store
     except ImportError:  # a checkout before levjepa.features (issue 67): the same code in eval/
-        from levjepa.eval.extract import ExtractConfig, extract  # type: ignore[no-redef]
-        from levjepa.eval.feature_store import StoreConfig, build_store  # type: ignore[no-redef]
-    from levjepa.formats.load import random_encoder
+        from levjepa.features.extract import ExtractConfig, extract  # type: ignore[no-redef]
+        from levjepa.features.store import StoreConfig, build_store  # type: ignore[no-redef]
+    from levjepa.formats.reading.load import random_encoder
     from levjepa.model import encoder_config
 
     torch.set_num_threads(1)

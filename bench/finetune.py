@@ -16,7 +16,7 @@ from pathlib import Path
 
 from levjepa.data import write_video
 from levjepa.eval.synthetic_task import synthetic_config_for, synthetic_splits
-from levjepa.formats.load import read_run_config
+from levjepa.formats.reading.load import read_run_config
 
 
 def write_index(run: str, out: Path, task: str) -> None:

@@ -19,7 +19,14 @@ from pathlib import Path
 
 import torch
 
-from levjepa.formats.deploy import CLIP_ONNX, STREAM_ONNX, DeployConfig, StreamStep, export_onnx, initial_cache
+from levjepa.formats.deployment.graphs import (
+    CLIP_ONNX,
+    STREAM_ONNX,
+    DeployConfig,
+    StreamStep,
+    export_onnx,
+    initial_cache,
+)
 from levjepa.infer.cpu import cpu_info
 from levjepa.model import VideoEncoder, encoder_config
 

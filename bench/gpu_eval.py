@@ -66,7 +66,7 @@ def main() -> None:
     from levjepa.eval.trainer import train_probes
     from levjepa.features.feature_set import FeatureSet
     from levjepa.features.store import StoreConfig, build_store
-    from levjepa.formats.load import random_encoder
+    from levjepa.formats.reading.load import random_encoder
     from levjepa.model import encoder_config
     from levjepa.rng import make_generator
 

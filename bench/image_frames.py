@@ -34,7 +34,7 @@ def write_images(run: str, out: Path) -> list[Path]:
     from PIL import Image
 
     from levjepa.eval.synthetic_task import synthetic_config_for, synthetic_splits
-    from levjepa.formats.load import load_encoder
+    from levjepa.formats.reading.load import load_encoder
 
     loaded = load_encoder(run)
     splits = synthetic_splits(synthetic_config_for(loaded.run_config), "demo")

@@ -7,7 +7,7 @@ The reference code (``MLO-lab/LeVJEPA`` ``module.py``, CC BY-NC 4.0) is never sh
 ``--reference`` names the user's copy, loaded at run time. Per setting (model, frames), one process builds the
 reference encoder as its factories do (``vit_tiny`` / ``vit_base``: 16×16 patches, τ = 1, ``use_rope=True``,
 ``attn_mode="block_causal"``, ``eval()``) with its own random initialisation (seed 0), and levjepa's encoder
-from those weights through ``levjepa import``'s reader (``levjepa.formats.official``): the same function, which
+from those weights through ``levjepa import``'s reader (``levjepa.formats.reading.official``): the same function, which
 the process checks (the largest difference of any output token, CLS and every patch, is printed). Then it
 times ``forward`` (the reference: its ``last_hidden_state``; levjepa: ``forward_features``) on one
 ``[B, 3, T, 224, 224]`` clip under ``torch.inference_mode``, float32, ``--threads`` threads, the sides
@@ -51,7 +51,7 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from levjepa.formats.official import Overrides, read_official
+from levjepa.formats.reading.official import Overrides, read_official
 from levjepa.infer.cpu import cpu_info
 from levjepa.model import VideoEncoder, attention
 from levjepa.tools.flops import encoder_flops

@@ -79,8 +79,8 @@ def main() -> None:
     from levjepa.eval.probes import probe_config
     from levjepa.eval.source import MemorySource
     from levjepa.eval.trainer import train_probes
-    from levjepa.formats.load import load_encoder
-    from levjepa.formats.reading import model_views
+    from levjepa.formats.reading.load import load_encoder
+    from levjepa.formats.reading.views import model_views
     from levjepa.rng import make_generator
 
     variants = [_variant(v) for v in args.variant] or [("demo", {})]

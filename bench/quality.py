@@ -55,7 +55,7 @@ from levjepa.data.views import normalize, rgb_to_hsv
 from levjepa.eval import EvalConfig, evaluate_benchmark
 from levjepa.eval.config import PROBE_LABELS, PROBES
 from levjepa.eval.synthetic_task import TASKS
-from levjepa.formats.load import load_encoder
+from levjepa.formats.reading.load import load_encoder
 from levjepa.infer.cpu import cpu_info
 from levjepa.presets import DEMO_MARGIN, DEMO_TARGETS, demo_misses, preset
 from levjepa.rng import make_generator
@@ -238,7 +238,7 @@ def _cls(encoder: nn.Module, clips: torch.Tensor) -> torch.Tensor:
 
 def factors(args: argparse.Namespace) -> dict:
     """Ridge regression CLS -> each factor, fitted on train, R² on val (features standardised on train)."""
-    from levjepa.formats.load import random_encoder
+    from levjepa.formats.reading.load import random_encoder
 
     out: dict = {"kind": "factors", "encoders": {}}
     if args.threads:

@@ -42,7 +42,7 @@ from levjepa.data.eval_clip import load_eval_video
 from levjepa.data.prepare import PrepareOptions, prepare_folder
 from levjepa.eval import EvalConfig, evaluate
 from levjepa.eval.clips_task import LabelledSplits
-from levjepa.formats.load import load_encoder, random_encoder
+from levjepa.formats.reading.load import load_encoder, random_encoder
 from levjepa.infer.cpu import cpu_info
 from levjepa.presets import preset
 from levjepa.train.loop import pretrain

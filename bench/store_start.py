@@ -31,7 +31,7 @@ from levjepa.data import MediaItem
 from levjepa.data import workers
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.features.store import StoreConfig, build_store
-from levjepa.formats.load import random_encoder
+from levjepa.formats.reading.load import random_encoder
 from levjepa.model import encoder_config
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import levjepa
-from levjepa.formats.export import write_export
-from levjepa.formats.official import Overrides, read_official
+from levjepa.formats.reading.official import Overrides, read_official
+from levjepa.formats.writing.export import write_export
 from levjepa.infer.cpu import cpu_info
 from levjepa.model import VideoEncoder, encoder_config
 

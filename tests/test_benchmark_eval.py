@@ -16,7 +16,7 @@ from levjepa.data.eval_clip import as_clip
 from levjepa.eval import EvalConfig, evaluate_benchmark
 from levjepa.eval.probes import probe_config
 from levjepa.features.cache import cached_features, compute_features
-from levjepa.formats.load import random_encoder
+from levjepa.formats.reading.load import random_encoder
 from levjepa.model import encoder_config
 from levjepa.weights import weights_fingerprint
 from test_export import make_run_dir

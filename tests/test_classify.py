@@ -13,7 +13,7 @@ import pytest
 from levjepa.cli import main
 from levjepa.data import write_video
 from levjepa.eval.protocols import PROTOCOLS, Protocol
-from levjepa.formats.classifier import read_classifier
+from levjepa.formats.reading.classifier import read_classifier
 from test_export import make_run_dir
 
 # 2 segments x 3 crops of 4 frames at 16 px (2 x 2 patches of vit-test per frame): every view path of the
@@ -151,7 +151,13 @@ def test_a_head_is_written_and_read_back_by_one_pair_and_checked_against_its_enc
     import torch
 
     from levjepa.data.eval_clip import ViewSpec
-    from levjepa.formats.classifier import ClassifierRecord, check_encoder, head_module, read_head, write_classifier
+    from levjepa.formats.reading.classifier import (
+        ClassifierRecord,
+        check_encoder,
+        head_module,
+        read_head,
+        write_classifier,
+    )
     from levjepa.model import encoder_config
     from levjepa.model.classifier import HeadConfig, build_head
     from levjepa.model.fingerprint import function_fingerprint

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import levjepa.commands._extras as extras
-import levjepa.formats.export as formats_export
+import levjepa.formats.writing.export as formats_export
 from levjepa.commands import STOPPED, main
 from levjepa.commands._outputs import OutputError, claim_outside_owned, folder_kind, staged_folder
 from levjepa.data.workers import parallel_map

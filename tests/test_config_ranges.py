@@ -174,11 +174,11 @@ PROBE_BAD = {
 # keys no range bounds, and where a wrong value is refused in one line instead
 FREE = {
     "preset": "a name the preset table checks (--preset)",
-    "model.init_from": "a path read at the run's start by levjepa.formats.load (its error names it)",
-    "source": "a path levjepa.formats.load reads (DataError / WeightsError naming it)",
+    "model.init_from": "a path read at the run's start by levjepa.formats.reading.load (its error names it)",
+    "source": "a path levjepa.formats.reading.load reads (DataError / WeightsError naming it)",
     "data.synthetic.fashion_mnist_dir": "a folder; missing files fall back to the bundled digits with a note",
     "protocol": "FinetuneConfig.views: ConfigError listing the protocols",
-    "head_from": "a kept probe's folder, read by levjepa.formats.classifier",
+    "head_from": "a kept probe's folder, read by levjepa.formats.reading.classifier",
 }
 CONFIGS = {
     "pretrain": (lambda: preset("demo-cpu"), PRETRAIN_BAD),

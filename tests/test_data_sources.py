@@ -153,7 +153,7 @@ def test_data_check_and_extract_count_each_real_file_once(tmp_path, capsys):
     from levjepa.cli import main
     from levjepa.data.eval_clip import ViewSpec
     from levjepa.features.extract import ExtractConfig, extract
-    from levjepa.formats.load import random_encoder
+    from levjepa.formats.reading.load import random_encoder
     from levjepa.model import encoder_config
 
     root = _linked_folder(tmp_path)

@@ -15,10 +15,11 @@ import torch
 
 from levjepa.cli import main
 from levjepa.data import write_video
-from levjepa.formats.deploy import STREAM_ONNX, OnnxStream
-from levjepa.formats.export import export_encoder
-from levjepa.formats.frame_attention import frame_attention, frame_loop_pays
-from levjepa.formats.load import load_encoder
+from levjepa.formats.deployment.frame_attention import frame_attention, frame_loop_pays
+from levjepa.formats.deployment.graphs import STREAM_ONNX
+from levjepa.formats.deployment.runner import OnnxStream
+from levjepa.formats.reading.load import load_encoder
+from levjepa.formats.writing.export import export_encoder
 from levjepa.infer.stream import StreamingEncoder
 from test_export import make_run_dir
 
@@ -83,7 +84,7 @@ def _video(seed: int, frames: int = 10, batch: int = 1) -> torch.Tensor:
 def test_onnx_clip_encoder_equals_pytorch_with_dynamic_batch_and_geometry(exported, tmp_path, frame_loop):
     """The default graph (opset 23) has one fused Attention op per block, under the dense block-causal mask at the
     export's 4 tokens a frame; with frames of more tokens the writer makes each a loop over temporal slots of
-    unmasked Attention ops (levjepa.formats.frame_attention): both the same function as PyTorch."""
+    unmasked Attention ops (levjepa.formats.deployment.frame_attention): both the same function as PyTorch."""
     import onnx
 
     run, out = exported
@@ -236,9 +237,9 @@ def test_a_bidirectional_encoder_has_no_streaming_step(tmp_path, capsys):
 def test_a_recorded_rate_travels_to_the_graphs_and_the_processor_config(exported):
     # the released weights were trained at 7.5 fps: a runtime reading only the .onnx file or
     # preprocessor_config.json must see the rate, not only the stride (which means 7.5 fps only at 15 fps)
-    from levjepa.formats.deploy import onnx_metadata
-    from levjepa.formats.export import preprocessor_config
-    from levjepa.formats.load import Preprocessing
+    from levjepa.formats.deployment.graphs import onnx_metadata
+    from levjepa.formats.reading.load import Preprocessing
+    from levjepa.formats.writing.export import preprocessor_config
 
     _, out = exported
     config = json.loads((out / "config.json").read_text())

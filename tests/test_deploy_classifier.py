@@ -17,11 +17,11 @@ import torch
 
 from levjepa.cli import main
 from levjepa.eval.protocols import PROTOCOLS
-from levjepa.formats.classifier import load_classifier
-from levjepa.formats.deploy import OnnxStream
-from levjepa.formats.deploy_classifier import CLASSIFIER_ONNX, OnnxClassifier
-from levjepa.formats.frame_attention import frame_attention
-from levjepa.formats.quantize import Int8Config, calibration_clips, int8_record, node_scope, quantize_graph
+from levjepa.formats.deployment.classifier_graphs import CLASSIFIER_ONNX
+from levjepa.formats.deployment.frame_attention import frame_attention
+from levjepa.formats.deployment.quantize import Int8Config, calibration_clips, int8_record, node_scope, quantize_graph
+from levjepa.formats.deployment.runner import OnnxClassifier, OnnxStream
+from levjepa.formats.reading.classifier import load_classifier
 from levjepa.model.classifier import view_inputs
 from test_classify import TINY, write_index
 from test_export import make_run_dir
@@ -94,8 +94,8 @@ def test_classify_with_the_onnx_backend_gives_the_pytorch_labels_on_the_test_ind
 
 
 def test_the_frame_loop_rewrites_the_encoders_attention_and_leaves_the_heads(kept, tmp_path):
-    """levjepa.formats.frame_attention on the attentive classifier graph (written with the dense mask at these
-    4-token frames): the encoder's attention becomes loops over slots, the head's cross-attention is left as it
+    """levjepa.formats.deployment.frame_attention on the attentive classifier graph (written with the dense mask at
+    these 4-token frames): the encoder's attention becomes loops over slots, the head's cross-attention is left as it
     was, and the logits are still the PyTorch classifier's."""
     import onnx
 

@@ -15,7 +15,7 @@ import torch
 from levjepa.cli import main
 from levjepa.config import ConfigError, apply_overrides
 from levjepa.distributed import DistInfo
-from levjepa.formats.export import export_encoder
+from levjepa.formats.writing.export import export_encoder
 from levjepa.presets import preset
 from levjepa.train import loop
 from levjepa.train.config import OptimConfig, PretrainConfig

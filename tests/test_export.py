@@ -15,8 +15,8 @@ import torch
 import levjepa
 from levjepa.commands import export as export_mod
 from levjepa.config import ConfigError, to_dict
-from levjepa.formats.export import export_encoder
-from levjepa.formats.load import load, load_encoder, load_projector, random_encoder
+from levjepa.formats.reading.load import load, load_encoder, load_projector, random_encoder
+from levjepa.formats.writing.export import export_encoder
 from levjepa.model import Projector, VideoEncoder, encoder_config
 from levjepa.weights import WeightsError, atomic_write_text, list_checkpoints, save_tensors
 
@@ -111,7 +111,7 @@ def test_export_then_load_gives_identical_outputs_and_a_model_card(tmp_path):
     source = load_encoder(run, weights="online").encoder
     x = _clip(source.cfg, seed=3)
     for path in (out, out / "model.safetensors"):
-        enc = levjepa.load(path)  # the package's lazy `load`, = levjepa.formats.load.load
+        enc = levjepa.load(path)  # the package's lazy `load`, = levjepa.formats.reading.load.load
         assert not enc.training and not any(p.requires_grad for p in enc.parameters())
         a, b = source.forward_features(x), enc.forward_features(x)
         assert torch.equal(a.cls, b.cls) and torch.equal(a.patches, b.patches)  # bit-exact on CPU
@@ -287,7 +287,7 @@ def test_preprocessing_speaks_viewspecs_names_and_keeps_the_on_disk_keys(tmp_pat
     from dataclasses import fields
 
     from levjepa.data.eval_clip import ViewSpec
-    from levjepa.formats.load import Preprocessing
+    from levjepa.formats.reading.load import Preprocessing
 
     shared = {"size", "frames", "frame_stride", "fps"}  # how frames are taken: one spelling for both
     assert shared <= {f.name for f in fields(Preprocessing)} and shared <= {f.name for f in fields(ViewSpec)}

@@ -19,8 +19,8 @@ from levjepa.data import decode_clip, normalize, write_video
 from levjepa.data.eval_clip import ViewSpec, center_square
 from levjepa.features.extract import ExtractConfig, extract, window_starts
 from levjepa.features.feature_set import read_rows
-from levjepa.formats.export import export_encoder
-from levjepa.formats.load import random_encoder
+from levjepa.formats.reading.load import random_encoder
+from levjepa.formats.writing.export import export_encoder
 from levjepa.model import encoder_config
 from levjepa.weights import load_tensors
 from test_export import make_run_dir

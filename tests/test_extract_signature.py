@@ -17,7 +17,7 @@ from levjepa.cli import main
 from levjepa.data import DataError
 from levjepa.features.extract import extract
 from levjepa.features.feature_set import FeatureSet, read_rows
-from levjepa.formats.load import random_encoder
+from levjepa.formats.reading.load import random_encoder
 from levjepa.model import encoder_config
 from levjepa.model.fingerprint import function_fingerprint
 from test_export import make_run_dir
@@ -184,7 +184,7 @@ if len(sys.argv) > 3:  # hold still once shard 1 is written, until the test kill
         if path.name == "index-00001.jsonl":
             time.sleep(600)
     fs.atomic_write_text = write_then_hold
-from levjepa.formats.load import random_encoder
+from levjepa.formats.reading.load import random_encoder
 from levjepa.model import encoder_config
 enc = random_encoder(encoder_config("vit-test"), seed=3).encoder
 cfg = ExtractConfig(ViewSpec(size=16, frames=8, frame_stride=2), stride=4, patches=True, shard_rows=2, workers=1)

@@ -21,7 +21,7 @@ from levjepa.features.extract import extract
 from levjepa.features.feature_set import FeatureSet, Unit
 from levjepa.features.store import StoreConfig, build_store
 from levjepa.features.writer import file_checksum
-from levjepa.formats.load import random_encoder
+from levjepa.formats.reading.load import random_encoder
 from levjepa.model import encoder_config
 from test_extract import _video, windows
 from test_feature_store import make_media

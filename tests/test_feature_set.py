@@ -17,7 +17,7 @@ from levjepa.data.sources import parse_index
 from levjepa.features.extract import extract
 from levjepa.features.feature_set import FeatureSet, read_rows
 from levjepa.features.store import StoreConfig, build_store
-from levjepa.formats.load import random_encoder
+from levjepa.formats.reading.load import random_encoder
 from levjepa.infer.encode import encode
 from levjepa.model import encoder_config
 from test_extract import _video, windows

@@ -25,7 +25,7 @@ from levjepa.data.sources import parse_index
 from levjepa.features.extract import ExtractConfig
 from levjepa.features.feature_set import FeatureSet
 from levjepa.features.store import StoreConfig, build_store
-from levjepa.formats.load import random_encoder
+from levjepa.formats.reading.load import random_encoder
 from levjepa.model import encoder_config
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -149,7 +149,7 @@ if len(sys.argv) > 3:  # hold still once shard 1 is written, until the test kill
         if path.name == "index-00001.jsonl":
             time.sleep(600)
     fs.atomic_write_text = write_then_hold
-from levjepa.formats.load import random_encoder
+from levjepa.formats.reading.load import random_encoder
 from levjepa.model import encoder_config
 enc = random_encoder(encoder_config("vit-test"), seed=1).encoder
 cfg = StoreConfig(ViewSpec(16, 4, 2, segments=2, crops=3), batch_size=5, workers=1, shard_items=2)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 
 import pytest
 import torch
@@ -14,14 +15,14 @@ import torch
 import levjepa.finetune.loop as ft_loop
 from levjepa.cli import main
 from levjepa.finetune.config import FinetuneConfig
-from levjepa.formats.classifier import load_classifier
-from levjepa.formats.load import load_encoder
+from levjepa.formats.reading.classifier import load_classifier
+from levjepa.formats.reading.load import load_encoder
 from levjepa.model import encoder_config
 from levjepa.model.classifier import HeadConfig, VideoClassifier
 from levjepa.model.vit import VideoEncoder
 from levjepa.rng import make_generator
 from levjepa.train.finetune_recipe import DropPath, layer_id, lr_at, param_groups, soft_targets
-from levjepa.weights import load_tensors
+from levjepa.weights import load_tensors, save_tensors
 from test_classify import write_index
 from test_export import make_run_dir
 
@@ -92,8 +93,22 @@ def test_finetune_resumes_bit_exactly_and_classifies(tmp_path, task, monkeypatch
     assert main(["export", str(whole / "best"), "--out", str(hub)]) == 0
     config = json.loads((hub / "config.json").read_text())
     assert config["id2label"] == {"0": "0", "1": "1", "2": "2"} and config["label2id"]["2"] == 2
-    assert (hub / "head.safetensors").is_file() and load_encoder(hub).config == load_encoder(whole / "best").config
-    assert load_classifier(hub).record.labels == ("0", "1", "2")
+    assert load_encoder(hub).config == load_encoder(whole / "best").config
+    clf = load_classifier(hub)
+    assert clf.record.labels == ("0", "1", "2")
+    # the head is written once: the head.* of model.safetensors, which classify and transformers' names read
+    tensors, _ = load_tensors(hub / "model.safetensors")
+    head = {k[len("head.") :]: v for k, v in tensors.items() if k.startswith("head.")}
+    assert not (hub / "head.safetensors").exists() and not (whole / "best" / "head.safetensors").exists()
+    assert head.keys() == clf.model.head.state_dict().keys()
+    assert all(torch.equal(v, clf.model.head.state_dict()[k]) for k, v in head.items())
+    best = load_classifier(whole / "best").model.head.state_dict()
+    assert all(torch.equal(v, best[k]) for k, v in head.items())
+    # an export written before (the head in head.safetensors too) reads the same head
+    old = tmp_path / "old"
+    shutil.copytree(hub, old)
+    save_tensors(old / "head.safetensors", head)
+    assert all(torch.equal(v, head[k]) for k, v in load_classifier(old).model.head.state_dict().items())
 
 
 def test_bad_input_is_one_line_and_leaves_the_source_alone(tmp_path, task, capsys):

@@ -12,8 +12,8 @@ import pytest
 from safetensors.torch import save_file
 
 from levjepa.cli import main
-from levjepa.formats.classifier import load_classifier, read_classifier
-from levjepa.formats.load import load_encoder
+from levjepa.formats.reading.classifier import load_classifier, read_classifier
+from levjepa.formats.reading.load import load_encoder
 from levjepa.model.fingerprint import TRAINING_ONLY, function_fingerprint, matches
 from levjepa.weights import WeightsError, weights_fingerprint, write_json
 from test_classify import index_task  # noqa: F401 (a fixture)

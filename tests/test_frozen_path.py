@@ -35,9 +35,9 @@ FORWARD_OWNERS = {
     "model/classifier.py",
     "infer/encode.py",
     "infer/stream.py",
-    "formats/outputs.py",
-    "formats/deploy.py",
-    "formats/deploy_classifier.py",
+    "formats/transformers/outputs.py",
+    "formats/deployment/graphs.py",
+    "formats/deployment/classifier_graphs.py",
 }
 
 

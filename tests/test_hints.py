@@ -90,7 +90,7 @@ def test_a_command_line_shown_in_any_message_uses_that_commands_options():
 
 
 # library modules -> the commands whose messages they raise (a --flag there must be an option of each)
-RAISED_FOR = {"formats/reading.py": ("probe", "extract", "visualize", "stream")}
+RAISED_FOR = {"formats/reading/views.py": ("probe", "extract", "visualize", "stream")}
 # options of other programs a message names (torchrun / srun's, pip's)
 OTHER_PROGRAMS = {"--nproc", "--ntasks", "--index-url"}
 

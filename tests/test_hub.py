@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import levjepa
-from levjepa.formats.export import export_encoder
-from levjepa.formats.hub import LeVJEPAModel, from_pretrained
-from levjepa.formats.load import load_encoder
+from levjepa.formats.reading.load import load_encoder
+from levjepa.formats.transformers.hub import LeVJEPAModel, from_pretrained
+from levjepa.formats.writing.export import export_encoder
 from levjepa.model import VideoEncoder, encoder_config
 from levjepa.weights import WeightsError
 from test_export import make_run_dir
@@ -130,8 +130,8 @@ def test_from_pretrained_imports_an_official_folder_on_the_fly(tmp_path):
 def test_the_official_revision_and_hash_are_said_of_the_official_file_not_of_its_copy(tmp_path, monkeypatch):
     import json
 
-    import levjepa.formats.hub as hub
-    from levjepa.formats.origin import Origin
+    import levjepa.formats.transformers.hub as hub
+    from levjepa.formats.reading.origin import Origin
     from test_official import fixture, released_folder, run_import
 
     imp = tmp_path / "imp"
@@ -157,7 +157,9 @@ def test_a_failing_registration_warns_once_and_never_breaks_the_import_of_transf
     import types
     import warnings
 
-    monkeypatch.setitem(sys.modules, "levjepa.formats.hub", None)  # importing it raises, as a broken install would
+    monkeypatch.setitem(
+        sys.modules, "levjepa.formats.transformers.hub", None
+    )  # importing it raises, as a broken install would
     monkeypatch.setattr(levjepa, "_HOOK_WARNED", False, raising=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -20,12 +20,12 @@ import levjepa
 from levjepa.cli import main
 from levjepa.config import to_dict
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.formats.classifier import load_classifier
-from levjepa.formats.export import export_encoder
-from levjepa.formats.finetuned import BestExport, Start
-from levjepa.formats.hub import LeVJEPAForVideoClassification, LeVJEPAModel
-from levjepa.formats.load import load_encoder
-from levjepa.formats.outputs import AMBIGUOUS, ATTENTIONS_REFUSED
+from levjepa.formats.reading.classifier import load_classifier
+from levjepa.formats.reading.load import load_encoder
+from levjepa.formats.transformers.hub import LeVJEPAForVideoClassification, LeVJEPAModel
+from levjepa.formats.transformers.outputs import AMBIGUOUS, ATTENTIONS_REFUSED
+from levjepa.formats.writing.export import export_encoder
+from levjepa.formats.writing.finetuned import BestExport, Start
 from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
 from test_export import make_run_dir
 from test_extract import _video
@@ -109,7 +109,7 @@ def test_automodel_without_import_levjepa_fails_as_the_docs_and_the_card_say_and
     assert said["import levjepa"] == "loaded"
     assert said[""].startswith("refused:") and "does not recognize this architecture" in said[""]
     assert "out of date" in said[""]
-    from levjepa.formats.card import AUTO_HINT
+    from levjepa.formats.writing.card import AUTO_HINT
 
     card = (out / "README.md").read_text()
     assert "`import levjepa`" in card and " ".join(AUTO_HINT.split()) in " ".join(card.split())
@@ -244,7 +244,7 @@ def test_a_frames_first_pixel_values_is_read_as_frames_first_and_the_ambiguous_s
 
 def _finetuned(root: Path, run: Path, kind: str = "attentive") -> Path:
     """A fine-tuned classifier's folder as ``levjepa finetune`` writes ``best/`` (``BestExport.save``: the
-    encoder in the hub layout, classifier.json, head.safetensors) with a random head."""
+    encoder and its head in the hub layout, classifier.json) with a random head."""
     loaded = load_encoder(run)
     labels = ("walk", "run", "jump")
     head_cfg = HeadConfig(kind=kind, input="tokens" if kind == "attentive" else "mean", dim=loaded.config.dim,

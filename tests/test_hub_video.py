@@ -25,10 +25,10 @@ from levjepa.cli import main
 from levjepa.data.eval_clip import ViewSpec, center_square
 from levjepa.data.views import normalize
 from levjepa.features.feature_set import read_rows
-from levjepa.formats.classifier import ClassifierRecord, load_classifier, read_classifier, write_classifier
-from levjepa.formats.export import export_encoder
-from levjepa.formats.load import load_encoder
-from levjepa.formats.video_processor import LeVJEPAVideoProcessor
+from levjepa.formats.reading.classifier import ClassifierRecord, load_classifier, read_classifier, write_classifier
+from levjepa.formats.reading.load import load_encoder
+from levjepa.formats.transformers.video_processor import LeVJEPAVideoProcessor
+from levjepa.formats.writing.export import export_encoder
 from levjepa.model.classifier import HeadConfig, build_head
 from levjepa.model.fingerprint import function_fingerprint
 from levjepa.weights import WeightsError

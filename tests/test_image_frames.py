@@ -16,7 +16,7 @@ from levjepa.cli import main
 from levjepa.commands._images import image_frames
 from levjepa.data.eval_clip import ViewSpec, load_train_views, train_key
 from levjepa.eval.protocols import PROTOCOLS
-from levjepa.formats.classifier import read_classifier
+from levjepa.formats.reading.classifier import read_classifier
 from test_export import make_run_dir
 from test_extract import _video
 

@@ -12,7 +12,7 @@ import torch
 
 import levjepa.train.loop as loop
 from levjepa.cli import main
-from levjepa.formats.load import load_encoder, load_projector
+from levjepa.formats.reading.load import load_encoder, load_projector
 from levjepa.weights import read_metrics
 from test_official import fixture, hub_folder, lightning_checkpoint, run_import
 from train_utils import TINY

@@ -20,7 +20,7 @@ from levjepa.data.sources import list_media, parse_index
 from levjepa.eval.labelled import read_task
 from levjepa.features.extract import extract
 from levjepa.features.feature_set import read_rows
-from levjepa.formats.load import random_encoder
+from levjepa.formats.reading.load import random_encoder
 from levjepa.model import encoder_config
 from test_extract import _video, windows
 

@@ -250,16 +250,18 @@ def test_the_check_catches_upward_sideways_and_distributed_imports():
 
     assert one("levjepa.model.vit", "def f():\n    from levjepa.train import loop\n")  # function-local, upward
     assert one("levjepa.data.views", "from levjepa.model import vit\n")  # beside: same floor, other unit
-    assert one("levjepa.formats.load", "from ..commands import probe\n")  # relative, upward
+    assert one("levjepa.formats.reading.load", "from ...commands import probe\n")  # relative, upward
     assert one("levjepa.objective.sigreg", "import torch.distributed as dist\n")
     assert one("levjepa.objective.sigreg", "from torch import distributed\n")
     assert one("levjepa.model.vit", "import torch\nok = torch.distributed.is_initialized()\n")
     assert one("levjepa.newthing", "")  # a module the table does not place
     # loading by name is importing: a string or the head of an f-string given to import_module
-    assert one("levjepa.model.vit", 'import importlib\nimportlib.import_module("levjepa.formats.hub")\n')
+    assert one("levjepa.model.vit", 'import importlib\nimportlib.import_module("levjepa.formats.transformers.hub")\n')
     assert one("levjepa.data.views", 'from importlib import import_module\nimport_module(f"levjepa.eval.{n}")\n')
     assert not one("levjepa.commands", 'import importlib\nimportlib.import_module(f"levjepa.model.{n}")\n')
-    assert not one("levjepa.formats.load", "from levjepa.train.loop import build_models\nfrom . import features\n")
+    assert not one(
+        "levjepa.formats.reading.load", "from levjepa.train.loop import build_models\nfrom . import features\n"
+    )
     assert not one("levjepa.distributed", "import torch.distributed as dist\n")
 
 

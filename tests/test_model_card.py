@@ -1,4 +1,4 @@
-"""The model card is facts then text (``levjepa.formats.card``): every fact of an export's inputs reaches the
+"""The model card is facts then text (``levjepa.formats.writing.card``): every fact of an export's inputs reaches the
 card, and every field of :class:`CardFacts` changes the text it renders. (Checked once against the card of
 ``export.model_card`` at 9055897 for a run with a probe table and official ancestry, imported weights, an
 unknown licence and a fine-tuned classifier: the same text, byte for byte — bench/finetune.md.)"""
@@ -9,9 +9,9 @@ import dataclasses
 import json
 
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.formats.card import CardFacts, card_facts, render_card
-from levjepa.formats.classifier import ClassifierRecord
-from levjepa.formats.load import read_run_config
+from levjepa.formats.reading.classifier import ClassifierRecord
+from levjepa.formats.reading.load import read_run_config
+from levjepa.formats.writing.card import CardFacts, card_facts, render_card
 from levjepa.model.classifier import HeadConfig
 from levjepa.weights import read_metrics
 from test_export import make_run_dir

@@ -11,9 +11,9 @@ import transformers
 
 import levjepa
 from levjepa.cli import main
-from levjepa.formats.export import export_encoder
-from levjepa.formats.load import load_encoder
-from levjepa.formats.official import read_official
+from levjepa.formats.reading.load import load_encoder
+from levjepa.formats.reading.official import read_official
+from levjepa.formats.writing.export import export_encoder
 from levjepa.weights import WeightsError, load_tensors, refuse_nonfinite, save_tensors
 from test_export import make_run_dir
 from test_official import fixture, lightning_checkpoint

@@ -22,8 +22,8 @@ from safetensors.torch import load_file, save_file
 
 from levjepa.cli import main
 from levjepa.commands import import_weights
-from levjepa.formats.load import load_encoder, load_projector
-from levjepa.formats.official import OFFICIAL_SIZES, Overrides, read_official
+from levjepa.formats.reading.load import load_encoder, load_projector
+from levjepa.formats.reading.official import OFFICIAL_SIZES, Overrides, read_official
 from levjepa.infer.stream import StreamingEncoder
 from levjepa.model import Projector
 from levjepa.weights import WeightsError
@@ -298,9 +298,9 @@ def test_the_released_vit_l_contract_on_the_meta_device():
     the config, and the importer loads it strictly into levjepa's encoder — all without a single weight."""
     from transformers import AutoModel
 
-    from levjepa.formats.official import RELEASED_KEYS, official_model, official_state_shapes, released_config
-    from levjepa.formats.origin import RELEASES
-    from levjepa.formats.transformers_config import LeVJEPAConfig
+    from levjepa.formats.reading.official import RELEASED_KEYS, official_model, official_state_shapes, released_config
+    from levjepa.formats.reading.origin import RELEASES
+    from levjepa.formats.transformers.config import LeVJEPAConfig
     from levjepa.model import VideoEncoder
 
     want = released_vit_l_names()
@@ -447,7 +447,7 @@ def levjepa_from(path: Path, sha256: str):
 def test_the_importer_and_automodel_read_a_released_config_the_same_way(tmp_path, change):
     """One reading of the released schema: a stated 0.0 is 0.0, an unstated attn_mode is the official
     VisionTransformer's default in both, either eps name is the eps."""
-    from levjepa.formats.official import released_config as automodel_config
+    from levjepa.formats.reading.official import released_config as automodel_config
 
     folder = released_folder(tmp_path / "rel", fixture(1), 1, "block_causal")
     config = {k: v for k, v in {**released_config(1, "block_causal"), **change}.items() if v is not None}
@@ -512,7 +512,7 @@ def test_a_model_name_that_does_not_fit_the_weights_is_refused_naming_both(tmp_p
         assert "\n" not in str(err.value) and not (tmp_path / "out").exists()
     assert run_import(folder, tmp_path / "out", "--heads", "3") == 0  # the caller's heads: the name is a label
     released = {**released_config(1, "full"), "name": name}
-    from levjepa.formats.official import released_config as automodel_config
+    from levjepa.formats.reading.official import released_config as automodel_config
 
     with pytest.raises(WeightsError, match=f"names {name}"):
         automodel_config(released)  # AutoModel reads the released schema the same way
@@ -521,7 +521,7 @@ def test_a_model_name_that_does_not_fit_the_weights_is_refused_naming_both(tmp_p
 
 
 def test_the_released_weights_file_loads_like_its_folder(tmp_path):
-    from levjepa.formats.load import load
+    from levjepa.formats.reading.load import load
 
     rel = released_folder(tmp_path / "rel", fixture(1), 1, "block_causal")
     folder, file = load(rel), load(rel / "model.safetensors")  # levjepa.load

@@ -17,8 +17,8 @@ from levjepa.eval.dataset_task import dataset_task
 from levjepa.eval.harness import evaluate
 from levjepa.eval.plan import plan
 from levjepa.eval.probes import probe_config
-from levjepa.formats.load import load_encoder
-from levjepa.formats.reading import model_views
+from levjepa.formats.reading.load import load_encoder
+from levjepa.formats.reading.views import model_views
 from test_classify import write_index
 from test_export import make_run_dir
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from levjepa.cli import main
-from levjepa.formats.load import load_encoder
-from levjepa.formats.reading import model_views
+from levjepa.formats.reading.load import load_encoder
+from levjepa.formats.reading.views import model_views
 from test_export import make_run_dir
 
 
@@ -112,7 +112,7 @@ def test_a_size_the_patch_grid_cannot_hold_is_said_as_adjusted(run):
 
 def test_weights_an_export_does_not_hold_are_named_not_dropped(run, tmp_path, capsys):
     # an export keeps one set of weights: --weights online / both read it, and the line says so (it was silent)
-    from levjepa.formats.export import export_encoder
+    from levjepa.formats.writing.export import export_encoder
 
     export = tmp_path / "export"
     export_encoder(run, export)

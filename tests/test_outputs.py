@@ -18,7 +18,7 @@ import torch
 from levjepa.cli import main
 from levjepa.commands import COMMANDS
 from levjepa.commands._outputs import OutputError, claim_file, claim_folder, folder_kind, is_safetensors
-from levjepa.formats.export import export_encoder
+from levjepa.formats.writing.export import export_encoder
 from levjepa.weights import save_tensors
 from test_export import make_run_dir
 

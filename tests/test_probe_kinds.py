@@ -136,7 +136,7 @@ def test_a_registered_kind_is_a_fine_tuning_head_too(monkeypatch, tmp_path, caps
     # classifier records the kind and runs in classify; an unregistered kind is refused naming the valid ones
     from levjepa.cli import main
     from levjepa.finetune.config import FinetuneConfig
-    from levjepa.formats.classifier import load_classifier
+    from levjepa.formats.reading.classifier import load_classifier
     from test_classify import write_index
     from test_export import make_run_dir
 

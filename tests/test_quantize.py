@@ -19,9 +19,12 @@ import pytest
 import torch
 
 from levjepa.cli import main
-from levjepa.formats.deploy import CLIP_ONNX, STREAM_ONNX, OnnxStream
-from levjepa.formats.quantize import Int8Config, calibration_clips, float_nodes, int8_warning, quantize_graph
+from levjepa.data import BadFileReport
+from levjepa.formats.deployment.graphs import CLIP_ONNX, STREAM_ONNX
+from levjepa.formats.deployment.quantize import Int8Config, calibration_clips, float_nodes, int8_warning, quantize_graph
+from levjepa.formats.deployment.runner import OnnxStream
 from levjepa.infer.cpu import cpu_info
+from levjepa.weights import WeightsError
 from test_classify import write_index
 from test_export import make_run_dir
 
@@ -183,6 +186,28 @@ def test_calibration_clips_are_the_files_asked_for(tmp_path):
     other = calibration_clips(str(tmp_path / "m" / "a.txt"), 3, frames=4, size=16, patch=8, seed=2)
     assert torch.equal(clips, again) and not torch.equal(clips, other)
     assert len(calibration_clips(str(tmp_path / "m"), 99, frames=4, size=16, patch=8)) == 5  # every file, once
+
+
+def test_a_bad_calibration_file_is_named_and_counted_like_everywhere_else(tmp_path, capsys):
+    """A corrupt file among good ones is one clip fewer, reported by the one bad-file rule (named, counted, one
+    line), and the clips of the good files are the clips they give alone; no good file is one line naming the
+    count."""
+    index = write_index(tmp_path / "m", "a", 4, 1)
+    corrupt = tmp_path / "m" / "a2.mp4"
+    corrupt.write_bytes(b"\x00\x00\x00\x18ftypmp42 not a video at all")
+    bad = BadFileReport(warn=False)
+    clips = calibration_clips(str(index), 99, frames=4, size=16, patch=8, bad=bad)
+    assert len(clips) == 3 and bad.total == 1 and list(bad.files) == [str(corrupt)]
+    good = [str(tmp_path / "m" / f"a{i}.mp4") for i in (0, 1, 3)]
+    alone = torch.cat([calibration_clips(g, 1, frames=4, size=16, patch=8) for g in good])
+    assert sorted(c.sum().item() for c in clips) == sorted(c.sum().item() for c in alone)
+    capsys.readouterr()
+    calibration_clips(str(index), 99, frames=4, size=16, patch=8)  # no report given: the line every reader shows
+    assert f"bad file skipped: {corrupt}" in capsys.readouterr().err
+    (tmp_path / "only.txt").write_text("a2.mp4 0\n")
+    (tmp_path / "a2.mp4").write_bytes(corrupt.read_bytes())
+    with pytest.raises(WeightsError, match=r"no readable clip .*\(1 bad: 1 truncated; first .*a2.mp4\)"):
+        calibration_clips(str(tmp_path / "only.txt"), 4, frames=4, size=16, patch=8)
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ import levjepa
 from levjepa.cli import main
 from levjepa.data import write_video
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.formats.reading import model_views
+from levjepa.formats.reading.views import model_views
 from test_export import make_run_dir
 
 
@@ -91,7 +91,7 @@ def test_every_reader_reads_a_32px_export_at_32px_and_says_so(export32, tmp_path
 
 
 def test_a_rate_replaces_the_stride_and_frames_must_fill_tubelets(export32):
-    from levjepa.formats.load import load_encoder
+    from levjepa.formats.reading.load import load_encoder
 
     loaded = load_encoder(export32)
     views, said = model_views(loaded, fps=7.5)

@@ -157,7 +157,7 @@ def test_the_feature_reading_block_reads_what_extract_and_probe_wrote(tiny, tmp_
         from levjepa.data import list_media
         from levjepa.data.eval_clip import ViewSpec
         from levjepa.features.store import StoreConfig, build_store
-        from levjepa.formats.load import load_encoder
+        from levjepa.formats.reading.load import load_encoder
 
         encoder = load_encoder(run).encoder
         build_store(encoder, list_media(str(tiny / "train.txt")), tmp_path / "STORE",
@@ -277,5 +277,6 @@ def test_the_readme_map_names_every_package():
         if package == "commands":
             assert [c for c in COMMANDS if c not in re.findall(r"[\w-]+", tree)] == []
             continue
-        names = sorted(p.name for p in (src / package).glob("*.py") if p.name != "__init__.py")
-        assert [n for n in names if n not in tree] == [], package
+        names = sorted(p.name for p in (src / package).rglob("*.py") if p.name != "__init__.py")  # rooms' too
+        rooms = sorted(f"{p.parent.name}/" for p in (src / package).glob("*/__init__.py"))
+        assert [n for n in [*names, *rooms] if n not in tree] == [], package

@@ -20,7 +20,7 @@ from levjepa.features.compact import TokenCodec
 from levjepa.features.extract import ExtractConfig, extract
 from levjepa.features.feature_set import FeatureSet, read_rows
 from levjepa.features.readout import Readout
-from levjepa.formats.load import random_encoder
+from levjepa.formats.reading.load import random_encoder
 from levjepa.model import encoder_config
 from test_extract import _video
 

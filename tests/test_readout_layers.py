@@ -20,8 +20,8 @@ from levjepa.cli import main
 from levjepa.config import ConfigError, to_dict
 from levjepa.data.eval_clip import load_eval_video
 from levjepa.features.feature_set import read_rows
-from levjepa.formats.classifier import check_encoder, load_classifier, read_classifier
-from levjepa.formats.load import load_encoder
+from levjepa.formats.reading.classifier import check_encoder, load_classifier, read_classifier
+from levjepa.formats.reading.load import load_encoder
 from levjepa.infer import StreamingEncoder
 from levjepa.infer.encode import encode
 from levjepa.model import VideoEncoder, encoder_config
@@ -292,7 +292,7 @@ def test_the_plan_counts_the_readouts_wider_channels(tmp_path, index_task):  # n
     from levjepa.eval.config import EvalConfig
     from levjepa.eval.dataset_task import dataset_task
     from levjepa.eval.plan import plan
-    from levjepa.formats.reading import model_views
+    from levjepa.formats.reading.views import model_views
 
     run = make_run_dir(tmp_path, steps=(5,), depth=3)
     files = [str(f) for f in index_task]
@@ -312,7 +312,7 @@ def test_the_plan_counts_the_readouts_wider_channels(tmp_path, index_task):  # n
 
 
 def test_fine_tuning_refuses_an_encoder_read_at_other_blocks(tmp_path):
-    from levjepa.formats.finetuned import Start, start_encoder
+    from levjepa.formats.writing.finetuned import Start, start_encoder
 
     run = make_run_dir(tmp_path, steps=(5,), depth=3)
     assert main(["export", str(run), "--out", str(tmp_path / "e"), "--layers", "1"]) == 0

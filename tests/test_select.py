@@ -11,7 +11,7 @@ import pytest
 
 from levjepa.commands import select as select_mod
 from levjepa.eval.select import _spearman, loss_near, spearman_report
-from levjepa.formats.load import read_run_config
+from levjepa.formats.reading.load import read_run_config
 from levjepa.weights import WeightsError
 from test_export import make_run_dir
 

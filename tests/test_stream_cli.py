@@ -16,7 +16,7 @@ from levjepa.cli import main
 from levjepa.commands import stream as cli
 from levjepa.data import decode_all, normalize
 from levjepa.data.eval_clip import center_square, load_eval_clip
-from levjepa.formats.load import load_encoder
+from levjepa.formats.reading.load import load_encoder
 from levjepa.infer import encode as encode_module
 from levjepa.infer import stream as stream_module
 from levjepa.infer.encode import encode

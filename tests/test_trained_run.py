@@ -20,7 +20,7 @@ from levjepa.commands import export as export_mod
 from levjepa.commands import probe as cli_probe
 from levjepa.commands.pretrain import resolve_config
 from levjepa.config import ConfigError, apply_overrides, from_dict
-from levjepa.formats.load import load_encoder
+from levjepa.formats.reading.load import load_encoder
 from levjepa.train.config import PretrainConfig
 from levjepa.train.loop import pretrain
 from levjepa.weights import load_tensors, prefixed, save_tensors

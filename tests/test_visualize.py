@@ -11,8 +11,8 @@ import torch
 from PIL import Image
 
 from levjepa.commands import visualize as visualize_cmd
-from levjepa.formats.export import export_encoder
-from levjepa.formats.load import random_encoder
+from levjepa.formats.reading.load import random_encoder
+from levjepa.formats.writing.export import export_encoder
 from levjepa.model import encoder_config
 from levjepa.tools import visualize as vis
 from test_export import make_run_dir

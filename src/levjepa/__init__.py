@@ -15,8 +15,8 @@ fine-tuned classifier.
 transformers' auto modules (``configuration_auto``, where ``AutoConfig`` lives, ``modeling_auto``, the
 ``AutoModel*`` classes, and ``video_processing_auto``, ``AutoVideoProcessor``): the moment each is imported —
 before levjepa, after it, or never — the hook resolves ``levjepa.register_transformers``
-(``levjepa.formats.hub``) and registers the ``levjepa`` model type with it (``AutoConfig``; ``AutoModel`` and
-``AutoModelForVideoClassification``; levjepa's video processor). So
+(``levjepa.formats.transformers.hub``) and registers the ``levjepa`` model type with it (``AutoConfig``; ``AutoModel``
+and ``AutoModelForVideoClassification``; levjepa's video processor). So
 ``import levjepa, transformers`` and ``import transformers, levjepa`` both load levjepa exports and the
 released official checkpoint without remote code, and a program that never touches transformers never
 imports it. Without wrapt (it is a dependency), ``levjepa.register_transformers()`` does it by hand.
@@ -34,11 +34,11 @@ from levjepa.version import TORCH_FLOOR, __version__, check_torch, release
 check_torch()
 
 _LAZY = {
-    "load": "levjepa.formats.load",
-    "from_pretrained": "levjepa.formats.hub",
-    "LeVJEPAModel": "levjepa.formats.hub",
-    "LeVJEPAForVideoClassification": "levjepa.formats.hub",
-    "register_transformers": "levjepa.formats.hub",
+    "load": "levjepa.formats.reading.load",
+    "from_pretrained": "levjepa.formats.transformers.hub",
+    "LeVJEPAModel": "levjepa.formats.transformers.hub",
+    "LeVJEPAForVideoClassification": "levjepa.formats.transformers.hub",
+    "register_transformers": "levjepa.formats.transformers.hub",
     "sigreg": "levjepa.objective",
     "SIGReg": "levjepa.objective",
     "VideoEncoder": "levjepa.model",
@@ -65,8 +65,8 @@ _HOOK_WARNED = False  # a failing registration is said once, not at each of tran
 
 def _on_transformers(module: ModuleType) -> None:
     """The post-import hook: one of transformers' auto modules exists now; register levjepa's types with it.
-    It runs inside the user's ``import transformers``: a failure here (levjepa.formats.hub or what it imports
-    cannot be imported) is a warning, once, never an error of that import; levjepa's types are then not
+    It runs inside the user's ``import transformers``: a failure here (levjepa.formats.transformers.hub or what it
+    imports cannot be imported) is a warning, once, never an error of that import; levjepa's types are then not
     registered (``levjepa.register_transformers()`` by hand says why)."""
     global _HOOK_WARNED
     try:

@@ -16,7 +16,7 @@ this module, so writers and readers cannot drift apart)::
         ema.safetensors                Polyak/EMA copy (fp32): "encoder.<param>"; metadata: its update count
         meta.json                      {"step": 500, "encoder_config": {...}, "metrics": {...}}, written last
         trainer.safetensors, trainer.json   optimizer state, step, skip count (training only)
-    EXPORT_DIR/                        the Hugging Face hub layout (levjepa.formats.export)
+    EXPORT_DIR/                        the Hugging Face hub layout (levjepa.formats.writing.export)
       config.json                      model_type "levjepa", every encoder field, preprocessing, provenance
       model.safetensors                "<param>" of the VideoEncoder; metadata: format "pt", the encoder config
       preprocessor_config.json, video_preprocessor_config.json, README.md (YAML front matter + model card)
@@ -26,7 +26,7 @@ this module, so writers and readers cannot drift apart)::
 
 A checkpoint is *complete* when its ``meta.json`` exists (it is written last, then the directory is
 renamed into place): :func:`list_checkpoints` is the one lister and ``step_N`` the one name pattern.
-:func:`read_json` / :func:`read_metrics` read the JSON files; typed readers (``levjepa.formats.load``,
+:func:`read_json` / :func:`read_metrics` read the JSON files; typed readers (``levjepa.formats.reading.load``,
 ``levjepa.train.checkpoint``) parse config sections into their dataclasses with ``levjepa.config.from_dict``.
 
 Why safetensors: a ``.pt`` file is a pickle, and unpickling runs code. Every loader here reads with

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from levjepa.formats.load import LoadedEncoder
+from levjepa.formats.reading.load import LoadedEncoder
 from levjepa.model.readout_layers import parse_layers
 
 __all__ = ["add_layers_argument", "requested_layers", "with_layers"]

@@ -7,8 +7,8 @@ is one, the flag that allows it:
 
 * a **folder of another kind** — a pretraining run, a fine-tuning run, an export or a classifier, a feature set,
   shards, prepared files, a folder of kept probes (:func:`folder_kind`: told by the files levjepa writes
-  there) — is never written into by a command whose output it is not, with or without ``--overwrite``
-  (``levjepa export RUN --out RUN`` would replace the run's ``config.json``);
+  there, under the names their writers define) — is never written into by a command whose output it is not,
+  with or without ``--overwrite`` (``levjepa export RUN --out RUN`` would replace the run's ``config.json``);
 * a folder of the command's **own kind** is resumed where the command resumes (``extract``, ``data prepare``)
   and otherwise replaced only with ``--overwrite``; a folder of no kind is written into only where none of the
   files the command writes is there already (``README.md`` of a project folder is not an export's card);
@@ -38,6 +38,12 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from levjepa.data.prepare import REPORT
+from levjepa.data.shards import INDEX_NAME
+from levjepa.features.feature_set import MANIFEST, OLD_MANIFEST
+from levjepa.formats.reading.classifier import CLASSIFIER, is_classifier
+from levjepa.formats.writing.export import is_export_record
+from levjepa.tools.visualize import SUMMARY
 from levjepa.weights import CHECKPOINTS, CONFIG, METRICS, make_temp_dir
 
 __all__ = [
@@ -91,15 +97,15 @@ def folder_kind(path: str | os.PathLike[str]) -> str | None:
     owned = _owned_kind(p)
     if owned is not None:
         return owned
-    if (p / "store.json").is_file() or (p / "extract.json").is_file():
+    if (p / MANIFEST).is_file() or (p / OLD_MANIFEST).is_file():
         return "features"
-    if (p / "shards.json").is_file():
+    if (p / INDEX_NAME).is_file():
         return "shards"
-    if (p / "prepare_report.json").is_file():
+    if (p / REPORT).is_file():
         return "prepared"
-    if (p / "visualize.json").is_file():
+    if (p / SUMMARY).is_file():
         return "maps"
-    if any(p.glob("*/*/classifier.json")) or any(p.glob("*/*/*/classifier.json")):
+    if any(p.glob(f"*/*/{CLASSIFIER}")) or any(p.glob(f"*/*/*/{CLASSIFIER}")):
         return "probes"
     return None
 
@@ -108,7 +114,7 @@ def _owned_kind(p: Path) -> str | None:
     """The kind of ``p`` when it is one of :data:`_OWNED` (a run, a fine-tuning run, an export, a classifier)."""
     if (p / CONFIG).is_file():
         config = _json(p / CONFIG) or {}
-        if config.get("model_type") == "levjepa" or "exported_at" in config:
+        if is_export_record(config):
             return "export"
         if "source" in config and "task" in config:
             return "finetune"
@@ -116,7 +122,7 @@ def _owned_kind(p: Path) -> str | None:
             return "run"
     if (p / CHECKPOINTS).is_dir() and (p / METRICS).is_file():
         return "run"
-    if (p / "classifier.json").is_file():
+    if is_classifier(p):
         return "classifier"
     return None
 

@@ -13,7 +13,7 @@ other name). Decoding runs in ``--workers`` processes, the model on ``--device``
 unreadable file is listed at the end, not fatal — unless no file at all could be read.
 
 ``--backend onnx`` runs the classifier's export instead (``levjepa export MODEL --out DIR --format onnx``:
-``DIR/classifier.onnx``, encoder and head in one graph, ``levjepa.formats.deploy_classifier``) with
+``DIR/classifier.onnx``, encoder and head in one graph, ``levjepa.formats.deployment.classifier_graphs``) with
 onnxruntime on the CPU: the same views, the same probabilities (``tests/test_deploy_classifier.py``).
 """
 
@@ -38,8 +38,8 @@ from levjepa.data import BadFileReport, DataError
 from levjepa.data.badfiles import bad_file_line
 from levjepa.eval.predict import Prediction, accuracy, classifier_items, predict
 from levjepa.features.compact import TokenCodec
-from levjepa.formats.classifier import load_classifier, read_classifier
-from levjepa.formats.deploy_classifier import OnnxClassifier
+from levjepa.formats.deployment.runner import OnnxClassifier
+from levjepa.formats.reading.classifier import load_classifier, read_classifier
 from levjepa.model import EncoderConfig
 from levjepa.model.classifier import VideoClassifier
 from levjepa.model.readout_layers import layers_text

@@ -27,8 +27,8 @@ from levjepa.commands._outputs import claim_file, claim_folder, is_json_with
 from levjepa.config import ConfigError
 from levjepa.data.badfiles import bad_file_text
 from levjepa.data.check import check_source, format_report
-from levjepa.data.prepare import PrepareOptions, prepare_folder
-from levjepa.data.shards import pack
+from levjepa.data.prepare import REPORT, PrepareOptions, prepare_folder
+from levjepa.data.shards import INDEX_NAME, pack
 from levjepa.data.sources import list_media
 from levjepa.weights import atomic_write_text
 
@@ -121,7 +121,7 @@ def _pack(source: str, dst: Path, args: argparse.Namespace, source_root: str | N
 def _pack_command(args: argparse.Namespace) -> int:
     if args.no_shuffle and args.seed is not None:
         raise ConfigError(f"--seed {args.seed} seeds the shuffle, which --no-shuffle turns off: drop one of the two")
-    claim_folder(args.dst, "DST", "shards", writes=("shards.json",), resumes=True)
+    claim_folder(args.dst, "DST", "shards", writes=(INDEX_NAME,), resumes=True)
     root = args.source if os.path.isdir(args.source) else os.path.dirname(os.path.abspath(args.source))
     return _pack(args.source, args.dst, args, root)
 
@@ -162,7 +162,7 @@ def _prepare(args: argparse.Namespace) -> int:
     if args.dst.resolve() == args.src.resolve():
         raise ConfigError(f"DST {args.dst}: is SRC, whose videos the prepared files would replace; choose another DST")
     kind = "shards" if args.shards else "prepared"
-    claim_folder(args.dst, "DST", kind, writes=("prepare_report.json",), resumes=True)
+    claim_folder(args.dst, "DST", kind, writes=(REPORT,), resumes=True)
     files = args.dst / "files" if args.shards else args.dst
     result = prepare_folder(args.src, files, opts, workers=args.workers)
     print(

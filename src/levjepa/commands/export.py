@@ -7,7 +7,7 @@ fine-tuned classifier or a probe kept by ``levjepa probe`` (``RUN/probes/TASK/PR
 ``--layers 5,11,17,23`` records the blocks the export reads (concatenated on channels, V-JEPA 2.1's hierarchical
 readout; ``levjepa.model.readout_layers``): ``AutoModel``'s ``last_hidden_state`` is then their readout.
 ``--push-to-hub ORG/NAME`` publishes it with huggingface_hub (``create_repo`` + ``upload_folder``; the token
-is huggingface_hub's). What an export holds: :mod:`levjepa.formats.export`.
+is huggingface_hub's). What an export holds: :mod:`levjepa.formats.writing.export`.
 
 ``--format onnx`` needs the ``deploy`` extra (``pip install 'levjepa[deploy]'``), checked before anything is
 written. The export is written beside ``--out`` and moved in when whole (``commands._outputs.staged_folder``),
@@ -27,22 +27,14 @@ from levjepa.commands._extras import require_extra
 from levjepa.commands._layers import add_layers_argument
 from levjepa.commands._outputs import claim_folder, staged_folder
 from levjepa.config import ConfigError
-from levjepa.formats.card import AUTO_HINT
-from levjepa.formats.deploy import DEFAULT_OPSET
-from levjepa.formats.export import export_encoder
-from levjepa.formats.hub import push_to_hub
-from levjepa.formats.quantize import KEEP_FLOAT_PARTS, Int8Config
+from levjepa.formats.deployment.graphs import DEFAULT_OPSET
+from levjepa.formats.deployment.quantize import KEEP_FLOAT_PARTS, Int8Config
+from levjepa.formats.transformers.hub import push_to_hub
+from levjepa.formats.writing.card import AUTO_HINT
+from levjepa.formats.writing.export import EXPORT_FILES, export_encoder
 from levjepa.train.preemption import stop_now_on_signals
 
 __all__ = ["add_arguments", "main"]
-
-# what an export writes (levjepa.formats.export, .deploy): a folder of no kind holding one of them is refused
-EXPORT_FILES = (
-    *("model.safetensors", "config.json", "preprocessor_config.json", "video_preprocessor_config.json"),
-    *("README.md", "projector.safetensors", "classifier.json", "head.safetensors"),
-    *(f"{graph}.{fmt}" for graph in ("clip_encoder", "stream_step") for fmt in ("onnx", "pt2")),
-    *("classifier.onnx", "stream_classifier.onnx"),
-)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_layers_argument(parser, "the source's own readout, the last block; a classifier's: its head's")
     parser.add_argument("--push-to-hub", metavar="ORG/NAME", default=None, help="publish the export as this hub repo")
     parser.add_argument("--private", action="store_true", help="with --push-to-hub: create the repo private")
-    deploy = parser.add_argument_group("deployment graphs (beside the weights; levjepa.formats.deploy)")
+    deploy = parser.add_argument_group("deployment graphs (beside the weights; levjepa.formats.deployment.graphs)")
     deploy.add_argument(
         "--format",
         choices=("safetensors", "onnx", "pt2"),
@@ -72,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--quantize",
         choices=("none", "int8"),
         default="none",
-        help="int8: dynamic quantization, or static with --calibrate (levjepa.formats.quantize)",
+        help="int8: dynamic quantization, or static with --calibrate (levjepa.formats.deployment.quantize)",
     )
     deploy.add_argument(
         "--calibrate",

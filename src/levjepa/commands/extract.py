@@ -8,7 +8,7 @@ job, and splits the videos over ``torchrun`` ranks. Run again into the same ``--
 features of the same encoder and settings, and refuses others in one line (``--overwrite`` deletes them
 first). ``--device auto`` (default) uses the GPU when there is one, under bf16 autocast. The window, the
 frame size and the sampling default to the model's own (its frames, size and stride or rate,
-``levjepa.formats.reading``); the command says which it used. ``--readout frames,last`` and ``--tokens CODEC``
+``levjepa.formats.reading.views``); the command says which it used. ``--readout frames,last`` and ``--tokens CODEC``
 add per-frame, last-slot and compact-token readouts (``levjepa.features.readout``); ``--image-frames one`` reads an
 image as one temporal slot instead of repeating it to the window. ``--layers`` reads other blocks than the last
 (``5,11,17,23``: concatenated on channels, V-JEPA 2.1's hierarchical readout; ``levjepa.model.readout_layers``):
@@ -27,9 +27,11 @@ from levjepa.commands._numbers import positive, whole
 from levjepa.commands._outputs import claim_folder
 from levjepa.config import ConfigError
 from levjepa.features.extract import ExtractConfig, extract
+from levjepa.features.feature_set import INDEX, MANIFEST
 from levjepa.features.readout import READOUTS, Readout
-from levjepa.formats.load import LoadedEncoder, load_encoder
-from levjepa.formats.reading import model_views
+from levjepa.formats.reading.load import LoadedEncoder, load_encoder
+from levjepa.formats.reading.views import model_views
+from levjepa.weights import BAD_FILES
 
 __all__ = ["add_arguments", "main"]
 
@@ -148,7 +150,7 @@ def _run(args: argparse.Namespace, device: str, main: bool) -> int:
             f"writes (not --format {args.format}); drop it or give --format per_video"
         )
     args.per_video_feature = args.per_video_feature or ExtractConfig().per_video_feature
-    claim_folder(args.out, "--out", "features", writes=("index.jsonl", "store.json", "bad_files.json"), resumes=True)
+    claim_folder(args.out, "--out", "features", writes=(INDEX, MANIFEST, BAD_FILES), resumes=True)
     loaded = with_layers(load_encoder(args.checkpoint, weights=args.weights, device=device), args.layers)
     cfg, said = _config(args, loaded)
     if main:

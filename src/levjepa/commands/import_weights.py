@@ -6,7 +6,7 @@ official training checkpoint (``.ckpt``) or a safetensors file of official tenso
 the source's config cannot tell is given as options; the error names what is missing. The export records
 the source, the revision and the weights file's SHA-256 (``--sha256`` pins it; the released checkpoint at its
 pinned revision is checked without it). ``--reference REF.safetensors`` (the official forward's
-``last_hidden_state`` on a fixed clip, ``levjepa.formats.validation``) compares the imported encoder with it
+``last_hidden_state`` on a fixed clip, ``levjepa.formats.reading.validation``) compares the imported encoder with it
 before anything is written and puts the difference in the card's validation table. Examples::
 
     levjepa import galilai-group/LeVJEPA-VideoMix-Large --revision e831a0347737fcaa660b39c57d41c109de399845 --out vitl
@@ -16,7 +16,7 @@ before anything is written and puts the difference in the card's validation tabl
     levjepa pretrain --preset vit-b-paper model.init_from=imported/mine ...   # continued pretraining
 
 How the official computation maps onto levjepa's encoder, and what was verified against the reference code:
-:mod:`levjepa.formats.official`.
+:mod:`levjepa.formats.reading.official`.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 
 from levjepa.commands._outputs import claim_folder, staged_folder
-from levjepa.formats.export import write_export
-from levjepa.formats.load import OFFICIAL_PREPROCESSING, load_encoder
-from levjepa.formats.official import Overrides, read_official
-from levjepa.formats.origin import resolve
-from levjepa.formats.validation import validate
+from levjepa.formats.reading.load import OFFICIAL_PREPROCESSING, load_encoder
+from levjepa.formats.reading.official import Overrides, read_official
+from levjepa.formats.reading.origin import resolve
+from levjepa.formats.reading.validation import validate
+from levjepa.formats.writing.export import write_export
 from levjepa.model import VideoEncoder
 from levjepa.train.preemption import stop_now_on_signals
 from levjepa.weights import WeightsError

@@ -63,7 +63,7 @@ from levjepa.config import (
 )
 from levjepa.distributed import launch_rank
 from levjepa.eval import EvalConfig, evaluate_benchmark, probe_config
-from levjepa.formats.load import load_encoder, load_init_weights, random_encoder
+from levjepa.formats.reading.load import load_encoder, load_init_weights, random_encoder
 from levjepa.presets import DEMO_MARGIN, DEMO_PROBE, DEMO_TARGETS, PRESETS, demo_misses, needs_sources, preset
 from levjepa.threads import choose_threads, torch_threads
 from levjepa.train.checkpoint import checkpoint_run

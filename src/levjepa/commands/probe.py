@@ -76,10 +76,12 @@ from levjepa.eval.protocols import PROTOCOLS, TrainViews, parse_slots, parse_tra
 from levjepa.eval.result import EvalResult
 from levjepa.eval.synthetic_task import SYNTHETIC_TITLE, TASKS, synthetic_config_for, synthetic_splits
 from levjepa.eval.video_knn import video_knn
-from levjepa.formats.load import LoadedEncoder, load_encoder, random_like
-from levjepa.formats.reading import model_preprocessing, model_views
+from levjepa.formats.reading.classifier import is_classifier
+from levjepa.formats.reading.load import LoadedEncoder, load_encoder, random_like
+from levjepa.formats.reading.views import model_preprocessing, model_views
 from levjepa.model.readout_layers import layers_text
 from levjepa.train.preemption import StopSignals, stop_now_on_signals
+from levjepa.weights import BAD_FILES
 
 __all__ = ["add_arguments", "main"]
 
@@ -297,7 +299,7 @@ def _check_kept(root: Path, tasks: list[str], probes: list[str], columns: list[s
     """A probe kept before under the name this evaluation keeps one is replaced only with ``--overwrite``."""
     weights = [c.removeprefix("pretrained-") for c in columns]
     roots = [root] if len(columns) <= 1 else [root / w for w in weights]
-    held = [b / t / p for b in roots for t in tasks for p in probes if (b / t / p / "classifier.json").is_file()]
+    held = [b / t / p for b in roots for t in tasks for p in probes if is_classifier(b / t / p)]
     if held and not overwrite:
         more = f" (and {len(held) - 1} more)" if len(held) > 1 else ""
         raise ConfigError(
@@ -502,7 +504,7 @@ def _report(
         out.write_text(json.dumps(result.to_json(), indent=2) + "\n")
         print(f"wrote {out}")
         if bad is not None:
-            bad.write(out.parent / "bad_files.json")
+            bad.write(out.parent / BAD_FILES)
     if bad is not None and bad.total:
         print(f"{bad.total} unreadable file(s) skipped ({bad.counts_text()})")
 

@@ -42,9 +42,9 @@ from levjepa.data.eval_clip import ViewSpec, load_eval_clip, load_eval_video
 from levjepa.data.sources import media_kind
 from levjepa.data.video import VideoFrames
 from levjepa.eval.protocols import PROTOCOLS
-from levjepa.formats.deploy import read_deploy, stream_video_onnx
-from levjepa.formats.load import load_encoder
-from levjepa.formats.reading import model_views
+from levjepa.formats.deployment.runner import read_deploy, stream_video_onnx
+from levjepa.formats.reading.load import load_encoder
+from levjepa.formats.reading.views import model_views
 from levjepa.infer.stream import stream_video
 from levjepa.weights import save_tensors
 

@@ -1,7 +1,7 @@
 """``levjepa visualize CKPT VIDEO|IMAGE|synthetic[:i] --out DIR``: PCA → RGB and cosine-similarity maps of
 the patch features of one clip, beside its frames (PNG, GIF, JSON). What the maps mean and how they are
 drawn: :mod:`levjepa.tools.visualize`. The clip's frames, size and sampling default to the model's own
-(``levjepa.formats.reading``); the command says which it used.
+(``levjepa.formats.reading.views``); the command says which it used.
 """
 
 from __future__ import annotations
@@ -15,15 +15,13 @@ from pathlib import Path
 from levjepa.commands._device import add_device_argument, local_device
 from levjepa.commands._outputs import claim_folder, staged_folder
 from levjepa.config import ConfigError, check_range
-from levjepa.formats.load import load_encoder
-from levjepa.formats.reading import model_views
-from levjepa.tools.visualize import load_clip, visualize
+from levjepa.formats.reading.load import load_encoder
+from levjepa.formats.reading.views import model_views
+from levjepa.tools.visualize import MAPS, SUMMARY, load_clip, visualize
 from levjepa.train.preemption import stop_now_on_signals
 from levjepa.weights import atomic_write_text
 
 __all__ = ["add_arguments", "main"]
-
-MAPS = ("visualize.png", "visualize.gif", "visualize.json")  # what levjepa.tools.visualize writes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,7 +103,7 @@ def main(args: argparse.Namespace) -> int:
             source=f"{args.source} ({loaded.describe()})",
         )
         summary["files"] = {k: str(Path(args.out) / Path(v).name) for k, v in summary["files"].items()}
-        atomic_write_text(stage / "visualize.json", json.dumps(summary, indent=2) + "\n")  # where they will be
+        atomic_write_text(stage / SUMMARY, json.dumps(summary, indent=2) + "\n")  # where they will be
     print(said, file=sys.stderr)  # once the maps are drawn: a mistake before stays one line
     print(json.dumps(summary, indent=2))
     return 0

@@ -28,7 +28,7 @@ model and the frame twice for a tubelet-2 one, whose patch embedding needs two).
 :class:`ViewSpec` is the one typed statement of "how a labelled file becomes the views a frozen readout
 sees" (frames, stride, size, segments, crops): a benchmark protocol holds one (``levjepa.eval.protocols``),
 a feature store is computed with one (``levjepa.features.store``), a classifier records the one its
-scores were measured with (``levjepa.formats.classifier``) and fine-tuning evaluates with one.
+scores were measured with (``levjepa.formats.reading.classifier``) and fine-tuning evaluates with one.
 
 Videos are scaled down to about ``size`` inside FFmpeg (``short_side``) before the exact resize, so a 4K
 file never reaches the crop at full size.

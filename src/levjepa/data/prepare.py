@@ -51,6 +51,7 @@ from levjepa.weights import atomic_write_text
 __all__ = ["PrepareOptions", "PrepareResult", "output_is_valid", "plan_outputs", "prepare_file", "prepare_folder"]
 
 _PARTIAL = ".partial-"
+REPORT = "prepare_report.json"  # what a prepared folder is told by
 
 
 @dataclass(frozen=True)
@@ -252,5 +253,5 @@ def prepare_folder(
         else:
             getattr(result, status).append(path)
     report = {**result.to_dict(), "options": vars(opts), "source": str(src_dir)}
-    atomic_write_text(dst_root / "prepare_report.json", json.dumps(report, indent=2) + "\n")
+    atomic_write_text(dst_root / REPORT, json.dumps(report, indent=2) + "\n")
     return result

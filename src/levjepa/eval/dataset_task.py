@@ -46,6 +46,7 @@ from levjepa.features.feature_set import FeatureSet
 from levjepa.features.store import StoreConfig, build_store
 from levjepa.model.fingerprint import function_fingerprint
 from levjepa.model.vit import VideoEncoder
+from levjepa.weights import BAD_FILES
 
 __all__ = ["DatasetTask", "dataset_task", "task_name"]
 
@@ -130,7 +131,7 @@ class DatasetTask:
     def sources(self, name: str, encoder: VideoEncoder, cfg: EvalConfig) -> dict[str, FeatureSource]:
         if self.bad_files is not None:
             for p in self.stores[name].values():
-                self.bad_files.extend(BadFileReport.read(p / "bad_files.json").files.items())  # warns once per file
+                self.bad_files.extend(BadFileReport.read(p / BAD_FILES).files.items())  # warns once per file
         sources: dict[str, FeatureSource] = {
             s: StoreSource(FeatureSet(p), task=self.name) for s, p in self.stores[name].items()
         }
@@ -206,7 +207,7 @@ def dataset_task(
     allow_shared: bool = False,
 ) -> DatasetTask:
     """Read the split files (``levjepa.eval.labelled.read_task``). ``views``: how a file is cut (what the reader
-    resolved from the model, ``levjepa.formats.reading``; default one centre clip of 16 frames at stride 2,
+    resolved from the model, ``levjepa.formats.reading.views``; default one centre clip of 16 frames at stride 2,
     224 px); with a ``protocol``, its views for an encoder of ``tubelet`` frames per token at ``slots`` temporal
     positions, sampled as ``views`` says (``levjepa.eval.protocols``). ``name``: the task's name (default:
     :func:`task_name` of the files). ``train_views``: ``K`` augmented training views per file in the store (0:

@@ -39,7 +39,7 @@ from levjepa.eval.probe_records import ProbeRecords
 from levjepa.eval.result import EvalResult, Result
 from levjepa.eval.source import FeatureSource
 from levjepa.eval.trainer import train_probes
-from levjepa.formats.load import LoadedEncoder
+from levjepa.formats.reading.load import LoadedEncoder
 from levjepa.model.vit import VideoEncoder
 from levjepa.rng import make_generator
 

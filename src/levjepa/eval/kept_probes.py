@@ -3,7 +3,7 @@
 ``levjepa probe`` trains grids of attentive and linear probes and reports the one validation chose; with
 the weights kept (``EvalConfig.keep_heads``) :func:`save_probes` writes, for each task and probe name::
 
-    OUT/<task>/<probe>/                     the chosen probe (levjepa.formats.classifier's layout)
+    OUT/<task>/<probe>/                     the chosen probe (levjepa.formats.reading.classifier's layout)
     OUT/<task>/<probe>-grid/<i>-lr<lr>-wd<wd>/  every probe of the grid (``keep_heads="all"``)
 
 Each records the head (kind, sizes, what it reads), the label names, the protocol its scores were measured
@@ -26,8 +26,8 @@ from levjepa.config import ConfigError
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.eval.result import EvalResult
 from levjepa.eval.trainer import GridResult
-from levjepa.formats.classifier import CLASSIFIER, ClassifierRecord, read_classifier, write_classifier
-from levjepa.formats.load import LoadedEncoder
+from levjepa.formats.reading.classifier import CLASSIFIER, ClassifierRecord, read_classifier, write_classifier
+from levjepa.formats.reading.load import LoadedEncoder
 from levjepa.model.classifier import HeadConfig
 from levjepa.model.fingerprint import function_fingerprint
 

@@ -29,7 +29,7 @@ from levjepa.eval.config import EvalConfig
 from levjepa.eval.dataset_task import DatasetTask
 from levjepa.eval.probes import build_probe_grid
 from levjepa.features.compact import FULL, TokenCodec
-from levjepa.formats.load import LoadedEncoder
+from levjepa.formats.reading.load import LoadedEncoder
 from levjepa.infer.encode import encode
 from levjepa.model import EncoderConfig
 

@@ -1,6 +1,6 @@
 """Predictions of a classifier on files: what ``levjepa classify`` computes.
 
-A classifier (``levjepa.formats.classifier``: a kept probe or a fine-tuned classifier) carries its views
+A classifier (``levjepa.formats.reading.classifier``: a kept probe or a fine-tuned classifier) carries its views
 (a ``levjepa.data.eval_clip.ViewSpec``), so every file is cut exactly as its scores were measured:
 ``segments`` clips of ``frames`` frames at ``frame_stride`` spread over the video × ``crops`` square crops at
 short side ``size``; the encoder runs the one frozen forward (``levjepa.infer.encode.encode``, the numbers a
@@ -30,7 +30,7 @@ from levjepa.data.eval_clip import ViewSpec, load_eval_video
 from levjepa.data.sources import media_kind, read_index_labels
 from levjepa.data.workers import safe_map
 from levjepa.features.compact import FULL, TokenCodec, grid_of
-from levjepa.formats.deploy_classifier import OnnxClassifier
+from levjepa.formats.deployment.runner import OnnxClassifier
 from levjepa.infer.encode import encode
 from levjepa.model.classifier import VideoClassifier
 

@@ -50,8 +50,8 @@ from levjepa.eval.config import EvalConfig
 from levjepa.eval.dataset_task import dataset_task
 from levjepa.eval.harness import evaluate
 from levjepa.eval.synthetic_task import TASKS, synthetic_config_for, synthetic_splits
-from levjepa.formats.load import WEIGHTS_MEANING, load_encoder, read_run_config
-from levjepa.formats.reading import model_views
+from levjepa.formats.reading.load import WEIGHTS_MEANING, load_encoder, read_run_config
+from levjepa.formats.reading.views import model_views
 from levjepa.train.config import PretrainConfig
 from levjepa.train.run_dir import RunDirError
 from levjepa.weights import CONFIG, checkpoint_step, list_checkpoints, read_metrics
@@ -297,7 +297,7 @@ def select(
     ``index:TRAIN,VAL[,TEST]``) also probe each and report the Spearman correlations (see the module doc).
     ``cache_dir``: the feature cache (built-in) or the feature-store folder (index task);
     ``index_options``: keyword arguments of ``levjepa.eval.dataset_task.dataset_task`` (protocol, ...) and the
-    clip's ``size``, ``frames``, ``frame_stride``, ``fps`` (default: the model's, ``levjepa.formats.reading``)."""
+    clip's ``size``, ``frames``, ``frame_stride``, ``fps`` (default: the model's, ``levjepa.formats.reading.views``)."""
     if task is None or not task.startswith("index:"):
         given = {k: v for k, v in (index_options or {}).items() if k in ("protocol", "video_root", "labels_file") and v}
         if given:

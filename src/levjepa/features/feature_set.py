@@ -83,12 +83,14 @@ from levjepa.features.check import (
 )
 from levjepa.features.compact import TokenCodec
 from levjepa.features.writer import file_checksum, save_npy, write_shard
-from levjepa.weights import atomic_write_text
+from levjepa.weights import BAD_FILES, atomic_write_text
 
 __all__ = [
     "CORE_FIELDS",
     "LAYOUTS",
+    "INDEX",
     "MANIFEST",
+    "OLD_MANIFEST",
     "VERSION",
     "FeatureSet",
     "Layout",
@@ -106,7 +108,8 @@ Layout = Literal["npy", "safetensors", "per_video"]
 CORE_FIELDS = ("file", "label", "item")
 EXTRA_ARRAYS = ("frames", "last_mean", "tokens", "scales")  # an extraction's readouts (levjepa.features.readout)
 _PLACE = ("row", "shard", "offset")  # what index.jsonl adds before a unit's rows
-_OLD_EXTRACTION = "extract.json"
+INDEX = "index.jsonl"  # every row, in order: its presence marks the set complete
+OLD_MANIFEST = "extract.json"  # an extraction written before it shared this format
 
 
 def unit_index(out: Path, layout: str, unit: str) -> Path:
@@ -181,7 +184,7 @@ def clear_unit(out: Path, layout: str, unit: str) -> None:
 def outputs(out: Path) -> list[Path]:
     """Every file of a feature set in ``out`` — of this format or of the older ones — and nothing else of the
     folder: what ``overwrite`` deletes."""
-    names = (MANIFEST, _OLD_EXTRACTION, "index.jsonl", "bad_files.json", "labels.json")
+    names = (MANIFEST, OLD_MANIFEST, INDEX, BAD_FILES, "labels.json")
     found = [out / n for n in names if (out / n).is_file()]
     patterns = ("index-*.jsonl", "bad-*.json", "bad_files-*.json", "sums-*.json", "features-*.safetensors", "*.npy")
     for pattern in patterns:
@@ -215,7 +218,7 @@ def _same(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
 
 def _old_format(out: Path) -> str | None:
     """Why ``out`` holds features this levjepa does not read (None: it reads them)."""
-    if (out / _OLD_EXTRACTION).is_file() and not (out / MANIFEST).is_file():
+    if (out / OLD_MANIFEST).is_file() and not (out / MANIFEST).is_file():
         return "features of an older levjepa extract (extract.json)"
     return None
 
@@ -278,7 +281,7 @@ def _parts_missing(out: Path, meta: Mapping[str, Any]) -> bool:
     if "checksums" not in meta:
         return False
     layout = meta.get("layout", "npy")
-    return not (out / "index.jsonl").is_file() or any(not unit_done(out, layout, u) for u in meta["checksums"])
+    return not (out / INDEX).is_file() or any(not unit_done(out, layout, u) for u in meta["checksums"])
 
 
 def _unit_sums(out: Path, layout: str, unit: str) -> dict[str, Any]:
@@ -316,8 +319,8 @@ def finish(out: Path, manifest: dict[str, Any], layout: str, units: Iterable[str
                 report.extend((p, r) for p, r in json.loads(bad.read_text()))
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, out / "index.jsonl")
-    report.write(out / "bad_files.json")
+    os.replace(tmp, out / INDEX)
+    report.write(out / BAD_FILES)
     index = {"bytes": size, "crc32": f"{crc & 0xFFFFFFFF:08x}"}
     done = {**manifest, "complete": True, "rows": rows, "shard_rows": counts, "bad_files": report.total}
     done.update(index=index, checksums=sums)  # check.py: what the reader verifies
@@ -578,7 +581,7 @@ def _complete_manifest(path: Path) -> dict[str, Any]:
 def _index_rows(path: Path, meta: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
     """The rows of ``path/index.jsonl``, its CRC-32 checked against the manifest's when it has one (at the end of
     the file: a changed line is refused before the caller returns)."""
-    index = path / "index.jsonl"
+    index = path / INDEX
     crc, size = 0, 0
     with index.open("rb") as f:
         for line in f:

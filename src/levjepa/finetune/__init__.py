@@ -5,7 +5,7 @@ the part of it each service receives, and what ``--resume`` may change). The ser
 their own floors: a rank's stream of augmented training clips in ``levjepa.data.labelled_stream``, the recipe's
 pieces (layer-wise learning rates, the schedule, drop-path, mixup and label smoothing) in
 ``levjepa.train.finetune_recipe``, where the encoder and the head start and ``best/`` in
-``levjepa.formats.finetuned``, the labelled splits and a split's accuracy in ``levjepa.eval.labelled`` and
+``levjepa.formats.writing.finetuned``, the labelled splits and a split's accuracy in ``levjepa.eval.labelled`` and
 ``levjepa.eval.predict``. The classifier it trains is ``levjepa.model.classifier``; ``levjepa classify`` runs
 the result."""
 

@@ -19,9 +19,9 @@ from levjepa.config import MAX_SEED, ConfigError, check, check_range, to_dict
 from levjepa.data.eval_clip import ViewSpec
 from levjepa.data.labelled_stream import Augment
 from levjepa.eval.protocols import PROTOCOLS, parse_slots
-from levjepa.formats.finetuned import HeadStart, Start
-from levjepa.formats.load import LoadedEncoder
-from levjepa.formats.reading import model_views
+from levjepa.formats.reading.load import LoadedEncoder
+from levjepa.formats.reading.views import model_views
+from levjepa.formats.writing.finetuned import HeadStart, Start
 from levjepa.model.probe_kinds import kind_names
 from levjepa.train.config import TrainConfig
 from levjepa.train.finetune_recipe import Schedule, StepRecipe
@@ -57,7 +57,7 @@ class FinetuneConfig:
     allow_shared_files: bool = False  # splits that share files: trained anyway (refused otherwise; eval.labelled)
     protocol: str | None = None  # levjepa.eval.protocols: size, the val/test views, temporal slots
     slots: str | None = None  # with a protocol: 8 (the paper's matched evaluation, default), 16 or vjepa2
-    frames: int | None = None  # None: the model's (levjepa.formats.reading)
+    frames: int | None = None  # None: the model's (levjepa.formats.reading.views)
     frame_stride: int | None = None  # None: the model's sampling
     fps: float | None = None  # frames per second instead of a stride; None: the model's rate when it has one
     size: int | None = None  # None: the model's
@@ -134,12 +134,12 @@ class FinetuneConfig:
     # each service of the run receives only its own part of the config
     @property
     def start(self) -> Start:
-        """Where the encoder starts (``levjepa.formats.finetuned.start_encoder``)."""
+        """Where the encoder starts (``levjepa.formats.writing.finetuned.start_encoder``)."""
         return Start(self.source, self.weights, self.random_init, self.seed)
 
     @property
     def head_start(self) -> HeadStart:
-        """Which head, and where it starts (``levjepa.formats.finetuned.start_head``)."""
+        """Which head, and where it starts (``levjepa.formats.writing.finetuned.start_head``)."""
         return HeadStart(self.head, self.head_depth, self.head_from, self.seed)
 
     @property
@@ -162,7 +162,7 @@ class FinetuneConfig:
 
     def views(self, loaded: LoadedEncoder) -> tuple[ViewSpec, str]:
         """How files are cut (training clips at their size and frames; validation and test files into every
-        view), and the line that says so: the model's clips (``levjepa.formats.reading``) with what this config
+        view), and the line that says so: the model's clips (``levjepa.formats.reading.views``) with what this config
         sets overriding them, or the protocol's views at its temporal slots."""
         sampling, said = model_views(
             loaded, size=self.size, frames=self.frames, frame_stride=self.frame_stride, fps=self.fps

@@ -15,7 +15,7 @@ This module is the recipe's loop and little else; the rest is called from the fl
 split files (``levjepa.eval.labelled.read_task``), a rank's stream of augmented training clips
 (``levjepa.data.labelled_stream``), the pieces of the recipe (lrs, drop-path, targets:
 ``levjepa.train.finetune_recipe``), the accuracy of a split (``levjepa.eval.predict.split_accuracy``), where the
-encoder and the head start and ``best/`` (``levjepa.formats.finetuned``: the same architecture at random for the
+encoder and the head start and ``best/`` (``levjepa.formats.writing.finetuned``: the same architecture at random for the
 baseline, or a kept probe's head (``head_from``), refused unless that probe was trained on this very encoder), the
 run's life in ``levjepa.train``. Each receives only its part of :class:`FinetuneConfig` (``cfg.start``,
 ``cfg.augment``, ``cfg.step_recipe``, ...).
@@ -60,8 +60,8 @@ from levjepa.data.labelled_stream import TrainStream
 from levjepa.eval.labelled import LabelledTask, read_task
 from levjepa.eval.predict import split_accuracy
 from levjepa.finetune.config import FinetuneConfig, check_resume_dir
-from levjepa.formats.classifier import load_classifier
-from levjepa.formats.finetuned import BEST, BestExport, start_encoder, start_head
+from levjepa.formats.reading.classifier import load_classifier
+from levjepa.formats.writing.finetuned import BEST, BestExport, start_encoder, start_head
 from levjepa.model.classifier import VideoClassifier
 from levjepa.rng import make_generator
 from levjepa.train.checkpoint import TrainerState, checkpoint_run, resume_latest, save_checkpoint
@@ -70,7 +70,7 @@ from levjepa.train.lifecycle import Lifecycle, due
 from levjepa.train.optim import step_unless_nonfinite
 from levjepa.train.report import MetricsLogger, Progress
 from levjepa.train.run_dir import run_directory, write_run_info
-from levjepa.weights import CONFIG, read_json, write_json
+from levjepa.weights import BAD_FILES, CONFIG, read_json, write_json
 
 __all__ = ["FinetuneResult", "finetune", "resume_config", "train_step"]
 
@@ -282,7 +282,7 @@ def _finish(
         write_json(out / RESULTS, result)
         print(json.dumps(result), file=sys.stderr)
         if stream.bad.total:
-            stream.bad.write(out / "bad_files.json")
+            stream.bad.write(out / BAD_FILES)
     return FinetuneResult(out, best.step, best.val, test, cfg.steps)
 
 

@@ -9,7 +9,7 @@ Two facts decide CPU inference speed and int8 correctness, and both are read her
   (AMX tiles, Intel Sapphire Rapids and later), Arm ``asimddp`` (``sdot`` / ``udot``). Without one, x86 int8
   kernels (onnxruntime's and oneDNN's) multiply with ``vpmaddubsw``, which adds pairs of uint8 × int8 products
   into int16 and saturates when the pair exceeds 32767: weights of full 8-bit range can overflow it, 7-bit
-  weights cannot (255 · 64 · 2 < 2¹⁵). ``levjepa.formats.quantize`` chooses its int8 scheme from this.
+  weights cannot (255 · 64 · 2 < 2¹⁵). ``levjepa.formats.deployment.quantize`` chooses its int8 scheme from this.
 
 Read from ``/proc/cpuinfo`` (Linux; elsewhere the flags are unknown and ``int8_dot`` is False, the safe
 answer: a portable int8 scheme is chosen).

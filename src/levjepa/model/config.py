@@ -22,7 +22,7 @@ Choices the papers leave open, all fields with defaults:
 * ``rope_layout = "levjepa"``: levjepa's 3D RoPE (every channel rotated, true rotations, CLS at the newest
   slot). ``"vjepa2"`` is the official LeVJEPA code's layout (V-JEPA 2's pretrained-compatible frequencies,
   ``d − 3·2·((d//3)//2)`` channels unrotated, CLS unrotated): set by ``levjepa import`` so official weights
-  compute the official function (``levjepa.formats.official``).
+  compute the official function (``levjepa.formats.reading.official``).
 
 Not architecture: ``readout_layers`` says which blocks a frozen reader reads (``forward_features``, and so
 ``probe``, ``extract``, kept probes, ``classify``, exports and the hub classes): ``None``, the default, the last

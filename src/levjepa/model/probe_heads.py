@@ -148,7 +148,7 @@ class AttentiveProbeGrid(nn.Module):
 
     ``forward(tokens [B, L, D], key_mask [B, L] | None) -> logits [G, B, C]``; tokens may be fp16 (computed in
     fp32). ``key_mask`` (True = read) leaves tokens out as if they were absent: a stream that has not yet filled
-    its window reads a fixed-size token buffer (``levjepa.formats.deploy_classifier``).
+    its window reads a fixed-size token buffer (``levjepa.formats.deployment.classifier_graphs``).
     """
 
     def __init__(

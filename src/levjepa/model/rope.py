@@ -50,7 +50,7 @@ angles (the bug described above, frozen into the checkpoints), and CLS is not ro
 position is ``(0, 0, 0)``; its place in the attention mask is unchanged). levjepa keeps its half-split
 pairing ``(i, i + n)`` in the attention code and expresses the official map as per-channel tables: official
 pair ``(2i, 2i+1)`` is levjepa pair ``(i, i + n)``, i.e. levjepa channel ``i`` is official channel ``2i``
-and ``i + n`` is ``2i + 1`` (:func:`vjepa2_channel_order`). The importer (``levjepa.formats.official``)
+and ``i + n`` is ``2i + 1`` (:func:`vjepa2_channel_order`). The importer (``levjepa.formats.reading.official``)
 permutes the query and key rows of each head's ``qkv`` weight accordingly, a relabelling of channels that
 leaves every attention score ``⟨q, k⟩`` unchanged.
 """

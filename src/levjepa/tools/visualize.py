@@ -43,12 +43,19 @@ from levjepa.infer.encode import encode
 from levjepa.model.vit import VideoEncoder
 
 __all__ = [
+    "GIF",
+    "MAPS",
+    "PNG",
+    "SUMMARY",
     "cosine_map",
     "load_clip",
     "pca_rgb",
     "render_panels",
     "visualize",
 ]
+
+PNG, GIF, SUMMARY = "visualize.png", "visualize.gif", "visualize.json"  # what visualize writes
+MAPS = (PNG, GIF, SUMMARY)
 
 # a perceptually increasing ramp (dark blue -> teal -> yellow), for the similarity maps
 _RAMP = torch.tensor(
@@ -183,11 +190,11 @@ def visualize(
     image, strips = render_panels(frames, rgb.view(*grid, 3), shown.view(*grid), query, p * scale, tau)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    image.save(out_dir / "visualize.png")
-    files = {"png": str(out_dir / "visualize.png")}
+    image.save(out_dir / PNG)
+    files = {"png": str(out_dir / PNG)}
     if gif:
-        strips[0].save(out_dir / "visualize.gif", save_all=True, append_images=strips[1:], duration=150, loop=0)
-        files["gif"] = str(out_dir / "visualize.gif")
+        strips[0].save(out_dir / GIF, save_all=True, append_images=strips[1:], duration=150, loop=0)
+        files["gif"] = str(out_dir / GIF)
     summary = {
         "source": source,
         "clip": [t_len, h, w],
@@ -198,7 +205,7 @@ def visualize(
         "similarity_shown_from": lo,
         "files": files,
     }
-    (out_dir / "visualize.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out_dir / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
 

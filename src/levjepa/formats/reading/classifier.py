@@ -7,7 +7,7 @@ A classifier directory holds::
                            frames, frame_stride, segments, crops: how ``classify`` cuts a file into views),
                            "encoder" (source path, weights copy, fingerprint, whether the weights are in
                            DIR) and "trained" (how the head was trained and scored)
-    DIR/head.safetensors   the head's state dict (levjepa.model.probe_heads, one row)
+    DIR/head.safetensors   a kept probe's head: its state dict (levjepa.model.probe_heads, one row)
 
 A kept probe reads a frozen encoder that stays where it is: ``encoder.source`` and ``encoder.weights`` name it,
 ``readout_layers`` the blocks its head reads (``levjepa probe --layers``; left out for the last block, as records
@@ -15,13 +15,16 @@ were written before), and :func:`load_classifier` reads the encoder at those blo
 encoder whose function fingerprint (``levjepa.model.fingerprint``: its weights and the config that says what they
 compute) differs from the one the head was trained on (a record written before function fingerprints is checked
 against the weights). A fine-tuned classifier changed its encoder, so the encoder is in ``DIR`` too, in the hub
-layout (``model.safetensors`` + ``config.json`` with ``id2label`` / ``label2id``, ``levjepa.formats.export``):
-``levjepa.load(DIR)`` reads it as a plain encoder, and ``levjepa export DIR`` writes it again with its head.
+layout (``model.safetensors`` + ``config.json`` with ``id2label`` / ``label2id``, ``levjepa.formats.writing.export``),
+and its head is written once, as the ``head.*`` tensors of that ``model.safetensors`` (the names transformers'
+``save_pretrained`` writes; no ``head.safetensors``; an export written before, which holds both, reads the
+same): ``levjepa.load(DIR)`` reads it as a plain encoder, and ``levjepa export DIR`` writes it again with its head.
 
 This module is the one reader and writer of a classifier's head: :func:`write_classifier` writes it (kept probes,
-``levjepa.formats.export`` for a fine-tuned classifier), :func:`read_head` reads it back (``load_classifier``
+``levjepa.formats.writing.export`` for a fine-tuned classifier), :func:`read_head` reads it back (``load_classifier``
 for ``levjepa classify``, fine-tuning's ``head_from``), :func:`head_module` turns head weights into the module
-(also for the ``head.*`` tensors ``levjepa.formats.hub`` reads from a hub export's ``model.safetensors``), and
+(:func:`export_head_state` reads the ``head.*`` tensors of a classifier export's ``model.safetensors``, for
+``read_head`` and ``levjepa.formats.transformers.hub`` alike), and
 :func:`check_encoder` is the one compatibility check of a head and an encoder.
 """
 
@@ -37,10 +40,10 @@ from torch import nn
 
 from levjepa.config import OMIT_DEFAULT, ConfigError, from_dict, to_dict
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.formats.load import LoadedEncoder, load_encoder
+from levjepa.formats.reading.load import LoadedEncoder, load_encoder
 from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
 from levjepa.model.fingerprint import matches
-from levjepa.weights import WeightsError, load_tensors, read_json, save_tensors, write_json
+from levjepa.weights import HUB_WEIGHTS, WeightsError, load_tensors, prefixed, read_json, save_tensors, write_json
 
 __all__ = [
     "CLASSIFIER",
@@ -49,6 +52,7 @@ __all__ = [
     "ClassifierRecord",
     "LoadedClassifier",
     "check_encoder",
+    "export_head_state",
     "head_module",
     "id2label",
     "is_classifier",
@@ -90,11 +94,18 @@ def is_classifier(path: str | Path) -> bool:
     return (Path(path) / CLASSIFIER).is_file()
 
 
-def write_classifier(out: str | Path, record: ClassifierRecord, head_state: Mapping[str, torch.Tensor]) -> Path:
-    """Write ``classifier.json`` and ``head.safetensors`` into ``out`` (created)."""
+def write_classifier(
+    out: str | Path, record: ClassifierRecord, head_state: Mapping[str, torch.Tensor] | None = None
+) -> Path:
+    """Write ``classifier.json`` into ``out`` (created), and ``head.safetensors`` for a kept probe's
+    ``head_state``; ``None``: the head is in ``out``'s ``model.safetensors`` (a classifier export, whose
+    encoder is there too: ``levjepa.formats.writing.export`` writes both)."""
     out = Path(out)
+    if (head_state is None) != (record.encoder_source == "."):
+        raise ValueError("write_classifier: a kept probe's head goes to head.safetensors, an export's to its weights")
     out.mkdir(parents=True, exist_ok=True)
-    save_tensors(out / HEAD_WEIGHTS, head_state, {"format": "pt", "levjepa_format": CLASSIFIER_FORMAT})
+    if head_state is not None:
+        save_tensors(out / HEAD_WEIGHTS, head_state, {"format": "pt", "levjepa_format": CLASSIFIER_FORMAT})
     write_json(out / CLASSIFIER, to_dict(record))
     return out
 
@@ -111,8 +122,8 @@ def read_classifier(path: str | Path) -> ClassifierRecord:
 
 def head_module(cfg: HeadConfig, state: Mapping[str, torch.Tensor], where: str | Path) -> nn.Module:
     """The head ``cfg`` describes holding ``state`` (strict): the one place a classifier's head weights become a
-    module, whether they come from ``head.safetensors`` (:func:`read_head`) or from the ``head.*`` tensors of a hub
-    export's ``model.safetensors`` (``levjepa.formats.hub``). Weights that do not fit ``cfg`` are refused in one
+    module, whether they come from ``head.safetensors`` or from the ``head.*`` tensors of a classifier export's
+    ``model.safetensors`` (:func:`export_head_state`). Weights that do not fit ``cfg`` are refused in one
     line naming ``where``."""
     head = build_head(cfg)
     try:
@@ -123,16 +134,29 @@ def head_module(cfg: HeadConfig, state: Mapping[str, torch.Tensor], where: str |
     return head
 
 
+def export_head_state(folder: str | Path) -> dict[str, torch.Tensor]:
+    """The head's weights of the classifier export in ``folder``: the ``head.*`` tensors of its
+    ``model.safetensors``, refused in one line when there are none."""
+    file = Path(folder) / HUB_WEIGHTS
+    state = prefixed(load_tensors(file)[0], "head.")
+    if not state:
+        raise WeightsError(f"{file}: a classifier's export without its head's weights (head.*)")
+    return state
+
+
 def read_head(
     path: str | Path, *, token_dtype: Literal["float32", "float16"] | None = None
 ) -> tuple[ClassifierRecord, nn.Module]:
-    """The record and the head of the classifier in ``path`` (``classifier.json`` + ``head.safetensors``);
+    """The record and the head of the classifier in ``path`` (``classifier.json``, and the head's weights:
+    ``head.safetensors`` of a kept probe, the ``head.*`` of a classifier export's ``model.safetensors``);
     ``token_dtype`` replaces the recorded one (fine-tuning reads a kept probe's head in float32). The record
     returned carries the head config the module was built from."""
     p = Path(path)
     rec = read_classifier(p)
     if token_dtype is not None:
         rec = replace(rec, head=replace(rec.head, token_dtype=token_dtype))
+    if rec.encoder_source == ".":
+        return rec, head_module(rec.head, export_head_state(p), p / HUB_WEIGHTS)
     return rec, head_module(rec.head, load_tensors(p / HEAD_WEIGHTS)[0], p / HEAD_WEIGHTS)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from levjepa.config import ConfigError
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.formats.load import LoadedEncoder, Preprocessing, preprocessing_of
+from levjepa.formats.reading.load import LoadedEncoder, Preprocessing, preprocessing_of
 from levjepa.model.vit import VideoEncoder
 
 __all__ = ["model_preprocessing", "model_views"]
@@ -51,7 +51,7 @@ def model_views(
     crops: int = 1,
     frames_option: str = "--frames",
 ) -> tuple[ViewSpec, str]:
-    """The views to cut for ``loaded`` (what ``levjepa.formats.load.load_encoder`` or ``levjepa.load`` returns):
+    """The views to cut for ``loaded`` (what ``levjepa.formats.reading.load.load_encoder`` or ``levjepa.load`` returns):
     its preprocessing, each value given overriding it (module doc), and the line that says so, e.g.
     ``views: 16 frames at 7.5 fps, 224 px (the model's preprocessing)``. ``frames_option``: the option that sets
     the frames in the command calling (``extract``'s ``--window``), named when they are refused; ``--fps`` and

@@ -3,7 +3,7 @@ LeVJEPA model runs unchanged on a levjepa export, on the released checkpoint and
 
 ``LeVJEPAModel(pixel_values=video)`` takes ``[B, C, T, H, W]`` ImageNet-normalised clips (``[B, C, H, W]`` is
 one frame per clip; ``pixel_values_videos`` ``[B, T, C, H, W]`` is transformers' video layout) and returns
-:class:`LeVJEPAOutput` (``levjepa.formats.outputs``: ``last_hidden_state``, ``pooler_output``, and the
+:class:`LeVJEPAOutput` (``levjepa.formats.transformers.outputs``: ``last_hidden_state``, ``pooler_output``, and the
 ``depth + 1`` ``hidden_states`` when asked; with readout layers — ``from_pretrained(..., layers=[5, 11, 17, 23])``
 or an export made with ``--layers`` — ``last_hidden_state`` is their readout, concatenated on channels). A
 fine-tuned classifier's export gives a
@@ -12,15 +12,15 @@ the model is frozen (``eval()``, no gradients) as ``levjepa.load`` returns it.
 
 :func:`from_pretrained` takes a local directory (a levjepa export, a run, a checkpoint; offline) or a hub repo
 id (``ORG/NAME`` with ``revision``), resolved with ``huggingface_hub`` (the ``hub`` extra; the hub cache
-offline with ``HF_HUB_OFFLINE=1``, ``levjepa.formats.origin``). Official LeVJEPA weights — the released
+offline with ``HF_HUB_OFFLINE=1``, ``levjepa.formats.reading.origin``). Official LeVJEPA weights — the released
 checkpoint ``galilai-group/LeVJEPA-VideoMix-Large`` included — are imported on the fly
-(``levjepa.formats.official``; ``heads``, ``attention`` give what a source does not state), and the model's
+(``levjepa.formats.reading.official``; ``heads``, ``attention`` give what a source does not state), and the model's
 ``weights_info`` names the source, the revision and the weights file's SHA-256 (checked against ``sha256=``
 and the pinned releases).
 
 :func:`push_to_hub` publishes an export folder with ``huggingface_hub``'s ``create_repo`` + ``upload_folder``
 (``levjepa export ... --push-to-hub ORG/NAME``). :func:`register_transformers` registers ``model_type:
-levjepa`` with transformers' auto classes (``transformers_auto.py``, ``video_processor.py``); ``import levjepa``
+levjepa`` with transformers' auto classes (``auto.py``, ``video_processor.py``); ``import levjepa``
 arranges for it to run when transformers' auto classes are imported, in either order.
 """
 
@@ -35,8 +35,8 @@ import torch
 from torch import Tensor, nn
 
 from levjepa.config import from_dict
-from levjepa.formats.classifier import head_module
-from levjepa.formats.load import (
+from levjepa.formats.reading.classifier import export_head_state, head_module
+from levjepa.formats.reading.load import (
     LoadedEncoder,
     Preprocessing,
     freeze,
@@ -45,13 +45,19 @@ from levjepa.formats.load import (
     load_official,
     read_hub_config,
 )
-from levjepa.formats.official import Overrides
-from levjepa.formats.origin import Origin, first_line, hub_errors, hub_offline, resolve
-from levjepa.formats.outputs import LeVJEPAClassifierOutput, LeVJEPAOutput, hub_forward, hub_logits, video_input
+from levjepa.formats.reading.official import Overrides
+from levjepa.formats.reading.origin import Origin, first_line, hub_errors, hub_offline, resolve
+from levjepa.formats.transformers.outputs import (
+    LeVJEPAClassifierOutput,
+    LeVJEPAOutput,
+    hub_forward,
+    hub_logits,
+    video_input,
+)
 from levjepa.model import EncoderConfig, VideoEncoder
 from levjepa.model.classifier import HeadConfig
 from levjepa.model.readout_layers import layers_text
-from levjepa.weights import CONFIG, HUB_WEIGHTS, WeightsError, load_tensors, prefixed
+from levjepa.weights import CONFIG, HUB_WEIGHTS, WeightsError
 
 __all__ = [
     "ClassifierConfig",
@@ -166,10 +172,7 @@ def _classifier_head(folder: Path, data: dict[str, Any]) -> tuple[HeadConfig, nn
     labels = {int(i): str(n) for i, n in (data.get("id2label") or {}).items()}
     if sorted(labels) != list(range(head_cfg.num_classes)):
         raise WeightsError(f"{where}: id2label names {len(labels)} classes, the head has {head_cfg.num_classes}")
-    state = prefixed(load_tensors(folder / HUB_WEIGHTS)[0], "head.")
-    if not state:
-        raise WeightsError(f"{folder / HUB_WEIGHTS}: a classifier's config without its head's weights (head.*)")
-    head = head_module(head_cfg, state, folder / HUB_WEIGHTS)
+    head = head_module(head_cfg, export_head_state(folder), folder / HUB_WEIGHTS)
     return head_cfg, freeze(head), labels
 
 
@@ -271,7 +274,7 @@ VIDEO_HOOK = "video_processing_auto"
 
 def register_transformers(trigger: str | None = None) -> bool:
     """Register ``model_type: levjepa`` with transformers' ``AutoConfig``, its ``AutoModel`` /
-    ``AutoModelForVideoClassification`` and ``AutoVideoProcessor`` (``levjepa.formats.video_processor``);
+    ``AutoModelForVideoClassification`` and ``AutoVideoProcessor`` (``levjepa.formats.transformers.video_processor``);
     ``False`` when transformers cannot be imported. Idempotent.
 
     ``trigger``: the transformers module whose import called this (``levjepa/__init__.py``'s post-import
@@ -284,11 +287,11 @@ def register_transformers(trigger: str | None = None) -> bool:
             if part in _REGISTERED:
                 continue
             if part == CONFIG_HOOK:
-                from levjepa.formats.transformers_config import register
+                from levjepa.formats.transformers.config import register
             elif part == MODELS_HOOK:
-                from levjepa.formats.transformers_auto import register
+                from levjepa.formats.transformers.auto import register
             else:
-                from levjepa.formats.video_processor import register
+                from levjepa.formats.transformers.video_processor import register
             register()
             _REGISTERED.add(part)
     except ImportError:

@@ -1,7 +1,7 @@
 """Deployment graphs of an encoder: the clip encoder and the streaming step, as ONNX or ``torch.export``.
 
 ``levjepa export RUN --out DIR --format onnx`` (or ``pt2``) writes, beside the hub layout
-(``levjepa.formats.export``)::
+(``levjepa.formats.writing.export``)::
 
     DIR/clip_encoder.onnx   pixel_values [B, C, T, H, W] (normalised float) -> cls [B, D], patches [B, N, D]
                             (N = T/τ·H/p·W/p, (t, y, x) order); B, T, H and W dynamic (multiples of τ and p)
@@ -28,14 +28,14 @@ step equals ``StreamingEncoder(window=W).push`` then ``cls()`` (``tests/test_dep
 attention only: with bidirectional attention a frame's features depend on the future.
 
 **Precision.** fp32 by default; ``dtype="fp16"`` exports the half-precision graph (for GPU runtimes; CPU
-runtimes run few ops in fp16). ``quantize="int8"`` quantizes every graph written (``levjepa.formats.quantize``):
-dynamically (int8 weights, activations quantized per call), or, with calibration clips, statically
-(``DeployConfig.int8``: activation ranges measured once on the user's clips).
+runtimes run few ops in fp16). ``quantize="int8"`` quantizes every graph written
+(``levjepa.formats.deployment.quantize``): dynamically (int8 weights, activations quantized per call), or, with
+calibration clips, statically (``DeployConfig.int8``: activation ranges measured once on the user's clips).
 The graphs are traced with ``torch.export`` (``strict=False``) and written with ``torch.onnx.export``, at opset 23
 by default: every attention is one fused ``Attention`` op (``attention.attend`` takes SDPA while exporting), and
 the clip graphs compute their block-causal attention frame by frame as PyTorch does
-(``levjepa.formats.frame_attention``), so the graphs run at PyTorch's speed (``bench/deploy.md``). The streaming
-step's CLS pass reads the keys and values its patch pass assembled (one concatenation per layer, not two).
+(``levjepa.formats.deployment.frame_attention``), so the graphs run at PyTorch's speed (``bench/deploy.md``). The
+streaming step's CLS pass reads the keys and values its patch pass assembled (one concatenation per layer, not two).
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from levjepa.formats.frame_attention import frame_attention, frame_loop_pays
-from levjepa.formats.quantize import Feeds, Int8Config, int8_record, int8_warning, quantize_graph
+from levjepa.formats.deployment.frame_attention import frame_attention, frame_loop_pays
+from levjepa.formats.deployment.quantize import Feeds, Int8Config, int8_record, quantize_graph
 from levjepa.model import VideoEncoder
 from levjepa.model.attention import TokenMeta, build_attn_mask
 from levjepa.version import __version__
@@ -61,6 +61,7 @@ from levjepa.weights import WeightsError
 __all__ = [
     "CLIP_ONNX",
     "DEFAULT_OPSET",
+    "GRAPH_FILES",
     "STREAM_ONNX",
     "ClipEncoder",
     "check_deploy",
@@ -71,16 +72,13 @@ __all__ = [
     "frame_loop",
     "initial_cache",
     "onnx_metadata",
-    "OnnxStream",
-    "read_deploy",
     "stream_feeds",
-    "stream_video_onnx",
-    "warn_int8",
     "write_graph",
 ]
 
 CLIP_ONNX, STREAM_ONNX = "clip_encoder.onnx", "stream_step.onnx"
 CLIP_PT2, STREAM_PT2 = "clip_encoder.pt2", "stream_step.pt2"
+GRAPH_FILES = (CLIP_ONNX, STREAM_ONNX, CLIP_PT2, STREAM_PT2)  # every name an encoder's graphs take
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 MIN_OPSET, MAX_OPSET = 18, 23  # what torch.onnx's exporter writes / what the onnx package knows here
 # 23: attention as one fused ``Attention`` op (onnxruntime >= 1.23 runs it on the CPU); 18 writes MatMul/Softmax
@@ -313,7 +311,7 @@ def write_graph(
     """Trace ``module`` on ``args`` (``torch.export``), write it to ``path`` (``torch.onnx``), quantize it as
     ``dc`` says (``feeds``: its calibration inputs for static int8) and write ``metadata`` into it. ``frames``:
     ``(tubelet, patch)`` of a clip graph, whose first input is whole frames: its block-causal attention is
-    written as a loop over temporal slots (``levjepa.formats.frame_attention``; opset 23)."""
+    written as a loop over temporal slots (``levjepa.formats.deployment.frame_attention``; opset 23)."""
     q = f", int8 {dc.int8.method}" if dc.quantize == "int8" else ""
     say(f"exporting {path.name} ({dc.dtype}{q}, opset {dc.opset}) ...")
     start = time.perf_counter()
@@ -463,108 +461,3 @@ def _record(enc: VideoEncoder, step: StreamStep, dc: DeployConfig, files: dict[s
             },
         },
     }
-
-
-def read_deploy(export_dir: str | Path) -> dict[str, Any]:
-    """The "deploy" record of an export's ``config.json`` (``WeightsError`` when it has none)."""
-    from levjepa.weights import CONFIG, read_json
-
-    path = Path(export_dir) / CONFIG
-    data = read_json(path) if path.is_file() else {}
-    record = data.get("deploy")
-    if not isinstance(record, dict):
-        raise WeightsError(
-            f"{export_dir}: no deployment graphs here (config.json has no 'deploy'); write them into a new folder "
-            f"with `levjepa export {export_dir} --out EXPORT_DIR --format onnx` and stream EXPORT_DIR"
-        )
-    return record
-
-
-def warn_int8(record: Mapping[str, Any]) -> None:
-    """A ``UserWarning`` when the export's int8 graphs saturate on this CPU (``quantize.int8_warning``)."""
-    import warnings
-
-    note = int8_warning(record.get("int8") if record.get("quantize") == "int8" else None)
-    if note:
-        warnings.warn(note, stacklevel=3)
-
-
-class OnnxStream:
-    """An exported streaming graph run by onnxruntime: ``push(frames [1, C, τ, H, W])`` returns the new patch
-    features; ``cls`` holds the CLS over the window after the last push, and for a streaming classifier
-    (``graph="stream_classifier"``, ``levjepa.formats.deploy_classifier``) ``logits`` its class scores
-    (numpy arrays throughout). The state the graph carries (every input named ``cache_*``, returned as
-    ``new_cache_*``) starts at zeros and is fed back after each push. ``options``: onnxruntime's
-    ``SessionOptions`` (threads, spinning)."""
-
-    def __init__(
-        self,
-        export_dir: str | Path,
-        providers: list[str] | None = None,
-        graph: str = "stream_step",
-        options: Any = None,
-    ) -> None:
-        try:
-            import onnxruntime as ort
-        except ImportError as err:
-            raise WeightsError("--backend onnx needs onnxruntime (pip install 'levjepa[deploy]')") from err
-        self.record = record = read_deploy(export_dir)
-        if record.get("format") != "onnx":
-            raise WeightsError(f"{export_dir}: its deployment graphs are {record.get('format')!r}, not onnx")
-        if graph not in record["files"]:
-            raise WeightsError(f"{export_dir}: no {graph} graph here (a classifier's export writes one)")
-        path = Path(export_dir) / record["files"][graph]
-        self.session = ort.InferenceSession(str(path), options, providers=providers or ["CPUExecutionProvider"])
-        warn_int8(record)
-        self.contract = record[graph]
-        self.frames_shape = tuple(self.contract["inputs"]["frames"])
-        self.state_shapes = {k: tuple(v) for k, v in self.contract["inputs"].items() if k.startswith("cache_")}
-        self.outputs = [o.name for o in self.session.get_outputs()]
-        self.dtype = "float16" if record["dtype"] == "fp16" else "float32"
-        self.reset()
-
-    def reset(self) -> None:
-        import numpy as np
-
-        self.state = {k: np.zeros(shape, self.dtype) for k, shape in self.state_shapes.items()}
-        self.slot = 0
-        self.cls: Any = None
-        self.logits: Any = None
-
-    def push(self, frames: Any) -> Any:
-        import numpy as np
-
-        if tuple(frames.shape) != self.frames_shape:
-            raise WeightsError(
-                f"frames of shape {tuple(frames.shape)}: this export streams {self.frames_shape} "
-                f"([1, C, τ, H, W], fixed at export: levjepa export --size)"
-            )
-        feeds = {"frames": np.ascontiguousarray(frames, dtype=self.dtype), "slot": np.array([self.slot], np.int64)}
-        out = dict(zip(self.outputs, self.session.run(None, {**feeds, **self.state}), strict=True))
-        self.state = {k: out["new_" + k] for k in self.state}
-        self.cls, self.logits = out["cls"], out.get("logits")
-        self.slot += 1
-        return out["patches"]
-
-
-def stream_video_onnx(export_dir: str | Path, frames: Tensor, *, every: int) -> dict[str, Tensor]:
-    """:func:`levjepa.infer.stream.stream_video` through the exported step: uint8 frames ``[F, H, W, 3]`` pushed
-    one tubelet at a time by onnxruntime; the same readouts and per-push latencies."""
-    import time
-
-    from levjepa.data.views import normalize
-
-    stream = OnnxStream(export_dir)
-    tau = int(stream.record["tubelet"])
-    cls, at, latency = [], [], []
-    usable = (frames.shape[0] // tau) * tau
-    for start in range(0, usable, tau):
-        clip = normalize(frames[start : start + tau].permute(3, 0, 1, 2).unsqueeze(0)).numpy()  # [1, C, τ, H, W]
-        t0 = time.perf_counter()
-        stream.push(clip)
-        latency.append((time.perf_counter() - t0) * 1e3)
-        seen = start + tau
-        if seen % every == 0 or seen == usable:
-            cls.append(torch.from_numpy(stream.cls[0]).float())
-            at.append(seen - 1)
-    return {"cls": torch.stack(cls), "frame": torch.tensor(at), "latency_ms": torch.tensor(latency)}

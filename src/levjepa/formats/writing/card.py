@@ -7,7 +7,7 @@ objective, data, views, optimiser; the mean of its last logged losses), its froz
 classifier, its labels, head and accuracy — into a :class:`CardFacts`, typed and holding no text. Only
 :func:`render_card` writes markdown: the hub's YAML front matter (``library_name``, ``license``,
 ``pipeline_tag``, tags, the run's data sources), a table of the facts, how to use the model and the citation.
-``levjepa.formats.export.write_export`` calls both; ``tests/test_model_card.py`` holds the text to the facts.
+``levjepa.formats.writing.export.write_export`` calls both; ``tests/test_model_card.py`` holds the text to the facts.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from levjepa.config import to_dict
-from levjepa.formats.classifier import ClassifierRecord
-from levjepa.formats.validation import Validation
+from levjepa.formats.reading.classifier import ClassifierRecord
+from levjepa.formats.reading.validation import Validation
 from levjepa.model import EncoderConfig
 from levjepa.model.readout_layers import layers_text
 from levjepa.train.config import PretrainConfig
@@ -269,7 +269,7 @@ def _derived_text(d: DerivedFrom) -> str:
 
 def _validation_lines(o: OfficialOrigin) -> list[str]:
     """The import's validation table: the imported encoder against the official forward (module
-    ``levjepa.formats.validation``), or, without reference outputs, what was and was not measured."""
+    ``levjepa.formats.reading.validation``), or, without reference outputs, what was and was not measured."""
     v = o.validation
     if v is None:
         return [

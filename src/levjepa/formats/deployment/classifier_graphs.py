@@ -1,7 +1,7 @@
 """A classifier as one graph: encoder + head, for a runtime that has no levjepa and no Python head to write.
 
 ``levjepa export CLASSIFIER --out DIR --format onnx`` of a kept probe (``RUN/probes/TASK/PROBE``) or a
-fine-tuned classifier writes, beside the encoder's graphs (``levjepa.formats.deploy``)::
+fine-tuned classifier writes, beside the encoder's graphs (``levjepa.formats.deployment.graphs``)::
 
     DIR/classifier.onnx         pixel_values [B, S, K, C, T, H, W] (normalised float: B files × S segments × K
                                 crops, the views ``levjepa classify`` cuts a file into) -> logits [B, K, classes]
@@ -36,26 +36,22 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from levjepa.formats.classifier import ClassifierRecord
-from levjepa.formats.deploy import (
+from levjepa.formats.deployment.graphs import (
     DTYPES,
     DeployConfig,
     StreamStep,
     frame_loop,
-    read_deploy,
     stream_feeds,
-    warn_int8,
     write_graph,
 )
+from levjepa.formats.reading.classifier import ClassifierRecord
 from levjepa.model.classifier import VideoClassifier, view_inputs
 from levjepa.version import __version__
-from levjepa.weights import WeightsError
 
 __all__ = [
     "CLASSIFIER_ONNX",
     "STREAM_CLASSIFIER_ONNX",
     "ClipClassifier",
-    "OnnxClassifier",
     "StreamClassifierStep",
     "export_classifier_onnx",
 ]
@@ -214,40 +210,3 @@ def export_classifier_onnx(
                     say=say or (lambda line: None),
                     frames=frame_loop(model.encoder, dc) if name == CLASSIFIER_ONNX else None)  # fmt: skip
     return record
-
-
-class OnnxClassifier:
-    """The exported ``classifier.onnx`` run by onnxruntime, for ``levjepa classify --backend onnx``:
-    :meth:`probabilities` takes the uint8 views ``levjepa.eval.predict`` cuts and gives the class
-    probabilities of each file, as ``VideoClassifier.probabilities_from`` does in PyTorch."""
-
-    def __init__(self, export_dir: str | Path, providers: list[str] | None = None) -> None:
-        try:
-            import onnxruntime as ort
-        except ImportError as err:
-            raise WeightsError("--backend onnx needs onnxruntime (pip install 'levjepa[deploy]')") from err
-        try:
-            self.record = record = read_deploy(export_dir)
-        except WeightsError:
-            record = {}
-        if record.get("format") != "onnx" or "classifier" not in record.get("files", {}):
-            raise WeightsError(
-                f"{export_dir}: no classifier graph here; write one with "
-                f"`levjepa export {export_dir} --out DIR --format onnx` and classify with DIR"
-            )
-        path = Path(export_dir) / record["files"]["classifier"]
-        self.session = ort.InferenceSession(str(path), providers=providers or ["CPUExecutionProvider"])
-        warn_int8(record)
-        self.labels = tuple(record["labels"])
-        self.patch_size, self.tubelet = int(record["patch_size"]), int(record["tubelet"])
-        self.dtype = "float16" if record["dtype"] == "fp16" else "float32"
-
-    def probabilities(self, views: Tensor, segments: int = 1, crops: int = 1) -> Tensor:
-        """``views`` uint8 (or normalised float) ``[B·S·K, C, T, H, W]``, file-, segment-, crop-major ->
-        probabilities ``[B, classes]``."""
-        from levjepa.data.views import normalize
-
-        x = normalize(views) if views.dtype == torch.uint8 else views.float()
-        pixels = x.view(-1, segments, crops, *x.shape[1:]).numpy().astype(self.dtype)
-        _, probs = self.session.run(None, {"pixel_values": pixels})
-        return torch.from_numpy(probs).float()

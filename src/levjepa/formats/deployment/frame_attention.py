@@ -89,7 +89,7 @@ def frame_attention(model: Any, *, input_name: str, tubelet: int, patch: int) ->
 
 
 def _encoder(node: Any) -> bool:
-    from levjepa.formats.quantize import node_scope
+    from levjepa.formats.deployment.quantize import node_scope
 
     scope = node_scope(node)
     return "blocks." in scope and scope.endswith(".attn")

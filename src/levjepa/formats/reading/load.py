@@ -7,7 +7,7 @@
 * a **checkpoint directory** (``step_000500/``) or one of its files (``model.safetensors`` = online weights,
   ``ema.safetensors`` = the Polyak/EMA copy; the file then decides ``weights``);
 * an **export** directory in the hub layout (``config.json`` with ``model_type: levjepa`` +
-  ``model.safetensors``, ``levjepa.formats.export``) or written before it (``encoder.safetensors``), or its
+  ``model.safetensors``, ``levjepa.formats.writing.export``) or written before it (``encoder.safetensors``), or its
   weights file (one set of weights, chosen at export time and recorded in its metadata; ``weights`` is then
   ignored); imported official weights (``levjepa import``) are such an export;
 * any safetensors file whose metadata carries ``encoder_config``.
@@ -48,8 +48,8 @@ import torch
 
 from levjepa.config import ConfigError, from_dict, to_dict
 from levjepa.data.views import IMAGENET_MEAN, IMAGENET_STD
-from levjepa.formats.official import Overrides, is_released_schema, read_official
-from levjepa.formats.origin import Origin
+from levjepa.formats.reading.official import Overrides, is_released_schema, read_official
+from levjepa.formats.reading.origin import Origin
 from levjepa.model import EncoderConfig, VideoEncoder
 from levjepa.model.readout_layers import layers_text
 from levjepa.rng import seeded_init
@@ -116,7 +116,7 @@ class Preprocessing:
     """How a clip is prepared for the encoder: uint8 RGB frames ``/ 255``, minus ``mean``, over ``std``
     (ImageNet's), ``frames`` frames every ``frame_stride``-th — or ``fps`` frames per second, the rate the model
     was trained at when it is known — resized and centre-cropped to ``size``. Every reader takes its defaults
-    from it (``levjepa.formats.reading``). How frames are taken is spelled as ``levjepa.data.eval_clip.ViewSpec``
+    from it (``levjepa.formats.reading.views``). How frames are taken is spelled as ``levjepa.data.eval_clip.ViewSpec``
     spells it (``size``, ``frames``, ``frame_stride``, ``fps``); on disk (``config.json``'s ``preprocessing``,
     ``preprocessor_config.json``) the count is transformers' ``num_frames``, and :meth:`record` /
     :meth:`from_record` are the one place that converts."""
@@ -154,7 +154,7 @@ OFFICIAL_PREPROCESSING = Preprocessing(size=224, frames=16, frame_stride=2, fps=
 @dataclass(frozen=True)
 class ExportRecord:
     """An export's ``config.json``: the encoder config, which copy of the weights it holds and where they came
-    from (``levjepa.formats.export`` writes it with ``to_dict``; readers parse it back with ``from_dict``)."""
+    from (``levjepa.formats.writing.export`` writes it with ``to_dict``; readers parse it back with ``from_dict``)."""
 
     model: EncoderConfig
     format: str = EXPORT_FORMAT
@@ -603,7 +603,7 @@ def load_official(
     sha256: str | None = None,
 ) -> LoadedEncoder:
     """Official weights (a model folder, a ``.ckpt``, a safetensors file) imported on the fly: the encoder
-    computes the official function (``levjepa.formats.official``), and ``imported_from`` records the source,
+    computes the official function (``levjepa.formats.reading.official``), and ``imported_from`` records the source,
     revision, file and SHA-256 (``Origin.record``, checked against ``sha256`` and the pinned releases)."""
     try:
         official = read_official(origin.path, overrides, weights=weights)
@@ -640,7 +640,8 @@ def load_init_weights(path: str | Path) -> StartWeights:
     """What ``model.init_from=PATH`` reads: the copy ``levjepa.load(PATH)`` reads (the EMA of a run's latest
     checkpoint by default; name ``checkpoints/step_N/model.safetensors`` for the online weights) and the
     projector beside it, or an official checkpoint (``.ckpt``, an official model directory) converted by
-    ``levjepa.formats.official`` with what it states (use ``levjepa import`` first when it states too little)."""
+    ``levjepa.formats.reading.official`` with what it states (use ``levjepa import`` first when it states too
+    little)."""
     p = Path(path)
     if not p.exists():
         raise WeightsError(f"{p}: no such run, export or checkpoint (model.init_from)")

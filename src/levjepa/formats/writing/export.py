@@ -14,19 +14,20 @@ An export is a directory ``huggingface_hub`` and its users recognise, holding no
     DIR/preprocessor_config.json transformers' VideoMAEImageProcessor (AutoImageProcessor, no torchvision needed): mean,
                                  std, rescale, short-side resize + centre crop; frames and frame stride of a clip
     DIR/video_preprocessor_config.json  levjepa's video processor (AutoVideoProcessor, the video-classification
-                                 pipeline; ``levjepa.formats.video_processor``): the same transform, the patch
-                                 size, and how a clip's frames are sampled (``num_frames``, ``fps`` or
+                                 pipeline; ``levjepa.formats.transformers.video_processor``): the same transform, the
+                                 patch size, and how a clip's frames are sampled (``num_frames``, ``fps`` or
                                  ``frame_stride``), read by transformers with levjepa installed
     DIR/README.md                YAML front matter (library_name: levjepa, tags, pipeline_tag, license, the
                                  run's data) and the model card, with the run's probe table when it has one
     DIR/projector.safetensors    only when asked (``--with-projector``) or imported: the training projector,
                                  for continued pretraining (``model.init_from=DIR``)
 
-A fine-tuned classifier's export adds ``classifier.json`` + ``head.safetensors`` (``levjepa classify``), ``head``
-and ``id2label`` in ``config.json`` and a classifier's card. ``levjepa export --push-to-hub ORG/NAME``
-publishes with huggingface_hub (``levjepa.formats.hub.push_to_hub``). ``levjepa.load(DIR)``,
-``levjepa.from_pretrained(DIR)`` and, with transformers installed, ``AutoModel.from_pretrained(DIR)`` read it
-back; exports written before this layout (``encoder.safetensors`` + ``MODEL_CARD.md``) still load.
+A fine-tuned classifier's export adds ``classifier.json`` (``levjepa classify``), ``head`` and ``id2label`` in
+``config.json`` and a classifier's card; its head's weights are written once, in ``model.safetensors``. ``levjepa
+export --push-to-hub ORG/NAME`` publishes with huggingface_hub (``levjepa.formats.transformers.hub.push_to_hub``).
+``levjepa.load(DIR)``, ``levjepa.from_pretrained(DIR)`` and, with transformers installed,
+``AutoModel.from_pretrained(DIR)`` read it back; exports written before this layout (``encoder.safetensors`` +
+``MODEL_CARD.md``) still load.
 
 The EMA (Polyak) weights — a weighted average of the online weights the run trained — are exported by
 default, as the papers evaluate them; the command prints which copy it exported.
@@ -43,8 +44,21 @@ from typing import Any, Literal
 import torch
 
 from levjepa.config import to_dict
-from levjepa.formats.card import CITATION, card_facts, render_card
-from levjepa.formats.classifier import (
+from levjepa.data.badfiles import SHOWN, BadFileReport, bad_file_line
+from levjepa.data.eval_clip import ViewSpec
+from levjepa.formats.deployment.classifier_graphs import CLASSIFIER_ONNX, STREAM_CLASSIFIER_ONNX, export_classifier_onnx
+from levjepa.formats.deployment.graphs import (
+    DEFAULT_OPSET,
+    GRAPH_FILES,
+    DeployConfig,
+    check_deploy,
+    export_onnx,
+    export_pt2,
+)
+from levjepa.formats.deployment.quantize import Int8Config, calibration_clips
+from levjepa.formats.reading.classifier import (
+    CLASSIFIER,
+    HEAD_WEIGHTS,
     ClassifierRecord,
     LoadedClassifier,
     id2label,
@@ -54,9 +68,7 @@ from levjepa.formats.classifier import (
     read_head,
     write_classifier,
 )
-from levjepa.formats.deploy import DEFAULT_OPSET, DeployConfig, check_deploy, export_onnx, export_pt2
-from levjepa.formats.deploy_classifier import export_classifier_onnx
-from levjepa.formats.load import (
+from levjepa.formats.reading.load import (
     HUB_FORMAT,
     OFFICIAL_SUFFIXES,
     LoadedEncoder,
@@ -68,7 +80,7 @@ from levjepa.formats.load import (
     preprocessing_of,
     read_run_config,
 )
-from levjepa.formats.quantize import Int8Config, calibration_clips
+from levjepa.formats.writing.card import CITATION, card_facts, render_card
 from levjepa.model import EncoderConfig
 from levjepa.model.classifier import VideoClassifier
 from levjepa.model.readout_layers import layers_text, parse_layers
@@ -92,10 +104,13 @@ from levjepa.weights import (
 
 __all__ = [
     "CITATION",
+    "EXPORT_FILES",
+    "MODEL_TYPE",
     "README",
     "Preprocessing",
     "export_encoder",
     "export_license",
+    "is_export_record",
     "preprocessor_config",
     "preprocessing_of",
     "video_processor_config",
@@ -105,6 +120,19 @@ __all__ = [
 ]
 
 README = "README.md"
+MODEL_TYPE = "levjepa"  # config.json's model_type: what transformers and levjepa.commands._outputs tell an export by
+# every name an export writes (the graphs: formats.deployment.graphs, .classifier_graphs; head.safetensors: a
+# classifier's export written before its head went into model.safetensors): what levjepa export claims, and replaces
+EXPORT_FILES = (
+    *(HUB_WEIGHTS, CONFIG, PREPROCESSOR, VIDEO_PREPROCESSOR, README, PROJECTOR_WEIGHTS, CLASSIFIER, HEAD_WEIGHTS),
+    *(*GRAPH_FILES, CLASSIFIER_ONNX, STREAM_CLASSIFIER_ONNX),
+)
+
+
+def is_export_record(config: Mapping[str, Any]) -> bool:
+    """``config.json`` as an export holds it (:func:`write_export`; ``exported_at``: written before the
+    ``model_type``)."""
+    return config.get("model_type") == MODEL_TYPE or "exported_at" in config
 
 
 def _hf_aliases(config: EncoderConfig, pre: Preprocessing) -> dict[str, Any]:
@@ -174,6 +202,12 @@ def video_processor_config(pre: Preprocessing, patch: int) -> dict[str, Any]:
     }
 
 
+def _measured_with(pre: Preprocessing, views: ViewSpec) -> Preprocessing:
+    """A classifier is read with the views its scores were measured with: their frames, size and sampling."""
+    v = views
+    return dataclasses.replace(pre, size=v.size, frames=v.frames, frame_stride=v.frame_stride, fps=v.fps)
+
+
 def write_export(
     out: str | Path,
     *,
@@ -200,9 +234,10 @@ def write_export(
     started from came from. A ``classifier`` (its record and ``head_state``) makes the export a
     classifier's: ``encoder.*`` and ``head.*`` in ``model.safetensors`` (the names of the transformers model),
     ``head`` and ``id2label`` in ``config.json`` (what ``AutoModelForVideoClassification`` reads),
-    ``classifier.json`` + ``head.safetensors`` (what ``levjepa classify`` reads) and a classifier's card; its
-    preprocessing (so both processors, and the pipeline's ``num_frames``) takes the frames, size and sampling of
-    the views its scores were measured with (``ClassifierRecord.protocol``), as ``levjepa classify`` cuts them."""
+    ``classifier.json`` (what ``levjepa classify`` reads, its head from ``model.safetensors``) and a classifier's
+    card; its preprocessing (so both processors, and the pipeline's ``num_frames``) takes the frames, size and
+    sampling of the views its scores were measured with (``ClassifierRecord.protocol``), as ``levjepa classify``
+    cuts them."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise WeightsError(f"{out}: exists and is not a directory; choose another --out")
@@ -210,12 +245,11 @@ def write_export(
         raise ValueError("write_export: a classifier needs both its record and its head's weights")
     out.mkdir(parents=True, exist_ok=True)
     pre = preprocessing or preprocessing_of(run_config)
-    if classifier is not None:  # a classifier is read with the views its scores were measured with
-        v = classifier.protocol
-        pre = dataclasses.replace(pre, size=v.size, frames=v.frames, frame_stride=v.frame_stride, fps=v.fps)
+    if classifier is not None:
+        pre = _measured_with(pre, classifier.protocol)
     exported_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     record: dict[str, Any] = {
-        "model_type": "levjepa",
+        "model_type": MODEL_TYPE,
         "architectures": ["LeVJEPAForVideoClassification" if classifier else "LeVJEPAModel"],
         "format": HUB_FORMAT,
         "levjepa_version": __version__,
@@ -243,8 +277,8 @@ def write_export(
     save_tensors(out / HUB_WEIGHTS, tensors, meta)
     if projector_state is not None:
         save_tensors(out / PROJECTOR_WEIGHTS, projector_state, {"format": "pt", "levjepa_format": HUB_FORMAT})
-    if classifier is not None and head_state is not None:
-        write_classifier(out, classifier, head_state)
+    if classifier is not None:  # its head is in model.safetensors
+        write_classifier(out, classifier)
     write_json(out / CONFIG, record)
     write_json(out / PREPROCESSOR, preprocessor_config(pre))
     write_json(out / VIDEO_PREPROCESSOR, video_processor_config(pre, config.patch_size))
@@ -421,6 +455,27 @@ def _read_at(loaded: LoadedEncoder, layers: str | None, source: str | Path, *, c
     return loaded.with_readout(want)
 
 
+def _calibration(
+    deploy: DeployConfig, patch: int, pre: Preprocessing, say: Callable[[str], None] | None
+) -> torch.Tensor | None:
+    """The clips static int8 is calibrated on (``None`` for other graphs), read at the model's sampling; the
+    bad files among them are reported as every reader reports them, and counted in the line ``say`` gets."""
+    if deploy.quantize != "int8" or deploy.int8.method != "static":
+        return None
+    assert deploy.int8.calibration is not None  # check_deploy: static int8 names its clips
+    bad = BadFileReport(warn=False)  # its lines said once the clips are read: a refusal stays one line
+    clips = calibration_clips(
+        deploy.int8.calibration, deploy.int8.clips, frames=deploy.window, size=deploy.height, patch=patch,
+        frame_stride=pre.frame_stride, fps=pre.fps, seed=deploy.int8.seed, bad=bad,
+    )  # fmt: skip
+    if say is not None:
+        for path, reason in list(bad.files.items())[:SHOWN]:
+            say(bad_file_line(path, reason))
+        skipped = f" ({bad.total} bad file(s) skipped: {bad.counts_text()})" if bad.total else ""
+        say(f"calibrating int8 on {len(clips)} clip(s) of {deploy.int8.calibration}{skipped}")
+    return clips
+
+
 def export_encoder(
     source: str | Path,
     out: str | Path,
@@ -440,11 +495,11 @@ def export_encoder(
 ) -> LoadedEncoder:
     """Write the hub layout to ``out`` for the encoder at ``source`` (a run, a checkpoint, an export, official
     weights, a fine-tuned classifier with its head, a kept probe with the encoder it reads), and with
-    ``graphs`` the deployment graphs beside it (``levjepa.formats.deploy``: the streaming ``window`` in frames,
-    default the clip length; the frame ``size``, default the clip size; ``dtype``, ``quantize``, ``opset``;
+    ``graphs`` the deployment graphs beside it (``levjepa.formats.deployment.graphs``: the streaming ``window`` in
+    frames, default the clip length; the frame ``size``, default the clip size; ``dtype``, ``quantize``, ``opset``;
     ``int8``: how an int8 graph is made, static on calibration clips it reads here or dynamic). A classifier
-    adds its own graphs (``levjepa.formats.deploy_classifier``: ``classifier.onnx``, ``stream_classifier.onnx``,
-    onnx only), the window and frame size defaulting to the views it was scored with.
+    adds its own graphs (``levjepa.formats.deployment.classifier_graphs``: ``classifier.onnx``,
+    ``stream_classifier.onnx``, onnx only), the window and frame size defaulting to the views it was scored with.
 
     A kept probe (``RUN/probes/TASK/PROBE``: a classifier whose encoder stays where it is) exports as a
     classifier: the encoder its record names (the copy it was trained on, whatever ``weights`` says; refused in
@@ -466,33 +521,10 @@ def export_encoder(
     views = kept.record.protocol if kept is not None else None
     if kept is None and is_classifier(source):
         views = read_classifier(source).protocol
-    if views is not None:  # a classifier is read with the views its scores were measured with
-        pre = dataclasses.replace(pre, size=views.size, frames=views.frames, frame_stride=views.frame_stride,
-                                  fps=views.fps)  # fmt: skip
-    deploy = None
-    if graphs != "none":
-        side = pre.size if size is None else size
-        deploy = DeployConfig(
-            pre.frames if window is None else window, side, side, dtype, quantize, opset, int8 or Int8Config()
-        )
-        if loaded.config.readout_layers is not None:
-            raise WeightsError(
-                f"--format {graphs}: the deployment graphs compute the last block's readout, not "
-                f"{layers_text(loaded.config.readout_layers, loaded.config.depth)}; export the graphs without "
-                "--layers (from an encoder read at its last block)"
-            )
-        check_deploy(loaded.encoder, deploy)  # before anything is written
-    elif (window, size, dtype, quantize, int8) != (None, None, "fp32", "none", None):
-        raise WeightsError("window, size, dtype and quantize shape the deployment graphs: export with --format onnx")
-    clips = None
-    if deploy is not None and deploy.quantize == "int8" and deploy.int8.method == "static":
-        assert deploy.int8.calibration is not None  # check_deploy: static int8 names its clips
-        clips = calibration_clips(
-            deploy.int8.calibration, deploy.int8.clips, frames=deploy.window, size=deploy.height,
-            patch=loaded.encoder.cfg.patch_size, frame_stride=pre.frame_stride, fps=pre.fps, seed=deploy.int8.seed,
-        )  # fmt: skip
-        if say is not None:
-            say(f"calibrating int8 on {len(clips)} clip(s) of {deploy.int8.calibration}")
+    if views is not None:
+        pre = _measured_with(pre, views)
+    deploy = _deploy_config(graphs, loaded, pre, window, size, dtype, quantize, opset, int8)
+    clips = _calibration(deploy, loaded.encoder.cfg.patch_size, pre, say) if deploy is not None else None
     run_dir = Path(loaded.run_dir) if loaded.run_dir else None
     probe = run_dir / PROBE_RESULTS if run_dir else None
     head: tuple[ClassifierRecord, torch.nn.Module] | None = None
@@ -512,15 +544,48 @@ def export_encoder(
         projector_state=projector,
         classifier=None if head is None else (head[0], head[1].state_dict()),
     )
-    if graphs == "onnx" and deploy is not None:
-        record = export_onnx(loaded.encoder, out, deploy, preprocessing=pre.record(), say=say, calibration=clips)
-        if head is not None:
-            model = VideoClassifier(loaded.encoder, head[0].head, head[1]).eval()
-            record = export_classifier_onnx(model, head[0], out, deploy, record, preprocessing=pre.record(), say=say,
-                                            calibration=clips)  # fmt: skip
-    elif graphs == "pt2" and deploy is not None:
-        record = export_pt2(loaded.encoder, out, deploy)
     if deploy is not None:
-        path = Path(out) / CONFIG
-        write_json(path, {**read_json(path), "deploy": record})
+        _write_graphs(graphs, Path(out), loaded, deploy, head, pre, clips, say)
     return loaded
+
+
+def _deploy_config(
+    graphs: str, loaded: LoadedEncoder, pre: Preprocessing, window: int | None, size: int | None,
+    dtype: Literal["fp32", "fp16"], quantize: Literal["none", "int8"], opset: int, int8: Int8Config | None,
+) -> DeployConfig | None:  # fmt: skip
+    """The deployment graphs asked for (``None``: none), checked before anything is written."""
+    if graphs == "none":
+        if (window, size, dtype, quantize, int8) != (None, None, "fp32", "none", None):
+            raise WeightsError(
+                "window, size, dtype and quantize shape the deployment graphs: export with --format onnx"
+            )
+        return None
+    side = pre.size if size is None else size
+    deploy = DeployConfig(
+        pre.frames if window is None else window, side, side, dtype, quantize, opset, int8 or Int8Config()
+    )
+    if loaded.config.readout_layers is not None:
+        raise WeightsError(
+            f"--format {graphs}: the deployment graphs compute the last block's readout, not "
+            f"{layers_text(loaded.config.readout_layers, loaded.config.depth)}; export the graphs without "
+            "--layers (from an encoder read at its last block)"
+        )
+    check_deploy(loaded.encoder, deploy)
+    return deploy
+
+
+def _write_graphs(
+    graphs: str, out: Path, loaded: LoadedEncoder, deploy: DeployConfig,
+    head: tuple[ClassifierRecord, torch.nn.Module] | None, pre: Preprocessing, clips: torch.Tensor | None,
+    say: Callable[[str], None] | None,
+) -> None:  # fmt: skip
+    """The deployment graphs beside the export (a classifier's too, in ONNX), recorded in its ``config.json``."""
+    if graphs == "pt2":
+        record = export_pt2(loaded.encoder, out, deploy)
+    else:
+        record = export_onnx(loaded.encoder, out, deploy, preprocessing=pre.record(), say=say, calibration=clips)
+    if head is not None and graphs == "onnx":
+        model = VideoClassifier(loaded.encoder, head[0].head, head[1]).eval()
+        record = export_classifier_onnx(model, head[0], out, deploy, record, preprocessing=pre.record(), say=say,
+                                        calibration=clips)  # fmt: skip
+    write_json(out / CONFIG, {**read_json(out / CONFIG), "deploy": record})

@@ -1,7 +1,7 @@
 """int8 deployment graphs: onnxruntime's dynamic quantization, or static quantization calibrated on clips.
 
 ``levjepa export RUN --out DIR --format onnx --quantize int8`` quantizes every graph it writes
-(``levjepa.formats.deploy``), in place, after onnxruntime's pre-processing (which folds the Transposes the
+(``levjepa.formats.deployment.graphs``), in place, after onnxruntime's pre-processing (which folds the Transposes the
 exporter puts in front of some weights, so that the quantizer sees every weight MatMul):
 
 * **dynamic** (``--quantize int8`` alone): weights of every MatMul/Gemm stored as int8, activations quantized on
@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from levjepa.data import BadFileReport, MediaItem, list_media
+from levjepa.data.eval_clip import ViewSpec
+from levjepa.data.views import normalize
+from levjepa.data.workers import safe_map
 from levjepa.rng import make_generator
 from levjepa.weights import WeightsError
 
@@ -136,38 +141,45 @@ def int8_warning(record: Mapping[str, Any] | None) -> str | None:
     )
 
 
+def _views(spec: ViewSpec, patch: int, item: MediaItem) -> Tensor:
+    """The one centre view of ``item`` that ``spec`` cuts (a module-level function: ``safe_map`` pickles it)."""
+    return spec.load(item.path, patch, item.kind)[0]
+
+
 def calibration_clips(
     source: str, count: int, *, frames: int, size: int, patch: int, frame_stride: int = 1,
-    fps: float | None = None, seed: int = 0,
+    fps: float | None = None, seed: int = 0, bad: BadFileReport | None = None,
 ) -> Tensor:  # fmt: skip
     """``count`` normalised clips ``[N, C, frames, size, size]`` of the files of ``source`` (a folder, an index
-    file or one file), each its centre window at the model's sampling (``frame_stride`` or ``fps``), the
-    short side resized to ``size`` and centre-cropped. With more files than ``count``, a ``seed``-drawn
-    subset; with fewer, every file (a clip of a longer video is not repeated). Unreadable files are skipped;
-    none readable is a ``WeightsError``."""
-    from levjepa.data import list_media
-    from levjepa.data.eval_clip import load_eval_clip
-    from levjepa.data.views import normalize
-
+    file or one file), each read as every frozen reader reads it (``ViewSpec.load``: its centre window at the
+    model's sampling, ``frame_stride`` or ``fps``, the short side resized to ``size`` and centre-cropped). With
+    more files than ``count``, a ``seed``-drawn subset; with fewer, every file (a clip of a longer video is not
+    repeated). A bad file — by the one bad-file rule (``levjepa.data.badfiles``; a bug still ends the export),
+    or frames smaller than the graph's — is skipped, named and counted in ``bad`` (a fresh report, one line a
+    file, when not given) as every reader reports it; none readable is a ``WeightsError`` saying how many were
+    bad."""
     items = list_media(source)
     order = torch.randperm(len(items), generator=make_generator(seed, "calibration clips")).tolist()
+    spec = ViewSpec(size=size, frames=frames, frame_stride=frame_stride, fps=fps)
+    report = BadFileReport() if bad is None else bad
     clips: list[Tensor] = []
-    for i in order:
-        if len(clips) == count:
-            break
-        item = items[i]
-        try:
-            clip = load_eval_clip(
-                item.path, num_frames=frames, size=size, patch=patch, frame_stride=frame_stride,
-                kind=item.kind, target_fps=fps,
-            )  # fmt: skip
-        except Exception:  # an unreadable file is one clip fewer, not the end of an export
-            continue
-        if clip.shape[1] != size or clip.shape[2] != size:
-            continue  # not the frame size the graph takes (a source smaller than it)
-        clips.append(normalize(clip.permute(3, 0, 1, 2)))  # [C, T, S, S]
+    stream = safe_map(functools.partial(_views, spec, patch), [items[i] for i in order], 0)
+    try:
+        for item, view, reason in stream:
+            if view is None:
+                report.add(item.path, reason)
+            elif view.shape[-1] != size:  # a source smaller than the frames the graph takes
+                report.add(item.path, f"resolution: {item.path}: {view.shape[-1]}-px frames, the graph takes {size}")
+            else:
+                clips.append(normalize(view))  # [C, T, S, S]
+            if len(clips) == count:
+                break
+    finally:
+        stream.close()
     if not clips:
-        raise WeightsError(f"--calibrate {source}: no readable clip of {frames} frames at {size} px in it")
+        first = next(iter(report.files), None)
+        skipped = f" ({report.total} bad: {report.counts_text()}; first {first})" if first else ""
+        raise WeightsError(f"--calibrate {source}: no readable clip of {frames} frames at {size} px in it{skipped}")
     return torch.stack(clips)
 
 
@@ -224,7 +236,7 @@ class _Reader:
 def quantize_graph(path: Path, cfg: Int8Config, feeds: Feeds | None = None) -> None:
     """Quantize the ONNX graph at ``path`` in place (module doc); ``feeds`` gives the calibration inputs of a
     static quantization, one dict of numpy arrays per run of the fp32 graph. The quantizer logs and warns:
-    the caller keeps that off the terminal (``levjepa.formats.deploy``)."""
+    the caller keeps that off the terminal (``levjepa.formats.deployment.graphs``)."""
     try:
         import onnx
         from onnxruntime.quantization import (

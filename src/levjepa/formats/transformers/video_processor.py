@@ -1,7 +1,7 @@
 """levjepa's video processor for transformers: ``AutoVideoProcessor.from_pretrained(DIR)`` and
 ``pipeline("video-classification", model=DIR)`` cut a video as levjepa's own readers do.
 
-An export writes ``video_preprocessor_config.json`` (``levjepa.formats.export.video_processor_config``) naming
+An export writes ``video_preprocessor_config.json`` (``levjepa.formats.writing.export.video_processor_config``) naming
 :class:`LeVJEPAVideoProcessor`, registered with ``AutoVideoProcessor`` for ``model_type: levjepa`` by
 :func:`register` (the post-import hook of ``levjepa/__init__.py`` calls it once
 ``transformers.models.auto.video_processing_auto`` is imported, in either import order). Its output is the
@@ -57,8 +57,8 @@ from transformers.video_processing_utils import VideoProcessorMixin
 from levjepa.config import check
 from levjepa.data.eval_clip import ViewSpec, center_square, resize_square, segment_starts
 from levjepa.data.video import clip_indices, frame_step, pil_to_rgb8
-from levjepa.formats.load import OFFICIAL_PREPROCESSING, Preprocessing
-from levjepa.formats.transformers_config import LeVJEPAConfig
+from levjepa.formats.reading.load import OFFICIAL_PREPROCESSING, Preprocessing
+from levjepa.formats.transformers.config import LeVJEPAConfig
 
 __all__ = ["CALL_KEYS", "LeVJEPAVideoProcessor", "register", "settings_of"]
 
@@ -97,7 +97,7 @@ def settings_of(data: Mapping[str, Any]) -> tuple[Preprocessing, int]:
 def _defaults() -> dict[str, Any]:
     """The settings of a processor given none: ``Preprocessing()``'s, patch 16. No rate (``fps``), so that a
     saved processor whose ``fps`` is ``null`` (transformers drops it on save) reads back without one."""
-    from levjepa.formats.export import video_processor_config
+    from levjepa.formats.writing.export import video_processor_config
 
     return video_processor_config(Preprocessing(), RELEASED_PATCH)
 
@@ -124,7 +124,7 @@ class LeVJEPAVideoProcessor(VideoProcessorMixin):
     def from_model_config(cls, config: LeVJEPAConfig) -> LeVJEPAVideoProcessor:
         """The processor of a model that ships none: a levjepa export's recorded preprocessing, the released
         checkpoint's (``OFFICIAL_PREPROCESSING``) for the released schema."""
-        from levjepa.formats.export import video_processor_config
+        from levjepa.formats.writing.export import video_processor_config
 
         record = getattr(config, "preprocessing", None)
         pre = Preprocessing.from_record(record) if isinstance(record, dict) else OFFICIAL_PREPROCESSING

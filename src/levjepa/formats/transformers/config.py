@@ -1,5 +1,5 @@
 """transformers' config of ``model_type: levjepa`` (``AutoConfig``): a levjepa export's schema or the released
-official checkpoint's (``transformers_auto.py`` says what each holds).
+official checkpoint's (``auto.py`` says what each holds).
 
 Its own module, importing only transformers' configuration classes: the post-import hook of
 ``levjepa/__init__.py`` registers it the moment ``transformers.models.auto.configuration_auto`` is imported,
@@ -15,7 +15,7 @@ from transformers.configuration_utils import PretrainedConfig
 from transformers.models.auto.configuration_auto import AutoConfig
 
 from levjepa.config import from_dict
-from levjepa.formats.official import is_released_schema, released_config
+from levjepa.formats.reading.official import is_released_schema, released_config
 from levjepa.model import EncoderConfig
 from levjepa.model.classifier import HeadConfig
 

@@ -1,16 +1,16 @@
 """The classifier fine-tuning trains: where its encoder and head start, and where its best copy goes.
 
 * **Start** (:func:`start_encoder`): the encoder of a levjepa run, checkpoint, export or imported weights
-  (``levjepa.formats.load``), or, for the baseline, the same architecture at random initialisation
+  (``levjepa.formats.reading.load``), or, for the baseline, the same architecture at random initialisation
   (``random_init``), every parameter trainable.
 * **Head** (:func:`start_head`): ``levjepa.model.classifier``'s attentive or linear head, initialised from
   ``(seed, "head")`` — or the head of a kept probe (``head_from``; LP-FT: Kumar et al., ICLR 2022, fine-tune
-  from a trained probe), read by ``levjepa.formats.classifier.read_head`` in float32 and refused unless it is a
+  from a trained probe), read by ``levjepa.formats.reading.classifier.read_head`` in float32 and refused unless it is a
   head of the kind and width asked for the task's classes, trained on this very encoder
-  (``formats.classifier.check_encoder``: the function fingerprint).
+  (``formats.reading.classifier.check_encoder``: the function fingerprint).
 * **Best** (:class:`BestExport`): ``OUT/best``, the classifier with the best validation accuracy so far, written
-  by the one call that writes a classifier's export (``levjepa.formats.export.write_loaded``): the encoder in the
-  hub layout with ``id2label``, its head and ``classifier.json`` — what ``levjepa classify`` runs and ``levjepa
+  by the one call that writes a classifier's export (``levjepa.formats.writing.export.write_loaded``): the encoder in
+  the hub layout with ``id2label``, its head and ``classifier.json`` — what ``levjepa classify`` runs and ``levjepa
   export`` writes again — with the licence and origin of the weights it started from (a classifier fine-tuned
   from the released checkpoint, or from a run continued from it, keeps its CC BY-NC licence) and their
   preprocessing.
@@ -28,9 +28,9 @@ from torch import nn
 
 from levjepa.config import ConfigError
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.formats.classifier import ClassifierRecord, check_encoder, read_head
-from levjepa.formats.export import weights_lineage, write_loaded
-from levjepa.formats.load import LoadedEncoder, load_encoder, random_like
+from levjepa.formats.reading.classifier import ClassifierRecord, check_encoder, read_head
+from levjepa.formats.reading.load import LoadedEncoder, load_encoder, random_like
+from levjepa.formats.writing.export import weights_lineage, write_loaded
 from levjepa.model.classifier import HeadConfig, HeadInput, VideoClassifier, build_head
 from levjepa.model.fingerprint import function_fingerprint
 from levjepa.model.probe_kinds import head_kind
@@ -118,7 +118,7 @@ class BestExport:
     start: LoadedEncoder  # its preprocessing and origin travel with the fine-tuned weights
     source: str  # the start's path, resolved
     note: str
-    lineage: tuple[str, Mapping[str, Any] | None]  # formats.export.weights_lineage of the start
+    lineage: tuple[str, Mapping[str, Any] | None]  # formats.writing.export.weights_lineage of the start
 
     @staticmethod
     def of(run: Path, start: Start, loaded: LoadedEncoder) -> BestExport:

@@ -34,7 +34,7 @@ Verified against the reference code (``tests/fixtures/official``: outputs of the
 random weights, every token within 1e-5): the encoder at τ = 1 and 2, block-causal and full attention, an
 image model, and the projector in both BatchNorm modes; the ``.ckpt`` layout follows the official ``main.py``
 and config. The released checkpoint ``galilai-group/LeVJEPA-VideoMix-Large`` (revision ``e831a03…``, pinned
-with its SHA-256 in ``levjepa.formats.origin``) states its encoder at the top level of its ``config.json`` in
+with its SHA-256 in ``levjepa.formats.reading.origin``) states its encoder at the top level of its ``config.json`` in
 the official ``VisionTransformer``'s argument names (:data:`RELEASED_KEYS`, ``model_type: levjepa``) and holds
 293 tensors under ``encoder.``: :func:`released_config` builds its encoder from the config alone,
 :func:`official_state_shapes` names its tensors (the contract ``tests/test_official.py`` pins at ViT-L on the

@@ -8,7 +8,7 @@ model's ``last_hidden_state`` on it for an attention mode, ``output.<mode>`` ``[
 runs the imported encoder on that clip (float32, CPU, nothing dropped) and records, for the output of its own
 attention mode, the largest and the mean absolute difference over every token, with the reference file's
 SHA-256 and how it was measured (:class:`Validation`); the export's ``config.json`` keeps it under
-``imported_from.validation`` and the card prints it as a table (``levjepa.formats.card``). An import whose
+``imported_from.validation`` and the card prints it as a table (``levjepa.formats.writing.card``). An import whose
 difference exceeds the tolerance is refused in one line rather than exported.
 """
 

@@ -1,22 +1,22 @@
 """transformers' models of ``model_type: levjepa``, without remote code: :func:`register` registers
 ``LeVJEPATransformersModel`` with ``AutoModel`` and ``LeVJEPATransformersForVideoClassification`` with
 ``AutoModelForVideoClassification``, and nothing else. The config (``LeVJEPAConfig``, ``AutoConfig``) is
-``transformers_config.py``'s, registered by its own ``register`` as soon as ``configuration_auto`` is imported;
+``config.py``'s, registered by its own ``register`` as soon as ``configuration_auto`` is imported;
 the video processor (``AutoVideoProcessor``) is ``video_processor.py``'s, registered once
 ``video_processing_auto`` is imported; no image processor is registered: an export's
 ``preprocessor_config.json`` names transformers' own ``VideoMAEImageProcessor``, which ``AutoImageProcessor``
 finds by that name.
 
-Imported only where transformers is installed (``levjepa.formats.hub.register_transformers``, which the
+Imported only where transformers is installed (``levjepa.formats.transformers.hub.register_transformers``, which the
 post-import hook of ``levjepa/__init__.py`` calls in either import order, once ``modeling_auto`` is imported).
 
 **Two schemas share ``model_type: levjepa``** and ``LeVJEPAConfig`` reads both:
 
-* a levjepa export (``levjepa.formats.export``): an ``encoder`` section with every ``EncoderConfig`` field,
+* a levjepa export (``levjepa.formats.writing.export``): an ``encoder`` section with every ``EncoderConfig`` field,
   weights in levjepa's names (no prefix; ``encoder.`` once transformers' ``save_pretrained`` wrote them);
 * the released official checkpoint (``galilai-group/LeVJEPA-VideoMix-Large``, whose remote code this
   replaces): the official ``VisionTransformer``'s arguments at the top level (``embed_dim``, ``depth``,
-  ``num_heads``, ``attn_mode``, ...: ``levjepa.formats.official.RELEASED_KEYS``), weights under ``encoder.``
+  ``num_heads``, ``attn_mode``, ...: ``levjepa.formats.reading.official.RELEASED_KEYS``), weights under ``encoder.``
   in the official layout (a Conv patch kernel, ``qkv`` rows in the official RoPE channel order).
 
 For the second, the model's ``encoder`` is :class:`OfficialLayout`: it holds its parameters in the official
@@ -27,8 +27,8 @@ kernel, a row permutation of ``qkv``) onto a parameter-free template of that enc
 (``torch.func.functional_call``), which computes the official function (``tests/test_hub_auto.py`` against
 the official code's outputs). Fine-tuning it trains the official-layout parameters.
 
-Inputs and outputs follow ``levjepa.formats.outputs``: ``pixel_values`` ``[B, C, T, H, W]`` (or frames first,
-as the image processor stacks them, told apart by the channel count) or ``pixel_values_videos``
+Inputs and outputs follow ``levjepa.formats.transformers.outputs``: ``pixel_values`` ``[B, C, T, H, W]`` (or frames
+first, as the image processor stacks them, told apart by the channel count) or ``pixel_values_videos``
 ``[B, T, C, H, W]``; ``get_vision_features`` (V-JEPA 2's name) is ``last_hidden_state``;
 ``BaseModelOutputWithPooling`` with ``depth + 1`` hidden states; ``output_attentions`` refused in one line; the
 classifier's ``ImageClassifierOutput`` with ``id2label`` in its config (a classifier's export: ``head``
@@ -53,9 +53,9 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClass
 from transformers.modeling_utils import PreTrainedModel
 from transformers.models.auto.modeling_auto import AutoModel, AutoModelForVideoClassification
 
-from levjepa.formats.official import ANCHOR, official_state_shapes, released_config, to_levjepa
-from levjepa.formats.outputs import LeVJEPAOutput, hub_forward, hub_logits, video_input
-from levjepa.formats.transformers_config import LeVJEPAConfig
+from levjepa.formats.reading.official import ANCHOR, official_state_shapes, released_config, to_levjepa
+from levjepa.formats.transformers.config import LeVJEPAConfig
+from levjepa.formats.transformers.outputs import LeVJEPAOutput, hub_forward, hub_logits, video_input
 from levjepa.model import EncoderConfig, VideoEncoder
 from levjepa.model.classifier import build_head
 from levjepa.weights import refuse_nonfinite
@@ -237,6 +237,6 @@ class LeVJEPATransformersForVideoClassification(_LeVJEPAPreTrained):
 
 def register() -> None:
     """Register the models of ``model_type: levjepa`` with transformers' auto model classes (idempotent;
-    ``transformers_config.register`` registers the config)."""
+    ``config.register`` registers the config)."""
     AutoModel.register(LeVJEPAConfig, LeVJEPATransformersModel, exist_ok=True)
     AutoModelForVideoClassification.register(LeVJEPAConfig, LeVJEPATransformersForVideoClassification, exist_ok=True)
