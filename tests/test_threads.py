@@ -69,7 +69,8 @@ def test_the_rule_leaves_busy_cpus_to_the_work_that_keeps_them_busy():
     assert threads_for(2, None, 0.1, 2) == 2  # an idle 2-core machine: both
     assert threads_for(2, None, 1.0, 2) == 1  # one core busy elsewhere: one thread, not two contending
     assert threads_for(2, None, 2.4, 2) == 1  # oversubscribed already: still one, never none
-    assert threads_for(2, None, 0.3, 2) == 1  # less than 3/4 of the second core free: not counted
+    assert threads_for(2, None, 0.3, 2) == 2  # background noise on the second core: still counted
+    assert threads_for(2, None, 0.6, 2) == 1  # less than half of the second core free: not counted
     assert threads_for(16, None, 3.0, 16) == 13
     assert threads_for(64, 4.0, 0.0, 64) == 4  # a cgroup quota of 4 CPUs caps it
     assert threads_for(64, 0.5, 0.0, 64) == 1
