@@ -40,9 +40,7 @@ import torch
 __all__ = ["FREE_FRACTION", "SAMPLE_SECONDS", "ThreadChoice", "choose_threads", "threads_for", "torch_threads"]
 
 SAMPLE_SECONDS = 0.25  # how long the CPUs' use is watched before a count is chosen
-FREE_FRACTION = (
-    0.5  # a CPU counts as free when at least half of it is idle (a writeback after `pip install` is not a job)
-)
+FREE_FRACTION = 0.5  # a CPU counts as free when at least half of it is idle (background noise is not a job)
 MAX_THREADS = 1024  # a count above this is a typo (the config and --threads refuse it)
 _TORCH_DEFAULT = torch.get_num_threads()  # what torch chose at import: one per core it sees (or OMP_NUM_THREADS)
 
