@@ -61,7 +61,6 @@ __all__ = [
     "load_eval_views",
     "load_train_views",
     "segment_starts",
-    "train_key",
 ]
 
 
@@ -78,14 +77,27 @@ def resize_square(x: Tensor, size: int, patch: int) -> Tensor:
     """float frames ``[T, C, H, W]`` -> ``[T, C, S, S]``: :func:`center_square`'s geometry (short side ``size``,
     bilinear, antialiased; the centred square whose side ``S`` is the largest multiple of ``patch``) without its
     rounding to uint8, for frames that are already floats."""
+    return _square(_short_side(x, size, patch), patch, 1)
+
+
+def _short_side(x: Tensor, size: int, patch: int) -> Tensor:
+    """float frames ``[..., H, W]`` resized (bilinear, antialiased) to short side ``size`` (at least ``patch``)."""
     h, w = x.shape[-2:]
     scale = size / min(h, w)
     nh, nw = max(patch, round(h * scale)), max(patch, round(w * scale))
     if (nh, nw) != (h, w):
         x = F.interpolate(x, size=(nh, nw), mode="bilinear", antialias=True, align_corners=False)
+    return x
+
+
+def _square(x: Tensor, patch: int, pos: int) -> Tensor:
+    """The square of ``x`` ``[..., H, W]`` whose side is the largest multiple of ``patch``: at the start (0), the
+    centre (1) or the end (2) of the long side, centred on the short one."""
+    nh, nw = x.shape[-2:]
     side = (min(nh, nw) // patch) * patch
-    top, left = (nh - side) // 2, (nw - side) // 2
-    return x[:, :, top : top + side, left : left + side]
+    top = (nh - side) * pos // 2 if nh > nw else (nh - side) // 2
+    left = (nw - side) * pos // 2 if nw >= nh else (nw - side) // 2
+    return x[..., top : top + side, left : left + side]
 
 
 def as_clip(x: Tensor, num_frames: int) -> Tensor:
@@ -141,12 +153,6 @@ def random_resized_crop(clip: Tensor, scale: tuple[float, float], flip_p: float,
     return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
 
 
-def train_key(seed: int, item: int, view: int) -> ViewKey:
-    """The key of training view ``view`` of item ``item`` (its position in the split's list) under ``seed``: every
-    draw of :func:`load_train_views` for that view comes from its generators, whoever computes it."""
-    return ViewKey(seed, item, view)
-
-
 def load_train_views(
     path: str, views: ViewSpec, patch: int, key: ViewKey, kind: Literal["video", "image"] | None = None
 ) -> Tensor:
@@ -179,19 +185,9 @@ def square_crops(frames: Tensor, size: int, patch: int, crops: int) -> Tensor:
         return center_square(frames, size, patch)[None]
     if crops != 3:
         raise ValueError(f"square_crops: crops={crops}: valid choices are 1 (centre) or 3 (start, centre, end)")
-    h, w = frames.shape[1:3]
-    scale = size / min(h, w)
-    nh, nw = max(patch, round(h * scale)), max(patch, round(w * scale))
-    x = frames.permute(0, 3, 1, 2).float()
-    if (nh, nw) != (h, w):
-        x = F.interpolate(x, size=(nh, nw), mode="bilinear", antialias=True, align_corners=False)
-    side = (min(nh, nw) // patch) * patch
-    out = []
-    for pos in (0, 1, 2):
-        top = (nh - side) * pos // 2 if nh > nw else (nh - side) // 2
-        left = (nw - side) * pos // 2 if nw >= nh else (nw - side) // 2
-        out.append(x[:, :, top : top + side, left : left + side])
-    return torch.stack(out).round().clamp(0, 255).to(torch.uint8).permute(0, 1, 3, 4, 2).contiguous()
+    x = _short_side(frames.permute(0, 3, 1, 2).float(), size, patch)
+    out = torch.stack([_square(x, patch, pos) for pos in (0, 1, 2)])
+    return out.round().clamp(0, 255).to(torch.uint8).permute(0, 1, 3, 4, 2).contiguous()
 
 
 def _decode_at(
