@@ -127,7 +127,7 @@ def _shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     if torch.utils.data.get_worker_info() is None:
         return torch.empty(shape, dtype=dtype)
     storage = torch.UntypedStorage._new_shared(math.prod(shape) * torch.empty((), dtype=dtype).element_size())
-    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)  # contiguous
+    return torch.empty(0, dtype=dtype).set_(storage).view(shape)
 
 
 def _collate_frames(samples: list[dict[str, Any]]) -> FrameBatch:
