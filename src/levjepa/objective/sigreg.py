@@ -149,10 +149,6 @@ def draw_directions(
 
 
 # ------------------------------------------------------------------------------------------------ checks
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _want_value_check(t: torch.Tensor, check_finite: bool | None) -> bool:
     return t.device.type == "cpu" if check_finite is None else bool(check_finite)
 
@@ -334,7 +330,7 @@ def sigreg(
     if num_nodes < 2 or not (t_max > 0 and math.isfinite(t_max)):
         raise ValueError(f"need num_nodes >= 2 and a finite t_max > 0, got num_nodes={num_nodes}, t_max={t_max}")
     k = z.shape[-1]
-    cdtype = _compute_dtype(z.dtype)
+    cdtype = torch.float64 if z.dtype == torch.float64 else torch.float32  # the statistics' dtype (module doc)
     if directions is None:
         if num_directions < 1:
             raise ValueError(f"num_directions must be >= 1, got {num_directions}")
