@@ -13,7 +13,7 @@ import torch
 from data_media import read_uniform, uniform_frames, write_uniform
 from levjepa.data import DataError, decode_all, decode_clip, probe_video
 from levjepa.data.encode import write_video
-from levjepa.data.video import DecodeOptions, clip_indices, decode_clip_with_info, resized_shape
+from levjepa.data.video import DecodeOptions, clip_indices, decode_windows, resized_shape
 
 
 @pytest.fixture(scope="module")
@@ -74,13 +74,13 @@ def test_clip_indices_start_is_uniform_over_the_valid_range():
 
 def test_short_video_is_padded_with_its_last_frame_or_skipped(tmp_path):
     path = write_uniform(tmp_path / "short.mp4", 10)
-    clip, note = decode_clip_with_info(path, DecodeOptions(num_frames=8, frame_stride=2, short_videos="pad"))
-    assert read_uniform(clip) == [0, 2, 4, 6, 8, 9, 9, 9]
-    assert note is not None and note.startswith("short:")
+    out = decode_windows(path, DecodeOptions(num_frames=8, frame_stride=2, short_videos="pad"))
+    assert read_uniform(out.frames[out.index[0]]) == [0, 2, 4, 6, 8, 9, 9, 9]
+    assert out.note is not None and out.note.startswith("short:")
     with pytest.raises(DataError, match=r"^short:"):
         decode_clip(path, num_frames=8, frame_stride=2, short_videos="skip")
     # a window that fits is not a short video
-    assert decode_clip_with_info(path, DecodeOptions(num_frames=5, short_videos="skip"))[1] is None
+    assert decode_windows(path, DecodeOptions(num_frames=5, short_videos="skip")).note is None
 
 
 def test_single_frame_video_pads_to_a_still_clip(tmp_path):

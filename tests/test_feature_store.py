@@ -20,7 +20,7 @@ from PIL import Image
 
 from dist_utils import run_gloo
 from levjepa.data import normalize, write_video
-from levjepa.data.eval_clip import ViewSpec, load_eval_clip, load_eval_views
+from levjepa.data.eval_clip import ViewSpec, load_eval_clip
 from levjepa.data.sources import parse_index
 from levjepa.features.extract import ExtractConfig
 from levjepa.features.feature_set import FeatureSet
@@ -92,10 +92,10 @@ def test_rows_are_the_encoders_features_of_each_view(index, tmp_path, one_thread
     for j, r in enumerate(rows):
         it = items[store.item[r]]
         assert store.labels[r] == it.label and store.files[store.item[r]] == it.path
-        views = load_eval_views(it.path, num_frames=4, size=16, patch=8, frame_stride=2, segments=2, crops=3)
+        views = ViewSpec(size=16, frames=4, frame_stride=2, segments=2, crops=3).load(it.path, 8)
         v = views[store.segment[r] * 3 + store.crop[r]]
         with torch.inference_mode():
-            out = enc.eval().forward_features(normalize(v.permute(3, 0, 1, 2)[None]))
+            out = enc.eval().forward_features(normalize(v[None]))
         torch.testing.assert_close(torch.from_numpy(cls[j]), out.cls[0], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(torch.from_numpy(mean[j]), out.patches[0].mean(0), atol=1e-5, rtol=1e-5)
         assert np.array_equal(tokens[j, 0], out.cls[0].half().numpy())
@@ -106,8 +106,9 @@ def test_rows_are_the_encoders_features_of_each_view(index, tmp_path, one_thread
 
 def test_one_segment_one_crop_is_the_standard_eval_clip(index):
     it = parse_index(index)[1]
-    views = load_eval_views(it.path, num_frames=4, size=16, patch=8, frame_stride=2)
-    assert torch.equal(views[0], load_eval_clip(it.path, num_frames=4, size=16, patch=8, frame_stride=2))
+    views = ViewSpec(size=16, frames=4, frame_stride=2).load(it.path, 8)
+    clip = load_eval_clip(it.path, num_frames=4, size=16, patch=8, frame_stride=2)
+    assert torch.equal(views[0], clip.permute(3, 0, 1, 2))
 
 
 def test_other_settings_are_refused(index, tmp_path, one_thread):

@@ -14,7 +14,8 @@ from PIL import Image
 
 from levjepa.cli import main
 from levjepa.commands._images import image_frames
-from levjepa.data.eval_clip import ViewSpec, load_train_views, train_key
+from levjepa.data.clip_augment import ViewKey
+from levjepa.data.eval_clip import ViewSpec, load_train_views
 from levjepa.eval.protocols import PROTOCOLS
 from levjepa.formats.reading.classifier import read_classifier
 from test_export import make_run_dir
@@ -52,9 +53,9 @@ def test_an_image_is_one_frame_or_repeated_in_every_view_path(tmp_path):
     a, b = rep.load(path, 8), one.load(path, 8)
     assert a.shape == (6, 3, 4, 16, 16) and b.shape == (6, 3, 1, 16, 16)
     assert torch.equal(a[:, :, :1], b) and torch.equal(a, b.expand(-1, -1, 4, -1, -1))  # the same frame
-    g = train_key(0, 0, 0)
+    g = ViewKey(0, 0, 0)
     t1 = load_train_views(path, ViewSpec(size=16, frames=4, image_frames=2), 8, g)
-    t2 = load_train_views(path, ViewSpec(size=16, frames=4), 8, train_key(0, 0, 0))
+    t2 = load_train_views(path, ViewSpec(size=16, frames=4), 8, ViewKey(0, 0, 0))
     assert t1.shape == (1, 3, 2, 16, 16) and torch.equal(t2[:, :, :2], t1)
     # a record without the field is the record it always was; one with it says so
     assert "image_frames" not in rep.fields() and one.fields()["image_frames"] == 1

@@ -36,6 +36,11 @@ def _stats_and_grad(fn, u: torch.Tensor, g: torch.Tensor):
     return stats.detach(), uu.grad
 
 
+def _chunked_stats_and_grad(u: torch.Tensor, g: torch.Tensor, step: float, chunk: int | None = None):
+    """The chunked forward and backward called directly (what ``levjepa::ecf_stats`` runs for ``chunked``)."""
+    return _chunked.forward_stats(u, step, 17, chunk), _chunked.backward_grad(u, g, step, 17, chunk)
+
+
 @pytest.mark.parametrize(("shape", "m"), [((37, 6), 9), ((3, 50, 8), 33)])
 def test_chunked_equals_reference_in_float64(shape, m):
     g = torch.Generator().manual_seed(0)
@@ -56,7 +61,7 @@ def test_chunk_boundaries_do_not_matter(chunk):
     upstream = torch.randn(2, 2, 17, 11, generator=g, dtype=torch.float64)
     t = torch.arange(17, dtype=torch.float64) * (3.0 / 16)
     ref = _stats_and_grad(lambda x: reference_ecf_stats(x, t), u, upstream)
-    fast = _stats_and_grad(lambda x: _chunked.ecf_stats(x, 3.0 / 16, 17, chunk=chunk), u, upstream)
+    fast = _chunked_stats_and_grad(u, upstream, 3.0 / 16, chunk)
     for r, f in zip(ref, fast, strict=True):
         torch.testing.assert_close(f, r, rtol=1e-10, atol=1e-12)
 
@@ -69,7 +74,7 @@ def test_cpu_worker_threads_split_the_chunks_without_changing_the_result():
     t = torch.arange(17, dtype=torch.float64) * (3.0 / 16)
     ref = _stats_and_grad(lambda x: reference_ecf_stats(x, t), u, upstream)
     torch.set_num_threads(3)  # the autouse fixture restores the previous count
-    fast = _stats_and_grad(lambda x: _chunked.ecf_stats(x, 3.0 / 16, 17, chunk=8), u, upstream)
+    fast = _chunked_stats_and_grad(u, upstream, 3.0 / 16, 8)
     assert torch.get_num_threads() == 3
     for r, f in zip(ref, fast, strict=True):
         torch.testing.assert_close(f, r, rtol=1e-10, atol=1e-12)
@@ -113,14 +118,12 @@ assert triton_sigreg.AVAILABLE and triton_sigreg.INTERPRET, "triton is a test de
 cases, step = torch.load(sys.argv[1])
 results = []
 for u, upstream in cases:
-    out = {}
-    for name, fn in (("fused", lambda x: triton_sigreg.ecf_stats(x, step, 17)),
-                     ("operator", lambda x: ecf_stats(x, 17, step * 16, "triton")),
-                     ("twin", lambda x: _chunked.ecf_stats(x, step, 17))):
-        uu = u.clone().requires_grad_(True)
-        stats = fn(uu)
-        (stats * upstream).sum().backward()
-        out[name] = (stats.detach(), uu.grad)
+    uu = u.clone().requires_grad_(True)
+    stats = ecf_stats(uu, 17, step * 16, "triton")
+    (stats * upstream).sum().backward()
+    out = {"operator": (stats.detach(), uu.grad)}
+    out["fused"] = (triton_sigreg.forward_stats(u, step, 17), triton_sigreg.backward_grad(u, upstream, step, 17))
+    out["twin"] = (_chunked.forward_stats(u, step, 17), _chunked.backward_grad(u, upstream, step, 17))
     results.append(out)
 torch.save(results, sys.argv[2])
 """
@@ -152,7 +155,7 @@ def test_triton_kernels_equal_the_chunked_path_under_the_interpreter():
         for f, c, op in zip(out["fused"], out["twin"], out["operator"], strict=True):
             torch.testing.assert_close(f, c, rtol=1e-5, atol=2e-6)
             assert torch.equal(op, f)  # the levjepa::ecf_stats operator runs the same kernels
-        exact = _stats_and_grad(lambda x: _chunked.ecf_stats(x, step, 17), u.double(), upstream.double())
+        exact = _chunked_stats_and_grad(u.double(), upstream.double(), step)
         torch.testing.assert_close(out["fused"][0].double(), exact[0], rtol=1e-5, atol=2e-6)
         torch.testing.assert_close(out["fused"][1].double(), exact[1], rtol=1e-5, atol=2e-6)
 
@@ -160,14 +163,14 @@ def test_triton_kernels_equal_the_chunked_path_under_the_interpreter():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_the_statistics_operator_is_registered_for_autograd_and_compile(dtype):
     """``levjepa::ecf_stats`` (what ``torch.compile`` keeps whole in a compiled loss): its schema, fake tensor
-    and autograd registrations agree with what it computes (``torch.library.opcheck``), and it is the chunked
-    autograd function's statistics and gradient."""
+    and autograd registrations agree with what it computes (``torch.library.opcheck``), and its statistics and
+    gradient are the chunked forward's and backward's."""
     g = torch.Generator().manual_seed(5)
     u = (torch.randn(2, 30, 8, generator=g, dtype=dtype) * 1.3).requires_grad_(True)
     torch.library.opcheck(torch.ops.levjepa.ecf_stats.default, (u, 3.0 / 16, 17, "chunked"))
     upstream = torch.randn(2, 2, 17, 8, generator=g, dtype=dtype)
     via_op = _stats_and_grad(lambda x: torch.ops.levjepa.ecf_stats(x, 3.0 / 16, 17, "chunked"), u.detach(), upstream)
-    direct = _stats_and_grad(lambda x: _chunked.ecf_stats(x, 3.0 / 16, 17), u.detach(), upstream)
+    direct = _chunked_stats_and_grad(u.detach(), upstream, 3.0 / 16)
     for a, b in zip(via_op, direct, strict=True):
         assert torch.equal(a, b)
 

@@ -14,8 +14,8 @@ import torch
 
 import levjepa.features.feature_set as feature_set
 from levjepa.data import clip_augment
-from levjepa.data.clip_augment import train_transform
-from levjepa.data.eval_clip import ViewSpec, load_train_views, train_key
+from levjepa.data.clip_augment import ViewKey, train_transform
+from levjepa.data.eval_clip import ViewSpec, load_train_views
 from levjepa.data.sources import parse_index
 from levjepa.eval.config import EvalConfig
 from levjepa.eval.dataset_task import dataset_task
@@ -41,10 +41,10 @@ def index(tmp_path_factory) -> Path:
 
 def test_the_transform_follows_its_key():
     frames = torch.randint(0, 200, (4, 30, 40, 3), dtype=torch.uint8)
-    a = train_transform(frames, 24, train_key(0, 5, 1))
+    a = train_transform(frames, 24, ViewKey(0, 5, 1))
     assert a.shape == (4, 24, 24, 3) and a.dtype == torch.uint8
-    assert torch.equal(train_transform(frames, 24, train_key(0, 5, 1)), a)
-    draws = {train_transform(frames, 24, train_key(0, 5, k)).sum().item() for k in range(6)}
+    assert torch.equal(train_transform(frames, 24, ViewKey(0, 5, 1)), a)
+    draws = {train_transform(frames, 24, ViewKey(0, 5, k)).sum().item() for k in range(6)}
     assert len(draws) > 1  # other views, other draws
 
 
@@ -61,7 +61,7 @@ def test_store_rows_are_the_transform_of_the_decoded_file(index, tmp_path, one_t
     tokens, cls = store.read("tokens", rows), store.read("cls", rows)
     for j, r in enumerate(rows):
         it = items[store.item[r]]
-        clip = load_train_views(it.path, VIEWS, 8, train_key(7, int(store.item[r]), int(view[r])), it.kind)
+        clip = load_train_views(it.path, VIEWS, 8, ViewKey(7, int(store.item[r]), int(view[r])), it.kind)
         out = encode(enc, clip[store.segment[r]][None], "cpu")
         assert out.tokens is not None
         np.testing.assert_array_equal(tokens[j], out.tokens[0].numpy())
@@ -114,7 +114,7 @@ def test_online_and_store_views_are_one_transform(index, tmp_path, one_thread):
     for item in range(3):
         for epoch in range(K):
             live = _views(VIEWS, 8, True, 7, epoch, (items[item].path, items[item].kind, item, 0))
-            same = load_train_views(items[item].path, VIEWS, 8, train_key(7, item, epoch), items[item].kind)
+            same = load_train_views(items[item].path, VIEWS, 8, ViewKey(7, item, epoch), items[item].kind)
             assert torch.equal(live, same)  # the same key: the same pixels
             rows = np.nonzero((store.item == item) & (store.column("view") == epoch))[0]
             out = encode(enc, live, "cpu")

@@ -51,6 +51,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
@@ -212,11 +213,7 @@ class BadFileReport:
 
     @property
     def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for reason in self.files.values():
-            kind = bad_file_kind(reason)
-            out[kind] = out.get(kind, 0) + 1
-        return dict(sorted(out.items()))
+        return dict(sorted(Counter(bad_file_kind(reason) for reason in self.files.values()).items()))
 
     def counts_text(self) -> str:
         """The counts in words, for a message: ``"2 missing, 1 unreadable"``."""

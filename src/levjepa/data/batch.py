@@ -20,6 +20,7 @@ the same numbers within one uint8 level (the worker rounds its resize to integer
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -125,14 +126,8 @@ def _shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     that handing the batch to the trainer does not copy it once more."""
     if torch.utils.data.get_worker_info() is None:
         return torch.empty(shape, dtype=dtype)
-    numel = 1
-    for d in shape:
-        numel *= d
-    storage = torch.UntypedStorage._new_shared(numel * torch.empty((), dtype=dtype).element_size())
-    strides = [1] * len(shape)  # contiguous
-    for d in range(len(shape) - 2, -1, -1):
-        strides[d] = strides[d + 1] * shape[d + 1]
-    return torch.empty(0, dtype=dtype).set_(storage, 0, shape, strides)
+    storage = torch.UntypedStorage._new_shared(math.prod(shape) * torch.empty((), dtype=dtype).element_size())
+    return torch.empty(0, dtype=dtype).set_(storage).view(shape)
 
 
 def _collate_frames(samples: list[dict[str, Any]]) -> FrameBatch:

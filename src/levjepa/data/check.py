@@ -133,10 +133,6 @@ def _stats(values: list[float]) -> dict[str, float] | None:
     return {"min": float(min(values)), "median": float(statistics.median(values)), "max": float(max(values))}
 
 
-def _unreadable(row: dict[str, Any]) -> bool:
-    return not row["ok"]
-
-
 def _check_one(args: tuple[MediaItem, bool, int, int]) -> dict[str, Any]:
     item, deep, min_side, max_side = args
     return check_item(item, deep=deep, min_side=min_side, max_side=max_side)
@@ -167,7 +163,7 @@ def check_source(
         return CheckReport(source, rows, note=f"shard store: {shards} shard(s)")
     items = list_media(source)
     tasks = [(it, deep, min_side, max_side) for it in items]
-    rows = parallel_map(_check_one, tasks, workers, desc="check", failed=_unreadable)
+    rows = parallel_map(_check_one, tasks, workers, desc="check", failed=lambda row: not row["ok"])
     return CheckReport(source, rows)
 
 

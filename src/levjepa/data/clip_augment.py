@@ -139,7 +139,8 @@ class OpDraw:
 
 @dataclass(frozen=True)
 class ViewKey:
-    """Training view ``view`` of item ``item`` under ``seed``: the generators of its pieces."""
+    """Training view ``view`` of item ``item`` (its position in the split's list) under ``seed``: the generators
+    of its pieces, so every draw of ``eval_clip.load_train_views`` for that view is the same whoever computes it."""
 
     seed: int
     item: int

@@ -98,30 +98,12 @@ class VideoWriter:
         self.close()
 
 
-def write_video(
-    path: str | os.PathLike | Any,
-    frames: np.ndarray | torch.Tensor,
-    *,
-    fps: float = 30.0,
-    codec: str = "libx264",
-    options: dict[str, str] | None = None,
-    keyint: int | None = None,
-    pix_fmt: str = "yuv420p",
-    container_format: str | None = None,
-) -> None:
-    """Encode uint8 ``[T, H, W, 3]`` frames to ``path`` (even H and W for yuv420p)."""
+def write_video(path: str | os.PathLike | Any, frames: np.ndarray | torch.Tensor, **options: Any) -> None:
+    """Encode uint8 ``[T, H, W, 3]`` frames to ``path`` (even H and W for yuv420p); ``options`` are
+    :class:`VideoWriter`'s (``fps=30.0``, ``codec``, ``options``, ``keyint``, ``pix_fmt``, ``container_format``,
+    ``metadata``)."""
     if frames.ndim != 4 or frames.shape[-1] != 3:
         raise ValueError(f"write_video: frames of shape {tuple(frames.shape)}, expected [T, H, W, 3]")
-    with VideoWriter(
-        path,
-        width=frames.shape[2],
-        height=frames.shape[1],
-        fps=fps,
-        codec=codec,
-        options=options,
-        keyint=keyint,
-        pix_fmt=pix_fmt,
-        container_format=container_format,
-    ) as writer:
+    with VideoWriter(path, width=frames.shape[2], height=frames.shape[1], **options) as writer:
         for frame in frames:
             writer.write(frame)

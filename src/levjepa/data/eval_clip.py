@@ -11,9 +11,9 @@ model and the frame twice for a tubelet-2 one, whose patch embedding needs two).
 
 * :func:`load_eval_clip` — one clip of ``num_frames`` frames from a video (every ``frame_stride``-th frame
   from ``start``, by default the centred window) or an image, as uint8 ``[T, S, S, 3]``;
-* :func:`load_eval_views` — the test-time views of the standard protocols: ``segments`` clips spread
+* :meth:`ViewSpec.load` — the test-time views of the standard protocols: ``segments`` clips spread
   evenly over the video times ``crops`` spatial crops (1: centre; 3: both ends and the centre of the long
-  side, V-JEPA 2's ``num_views_per_segment = 3``), as uint8 ``[segments · crops, T, S, S, 3]``;
+  side, V-JEPA 2's ``num_views_per_segment = 3``), as uint8 ``[segments · crops, C, T, S, S]``;
 * :func:`load_train_views` — the *training* views of frozen evaluation: V-JEPA's frozen-evaluation train
   transform (``levjepa.data.clip_augment``: V-JEPA 2's temporal starts per segment, then RandAugment
   ``rand-m7-n4-mstd0.5-inc1`` on every frame alike, a random resized crop of 8–100 % of the area at aspect
@@ -58,10 +58,8 @@ __all__ = [
     "resize_square",
     "load_eval_clip",
     "load_eval_video",
-    "load_eval_views",
     "load_train_views",
     "segment_starts",
-    "train_key",
 ]
 
 
@@ -78,14 +76,27 @@ def resize_square(x: Tensor, size: int, patch: int) -> Tensor:
     """float frames ``[T, C, H, W]`` -> ``[T, C, S, S]``: :func:`center_square`'s geometry (short side ``size``,
     bilinear, antialiased; the centred square whose side ``S`` is the largest multiple of ``patch``) without its
     rounding to uint8, for frames that are already floats."""
+    return _square(_short_side(x, size, patch), patch, 1)
+
+
+def _short_side(x: Tensor, size: int, patch: int) -> Tensor:
+    """float frames ``[..., H, W]`` resized (bilinear, antialiased) to short side ``size`` (at least ``patch``)."""
     h, w = x.shape[-2:]
     scale = size / min(h, w)
     nh, nw = max(patch, round(h * scale)), max(patch, round(w * scale))
     if (nh, nw) != (h, w):
         x = F.interpolate(x, size=(nh, nw), mode="bilinear", antialias=True, align_corners=False)
+    return x
+
+
+def _square(x: Tensor, patch: int, pos: int) -> Tensor:
+    """The square of ``x`` ``[..., H, W]`` whose side is the largest multiple of ``patch``: at the start (0), the
+    centre (1) or the end (2) of the long side, centred on the short one."""
+    nh, nw = x.shape[-2:]
     side = (min(nh, nw) // patch) * patch
-    top, left = (nh - side) // 2, (nw - side) // 2
-    return x[:, :, top : top + side, left : left + side]
+    top = (nh - side) * pos // 2 if nh > nw else (nh - side) // 2
+    left = (nw - side) * pos // 2 if nw >= nh else (nw - side) // 2
+    return x[..., top : top + side, left : left + side]
 
 
 def as_clip(x: Tensor, num_frames: int) -> Tensor:
@@ -141,12 +152,6 @@ def random_resized_crop(clip: Tensor, scale: tuple[float, float], flip_p: float,
     return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
 
 
-def train_key(seed: int, item: int, view: int) -> ViewKey:
-    """The key of training view ``view`` of item ``item`` (its position in the split's list) under ``seed``: every
-    draw of :func:`load_train_views` for that view comes from its generators, whoever computes it."""
-    return ViewKey(seed, item, view)
-
-
 def load_train_views(
     path: str, views: ViewSpec, patch: int, key: ViewKey, kind: Literal["video", "image"] | None = None
 ) -> Tensor:
@@ -179,19 +184,9 @@ def square_crops(frames: Tensor, size: int, patch: int, crops: int) -> Tensor:
         return center_square(frames, size, patch)[None]
     if crops != 3:
         raise ValueError(f"square_crops: crops={crops}: valid choices are 1 (centre) or 3 (start, centre, end)")
-    h, w = frames.shape[1:3]
-    scale = size / min(h, w)
-    nh, nw = max(patch, round(h * scale)), max(patch, round(w * scale))
-    x = frames.permute(0, 3, 1, 2).float()
-    if (nh, nw) != (h, w):
-        x = F.interpolate(x, size=(nh, nw), mode="bilinear", antialias=True, align_corners=False)
-    side = (min(nh, nw) // patch) * patch
-    out = []
-    for pos in (0, 1, 2):
-        top = (nh - side) * pos // 2 if nh > nw else (nh - side) // 2
-        left = (nw - side) * pos // 2 if nw >= nh else (nw - side) // 2
-        out.append(x[:, :, top : top + side, left : left + side])
-    return torch.stack(out).round().clamp(0, 255).to(torch.uint8).permute(0, 1, 3, 4, 2).contiguous()
+    x = _short_side(frames.permute(0, 3, 1, 2).float(), size, patch)
+    out = torch.stack([_square(x, patch, pos) for pos in (0, 1, 2)])
+    return out.round().clamp(0, 255).to(torch.uint8).permute(0, 1, 3, 4, 2).contiguous()
 
 
 def _decode_at(
@@ -220,37 +215,6 @@ def segment_starts(num_source_frames: int, num_frames: int, frame_stride: float,
     return [round(k * room / (segments - 1)) for k in range(segments)]
 
 
-def load_eval_views(
-    path: str,
-    *,
-    num_frames: int,
-    size: int,
-    patch: int,
-    frame_stride: int = 1,
-    segments: int = 1,
-    crops: int = 1,
-    kind: Literal["video", "image"] | None = None,
-    target_fps: float | None = None,
-    image_frames: int | None = None,
-) -> Tensor:
-    """uint8 ``[segments · crops, num_frames, S, S, 3]``, segment-major: the views a protocol evaluates
-    (:func:`segment_starts` × :func:`square_crops`), frames every ``frame_stride``-th or at ``target_fps``. An
-    image gives the same frame for every segment, repeated ``num_frames`` times (``image_frames``: that many
-    times instead). ``segments = crops = 1`` equals :func:`load_eval_clip` (the centred window, centre crop)."""
-    kind = kind or media_kind(path) or "video"
-    if kind == "image":
-        frame = load_image(path, short_side=size)[None]
-        repeats = num_frames if image_frames is None else image_frames
-        views = square_crops(frame, size, patch, crops).expand(-1, repeats, -1, -1, -1)
-        return views.repeat(segments, 1, 1, 1, 1)
-    info = probe_video(path)
-    out = []
-    for start in segment_starts(info.num_frames, num_frames, frame_step(info.fps, frame_stride, target_fps), segments):
-        frames = _decode_at(path, start, num_frames, frame_stride, target_fps, size)
-        out.append(square_crops(frames, size, patch, crops))
-    return torch.cat(out)
-
-
 def load_eval_video(
     path: str, *, size: int, patch: int, frame_stride: int = 1, target_fps: float | None = None
 ) -> VideoFrames:
@@ -262,7 +226,7 @@ def load_eval_video(
 
 @dataclass(frozen=True)
 class ViewSpec:
-    """How a file becomes the views a frozen readout reads (:func:`load_eval_views`): ``segments`` clips of
+    """How a file becomes the views a frozen readout reads (:meth:`load`): ``segments`` clips of
     ``frames`` frames, every ``frame_stride``-th source frame — or, with ``fps``, frames ``1 / fps`` seconds
     apart whatever the video's own rate — spread over the video, × ``crops`` square crops (1: centre; 3:
     start, centre, end of the long side) at short side ``size``; an image is its frame repeated ``frames`` times,
@@ -340,20 +304,23 @@ class ViewSpec:
         return out
 
     def load(self, path: str, patch: int, kind: Literal["video", "image"] | None = None) -> Tensor:
-        """The views of the file at ``path``: uint8 ``[segments · crops, C, T, S, S]`` (``S`` a multiple of
-        ``patch``), ready for an encoder. Raises what decoding raises (``DataError``, PyAV's errors)."""
-        views = load_eval_views(
-            path,
-            num_frames=self.frames,
-            image_frames=self.image_frames,
-            size=self.size,
-            patch=patch,
-            frame_stride=self.frame_stride,
-            segments=self.segments,
-            crops=self.crops,
-            kind=kind,
-            target_fps=self.fps,
-        )
+        """The views of the file at ``path``, segment-major (:func:`segment_starts` × :func:`square_crops`): uint8
+        ``[segments · crops, C, T, S, S]`` (``S`` a multiple of ``patch``), ready for an encoder. An image gives the
+        same frame for every segment, :attr:`image_length` times; one segment and one crop are
+        :func:`load_eval_clip`'s clip (the centred window, centre crop). ``kind`` defaults to the extension's.
+        Raises what decoding raises (``DataError``, PyAV's errors)."""
+        if (kind or media_kind(path) or "video") == "image":
+            frame = load_image(path, short_side=self.size)[None]
+            crops = square_crops(frame, self.size, patch, self.crops).expand(-1, self.image_length, -1, -1, -1)
+            views = crops.repeat(self.segments, 1, 1, 1, 1)
+        else:
+            info = probe_video(path)
+            step = frame_step(info.fps, self.frame_stride, self.fps)
+            out = []
+            for start in segment_starts(info.num_frames, self.frames, step, self.segments):
+                frames = _decode_at(path, start, self.frames, self.frame_stride, self.fps, self.size)
+                out.append(square_crops(frames, self.size, patch, self.crops))
+            views = torch.cat(out)
         return views.permute(0, 4, 1, 2, 3).contiguous()
 
 

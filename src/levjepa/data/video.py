@@ -609,20 +609,8 @@ def decode_clip(
     A video shorter than the window is padded with its last frame, or raises ``DataError("short: ...")``
     when ``short_videos="skip"``. ``skip_nonref=False`` never skips frames, even on fixed-GOP files.
     """
-    return decode_clip_with_info(path, DecodeOptions(**options), start_frame=start_frame, generator=generator)[0]
-
-
-def decode_clip_with_info(
-    path: Source,
-    options: DecodeOptions = DecodeOptions(),
-    *,
-    start_frame: int | None = None,
-    generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, str | None]:
-    """:func:`decode_clip`, plus a note (``"short: ..."``) when the clip had to be padded, else None."""
-    out = decode_windows(path, options, start_frame=start_frame, generator=generator)
-    frames = out.frames if out.sequential else out.frames[out.index[0]]
-    return frames, out.note
+    out = decode_windows(path, DecodeOptions(**options), start_frame=start_frame, generator=generator)
+    return out.frames if out.sequential else out.frames[out.index[0]]
 
 
 @dataclass

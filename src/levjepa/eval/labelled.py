@@ -99,15 +99,9 @@ def read_task(
 
 
 def _check_labels(path: str, items: list[MediaItem]) -> None:
-    """Every row of the split file ``path`` has a label, a class number >= 0: refused in one line otherwise,
-    naming the file, how many rows and the first of them (a row without one would be read as class 0, a -1 would
-    reach the loss after every file was encoded)."""
-    missing = [it for it in items if it.label is None]
-    if missing:
-        raise DataError(
-            f"unreadable: {path}: {len(missing)} of its {len(items)} row(s) have no label (e.g. {missing[0].path}): "
-            "every file of a labelled split needs its class (`path label`)"
-        )
+    """Every label of the split file ``path`` is a class number >= 0 (``read_labelled`` refused a row without
+    one): refused in one line otherwise, naming the file, how many rows and the first of them (a -1 would reach
+    the loss after every file was encoded)."""
     negative = [it for it in items if int(it.label or 0) < 0]
     if negative:
         raise DataError(

@@ -8,7 +8,7 @@ are decoded (in worker processes, ``levjepa.data.workers.safe_map``), augmented 
 frozen-evaluation train transform, ``levjepa.data.eval_clip.load_train_views`` (``levjepa.data.clip_augment``:
 V-JEPA 2's temporal starts per segment, RandAugment, a random resized crop of 8–100 % of the area at aspect
 3/4–4/3 and random erasing, the same for all frames of a segment, no flip), epoch ``e`` drawing view ``k = e``
-from ``train_key(seed, item, e)`` — the very views a store of ``K ≥ epochs`` augmented views holds
+from ``ViewKey(seed, item, e)`` — the very views a store of ``K ≥ epochs`` augmented views holds
 (``levjepa.features.store``) — and encoded by
 the one frozen forward (``levjepa.infer.encode``) when the trainer asks for them. Validation and test views
 are the protocol's, unaugmented. The small inputs (``mean``,
@@ -32,7 +32,8 @@ import torch
 from torch import Tensor
 
 from levjepa.data import DataError, MediaItem
-from levjepa.data.eval_clip import ViewSpec, load_train_views, train_key
+from levjepa.data.clip_augment import ViewKey
+from levjepa.data.eval_clip import ViewSpec, load_train_views
 from levjepa.data.workers import safe_map
 from levjepa.eval.source import FeatureSource, StoreSource
 from levjepa.infer.encode import encode
@@ -49,7 +50,7 @@ def _views(views: ViewSpec, patch: int, augment: bool, seed: int, epoch: int, ke
     the file, so a worker is sent one sample, not the split's list of files.)"""
     path, kind, item, crop = key
     if augment:
-        return load_train_views(path, views, patch, train_key(seed, item, epoch), kind)
+        return load_train_views(path, views, patch, ViewKey(seed, item, epoch), kind)
     every = views.load(path, patch, kind)  # [segments · crops, ...], segment-major
     return every[crop :: views.crops]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -37,23 +38,16 @@ RECORDS = "probe-results"  # the folder under the feature stores' folder
 
 
 def _grid(r: GridResult, tensors: dict[str, Tensor], prefix: str) -> dict[str, Any]:
+    """``r``'s fields as JSON, its kept heads' tensors added to ``tensors`` under ``prefix``."""
     for i, state in r.heads.items():
         tensors.update({f"{prefix}{i}.{k}": v for k, v in state.items()})
-    return {
-        "kind": r.kind,
-        "lrs": r.lrs,
-        "weight_decays": r.weight_decays,
-        "val_acc": r.val_acc,
-        "val_loss": r.val_loss,
-        "test_acc": r.test_acc,
-        "best": r.best,
-        "epochs": r.epochs,
-        "seconds": r.seconds,
-        "extra": r.extra,
-        "heads": sorted(r.heads),
-        "head_fields": r.head_fields,
-        "seeds": [_grid(s, tensors, f"{prefix}seed{j}.") for j, s in enumerate(r.seeds)],
-    }
+    out = {f.name: getattr(r, f.name) for f in fields(GridResult)}
+    out.update(heads=sorted(r.heads), seeds=[_grid(s, tensors, f"{prefix}seed{j}.") for j, s in enumerate(r.seeds)])
+    return out
+
+
+def _knn(r: KnnResult) -> dict[str, Any]:
+    return {"kind": "knn", **{f.name: getattr(r, f.name) for f in fields(KnnResult)}}
 
 
 def _grid_back(d: dict[str, Any], tensors: Mapping[str, Tensor], prefix: str) -> GridResult:
@@ -62,26 +56,7 @@ def _grid_back(d: dict[str, Any], tensors: Mapping[str, Tensor], prefix: str) ->
         head = f"{prefix}{i}."
         heads[int(i)] = {k[len(head) :]: v for k, v in tensors.items() if k.startswith(head)}
     seeds = [_grid_back(s, tensors, f"{prefix}seed{j}.") for j, s in enumerate(d["seeds"])]
-    return GridResult(
-        kind=d["kind"],
-        lrs=d["lrs"],
-        weight_decays=d["weight_decays"],
-        val_acc=d["val_acc"],
-        val_loss=d["val_loss"],
-        test_acc=d["test_acc"],
-        best=d["best"],
-        epochs=d["epochs"],
-        seconds=d["seconds"],
-        extra=d["extra"],
-        heads=heads,
-        head_fields=d["head_fields"],
-        seeds=seeds,
-    )
-
-
-def _knn(r: KnnResult) -> dict[str, Any]:
-    return {"kind": "knn", "ks": r.ks, "val_acc": r.val_acc, "test_acc": r.test_acc, "best": r.best,
-            "temperature": r.temperature, "seconds": r.seconds}  # fmt: skip
+    return GridResult(**{**d, "heads": heads, "seeds": seeds})
 
 
 class ProbeRecords:
@@ -121,8 +96,7 @@ class ProbeRecords:
             out: dict[str, Result] = {}
             for task, d in record["results"].items():
                 if d["kind"] == "knn":
-                    out[task] = KnnResult(d["ks"], d["val_acc"], d["test_acc"], d["best"], d["temperature"],
-                                          d["seconds"])  # fmt: skip
+                    out[task] = KnnResult(**{k: v for k, v in d.items() if k != "kind"})
                 else:
                     out[task] = _grid_back(d, tensors, f"{task}/")
             return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,10 +44,7 @@ class EvalResult:
         assert isinstance(r, GridResult)
         accs = r.seed_best_on_eval
         m = sum(accs) / len(accs)
-        if len(accs) == 1:
-            return f"{m:.1f}"
-        sd = (sum((a - m) ** 2 for a in accs) / (len(accs) - 1)) ** 0.5
-        return f"{m:.1f} ± {sd:.1f}"
+        return f"{m:.1f}" if len(accs) == 1 else f"{m:.1f} ± {statistics.stdev(accs):.1f}"
 
     def caption(self) -> str:
         i = self.info

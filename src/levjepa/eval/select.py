@@ -78,9 +78,7 @@ def loss_near(rows: list[dict[str, Any]], step: int, window: int, key: str = "lo
 def _ranks(x: list[float]) -> np.ndarray:
     """Ranks 1..n, ties sharing the mean of their ranks."""
     a = np.asarray(x, np.float64)
-    order = np.argsort(a, kind="mergesort")
-    ranks = np.empty(len(a))
-    ranks[order] = np.arange(1, len(a) + 1)
+    ranks = np.asarray(_rank(x), np.float64)
     for v in np.unique(a):
         tie = a == v
         ranks[tie] = ranks[tie].mean()
@@ -226,11 +224,8 @@ def _default_window(steps: list[int]) -> int:
 
 
 def _rank(values: list[float]) -> list[int]:
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0] * len(values)
-    for r, i in enumerate(order, start=1):
-        ranks[i] = r
-    return ranks
+    """Ranks 1..n, lowest first, ties in list order."""
+    return [int(r) + 1 for r in np.argsort(np.argsort(np.asarray(values, np.float64), kind="stable"))]
 
 
 def rank_checkpoints(

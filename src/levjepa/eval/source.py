@@ -21,7 +21,7 @@ either source.
   epoch: :meth:`FeatureSource.set_epoch` (called by the trainer at the start of every epoch) makes epoch ``e``
   read view ``e mod K`` of every file. Chosen over a per-file offset or a seeded draw because then a store of
   ``K ≥ epochs`` views gives, epoch for epoch, the very pixels ``probe --online`` draws (both take view ``k =
-  epoch`` from ``train_key(seed, item, k)``), and every probe of the pass reads the same rows. Before
+  epoch`` from ``ViewKey(seed, item, k)``), and every probe of the pass reads the same rows. Before
   any ``set_epoch`` (the standardizer, a dimension) it reads view 0.
 * :class:`SeedSources` — one source per probe seed block (``--seeds N`` with augmented views: block ``s`` reads
   the views drawn with seed ``seed + s``, :meth:`FeatureSource.seed_view`), so each block is the run

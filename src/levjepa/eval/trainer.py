@@ -28,6 +28,7 @@ the probes evaluated are the uniform average of their weights over that last fra
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -147,10 +148,7 @@ class GridResult:
     def sd_reported(self) -> float | None:
         """The sample standard deviation over the probe seeds (None with one seed)."""
         accs = self.seed_reported
-        if len(accs) < 2:
-            return None
-        m = sum(accs) / len(accs)
-        return math.sqrt(sum((a - m) ** 2 for a in accs) / (len(accs) - 1))
+        return statistics.stdev(accs) if len(accs) > 1 else None
 
     @property
     def best_on_eval(self) -> float:

@@ -48,9 +48,6 @@ class Features:
     def __len__(self) -> int:
         return len(self.cls)
 
-    def subset(self, idx: Tensor | slice) -> Features:
-        return Features(self.cls[idx], self.mean[idx], None if self.tokens is None else self.tokens[idx])
-
     def to_tensors(self) -> dict[str, Tensor]:
         out = {"cls": self.cls, "mean": self.mean}
         if self.tokens is not None:

@@ -107,7 +107,6 @@ LAYOUTS = ("npy", "safetensors", "per_video")
 Layout = Literal["npy", "safetensors", "per_video"]
 CORE_FIELDS = ("file", "label", "item")
 EXTRA_ARRAYS = ("frames", "last_mean", "tokens", "scales")  # an extraction's readouts (levjepa.features.readout)
-_PLACE = ("row", "shard", "offset")  # what index.jsonl adds before a unit's rows
 INDEX = "index.jsonl"  # every row, in order: its presence marks the set complete
 OLD_MANIFEST = "extract.json"  # an extraction written before it shared this format
 

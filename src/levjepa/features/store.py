@@ -13,7 +13,7 @@ fields ``file, label, item, segment, crop``.
 
 **Augmented training views** (``StoreConfig.train_views = K > 0``, ``probe --train-views K``): instead of its
 centre crop, each file gets ``K`` augmented views — view ``k`` is ``levjepa.data.eval_clip.load_train_views``
-drawn from ``train_key(view_seed, item, k)`` (V-JEPA's frozen-evaluation train transform,
+drawn from ``ViewKey(view_seed, item, k)`` (V-JEPA's frozen-evaluation train transform,
 ``levjepa.data.clip_augment``: V-JEPA 2's temporal starts, RandAugment, random resized crop of 8–100 % at aspect
 3/4–4/3, random erasing, no flip), so a view depends only on (seed, item, k), never on workers, ranks or a
 restart. Its rows carry ``view = k``, view-major then segment (``crops`` must be 1), through the store's token
@@ -57,7 +57,8 @@ from torch import Tensor
 from levjepa import distributed
 from levjepa.config import check
 from levjepa.data import DataError, MediaItem, clip_augment
-from levjepa.data.eval_clip import ViewSpec, load_train_views, train_key
+from levjepa.data.clip_augment import ViewKey
+from levjepa.data.eval_clip import ViewSpec, load_train_views
 from levjepa.features.compact import FULL, TokenCodec, grid_of
 from levjepa.features.fill import FileUnits, Row, fill, manifest
 from levjepa.infer.encode import encode
@@ -77,7 +78,7 @@ class StoreConfig:
     workers: int = 2  # decoding processes (0: decode in this process)
     shard_items: int = 256  # files per shard
     train_views: int = 0  # K > 0: K augmented training views per file instead of the fixed views (module doc)
-    view_seed: int = 0  # the seed of those views (train_key)
+    view_seed: int = 0  # the seed of those views (ViewKey)
 
     def __post_init__(self) -> None:
         check(self.train_views >= 0, f"store.train_views={self.train_views}: must be >= 0 (0: fixed views)")
@@ -121,7 +122,7 @@ def _views(items: list[MediaItem], views: ViewSpec, patch: int, train_views: int
     """Item ``i``'s views ``[segments·crops, C, T, S, S]`` (uint8), or with ``train_views = K`` its K augmented
     views ``[K·segments, C, T, S, S]`` (view-major), in a decoding worker."""
     if train_views:
-        keys = [train_key(seed, i, k) for k in range(train_views)]
+        keys = [ViewKey(seed, i, k) for k in range(train_views)]
         return torch.cat([load_train_views(items[i].path, views, patch, key, items[i].kind) for key in keys])
     return views.load(items[i].path, patch, items[i].kind)
 

@@ -29,7 +29,7 @@ import torch
 
 from levjepa.threads import torch_threads
 
-__all__ = ["backward_grad", "default_chunk", "ecf_stats", "forward_stats"]
+__all__ = ["backward_grad", "default_chunk", "forward_stats"]
 
 
 def default_chunk(num_views: int, num_directions: int, device: torch.device) -> int:
@@ -148,25 +148,3 @@ def backward_grad(
     out = torch.empty_like(u)
     _run(lambda starts: _chunk_grads(u, beta, out, starts, step, chunk), _split(n, chunk, u.device))
     return out
-
-
-class _ChunkedECF(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, u: torch.Tensor, step: float, num_nodes: int, chunk: int) -> torch.Tensor:
-        ctx.save_for_backward(u)
-        ctx.step, ctx.num_nodes, ctx.chunk = step, num_nodes, chunk
-        return forward_stats(u, step, num_nodes, chunk)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
-        (u,) = ctx.saved_tensors
-        if not ctx.needs_input_grad[0]:
-            return None, None, None, None
-        return backward_grad(u, grad, ctx.step, ctx.num_nodes, ctx.chunk), None, None, None
-
-
-def ecf_stats(u: torch.Tensor, step: float, num_nodes: int, chunk: int | None = None) -> torch.Tensor:
-    """Local ``[V, 2, J, M]`` cos/sin means of ``u`` (``[V, N, M]``) at nodes ``j·step``; see module doc."""
-    if chunk is None:
-        chunk = default_chunk(u.shape[0], u.shape[-1], u.device)
-    return _ChunkedECF.apply(u.contiguous(), float(step), int(num_nodes), int(chunk))

@@ -80,6 +80,12 @@ class Objective(nn.Module):
         """``(loss, detached terms)`` of ``z`` with the tensors :meth:`draw` made."""
         raise NotImplementedError
 
+    def _sigreg_args(self, directions: torch.Tensor) -> dict[str, Any]:
+        """SIGReg's settings for LeVJEPA's and LeJEPA's losses: the step's directions, the config's nodes and
+        implementation, no value check (done once, in :meth:`forward`)."""
+        cfg = self.cfg
+        return dict(directions=directions, num_nodes=cfg.num_nodes, t_max=cfg.t_max, impl=cfg.impl, check_finite=False)
+
     def compile_terms(self, **kwargs: Any) -> Objective:
         """``torch.compile`` :meth:`terms` (``kwargs`` to it) for every later call; returns ``self``."""
         self._compiled_terms = torch.compile(self.terms, **kwargs)
@@ -100,17 +106,7 @@ class LeVJEPAObjective(Objective):
     """``L_inv + λ·SIGReg`` (λ = 0.02) on ``z`` ``[V+1, B, K]``, ``z[0]`` the global view."""
 
     def terms(self, z: torch.Tensor, *drawn: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        cfg = self.cfg
-        (directions,) = drawn
-        out = levjepa_loss(
-            z,
-            cfg.lam_value,
-            directions=directions,
-            num_nodes=cfg.num_nodes,
-            t_max=cfg.t_max,
-            impl=cfg.impl,
-            check_finite=False,  # checked once in forward
-        )
+        out = levjepa_loss(z, self.cfg.lam_value, **self._sigreg_args(*drawn))
         return out.loss, out.terms
 
 
@@ -119,17 +115,7 @@ class LeJEPAObjective(Objective):
 
     def terms(self, z: torch.Tensor, *drawn: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cfg = self.cfg
-        (directions,) = drawn
-        out = lejepa_loss(
-            z,
-            cfg.lam_value,
-            num_global_views=cfg.num_global_views,
-            directions=directions,
-            num_nodes=cfg.num_nodes,
-            t_max=cfg.t_max,
-            impl=cfg.impl,
-            check_finite=False,
-        )
+        out = lejepa_loss(z, cfg.lam_value, num_global_views=cfg.num_global_views, **self._sigreg_args(*drawn))
         return out.loss, out.terms
 
 

@@ -26,12 +26,13 @@ logging (``invariance`` or ``pred``, ``sigreg``, ``sigreg/view{v}``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from .sigreg import Impl, check_embeddings, sigreg
 
-__all__ = ["ObjectiveOutput", "check_views", "lejepa_loss", "levjepa_loss", "loss_dtype", "per_view_sigreg"]
+__all__ = ["ObjectiveOutput", "check_views", "lejepa_loss", "levjepa_loss", "loss_dtype"]
 
 
 @dataclass
@@ -56,37 +57,24 @@ def check_views(z: torch.Tensor, name: str = "z", *, min_views: int = 1, check_f
         raise ValueError(f"{name} has {z.shape[0]} view slots (shape {tuple(z.shape)}); need at least {min_views}")
 
 
-def per_view_sigreg(
-    z: torch.Tensor,
-    directions: torch.Tensor | None,
-    *,
-    num_directions: int,
-    num_nodes: int,
-    t_max: float,
-    generator: torch.Generator | None,
-    impl: Impl,
-    check_finite: bool | None,
-) -> torch.Tensor:
-    """SIGReg of each view slot of ``z`` ``[V, B, K]`` (mean over directions): ``[V]``."""
-    per_direction = sigreg(
-        z,
-        directions,
-        num_directions=num_directions,
-        num_nodes=num_nodes,
-        t_max=t_max,
-        generator=generator,
-        reduction="none",
-        impl=impl,
-        check_finite=check_finite,
-    )
-    return per_direction.mean(-1)
-
-
-def _sigreg_terms(per_view: torch.Tensor) -> dict[str, torch.Tensor]:
+def _predict_and_regularize(
+    z: torch.Tensor, pred_name: str, pred_weight: float, lam: float, num_global_views: int, **sigreg_args: Any
+) -> ObjectiveOutput:
+    """``pred_weight · mean (μ − z)² + λ · SIGReg`` with ``μ`` the mean of ``z[:num_global_views]`` (both losses of
+    the module doc; ``sigreg_args`` go to :func:`levjepa.objective.sigreg.sigreg`), its prediction term logged
+    as ``pred_name``."""
+    check_views(z, check_finite=sigreg_args["check_finite"])
+    if not 1 <= num_global_views <= z.shape[0]:
+        raise ValueError(
+            f"num_global_views={num_global_views} but z has {z.shape[0]} view slots (shape {tuple(z.shape)})"
+        )
+    zf = loss_dtype(z)
+    pred = (zf[:num_global_views].mean(0, keepdim=True) - zf).square().mean()
+    per_view = sigreg(zf, reduction="none", **sigreg_args).mean(-1)  # [V]: each slot's mean over directions
     detached = per_view.detach()
-    terms = {"sigreg": detached.mean()}
+    terms = {pred_name: pred.detach(), "sigreg": detached.mean()}
     terms.update({f"sigreg/view{v}": detached[v] for v in range(detached.shape[0])})
-    return terms
+    return ObjectiveOutput(loss=pred_weight * pred + lam * per_view.mean(), terms=terms)
 
 
 def levjepa_loss(
@@ -102,12 +90,13 @@ def levjepa_loss(
     check_finite: bool | None = None,
 ) -> ObjectiveOutput:
     """LeVJEPA: ``L_inv + λ·SIGReg`` on ``z`` ``[V+1, B, K]`` (``z[0]`` the global view); module doc."""
-    check_views(z, check_finite=check_finite)
-    zf = loss_dtype(z)
-    invariance = (zf[:1] - zf).square().mean()
-    per_view = per_view_sigreg(
-        zf,
-        directions,
+    return _predict_and_regularize(
+        z,
+        "invariance",
+        1.0,
+        lam,
+        1,
+        directions=directions,
         num_directions=num_directions,
         num_nodes=num_nodes,
         t_max=t_max,
@@ -115,9 +104,6 @@ def levjepa_loss(
         impl=impl,
         check_finite=check_finite,
     )
-    reg = per_view.mean()
-    loss = invariance + lam * reg
-    return ObjectiveOutput(loss=loss, terms={"invariance": invariance.detach(), **_sigreg_terms(per_view)})
 
 
 def lejepa_loss(
@@ -134,17 +120,13 @@ def lejepa_loss(
     check_finite: bool | None = None,
 ) -> ObjectiveOutput:
     """LeJEPA: ``(1−λ)·L_pred + λ·SIGReg`` on ``z`` ``[V, B, K]``, ``z[:num_global_views]`` global."""
-    check_views(z, check_finite=check_finite)
-    if not 1 <= num_global_views <= z.shape[0]:
-        raise ValueError(
-            f"num_global_views={num_global_views} but z has {z.shape[0]} view slots (shape {tuple(z.shape)})"
-        )
-    zf = loss_dtype(z)
-    mu = zf[:num_global_views].mean(0, keepdim=True)
-    pred = (mu - zf).square().mean()
-    per_view = per_view_sigreg(
-        zf,
-        directions,
+    return _predict_and_regularize(
+        z,
+        "pred",
+        1.0 - lam,
+        lam,
+        num_global_views,
+        directions=directions,
         num_directions=num_directions,
         num_nodes=num_nodes,
         t_max=t_max,
@@ -152,6 +134,3 @@ def lejepa_loss(
         impl=impl,
         check_finite=check_finite,
     )
-    reg = per_view.mean()
-    loss = (1.0 - lam) * pred + lam * reg
-    return ObjectiveOutput(loss=loss, terms={"pred": pred.detach(), **_sigreg_terms(per_view)})

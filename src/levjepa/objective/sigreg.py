@@ -30,14 +30,14 @@ Implementations of the statistics (``impl``), all returning the same values and 
 
 * ``"reference"``: the straightforward autograd version; keeps three ``N × M × J`` tensors for backward.
   The test oracle.
-* ``"chunked"``: :mod:`levjepa.objective._chunked`, a custom autograd Function with an analytic backward,
+* ``"chunked"``: :mod:`levjepa.objective._chunked`, a forward and an analytic backward of
   ``e^{i t_j u} = (e^{iΔu})^j`` recurrences in chunks of samples; memory O(N·M). Any device.
 * ``"triton"``: :mod:`levjepa.objective.triton_sigreg`, fused GPU kernels (float32).
 * ``"auto"``: triton for float32 CUDA tensors when triton imports, chunked otherwise.
 
 ``chunked`` and ``triton`` run as one registered operator, ``levjepa::ecf_stats`` (forward) and
-``levjepa::ecf_stats_backward``: opaque to ``torch.compile``, so a compiled loss keeps SIGReg inside its one
-graph (and, on CUDA with ``mode="reduce-overhead"``, inside one CUDA graph: one launch forward, one backward,
+``levjepa::ecf_stats_backward`` (its autograd): opaque to ``torch.compile``, so a compiled loss keeps SIGReg inside
+its one graph (and, on CUDA with ``mode="reduce-overhead"``, inside one CUDA graph: one launch forward, one backward,
 ``levjepa.train.step``). ``tests/test_sigreg_impl.py`` checks the registration (``torch.library.opcheck``).
 
 Numerics: the projection and the statistics run in float32 (float64 if the input is float64) with autocast
@@ -149,10 +149,6 @@ def draw_directions(
 
 
 # ------------------------------------------------------------------------------------------------ checks
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _want_value_check(t: torch.Tensor, check_finite: bool | None) -> bool:
     return t.device.type == "cpu" if check_finite is None else bool(check_finite)
 
@@ -334,7 +330,7 @@ def sigreg(
     if num_nodes < 2 or not (t_max > 0 and math.isfinite(t_max)):
         raise ValueError(f"need num_nodes >= 2 and a finite t_max > 0, got num_nodes={num_nodes}, t_max={t_max}")
     k = z.shape[-1]
-    cdtype = _compute_dtype(z.dtype)
+    cdtype = torch.float64 if z.dtype == torch.float64 else torch.float32  # the statistics' dtype (module doc)
     if directions is None:
         if num_directions < 1:
             raise ValueError(f"num_directions must be >= 1, got {num_directions}")

@@ -29,7 +29,6 @@ handled here (float64 inputs take the chunked path on every device).
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import torch
 
@@ -40,7 +39,7 @@ except ImportError:  # pragma: no cover - exercised on machines without triton
     triton = None
     tl = None
 
-__all__ = ["AVAILABLE", "INTERPRET", "backward_grad", "check_input", "ecf_stats", "forward_stats", "row_groups"]
+__all__ = ["AVAILABLE", "INTERPRET", "backward_grad", "check_input", "forward_stats", "row_groups"]
 
 AVAILABLE = triton is not None
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -185,21 +184,6 @@ def backward_grad(u: torch.Tensor, grad: torch.Tensor, step: float, num_nodes: i
     return out
 
 
-class _TritonECF(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, u: torch.Tensor, step: float, num_nodes: int) -> torch.Tensor:
-        ctx.save_for_backward(u)
-        ctx.step, ctx.num_nodes = step, num_nodes
-        return forward_stats(u, step, num_nodes)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
-        (u,) = ctx.saved_tensors
-        if not ctx.needs_input_grad[0]:
-            return None, None, None
-        return backward_grad(u, grad, ctx.step, ctx.num_nodes), None, None
-
-
 def check_input(u: torch.Tensor) -> None:
     """Refuse, in one line, what the kernels cannot take: a CPU tensor (outside the interpreter), not float32,
     or no triton package."""
@@ -209,9 +193,3 @@ def check_input(u: torch.Tensor) -> None:
         raise ValueError(f"impl='triton' takes float32 input (float64 uses impl='chunked'), got {u.dtype}")
     if not AVAILABLE:
         raise RuntimeError("impl='triton' needs the triton package (pip install triton)")
-
-
-def ecf_stats(u: torch.Tensor, step: float, num_nodes: int) -> torch.Tensor:
-    """Local ``[V, 2, J, M]`` cos/sin means of float32 ``u`` (``[V, N, M]``) with the fused kernels."""
-    check_input(u)
-    return _TritonECF.apply(u.contiguous(), float(step), int(num_nodes))
