@@ -7,7 +7,7 @@ V-JEPA's protocol) or the linear probe (a linear map of the standardised mean-po
 A probe kept by ``levjepa probe`` is the row of its grid that validation chose, so the classifier computes
 what the probe computed when it was scored.
 
-**Views of a file** (the evaluation protocol, ``levjepa.data.eval_clip.load_eval_views``): ``segments`` clips
+**Views of a file** (the evaluation protocol, ``levjepa.data.eval_clip.ViewSpec.load``): ``segments`` clips
 spread over the video × ``crops`` spatial crops, segment-major. As in the frozen evaluation
 (``levjepa.eval.source.StoreSource``), a (file, crop) sample reads its segments together — the attentive head
 the concatenation of their tokens ``[segments · (1+L), D]``, the linear head their features averaged — and
