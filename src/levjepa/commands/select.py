@@ -13,8 +13,7 @@ import json
 from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
 from levjepa.commands._numbers import whole
-from levjepa.commands._outputs import claim_file, is_json_with
-from levjepa.config import ConfigError
+from levjepa.commands._outputs import claim_optional_file, is_json_with
 from levjepa.eval.config import probe_names
 from levjepa.eval.protocols import PROTOCOLS
 from levjepa.eval.select import select
@@ -64,11 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.out:
-        what = "a selection result (JSON)"
-        claim_file(args.out, "--out", what, is_own=is_json_with("rows"), overwrite=args.overwrite)
-    elif args.overwrite:
-        raise ConfigError("--overwrite: with --out only (it replaces the file --out names)")
+    claim_optional_file(
+        args.out, "--out", "a selection result (JSON)", is_own=is_json_with("rows"), overwrite=args.overwrite
+    )
     info, device = setup_device(args.device)
     try:
         result = select(
