@@ -18,7 +18,7 @@ from levjepa.config import ConfigError
 from levjepa.formats.reading.load import load_encoder
 from levjepa.formats.reading.views import model_views
 from levjepa.tools.visualize import MAPS, SUMMARY, load_clip, visualize
-from levjepa.weights import atomic_write_text
+from levjepa.weights import write_json
 
 __all__ = ["add_arguments", "main"]
 
@@ -98,7 +98,7 @@ def main(args: argparse.Namespace) -> int:
             source=f"{args.source} ({loaded.describe()})",
         )
         summary["files"] = {k: str(Path(args.out) / Path(v).name) for k, v in summary["files"].items()}
-        atomic_write_text(stage / SUMMARY, json.dumps(summary, indent=2) + "\n")  # where they will be
+        write_json(stage / SUMMARY, summary)  # where they will be
     print(said, file=sys.stderr)  # once the maps are drawn: a mistake before stays one line
     print(json.dumps(summary, indent=2))
     return 0
