@@ -76,6 +76,7 @@ __all__ = [
     "atomic_write_text",
     "checkpoint_name",
     "current_umask",
+    "is_pickle",
     "checkpoint_step",
     "latest_checkpoint",
     "list_checkpoints",
@@ -200,15 +201,17 @@ def safetensors_bytes(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str
 _PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
 
 
-def refuse_pickle(path: str | os.PathLike) -> None:
-    """Raise :class:`WeightsError` if ``path`` is a pickle or a torch zip archive (which holds a pickle).
-
-    Only the first bytes are read; nothing in the file is executed.
-    """
-    path = Path(path)
+def is_pickle(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a pickle or a torch zip archive (which holds a pickle), from its first bytes only:
+    nothing in the file is executed."""
     with open(path, "rb") as f:
-        head = f.read(8)
-    if head[:2] in _PICKLE_MAGIC or zipfile.is_zipfile(path):
+        head = f.read(2)
+    return head in _PICKLE_MAGIC or zipfile.is_zipfile(path)
+
+
+def refuse_pickle(path: str | os.PathLike) -> None:
+    """Raise :class:`WeightsError` if ``path`` is a pickle or a torch zip archive (:func:`is_pickle`)."""
+    if is_pickle(path):
         raise WeightsError(
             f"{path}: this file carries a pickle payload (a torch.save / .pt / .pth file); levjepa never "
             "unpickles weights because unpickling can run arbitrary code. Convert trusted weights to "

@@ -109,7 +109,6 @@ __all__ = [
     "README",
     "Preprocessing",
     "export_encoder",
-    "export_license",
     "is_export_record",
     "preprocessor_config",
     "preprocessing_of",
@@ -414,11 +413,6 @@ def weights_lineage(source: str | Path, loaded: LoadedEncoder) -> tuple[str, dic
         return UNKNOWN_LICENSE, {"init_from": str(init), "imported_from": None, "found": False}
     license, official = found
     return license, {"init_from": str(init), "imported_from": official, "found": True}
-
-
-def export_license(source: str | Path, loaded: LoadedEncoder) -> str:
-    """The licence an export inherits (:func:`weights_lineage`)."""
-    return weights_lineage(source, loaded)[0]
 
 
 def _kept_probe(source: str | Path, device: str) -> LoadedClassifier | None:
