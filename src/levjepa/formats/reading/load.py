@@ -306,11 +306,8 @@ def _legacy_norm_bias(cfg: EncoderConfig, state: dict[str, torch.Tensor]) -> Enc
     Their configs predate ``final_norm_bias`` (it defaults to ``False``), so the weights decide: such an
     encoder loads exactly as it was trained and evaluated (its bias was stepped on rounding noise only).
     """
-    if cfg.final_norm and not cfg.final_norm_bias and "norm.bias" in state:
-        return dataclasses.replace(cfg, final_norm_bias=True)
-    if not cfg.final_norm and not cfg.final_norm_bias and f"blocks.{cfg.depth - 1}.mlp.fc2.bias" in state:
-        return dataclasses.replace(cfg, final_norm_bias=True)  # without a final norm: the last block's bias
-    return cfg
+    bias = "norm.bias" if cfg.final_norm else f"blocks.{cfg.depth - 1}.mlp.fc2.bias"  # no final norm: the last block's
+    return dataclasses.replace(cfg, final_norm_bias=True) if not cfg.final_norm_bias and bias in state else cfg
 
 
 def _build(
