@@ -15,7 +15,7 @@ import typing
 import pytest
 
 from levjepa.commands import main as cli_main
-from levjepa.config import ConfigError, _hints, _is_optional, apply_overrides
+from levjepa.config import ConfigError, _is_optional, apply_overrides
 from levjepa.eval.probes import ProbeConfig
 from levjepa.finetune.config import FinetuneConfig
 from levjepa.presets import preset
@@ -194,7 +194,7 @@ def _leaves(cfg, prefix=""):
         if dataclasses.is_dataclass(value):
             yield from _leaves(value, f"{prefix}{f.name}.")
         else:
-            yield prefix + f.name, _hints(type(cfg))[f.name]
+            yield prefix + f.name, typing.get_type_hints(type(cfg))[f.name]
 
 
 def _choice_keys(cfg):

@@ -122,7 +122,7 @@ def test_a_resume_shorter_than_its_run_is_refused_and_rewrites_nothing(run_at_st
 def test_loader_workers_are_capped_at_the_cores_this_process_may_use(monkeypatch, capsys):
     data = apply_overrides(PretrainConfig(), ["data.num_workers=8"]).data
     info = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
-    monkeypatch.setattr(loop, "available_cores", lambda: 3)
+    monkeypatch.setattr(loop, "allowed_cpus", lambda: [0, 1, 2])
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     monkeypatch.delenv("SLURM_NTASKS_PER_NODE", raising=False)
     assert loop._capped_workers(data, info).num_workers == 3

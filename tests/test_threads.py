@@ -118,7 +118,7 @@ def test_a_given_count_then_omp_num_threads_then_the_rule_each_said_in_one_line(
     assert threads.choose_threads(2).threads == 2 and "as given: --threads 2" in threads.choose_threads(2).line
     assert threads.choose_threads(None).threads == 3 and "OMP_NUM_THREADS" in threads.choose_threads(None).line
     monkeypatch.delenv("OMP_NUM_THREADS")
-    monkeypatch.setattr(threads, "_affinity", lambda: [0, 1])
+    monkeypatch.setattr(threads, "allowed_cpus", lambda: [0, 1])
     monkeypatch.setattr(threads, "_quota", lambda: None)
     monkeypatch.setattr(threads, "busy_cpus", lambda cpus: 1.7)
     choice = threads.choose_threads(None, setting="train.threads=N")

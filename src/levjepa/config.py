@@ -76,10 +76,6 @@ def field_names(cfg_or_cls: Any) -> list[str]:
     return [f.name for f in dataclasses.fields(cfg_or_cls)]
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
 def _is_optional(tp: Any) -> tuple[bool, Any]:
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
@@ -140,7 +136,7 @@ def _parse_path(cfg: Any, path: list[str], text: str, full_key: str) -> tuple[li
             if dataclasses.is_dataclass(current):
                 subkeys = ", ".join(f"{full_key}.{n}" for n in field_names(current))
                 raise ConfigError(f"{full_key} is a section; set one of its keys: {subkeys}")
-            return path, _parse_scalar(text, _hints(type(node))[name], full_key)
+            return path, _parse_scalar(text, typing.get_type_hints(type(node))[name], full_key)
         node = getattr(node, name)
     raise ConfigError(f"empty config key in {full_key!r}")
 
@@ -257,7 +253,7 @@ def from_dict(cls: type[T], data: dict[str, Any], *, prefix: str = "") -> T:
             f"unknown config key(s) {', '.join(prefix + u for u in unknown)}: "
             f"valid keys are {', '.join(prefix + n for n in names)}"
         )
-    hints = _hints(cls)
+    hints = typing.get_type_hints(cls)
     kwargs = {k: _coerce(v, hints[k], prefix + k) for k, v in data.items()}
     return cls(**kwargs)
 
@@ -346,7 +342,7 @@ def config_reference(cls: type, prefix: str = "") -> str:
     """Every key of config class ``cls`` (sections recursively), one per line: ``section.key  type  default
     — comment``, the comment taken from the field's source. Generated, so it cannot fall behind the code."""
     rows: list[str] = []
-    hints = _hints(cls)
+    hints = typing.get_type_hints(cls)
     comments = _field_comments(cls)
     instance = cls()
     for f in dataclasses.fields(cls):

@@ -37,7 +37,15 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["FREE_FRACTION", "SAMPLE_SECONDS", "ThreadChoice", "choose_threads", "threads_for", "torch_threads"]
+__all__ = [
+    "FREE_FRACTION",
+    "SAMPLE_SECONDS",
+    "ThreadChoice",
+    "allowed_cpus",
+    "choose_threads",
+    "threads_for",
+    "torch_threads",
+]
 
 SAMPLE_SECONDS = 0.25  # how long the CPUs' use is watched before a count is chosen
 FREE_FRACTION = 0.5  # a CPU counts as free when at least half of it is idle (background noise is not a job)
@@ -67,8 +75,8 @@ class ThreadChoice:
     line: str
 
 
-def _affinity() -> list[int]:
-    """The CPUs this process may run on."""
+def allowed_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity: what a SLURM or container limit leaves it)."""
     try:
         return sorted(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
@@ -161,7 +169,7 @@ def choose_threads(requested: int | None = None, *, setting: str = "--threads N"
     env = _env_threads()
     if env is not None:
         return ThreadChoice(env, f"threads: {env} (OMP_NUM_THREADS; {setting} sets it)")
-    cpus = _affinity()
+    cpus = allowed_cpus()
     quota = _quota()
     busy = busy_cpus(cpus)
     n = threads_for(len(cpus), quota, busy, _TORCH_DEFAULT)

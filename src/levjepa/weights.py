@@ -45,7 +45,7 @@ import os
 import re
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,7 @@ __all__ = [
     "atomic_write_text",
     "checkpoint_name",
     "current_umask",
+    "is_pickle",
     "checkpoint_step",
     "latest_checkpoint",
     "list_checkpoints",
@@ -200,15 +201,17 @@ def safetensors_bytes(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str
 _PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
 
 
-def refuse_pickle(path: str | os.PathLike) -> None:
-    """Raise :class:`WeightsError` if ``path`` is a pickle or a torch zip archive (which holds a pickle).
-
-    Only the first bytes are read; nothing in the file is executed.
-    """
-    path = Path(path)
+def is_pickle(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a pickle or a torch zip archive (which holds a pickle), from its first bytes only:
+    nothing in the file is executed."""
     with open(path, "rb") as f:
-        head = f.read(8)
-    if head[:2] in _PICKLE_MAGIC or zipfile.is_zipfile(path):
+        head = f.read(2)
+    return head in _PICKLE_MAGIC or zipfile.is_zipfile(path)
+
+
+def refuse_pickle(path: str | os.PathLike) -> None:
+    """Raise :class:`WeightsError` if ``path`` is a pickle or a torch zip archive (:func:`is_pickle`)."""
+    if is_pickle(path):
         raise WeightsError(
             f"{path}: this file carries a pickle payload (a torch.save / .pt / .pth file); levjepa never "
             "unpickles weights because unpickling can run arbitrary code. Convert trusted weights to "
@@ -307,36 +310,29 @@ def write_json(path: str | os.PathLike, data: Mapping[str, Any], indent: int | N
     atomic_write_text(path, json.dumps(data, indent=indent) + "\n")
 
 
-def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """The JSON objects of ``metrics.jsonl`` that carry a numeric ``step`` (malformed lines are skipped)."""
+def _metric_rows(run_dir: str | os.PathLike) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each line of ``metrics.jsonl`` that is a JSON object with a numeric ``step``, with that object."""
     path = Path(run_dir) / METRICS
-    rows: list[dict[str, Any]] = []
-    if not path.is_file():
-        return rows
-    for line in path.read_text().splitlines():
+    for line in path.read_text().splitlines() if path.is_file() else ():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue
         if isinstance(row, dict) and isinstance(row.get("step"), int | float):
-            rows.append(row)
-    return rows
+            yield line, row
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The JSON objects of ``metrics.jsonl`` that carry a numeric ``step`` (malformed lines are skipped)."""
+    return [row for _, row in _metric_rows(run_dir)]
 
 
 def truncate_metrics(run_dir: str | os.PathLike, step: int) -> None:
     """Drop the ``metrics.jsonl`` lines logged after ``step`` (a resumed run logs them again), and any line a
     kill cut in half; the file is replaced atomically, so a crash here loses nothing."""
-    path = Path(run_dir) / METRICS
-    if path.is_file():
-        keep = []
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict) and isinstance(row.get("step"), int | float) and row["step"] <= step:
-                keep.append(line)
-        atomic_write_text(path, "".join(line + "\n" for line in keep))
+    if (Path(run_dir) / METRICS).is_file():
+        keep = "".join(line + "\n" for line, row in _metric_rows(run_dir) if row["step"] <= step)
+        atomic_write_text(Path(run_dir) / METRICS, keep)
 
 
 # ------------------------------------------------------------------------------------------ checkpoints

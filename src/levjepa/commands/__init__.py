@@ -322,19 +322,15 @@ def _run(command: str, argv: list[str], debug: bool) -> int:
     from levjepa.train.preemption import REQUEUE_EXIT, JobStopped
 
     errors = _user_errors()
+    caught: tuple[type[BaseException], ...] = (*errors, OSError)  # an OSError only when the user can fix it
     name = command
     try:
         args = _parse(parser, argv)
         name = " ".join([command, *_sub_commands(parser, args)])
         with notes_before_output(), _threads(command, args), _stop_signals(command):
             return int(module.main(args) or 0)
-    except errors as err:
-        if debug:
-            raise
-        print(f"levjepa {name}: {_message(err)}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        if debug or not _system_error(err):
+    except caught as err:
+        if debug or not (isinstance(err, errors) or _system_error(err)):
             raise
         print(f"levjepa {name}: {_message(err)}", file=sys.stderr)
         return 2

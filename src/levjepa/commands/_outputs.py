@@ -51,6 +51,7 @@ __all__ = [
     "OutputError",
     "claim_file",
     "claim_folder",
+    "claim_optional_file",
     "claim_outside_owned",
     "folder_kind",
     "is_json_with",
@@ -204,19 +205,29 @@ def claim_folder(
 
 
 @contextlib.contextmanager
-def staged_folder(path: str | os.PathLike[str], *, replaces: Iterable[str] = ()) -> Iterator[Path]:
+def staged_folder(
+    path: str | os.PathLike[str],
+    *,
+    replaces: Iterable[str] = (),
+    what: str = "the output",
+    again: str = "runs it again",
+) -> Iterator[Path]:
     """A folder output written whole or not at all: the block writes into a hidden folder beside ``path``
     (``.NAME.levjepa-partial-*``), which is put in place only when the block ends without an error — one rename
     where ``path`` is new or empty, else each file moved in after the files of ``replaces`` (the command's own
-    names) the new output does not hold are removed — with SIGTERM / SIGUSR1 held off while it moves. A command
-    stopped or failed before leaves nothing at ``path`` that looks complete; the hidden folder is removed."""
-    from levjepa.train.preemption import StopSignals
+    names) the new output does not hold are removed — with SIGTERM / SIGUSR1 held off while it moves. Before
+    that, a SIGTERM / SIGUSR1 stops the command at once (exit 75) with one line: nothing was written to ``path``
+    before ``what`` was complete, and the same command ``again``. A command stopped or failed before leaves
+    nothing at ``path`` that looks complete; the hidden folder is removed."""
+    from levjepa.train.preemption import StopSignals, stop_now_on_signals
 
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
+    said = f"stopped before {what} was complete; nothing was written to {p}; the same command {again}"
     stage = make_temp_dir(p.parent, f".{p.name}.levjepa-partial-")
     try:
-        yield stage
+        with stop_now_on_signals(lambda signal_name: f"{signal_name} received: {said}"):
+            yield stage
         with StopSignals():  # the move is quick: a signal now waits for the output to be whole
             if p.is_dir() and not any(p.iterdir()):
                 p.rmdir()
@@ -284,3 +295,14 @@ def claim_file(
             )
     _check_writable(p, flag, is_file=True)
     return p
+
+
+def claim_optional_file(
+    path: str | os.PathLike[str] | None, flag: str, what: str, *, is_own: Callable[[Path], bool], overwrite: bool
+) -> None:
+    """A command's optional output file (``--out FILE``, ``--json FILE``): claimed (:func:`claim_file`) when
+    given; ``--overwrite`` without it is refused (it has nothing to replace)."""
+    if path:
+        claim_file(path, flag, what, is_own=is_own, overwrite=overwrite)
+    elif overwrite:
+        raise OutputError(f"--overwrite: with {flag} only (it replaces the file {flag} names)")

@@ -32,7 +32,7 @@ from levjepa.commands._extras import require_extra
 from levjepa.commands._images import add_image_frames_argument, image_frames
 from levjepa.commands._layers import add_layers_argument, requested_layers
 from levjepa.commands._numbers import positive, whole
-from levjepa.commands._outputs import claim_file
+from levjepa.commands._outputs import claim_optional_file
 from levjepa.config import ConfigError
 from levjepa.data import BadFileReport, DataError
 from levjepa.data.badfiles import bad_file_line
@@ -124,12 +124,7 @@ def _check_layers(text: str | None, config: EncoderConfig, model: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.top_k < 1:
-        raise ConfigError(f"--top-k {args.top_k}: must be >= 1")
-    if args.out:
-        claim_file(args.out, "--out", "classify's predictions", is_own=_is_predictions, overwrite=args.overwrite)
-    elif args.overwrite:
-        raise ConfigError("--overwrite: with --out only (it replaces the file --out names)")
+    claim_optional_file(args.out, "--out", "classify's predictions", is_own=_is_predictions, overwrite=args.overwrite)
     if args.backend == "onnx":
         require_extra("deploy", "--backend onnx", ("onnxruntime",))
     device = local_device(args.device)

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from levjepa.commands import sentence
-from levjepa.commands._outputs import claim_file, claim_folder, is_json_with
+from levjepa.commands._numbers import whole
+from levjepa.commands._outputs import claim_folder, claim_optional_file, is_json_with
 from levjepa.config import ConfigError
 from levjepa.data.badfiles import bad_file_text
 from levjepa.data.check import check_source, format_report
@@ -35,8 +36,9 @@ from levjepa.weights import atomic_write_text
 __all__ = ["add_arguments", "main"]
 
 
-def _default_workers() -> int:
-    return max(1, min(8, os.cpu_count() or 1))
+def _add_workers(parser: argparse.ArgumentParser) -> None:
+    default = max(1, min(8, os.cpu_count() or 1))
+    parser.add_argument("--workers", type=int, default=default, help="parallel processes (default: %(default)s)")
 
 
 def _sub(sub: Any, name: str, helptext: str) -> argparse.ArgumentParser:
@@ -49,9 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="data_command", required=True, metavar="{check,prepare,pack}")
     check = _sub(sub, "check", "scan a source: counts, durations, resolutions, fps, unreadable files")
     check.add_argument("source", help="a folder, a V-JEPA index file (`path label` rows), a file, or 'synthetic'")
-    check.add_argument(
-        "--workers", type=int, default=_default_workers(), help="parallel processes (default: %(default)s)"
-    )
+    _add_workers(check)
     check.add_argument("--deep", action="store_true", help="decode every frame (slow; true frame counts)")
     check.add_argument("--json", type=Path, default=None, help="also write the full report (one row per file) here")
     check.add_argument("--overwrite", action="store_true", help="replace the report of an earlier check at --json")
@@ -65,9 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prep.add_argument("dst", type=Path, help="output folder (same relative paths, .mp4)")
     prep.add_argument("--short-side", type=int, default=256, help="scale down so the short side is this (default: 256)")
     prep.add_argument("--keyint", type=int, default=16, help="maximum frames between key frames (default: 16)")
-    prep.add_argument(
-        "--workers", type=int, default=_default_workers(), help="parallel processes (default: %(default)s)"
-    )
+    _add_workers(prep)
     prep.add_argument(
         "--fps", type=float, default=None, help="resample to this frame rate (default: keep the source's)"
     )
@@ -76,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prep.add_argument("--no-fastdecode", action="store_true", help="do not use x264's fastdecode tuning")
     prep.add_argument(
         "--shards",
-        type=int,
+        type=whole(0),
         default=0,
         help="also pack the prepared files into this many tar shards in DST (see `data pack`; default: no shards)",
     )
@@ -93,9 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pack.add_argument("--shards", type=int, required=True, help="number of shards (>= the number of training ranks)")
     pack.add_argument("--seed", type=int, default=None, help="seed of the shuffle across shards (default: 0)")
     pack.add_argument("--no-shuffle", action="store_true", help="keep the source's order instead of shuffling")
-    pack.add_argument(
-        "--workers", type=int, default=_default_workers(), help="parallel processes (default: %(default)s)"
-    )
+    _add_workers(pack)
 
 
 def _pack(source: str, dst: Path, args: argparse.Namespace, source_root: str | None) -> int:
@@ -127,11 +123,8 @@ def _pack_command(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    if args.json is not None:
-        what = "a data check report (JSON)"
-        claim_file(args.json, "--json", what, is_own=is_json_with("summary", "files"), overwrite=args.overwrite)
-    elif args.overwrite:
-        raise ConfigError("--overwrite: with --json only (it replaces the file --json names)")
+    report_json = is_json_with("summary", "files")
+    claim_optional_file(args.json, "--json", "a data check report (JSON)", is_own=report_json, overwrite=args.overwrite)
     report = check_source(
         args.source, workers=args.workers, deep=args.deep, min_side=args.min_side, max_side=args.max_side
     )
@@ -155,8 +148,6 @@ def _prepare(args: argparse.Namespace) -> int:
         fastdecode=not args.no_fastdecode,
         fixed_gop=not args.no_fixed_gop,
     )
-    if args.shards < 0:
-        raise ConfigError(f"--shards {args.shards}: expected >= 0 (0: no shards)")
     if args.keep_files and not args.shards:
         raise ConfigError("--keep-files keeps the prepared files that --shards N packs; without --shards they are kept")
     if args.dst.resolve() == args.src.resolve():

@@ -18,7 +18,6 @@ export; ``--overwrite`` replaces the files of an earlier export, its graphs the 
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 from pathlib import Path
 from typing import Literal
@@ -32,7 +31,6 @@ from levjepa.formats.deployment.quantize import KEEP_FLOAT_PARTS, Int8Config
 from levjepa.formats.transformers.hub import push_to_hub
 from levjepa.formats.writing.card import AUTO_HINT
 from levjepa.formats.writing.export import EXPORT_FILES, export_encoder
-from levjepa.train.preemption import stop_now_on_signals
 
 __all__ = ["add_arguments", "main"]
 
@@ -119,8 +117,7 @@ def main(args: argparse.Namespace) -> int:
     claim_folder(args.out, "--out", "export", writes=EXPORT_FILES, overwrite=args.overwrite)
     if Path(args.out).resolve() == Path(args.run).resolve():
         raise ConfigError(f"--out {args.out}: is the source itself; choose another --out folder")
-    stopped = functools.partial(_stopped, args.out)
-    with stop_now_on_signals(stopped), staged_folder(args.out, replaces=EXPORT_FILES) as stage:  # whole or none
+    with staged_folder(args.out, replaces=EXPORT_FILES, what="the export", again="exports it again") as stage:
         loaded = export_encoder(
             args.run,
             stage,
@@ -146,14 +143,6 @@ def main(args: argparse.Namespace) -> int:
         url = push_to_hub(args.out, args.push_to_hub, private=args.private)
         print(f"pushed {args.out} -> {args.push_to_hub} ({url})")
     return 0
-
-
-def _stopped(out: str, signal_name: str) -> str:
-    """What ``export`` says when a signal stops it before the export is whole (exit 75)."""
-    return (
-        f"{signal_name} received: stopped before the export was complete; nothing was written to {out} (an export "
-        "is put in place whole); the same command exports it again"
-    )
 
 
 def _parts(text: str) -> tuple[str, ...]:

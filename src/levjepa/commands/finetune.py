@@ -64,11 +64,9 @@ def _given(args: argparse.Namespace, source: str | None) -> dict[str, Any]:
         if not args.task.startswith("index:"):
             raise ConfigError(f"--task {args.task!r}: fine-tuning needs index:TRAIN,VAL[,TEST]")
         given["task"] = tuple(args.task[len("index:") :].split(","))
-    for name in ("head", "protocol", "weights", "device"):
-        if getattr(args, name) is not None:
+    for name in ("head", "protocol", "weights", "device", "random_init"):  # --random-init: False when left out
+        if getattr(args, name) not in (None, False):
             given[name] = getattr(args, name)
-    if args.random_init:
-        given["random_init"] = True
     return given
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from levjepa.config import ConfigError, apply_overrides, check_range
+from levjepa.commands._numbers import whole
+from levjepa.config import ConfigError, apply_overrides
 from levjepa.model import EncoderConfig
 from levjepa.model.config import ENCODER_PRESETS, encoder_config
 from levjepa.tools.flops import K710_20PCT_CLIPS, rho_sweep, training_flops_per_clip
@@ -26,13 +27,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frames", type=int, default=16, help="frames per clip (16)")
     parser.add_argument("--global-size", type=int, default=224, help="global view side in pixels (224)")
     parser.add_argument("--local-size", type=int, default=96, help="local view side in pixels (96)")
-    parser.add_argument("--num-global", type=int, default=1, help="global views per clip (1)")
-    parser.add_argument("--num-local", type=int, default=4, help="local views per clip V (4)")
+    parser.add_argument("--num-global", type=whole(1, 64), default=1, help="global views per clip (1)")
+    parser.add_argument("--num-local", type=whole(0, 256), default=4, help="local views per clip V (4)")
     parser.add_argument("--drop-ratio", type=float, default=None, help="token drop ratio (default: the config's)")
     parser.add_argument("--embed-all", action="store_true", help="embed every patch before dropping (paper order)")
-    parser.add_argument("--clips", type=int, default=K710_20PCT_CLIPS, help="clips per epoch (K710 20%%: 131600)")
-    parser.add_argument("--epochs", type=int, default=240, help="epochs (240)")
-    parser.add_argument("--sigreg-directions", type=int, default=1024, help="SIGReg directions M (1024)")
+    parser.add_argument(
+        "--clips", type=whole(1, 10**12), default=K710_20PCT_CLIPS, help="clips per epoch (K710 20%%: 131600)"
+    )
+    parser.add_argument("--epochs", type=whole(1, 10**6), default=240, help="epochs (240)")
+    parser.add_argument("--sigreg-directions", type=whole(1, 10**6), default=1024, help="SIGReg directions M (1024)")
     parser.add_argument("--sweep", default="0,0.3,0.6,0.9,0.95", help="comma-separated drop ratios to compare")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
@@ -48,11 +51,6 @@ def _check(args: argparse.Namespace, cfg: EncoderConfig) -> tuple[float, ...]:
     for option, side in (("--global-size", args.global_size), ("--local-size", args.local_size)):
         if side < 1 or side % cfg.patch_size:
             raise ConfigError(f"{option} {side}: expected a positive multiple of the patch size ({cfg.patch_size} px)")
-    check_range("--num-global", args.num_global, 1, 64)
-    check_range("--num-local", args.num_local, 0, 256)
-    check_range("--clips", args.clips, 1, 10**12)
-    check_range("--epochs", args.epochs, 1, 10**6)
-    check_range("--sigreg-directions", args.sigreg_directions, 1, 10**6)
     try:
         rhos = tuple(float(r) for r in args.sweep.split(",") if r.strip())
     except ValueError:

@@ -22,7 +22,6 @@ How the official computation maps onto levjepa's encoder, and what was verified 
 from __future__ import annotations
 
 import argparse
-import functools
 import time
 from pathlib import Path
 
@@ -33,7 +32,6 @@ from levjepa.formats.reading.origin import resolve
 from levjepa.formats.reading.validation import validate
 from levjepa.formats.writing.export import write_export
 from levjepa.model import VideoEncoder
-from levjepa.train.preemption import stop_now_on_signals
 from levjepa.weights import WeightsError
 
 __all__ = ["add_arguments", "main"]
@@ -95,8 +93,7 @@ def main(args: argparse.Namespace) -> int:
         encoder = VideoEncoder(official.config)
         encoder.load_state_dict(official.encoder, strict=True)
         imported["validation"] = validate(encoder, args.reference).record()
-    stopped = functools.partial(_stopped, out)
-    with stop_now_on_signals(stopped), staged_folder(out) as stage:  # whole or not at all
+    with staged_folder(out, what="the import", again="imports it again") as stage:  # whole or not at all
         write_export(
             stage,
             config=official.config,
@@ -124,11 +121,3 @@ def main(args: argparse.Namespace) -> int:
             f"max |diff| {v['max_abs_diff']:.3g}"
         )
     return 0
-
-
-def _stopped(out: Path, signal_name: str) -> str:
-    """What ``import`` says when a signal stops it before the export is whole (exit 75)."""
-    return (
-        f"{signal_name} received: stopped before the import was complete; nothing was written to {out}; the same "
-        "command imports it again"
-    )

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import sys
 from pathlib import Path
 from typing import Literal
@@ -81,7 +80,7 @@ from levjepa.formats.reading.load import LoadedEncoder, load_encoder, random_lik
 from levjepa.formats.reading.views import model_preprocessing, model_views
 from levjepa.model.readout_layers import layers_text
 from levjepa.train.preemption import StopSignals, stop_now_on_signals
-from levjepa.weights import BAD_FILES
+from levjepa.weights import BAD_FILES, write_json
 
 __all__ = ["add_arguments", "main"]
 
@@ -458,8 +457,7 @@ def _video_knn(args: argparse.Namespace, loaded: dict[str, LoadedEncoder]) -> in
     if args.out:  # "accuracy" and "results", as every probe result (--overwrite recognises it as one)
         accuracy = {name: {"knn": r["knn"], "centroid": r["centroid"]} for name, r in out.items()}
         result = {"protocol": "video-knn", "accuracy": accuracy, "results": out}
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.out, result)
         print(f"wrote {args.out}")
     return 0
 
@@ -500,8 +498,7 @@ def _report(
             print(f"kept probe: {d}")
     if args.out:
         out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        write_json(out, result.to_json())
         print(f"wrote {out}")
         if bad is not None:
             bad.write(out.parent / BAD_FILES)

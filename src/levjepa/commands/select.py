@@ -8,17 +8,15 @@ The method and its caveats: :mod:`levjepa.eval.select`.
 from __future__ import annotations
 
 import argparse
-import json
 
 from levjepa import distributed
 from levjepa.commands._device import add_device_argument, setup_device
 from levjepa.commands._numbers import whole
-from levjepa.commands._outputs import claim_file, is_json_with
-from levjepa.config import ConfigError
+from levjepa.commands._outputs import claim_optional_file, is_json_with
 from levjepa.eval.config import probe_names
 from levjepa.eval.protocols import PROTOCOLS
 from levjepa.eval.select import select
-from levjepa.weights import atomic_write_text
+from levjepa.weights import write_json
 
 __all__ = ["add_arguments", "main"]
 
@@ -64,11 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.out:
-        what = "a selection result (JSON)"
-        claim_file(args.out, "--out", what, is_own=is_json_with("rows"), overwrite=args.overwrite)
-    elif args.overwrite:
-        raise ConfigError("--overwrite: with --out only (it replaces the file --out names)")
+    claim_optional_file(
+        args.out, "--out", "a selection result (JSON)", is_own=is_json_with("rows"), overwrite=args.overwrite
+    )
     info, device = setup_device(args.device)
     try:
         result = select(
@@ -100,6 +96,6 @@ def main(args: argparse.Namespace) -> int:
         return 0
     print(result.table())
     if args.out:
-        atomic_write_text(args.out, json.dumps(result.to_json(), indent=2) + "\n")  # whole or not at all
+        write_json(args.out, result.to_json())  # whole or not at all
         print(f"wrote {args.out}")
     return 0

@@ -36,8 +36,9 @@ import torch
 
 from levjepa.commands._device import add_device_argument, local_device
 from levjepa.commands._extras import require_extra
-from levjepa.commands._outputs import claim_file, is_safetensors
-from levjepa.config import ConfigError, check_range
+from levjepa.commands._numbers import whole
+from levjepa.commands._outputs import claim_optional_file, is_safetensors
+from levjepa.config import ConfigError
 from levjepa.data.eval_clip import ViewSpec, load_eval_clip, load_eval_video
 from levjepa.data.sources import media_kind
 from levjepa.data.video import VideoFrames
@@ -55,23 +56,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="run directory, checkpoint directory or export")
     parser.add_argument("video", help="a video file, or an image (streamed as a clip of the repeated frame)")
     parser.add_argument("--weights", choices=("ema", "online"), default="ema")
-    parser.add_argument("--window", type=int, default=None, help="sliding window in frames (default: unbounded)")
-    parser.add_argument("--every", type=int, default=1, help="read out CLS every this many frames")
+    parser.add_argument("--window", type=whole(1), default=None, help="sliding window in frames (default: unbounded)")
+    parser.add_argument("--every", type=whole(1), default=1, help="read out CLS every this many frames")
     parser.add_argument(
         "--size",
-        type=int,
+        type=whole(16, 4096),
         default=None,
         help="short side of the frames fed to the encoder (default: the model's; onnx: the export's)",
     )
     parser.add_argument(
-        "--frame-stride", type=int, default=None, help="keep every n-th decoded frame (default: the model's)"
+        "--frame-stride", type=whole(1, 1000), default=None, help="keep every n-th decoded frame (default: the model's)"
     )
     parser.add_argument(
         "--fps", type=float, default=None, help="frames per second instead of a stride (default: the model's rate)"
     )
     parser.add_argument(
         "--max-frames",
-        type=int,
+        type=whole(1, 10**7),
         default=None,
         help="stream at most this many frames (an image: its frame repeated this many times, default 8 slots)",
     )
@@ -88,18 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     args.device = local_device(args.device)
-    if args.every < 1 or (args.window is not None and args.window < 1):
-        raise ConfigError("--every and --window must be >= 1")
-    if args.size is not None:
-        check_range("--size", args.size, 16, 4096, "pixels")
-    if args.frame_stride is not None:
-        check_range("--frame-stride", args.frame_stride, 1, 1000)
-    if args.max_frames is not None:
-        check_range("--max-frames", args.max_frames, 1, 10**7)
-    if args.out is not None:
-        claim_file(args.out, "--out", "a stream's safetensors", is_own=is_safetensors, overwrite=args.overwrite)
-    elif args.overwrite:
-        raise ConfigError("--overwrite: with --out only (it replaces the file --out names)")
+    claim_optional_file(args.out, "--out", "a stream's safetensors", is_own=is_safetensors, overwrite=args.overwrite)
     if args.backend == "onnx":
         require_extra("deploy", "--backend onnx", ("onnxruntime",))
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)

@@ -7,19 +7,18 @@ drawn: :mod:`levjepa.tools.visualize`. The clip's frames, size and sampling defa
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
 from pathlib import Path
 
 from levjepa.commands._device import add_device_argument, local_device
+from levjepa.commands._numbers import whole
 from levjepa.commands._outputs import claim_folder, staged_folder
-from levjepa.config import ConfigError, check_range
+from levjepa.config import ConfigError
 from levjepa.formats.reading.load import load_encoder
 from levjepa.formats.reading.views import model_views
 from levjepa.tools.visualize import MAPS, SUMMARY, load_clip, visualize
-from levjepa.train.preemption import stop_now_on_signals
-from levjepa.weights import atomic_write_text
+from levjepa.weights import write_json
 
 __all__ = ["add_arguments", "main"]
 
@@ -30,30 +29,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--query", default=None, help="query patch t,y,x in token-grid units (default: centre)")
     parser.add_argument("--weights", choices=("ema", "online"), default="ema")
-    parser.add_argument("--frames", type=int, default=None, help="frames of the clip (default: the model's)")
+    parser.add_argument("--frames", type=whole(1, 256), default=None, help="frames of the clip (default: the model's)")
     parser.add_argument(
-        "--frame-stride", type=int, default=None, help="keep every n-th frame (default: the model's sampling)"
+        "--frame-stride",
+        type=whole(1, 1000),
+        default=None,
+        help="keep every n-th frame (default: the model's sampling)",
     )
     parser.add_argument(
         "--fps", type=float, default=None, help="frames per second instead of a stride (default: the model's rate)"
     )
-    parser.add_argument("--start", type=int, default=0, help="first source frame (default 0)")
-    parser.add_argument("--size", type=int, default=None, help="short side, then centre crop (default: the model's)")
-    parser.add_argument("--scale", type=int, default=0, help="tile enlargement (default: 1, or 2 below 128 px)")
+    parser.add_argument("--start", type=whole(0, 10**7), default=0, help="first source frame (default 0)")
+    parser.add_argument(
+        "--size", type=whole(16, 2048), default=None, help="short side, then centre crop (default: the model's)"
+    )
+    parser.add_argument("--scale", type=whole(0, 8), default=0, help="tile enlargement (default: 1, or 2 below 128 px)")
     parser.add_argument("--no-gif", action="store_true", help="only the PNG")
     parser.add_argument("--overwrite", action="store_true", help="replace the maps of an earlier visualize at --out")
     add_device_argument(parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.frames is not None:  # bounded before anything loads: a clip and its maps in memory
-        check_range("--frames", args.frames, 1, 256)
-    if args.frame_stride is not None:
-        check_range("--frame-stride", args.frame_stride, 1, 1000)
-    check_range("--start", args.start, 0, 10**7)
-    if args.size is not None:
-        check_range("--size", args.size, 16, 2048, "pixels")
-    check_range("--scale", args.scale, 0, 8)
     claim_folder(args.out, "--out", "maps", writes=MAPS, overwrite=args.overwrite)
     args.device = local_device(args.device)
     loaded = load_encoder(args.checkpoint, weights=args.weights, device=args.device)
@@ -90,8 +86,7 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError(f"--query {args.query!r}: expected t,y,x (three integers)")
         query = (parts[0], parts[1], parts[2])
     scale = args.scale or (2 if frames.shape[1] < 128 else 1)
-    stopped = functools.partial(_stopped, args.out)
-    with stop_now_on_signals(stopped), staged_folder(args.out, replaces=MAPS) as stage:  # whole or not at all
+    with staged_folder(args.out, replaces=MAPS, what="the maps", again="draws them again") as stage:
         summary = visualize(
             loaded.encoder,
             frames,
@@ -103,15 +98,7 @@ def main(args: argparse.Namespace) -> int:
             source=f"{args.source} ({loaded.describe()})",
         )
         summary["files"] = {k: str(Path(args.out) / Path(v).name) for k, v in summary["files"].items()}
-        atomic_write_text(stage / SUMMARY, json.dumps(summary, indent=2) + "\n")  # where they will be
+        write_json(stage / SUMMARY, summary)  # where they will be
     print(said, file=sys.stderr)  # once the maps are drawn: a mistake before stays one line
     print(json.dumps(summary, indent=2))
     return 0
-
-
-def _stopped(out: str, signal_name: str) -> str:
-    """What ``visualize`` says when a signal stops it before its maps are whole (exit 75)."""
-    return (
-        f"{signal_name} received: stopped before the maps were complete; nothing was written to {out}; the same "
-        "command draws them again"
-    )

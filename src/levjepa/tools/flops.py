@@ -50,7 +50,6 @@ from levjepa.model.tokens import num_kept
 
 __all__ = [
     "K710_20PCT_CLIPS",
-    "K710_CLIPS",
     "ClipFlops",
     "encoder_flops",
     "rho_sweep",
@@ -59,8 +58,7 @@ __all__ = [
     "view_tokens",
 ]
 
-K710_CLIPS = 658_000  # assumed K710 training-set size (K400/600/700 train, deduplicated against val)
-K710_20PCT_CLIPS = 131_600  # the paper's default 20 % class-balanced subset
+K710_20PCT_CLIPS = 131_600  # the paper's default 20 % class-balanced subset of K710 (~658k clips assumed)
 
 ENCODER_TERMS = ("patch_embed", "qkv", "attention", "attn_proj", "mlp")
 

@@ -26,7 +26,6 @@ built-in benchmark's test split.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from levjepa.data.eval_clip import center_square, load_eval_clip
 from levjepa.data.synthetic import load_split
 from levjepa.infer.encode import encode
 from levjepa.model.vit import VideoEncoder
+from levjepa.weights import write_json
 
 __all__ = [
     "GIF",
@@ -205,7 +205,7 @@ def visualize(
         "similarity_shown_from": lo,
         "files": files,
     }
-    (out_dir / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(out_dir / SUMMARY, summary)
     return summary
 
 

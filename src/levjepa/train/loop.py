@@ -39,7 +39,7 @@ from levjepa.data import BadFileReport, DataConfig, FrameBatch, PretrainLoader, 
 from levjepa.model import Projector, VideoEncoder
 from levjepa.objective import Objective, build_objective, embedding_diagnostics, shift_invariant
 from levjepa.rng import sample_keys, seeded_init
-from levjepa.threads import torch_threads
+from levjepa.threads import allowed_cpus, torch_threads
 from levjepa.train import checkpoint as ckpt
 from levjepa.train.config import PretrainConfig, fit_micro_batch
 from levjepa.train.ema import EMA
@@ -57,7 +57,7 @@ from levjepa.train.start import StartWeights, load_start_weights
 from levjepa.train.step import Pretrainer, StepOutput, compile_step, train_step
 from levjepa.weights import BAD_FILES
 
-__all__ = ["TrainState", "Trainer", "TrainingStopped", "available_cores", "build_models", "pretrain"]
+__all__ = ["TrainState", "Trainer", "TrainingStopped", "build_models", "pretrain"]
 
 
 def build_models(cfg: PretrainConfig, seed: int) -> tuple[VideoEncoder, Projector]:
@@ -266,21 +266,13 @@ def _banner(trainer: Trainer, state: TrainState, items: int) -> str:
     )
 
 
-def available_cores() -> int:
-    """The CPU cores this process may run on (its affinity: what a SLURM or container limit leaves it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
-
-
 def _capped_workers(data: DataConfig, info: distributed.DistInfo) -> DataConfig:
     """``data.num_workers`` capped at this rank's share of the available cores (the processes of one node
     share them: ``LOCAL_WORLD_SIZE`` under torchrun, ``SLURM_NTASKS_PER_NODE`` under srun); more loader
     processes than cores only thrash. The data each step sees does not depend on the worker count."""
     per_node = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]
     local = int(per_node) if per_node.isdigit() and int(per_node) > 0 else 1
-    cap = max(1, available_cores() // local)
+    cap = max(1, len(allowed_cpus()) // local)
     if data.num_workers <= cap:
         return data
     if info.is_main:

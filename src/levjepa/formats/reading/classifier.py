@@ -40,7 +40,7 @@ from torch import nn
 
 from levjepa.config import OMIT_DEFAULT, ConfigError, from_dict, to_dict
 from levjepa.data.eval_clip import ViewSpec
-from levjepa.formats.reading.load import LoadedEncoder, load_encoder
+from levjepa.formats.reading.load import LoadedEncoder, freeze, load_encoder
 from levjepa.model.classifier import HeadConfig, VideoClassifier, build_head
 from levjepa.model.fingerprint import matches
 from levjepa.weights import HUB_WEIGHTS, WeightsError, load_tensors, prefixed, read_json, save_tensors, write_json
@@ -203,7 +203,4 @@ def load_classifier(
         ) from err
     check_encoder(rec, loaded.encoder, where=str(p), other=f"{src} holds")
     rec, head = read_head(p)
-    model = VideoClassifier(loaded.encoder, rec.head, head).to(device).eval()
-    for q in model.parameters():
-        q.requires_grad_(False)
-    return LoadedClassifier(model, rec, loaded)
+    return LoadedClassifier(freeze(VideoClassifier(loaded.encoder, rec.head, head).to(device)), rec, loaded)

@@ -37,9 +37,10 @@ table shows), seeded without touching the global RNG state.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -252,14 +253,23 @@ def _warn_if_initial(initial: float, where: str, updates: int, decay: float, fix
     )
 
 
+C = TypeVar("C")
+
+
+def _parsed(parse: Callable[[Any], C], data: Any, where: str | Path, what: str) -> C:
+    """``parse(data)``; its ``ConfigError`` (an unknown key, a bad value) as a :class:`WeightsError` naming
+    ``where`` and ``what``."""
+    try:
+        return parse(data)
+    except ConfigError as err:
+        raise WeightsError(f"{where}: {what}: {err}") from err
+
+
 def read_run_config(run_dir: str | Path) -> PretrainConfig:
     """A run's ``config.json`` parsed into the :class:`PretrainConfig` that wrote it (missing keys take their
     defaults; an unknown key or a bad value is a :class:`WeightsError` naming the file and the key)."""
     path = Path(run_dir) / CONFIG
-    try:
-        return from_dict(PretrainConfig, read_json(path))
-    except ConfigError as err:
-        raise WeightsError(f"{path}: not a levjepa run config: {err}") from err
+    return _parsed(functools.partial(from_dict, PretrainConfig), read_json(path), path, "not a levjepa run config")
 
 
 def _latest_checkpoint(run_dir: Path) -> Path:
@@ -296,11 +306,8 @@ def _legacy_norm_bias(cfg: EncoderConfig, state: dict[str, torch.Tensor]) -> Enc
     Their configs predate ``final_norm_bias`` (it defaults to ``False``), so the weights decide: such an
     encoder loads exactly as it was trained and evaluated (its bias was stepped on rounding noise only).
     """
-    if cfg.final_norm and not cfg.final_norm_bias and "norm.bias" in state:
-        return dataclasses.replace(cfg, final_norm_bias=True)
-    if not cfg.final_norm and not cfg.final_norm_bias and f"blocks.{cfg.depth - 1}.mlp.fc2.bias" in state:
-        return dataclasses.replace(cfg, final_norm_bias=True)  # without a final norm: the last block's bias
-    return cfg
+    bias = "norm.bias" if cfg.final_norm else f"blocks.{cfg.depth - 1}.mlp.fc2.bias"  # no final norm: the last block's
+    return dataclasses.replace(cfg, final_norm_bias=True) if not cfg.final_norm_bias and bias in state else cfg
 
 
 def _build(
@@ -364,10 +371,7 @@ def _from_checkpoint(ckpt: Path, weights: str, device: str | torch.device, kind:
 def read_export_record(export_dir: str | Path) -> ExportRecord:
     """An export's ``config.json`` parsed into its :class:`ExportRecord`."""
     path = Path(export_dir) / CONFIG
-    try:
-        return from_dict(ExportRecord, read_json(path))
-    except ConfigError as err:
-        raise WeightsError(f"{path}: not a levjepa export record: {err}") from err
+    return _parsed(functools.partial(from_dict, ExportRecord), read_json(path), path, "not a levjepa export record")
 
 
 def _from_export_file(file: Path, device: str | torch.device, kind: SourceKind) -> LoadedEncoder:
@@ -420,17 +424,9 @@ def read_hub_config(export_dir: str | Path) -> dict[str, Any] | None:
     return None
 
 
-C = TypeVar("C")
-
-
-def _section(cls: type[C], data: dict[str, Any], key: str, where: Path) -> C | None:
-    """``data[key]`` parsed into ``cls`` (``None`` when absent); a bad value names the file and the key."""
-    if not isinstance(data.get(key), dict):
-        return None
-    try:
-        return from_dict(cls, data[key])
-    except ConfigError as err:
-        raise WeightsError(f"{where}: bad {key}: {err}") from err
+def _section(parse: Callable[[Any], C], data: dict[str, Any], key: str, where: Path) -> C | None:
+    """``data[key]`` parsed (``None`` when absent); a bad value names the file and the key."""
+    return _parsed(parse, data[key], where, f"bad {key}") if isinstance(data.get(key), dict) else None
 
 
 def encoder_tensors(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -446,13 +442,8 @@ def _from_hub(export_dir: Path, data: dict[str, Any], device: str | torch.device
     cfg = _encoder_config(data["encoder"], str(export_dir / CONFIG))
     tensors = encoder_tensors(load_tensors(file)[0])
     encoder = _build(cfg, tensors, file, device)
-    run_cfg = _section(PretrainConfig, data, "run_config", export_dir / CONFIG)
-    pre = None
-    if isinstance(data.get("preprocessing"), dict):
-        try:
-            pre = Preprocessing.from_record(data["preprocessing"])
-        except ConfigError as err:
-            raise WeightsError(f"{export_dir / CONFIG}: bad preprocessing: {err}") from err
+    run_cfg = _section(functools.partial(from_dict, PretrainConfig), data, "run_config", export_dir / CONFIG)
+    pre = _section(Preprocessing.from_record, data, "preprocessing", export_dir / CONFIG)
     loaded = LoadedEncoder(
         encoder=encoder,
         config=cfg,

@@ -57,7 +57,6 @@ import dataclasses
 import json
 import pathlib
 import re
-import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,7 +66,7 @@ import torch
 
 from levjepa.model import EncoderConfig
 from levjepa.model.rope import vjepa2_channel_order
-from levjepa.weights import WeightsError, load_tensors, read_json, refuse_nonfinite
+from levjepa.weights import WeightsError, is_pickle, load_tensors, read_json, refuse_nonfinite
 
 __all__ = [
     "OFFICIAL_SIZES",
@@ -127,9 +126,7 @@ class OfficialModel:
 
 
 def _trusted_load(path: Path, trust_pickle: bool) -> Any:
-    with open(path, "rb") as f:
-        head = f.read(2)
-    if not zipfile.is_zipfile(path) and head not in (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05"):
+    if not is_pickle(path):
         raise WeightsError(f"{path}: not a training checkpoint (neither a torch.save archive nor a pickle)")
     if trust_pickle:
         return torch.load(path, map_location="cpu", weights_only=False)

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from levjepa.config import from_dict, to_dict
 from levjepa.infer.encode import encode
 from levjepa.model import VideoEncoder
 from levjepa.weights import WeightsError, load_tensors
@@ -54,30 +55,14 @@ class Validation:
     @staticmethod
     def of(record: Any) -> Validation | None:
         """The validation an on-disk record (:meth:`record`) describes; ``None`` for none or a malformed one."""
-        if not isinstance(record, dict):
-            return None
         try:
-            return Validation(
-                str(record["reference"]), str(record["reference_sha256"]), str(record["mode"]),
-                tuple(int(v) for v in record["input_shape"]), int(record["tokens"]), float(record["max_abs_diff"]),
-                float(record["mean_abs_diff"]), float(record["tolerance"]), str(record["measured"]),
-            )  # fmt: skip
-        except (KeyError, TypeError, ValueError):
+            return from_dict(Validation, record) if isinstance(record, dict) else None
+        except (TypeError, ValueError):  # a key missing, unknown or of another type (ConfigError is a ValueError)
             return None
 
     def record(self) -> dict[str, Any]:
         """The on-disk record (``config.json``'s ``imported_from.validation``)."""
-        return {
-            "reference": self.reference,
-            "reference_sha256": self.reference_sha256,
-            "mode": self.mode,
-            "input_shape": list(self.input_shape),
-            "tokens": self.tokens,
-            "max_abs_diff": self.max_abs_diff,
-            "mean_abs_diff": self.mean_abs_diff,
-            "tolerance": self.tolerance,
-            "measured": self.measured,
-        }
+        return to_dict(self)
 
 
 def validate(encoder: VideoEncoder, reference: str | Path, tolerance: float = TOLERANCE) -> Validation:

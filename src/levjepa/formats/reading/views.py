@@ -76,14 +76,14 @@ def model_views(
         crops=crops,
         fps=fps,
     )
-    tau = loaded.config.tubelet if isinstance(loaded, LoadedEncoder) else loaded.cfg.tubelet
+    cfg = loaded.config if isinstance(loaded, LoadedEncoder) else loaded.cfg
+    tau, patch = cfg.tubelet, cfg.patch_size
     if views.frames % tau:
         raise ConfigError(
             f"{views.frames} frames: the encoder's tubelet is {tau} frames, so a clip holds a multiple of {tau} "
             f"({frames_option} {max(tau, views.frames // tau * tau)})"
         )
     origin = "the model's preprocessing" if not given else f"{', '.join(given)} as given, the rest the model's"
-    patch = loaded.config.patch_size if isinstance(loaded, LoadedEncoder) else loaded.cfg.patch_size
     adjusted = ""
     if views.size % patch:  # the centred square is cut to whole patches (levjepa.data.eval_clip.resize_square)
         side = max(patch, views.size // patch * patch)

@@ -68,13 +68,6 @@ __all__ = [
 ]
 
 
-def _holder(**children: nn.Module) -> nn.Module:
-    module = nn.Module()
-    for name, child in children.items():
-        module.add_module(name, child)
-    return module
-
-
 class _Call(nn.Module):
     """The template encoder behind one call: ``functional_call`` gives it the mapped parameters."""
 
@@ -104,13 +97,15 @@ class OfficialLayout(nn.Module):
         p, t, c = cfg.patch_size, cfg.tubelet, cfg.in_chans
         video = len(shapes[ANCHOR]) == 5  # a Conv3d kernel (τ, p, p); an image model's is a Conv2d (p, p)
         proj = nn.Conv3d(c, d, (t, p, p), (t, p, p)) if video else nn.Conv2d(c, d, p, p)
-        self.patch_embed = _holder(proj=proj)
+        self.patch_embed = nn.ModuleDict({"proj": proj})
         self.blocks = nn.ModuleList(
-            _holder(
-                norm1=nn.LayerNorm(d, eps=eps),
-                attn=_holder(qkv=nn.Linear(d, 3 * d, bias=cfg.qkv_bias), proj=nn.Linear(d, d)),
-                norm2=nn.LayerNorm(d, eps=eps),
-                mlp=_holder(fc1=nn.Linear(d, hidden), fc2=nn.Linear(hidden, d)),
+            nn.ModuleDict(
+                {
+                    "norm1": nn.LayerNorm(d, eps=eps),
+                    "attn": nn.ModuleDict({"qkv": nn.Linear(d, 3 * d, bias=cfg.qkv_bias), "proj": nn.Linear(d, d)}),
+                    "norm2": nn.LayerNorm(d, eps=eps),
+                    "mlp": nn.ModuleDict({"fc1": nn.Linear(d, hidden), "fc2": nn.Linear(hidden, d)}),
+                }
             )
             for _ in range(cfg.depth)
         )
@@ -120,12 +115,9 @@ class OfficialLayout(nn.Module):
             template = _Call(VideoEncoder(cfg))
         self.__dict__["_template"] = template
 
-    def levjepa_state(self) -> dict[str, Tensor]:
-        """The parameters in levjepa's names and layout, as differentiable functions of the official ones."""
-        return to_levjepa(dict(self.named_parameters()), self.cfg)
-
     def forward(self, video: Tensor, output_hidden_states: bool = False) -> LeVJEPAOutput:
-        state = {f"encoder.{k}": v for k, v in self.levjepa_state().items()}
+        # the parameters in levjepa's names and layout, as differentiable functions of the official ones
+        state = {f"encoder.{k}": v for k, v in to_levjepa(dict(self.named_parameters()), self.cfg).items()}
         out: LeVJEPAOutput = torch.func.functional_call(self._template, state, (video, output_hidden_states))
         return out
 

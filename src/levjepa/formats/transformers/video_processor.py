@@ -94,12 +94,13 @@ def settings_of(data: Mapping[str, Any]) -> tuple[Preprocessing, int]:
     return pre, patch
 
 
-def _defaults() -> dict[str, Any]:
-    """The settings of a processor given none: ``Preprocessing()``'s, patch 16. No rate (``fps``), so that a
-    saved processor whose ``fps`` is ``null`` (transformers drops it on save) reads back without one."""
+def _settings(pre: Preprocessing, patch: int) -> dict[str, Any]:
+    """A processor's settings for ``pre`` and ``patch``: an export's ``video_preprocessor_config.json`` but its
+    type. Given none, ``Preprocessing()``'s and patch 16: no rate (``fps``), so that a saved processor whose
+    ``fps`` is ``null`` (transformers drops it on save) reads back without one."""
     from levjepa.formats.writing.export import video_processor_config
 
-    return video_processor_config(Preprocessing(), RELEASED_PATCH)
+    return {k: v for k, v in video_processor_config(pre, patch).items() if k != "video_processor_type"}
 
 
 class LeVJEPAVideoProcessor(VideoProcessorMixin):
@@ -108,8 +109,7 @@ class LeVJEPAVideoProcessor(VideoProcessorMixin):
     released checkpoint's come from its config (:meth:`from_model_config`)."""
 
     def __init__(self, **kwargs: Any) -> None:
-        defaults = {k: v for k, v in _defaults().items() if k not in ("video_processor_type",)}
-        super().__init__(**{**defaults, **kwargs})
+        super().__init__(**{**_settings(Preprocessing(), RELEASED_PATCH), **kwargs})
         settings_of(vars(self))  # bad settings fail here, in one line
 
     @property
@@ -124,12 +124,9 @@ class LeVJEPAVideoProcessor(VideoProcessorMixin):
     def from_model_config(cls, config: LeVJEPAConfig) -> LeVJEPAVideoProcessor:
         """The processor of a model that ships none: a levjepa export's recorded preprocessing, the released
         checkpoint's (``OFFICIAL_PREPROCESSING``) for the released schema."""
-        from levjepa.formats.writing.export import video_processor_config
-
         record = getattr(config, "preprocessing", None)
         pre = Preprocessing.from_record(record) if isinstance(record, dict) else OFFICIAL_PREPROCESSING
-        data = video_processor_config(pre, config.encoder_config().patch_size)
-        return cls(**{k: v for k, v in data.items() if k != "video_processor_type"})
+        return cls(**_settings(pre, config.encoder_config().patch_size))
 
     @classmethod
     def from_pretrained(  # type: ignore[override, unused-ignore]  # transformers' own signature varies by version

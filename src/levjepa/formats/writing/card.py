@@ -270,12 +270,10 @@ def _derived_text(d: DerivedFrom) -> str:
 def _validation_lines(o: OfficialOrigin) -> list[str]:
     """The import's validation table: the imported encoder against the official forward (module
     ``levjepa.formats.reading.validation``), or, without reference outputs, what was and was not measured."""
-    v = o.validation
+    v, head = o.validation, ["", "## Validation", ""]
     if v is None:
         return [
-            "",
-            "## Validation",
-            "",
+            *head,
             "No reference outputs were given at import (`levjepa import SRC --reference REF.safetensors`: the",
             "official forward's `last_hidden_state` on a fixed clip), so this export was not compared with the",
             "official forward. levjepa's reading of the official layout is tested against the official `module.py`'s",
@@ -283,9 +281,7 @@ def _validation_lines(o: OfficialOrigin) -> list[str]:
         ]
     clip = f"`input.video` {list(v.input_shape)}, {v.tokens} tokens per clip (CLS + patches), {v.mode} attention"
     return [
-        "",
-        "## Validation",
-        "",
+        *head,
         "| | |",
         "| --- | --- |",
         f"| compared with | the official forward's `last_hidden_state`: `output.{v.mode}` of `{v.reference}` "

@@ -109,7 +109,6 @@ __all__ = [
     "README",
     "Preprocessing",
     "export_encoder",
-    "export_license",
     "is_export_record",
     "preprocessor_config",
     "preprocessing_of",
@@ -152,22 +151,30 @@ def _hf_aliases(config: EncoderConfig, pre: Preprocessing) -> dict[str, Any]:
     }
 
 
+def _transform(pre: Preprocessing, crop: int) -> dict[str, Any]:
+    """The transform both processor files state in transformers' names: resize the short side to ``pre.size``
+    (bilinear), centre-crop ``crop``², ``/ 255``, normalise."""
+    return {
+        "do_resize": True,
+        "size": {"shortest_edge": pre.size},
+        "resample": 2,  # PIL's bilinear (antialiased)
+        "do_center_crop": True,
+        "crop_size": {"height": crop, "width": crop},
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": list(pre.mean),
+        "image_std": list(pre.std),
+    }
+
+
 def preprocessor_config(pre: Preprocessing) -> dict[str, Any]:
     """``preprocessor_config.json``: transformers' ``VideoMAEImageProcessor`` with this export's geometry (its
     Pillow backend loads without torchvision: ``AutoImageProcessor.from_pretrained(DIR)``), plus the frames a
     clip takes and their stride (or rate, when recorded), which no image processor reads."""
     return {
         "image_processor_type": "VideoMAEImageProcessor",
-        "do_resize": True,
-        "size": {"shortest_edge": pre.size},
-        "resample": 2,  # PIL's bilinear
-        "do_center_crop": True,
-        "crop_size": {"height": pre.size, "width": pre.size},
-        "do_rescale": True,
-        "rescale_factor": 1 / 255,
-        "do_normalize": True,
-        "image_mean": list(pre.mean),
-        "image_std": list(pre.std),
+        **_transform(pre, pre.size),
         **{k: v for k, v in pre.record().items() if k in ("num_frames", "frame_stride")},
         **({} if pre.fps is None else {"fps": pre.fps}),  # the training rate, when the model records one
         "levjepa_version": __version__,
@@ -180,19 +187,9 @@ def video_processor_config(pre: Preprocessing, patch: int) -> dict[str, Any]:
     (the crop the largest multiple of ``patch`` in the short side, as levjepa's readers cut it), the patch
     size, and the frames of a clip: ``num_frames`` at ``fps`` when the model records its training rate, else
     every ``frame_stride``-th."""
-    side = (pre.size // patch) * patch
     return {
         "video_processor_type": "LeVJEPAVideoProcessor",
-        "do_resize": True,
-        "size": {"shortest_edge": pre.size},
-        "resample": 2,  # bilinear (antialiased)
-        "do_center_crop": True,
-        "crop_size": {"height": side, "width": side},
-        "do_rescale": True,
-        "rescale_factor": 1 / 255,
-        "do_normalize": True,
-        "image_mean": list(pre.mean),
-        "image_std": list(pre.std),
+        **_transform(pre, (pre.size // patch) * patch),
         "do_sample_frames": False,  # frames given as arrays are the caller's; a path is always sampled
         "num_frames": pre.frames,
         "fps": pre.fps,
@@ -224,20 +221,18 @@ def write_export(
     imported_from: Mapping[str, Any] | None = None,
     preprocessing: Preprocessing | None = None,
     license: str = "mit",
-    extra: Mapping[str, Any] | None = None,
     classifier: ClassifierRecord | None = None,
     head_state: Mapping[str, torch.Tensor] | None = None,
     derived_from: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write the hub layout (module docstring) to ``out`` (created; every file written atomically); ``extra``
-    adds keys to ``config.json``; ``derived_from`` (:func:`weights_lineage`) records where the weights a run
-    started from came from. A ``classifier`` (its record and ``head_state``) makes the export a
-    classifier's: ``encoder.*`` and ``head.*`` in ``model.safetensors`` (the names of the transformers model),
-    ``head`` and ``id2label`` in ``config.json`` (what ``AutoModelForVideoClassification`` reads),
-    ``classifier.json`` (what ``levjepa classify`` reads, its head from ``model.safetensors``) and a classifier's
-    card; its preprocessing (so both processors, and the pipeline's ``num_frames``) takes the frames, size and
-    sampling of the views its scores were measured with (``ClassifierRecord.protocol``), as ``levjepa classify``
-    cuts them."""
+    """Write the hub layout (module docstring) to ``out`` (created; every file written atomically); ``derived_from``
+    (:func:`weights_lineage`) records where the weights a run started from came from. A ``classifier`` (its record
+    and ``head_state``) makes the export a classifier's: ``encoder.*`` and ``head.*`` in ``model.safetensors`` (the
+    names of the transformers model), ``head`` and ``id2label`` in ``config.json`` (what
+    ``AutoModelForVideoClassification`` reads), ``classifier.json`` (what ``levjepa classify`` reads, its head from
+    ``model.safetensors``) and a classifier's card; its preprocessing (so both processors, and the pipeline's
+    ``num_frames``) takes the frames, size and sampling of the views its scores were measured with
+    (``ClassifierRecord.protocol``), as ``levjepa classify`` cuts them."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise WeightsError(f"{out}: exists and is not a directory; choose another --out")
@@ -266,7 +261,6 @@ def write_export(
         "run_config": to_dict(run_config) if run_config is not None else None,
         "license": license,
         "derived_from": dict(derived_from) if derived_from else None,
-        **dict(extra or {}),
     }
     tensors = dict(encoder_state)
     if classifier is not None and head_state is not None:  # the names transformers' save_pretrained writes
@@ -419,11 +413,6 @@ def weights_lineage(source: str | Path, loaded: LoadedEncoder) -> tuple[str, dic
         return UNKNOWN_LICENSE, {"init_from": str(init), "imported_from": None, "found": False}
     license, official = found
     return license, {"init_from": str(init), "imported_from": official, "found": True}
-
-
-def export_license(source: str | Path, loaded: LoadedEncoder) -> str:
-    """The licence an export inherits (:func:`weights_lineage`)."""
-    return weights_lineage(source, loaded)[0]
 
 
 def _kept_probe(source: str | Path, device: str) -> LoadedClassifier | None:

@@ -77,9 +77,7 @@ def start_encoder(start: Start, device: str) -> LoadedEncoder:
         )
     if start.random_init:
         loaded = random_like(loaded, seed=start.seed)
-    for p in loaded.encoder.parameters():
-        p.requires_grad_(True)
-    loaded.encoder = loaded.encoder.to(device)
+    loaded.encoder = loaded.encoder.requires_grad_(True).to(device)
     return loaded
 
 
