@@ -18,12 +18,13 @@ answer: a portable int8 scheme is chosen).
 from __future__ import annotations
 
 import functools
-import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from levjepa.threads import allowed_cpus
 
 __all__ = ["CpuInfo", "INT8_DOT_FLAGS", "cpu_info", "parse_cpuinfo"]
 
@@ -90,6 +91,6 @@ def cpu_info() -> CpuInfo:
         model, flags = parse_cpuinfo(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace"))
     except OSError:
         model, flags = "", frozenset()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = len(allowed_cpus())
     return CpuInfo(model or platform.processor() or platform.machine(), torch.backends.cpu.get_cpu_capability(),
                    flags, cores)  # fmt: skip

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from levjepa.config import from_dict, to_dict
+from levjepa.config import field_names, from_dict, to_dict
 from levjepa.infer.encode import encode
 from levjepa.model import VideoEncoder
 from levjepa.weights import WeightsError, load_tensors
@@ -55,9 +55,11 @@ class Validation:
     @staticmethod
     def of(record: Any) -> Validation | None:
         """The validation an on-disk record (:meth:`record`) describes; ``None`` for none or a malformed one."""
-        try:
-            return from_dict(Validation, record) if isinstance(record, dict) else None
-        except (TypeError, ValueError):  # a key missing, unknown or of another type (ConfigError is a ValueError)
+        if not isinstance(record, dict):
+            return None
+        try:  # keys a later version adds are left out, as before
+            return from_dict(Validation, {k: v for k, v in record.items() if k in field_names(Validation)})
+        except (TypeError, ValueError):  # a key missing or of another type (ConfigError is a ValueError)
             return None
 
     def record(self) -> dict[str, Any]:
